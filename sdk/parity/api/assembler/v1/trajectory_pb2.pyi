@@ -1,0 +1,69 @@
+from parity.api.common.v1 import reward_pb2 as _reward_pb2
+from parity.api.common.v1 import sample_pb2 as _sample_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TrajectoryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRAJECTORY_STATE_UNSPECIFIED: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_OPEN: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_PENDING: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_READY: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_TRAINED: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_FILTERED: _ClassVar[TrajectoryState]
+TRAJECTORY_STATE_UNSPECIFIED: TrajectoryState
+TRAJECTORY_STATE_OPEN: TrajectoryState
+TRAJECTORY_STATE_PENDING: TrajectoryState
+TRAJECTORY_STATE_READY: TrajectoryState
+TRAJECTORY_STATE_TRAINED: TrajectoryState
+TRAJECTORY_STATE_FILTERED: TrajectoryState
+
+class Step(_message.Message):
+    __slots__ = ("call_id", "step_index", "prompt_token_count", "completion_token_count", "reward", "has_reward")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    HAS_REWARD_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    step_index: int
+    prompt_token_count: int
+    completion_token_count: int
+    reward: float
+    has_reward: bool
+    def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ...) -> None: ...
+
+class Trajectory(_message.Message):
+    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    HAS_REWARD_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    FILTER_REASON_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    trajectory_name: str
+    episode_id: str
+    group_id: str
+    state: TrajectoryState
+    steps: _containers.RepeatedCompositeFieldContainer[Step]
+    reward: float
+    has_reward: bool
+    rewards: _containers.RepeatedCompositeFieldContainer[_reward_pb2.Reward]
+    samples: _containers.RepeatedCompositeFieldContainer[_sample_pb2.Sample]
+    filter_reason: str
+    split_count: int
+    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ...) -> None: ...

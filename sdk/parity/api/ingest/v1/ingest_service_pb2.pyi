@@ -1,0 +1,94 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.ingest.v1 import replica_pb2 as _replica_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time")
+    REQUEST_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    request_count: int
+    error_count: int
+    in_flight: int
+    capture_queue_depth: int
+    spool_size: int
+    captured_call_count: int
+    paused: bool
+    policy_version: int
+    start_time: _timestamp_pb2.Timestamp
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListReplicasRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "model")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    model: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class ListReplicasResponse(_message.Message):
+    __slots__ = ("replicas", "next_page_token")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedCompositeFieldContainer[_replica_pb2.Replica]
+    next_page_token: str
+    def __init__(self, replicas: _Optional[_Iterable[_Union[_replica_pb2.Replica, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PauseTrafficRequest(_message.Message):
+    __slots__ = ("reason", "drain_timeout")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    drain_timeout: _duration_pb2.Duration
+    def __init__(self, reason: _Optional[str] = ..., drain_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PauseTrafficResponse(_message.Message):
+    __slots__ = ("drained_count", "pause_time")
+    DRAINED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_TIME_FIELD_NUMBER: _ClassVar[int]
+    drained_count: int
+    pause_time: _timestamp_pb2.Timestamp
+    def __init__(self, drained_count: _Optional[int] = ..., pause_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ResumeTrafficRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResumeTrafficResponse(_message.Message):
+    __slots__ = ("paused_duration",)
+    PAUSED_DURATION_FIELD_NUMBER: _ClassVar[int]
+    paused_duration: _duration_pb2.Duration
+    def __init__(self, paused_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class SetPolicyVersionRequest(_message.Message):
+    __slots__ = ("policy_version",)
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    def __init__(self, policy_version: _Optional[int] = ...) -> None: ...
+
+class SetPolicyVersionResponse(_message.Message):
+    __slots__ = ("previous_policy_version",)
+    PREVIOUS_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    previous_policy_version: int
+    def __init__(self, previous_policy_version: _Optional[int] = ...) -> None: ...

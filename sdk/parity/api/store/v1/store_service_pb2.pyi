@@ -1,0 +1,207 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
+from parity.api.common.v1 import reward_pb2 as _reward_pb2
+from parity.api.common.v1 import session_pb2 as _session_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CallView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CALL_VIEW_UNSPECIFIED: _ClassVar[CallView]
+    CALL_VIEW_BASIC: _ClassVar[CallView]
+    CALL_VIEW_FULL: _ClassVar[CallView]
+CALL_VIEW_UNSPECIFIED: CallView
+CALL_VIEW_BASIC: CallView
+CALL_VIEW_FULL: CallView
+
+class WriteCallsRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[_llm_call_pb2.LlmCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ...) -> None: ...
+
+class WriteCallsResponse(_message.Message):
+    __slots__ = ("written_count", "duplicate_count")
+    WRITTEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    written_count: int
+    duplicate_count: int
+    def __init__(self, written_count: _Optional[int] = ..., duplicate_count: _Optional[int] = ...) -> None: ...
+
+class GetCallRequest(_message.Message):
+    __slots__ = ("call_id", "view")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    view: CallView
+    def __init__(self, call_id: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ...) -> None: ...
+
+class GetCallResponse(_message.Message):
+    __slots__ = ("call",)
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    call: _llm_call_pb2.LlmCall
+    def __init__(self, call: _Optional[_Union[_llm_call_pb2.LlmCall, _Mapping]] = ...) -> None: ...
+
+class ListCallsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token", "view")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    view: CallView
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ...) -> None: ...
+
+class ListCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[_llm_call_pb2.LlmCall]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchCallsRequest(_message.Message):
+    __slots__ = ("cursor", "view", "max_batch_size")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    cursor: str
+    view: CallView
+    max_batch_size: int
+    def __init__(self, cursor: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
+
+class WatchCallsResponse(_message.Message):
+    __slots__ = ("calls", "cursor")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[_llm_call_pb2.LlmCall]
+    cursor: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class WriteRewardsRequest(_message.Message):
+    __slots__ = ("rewards",)
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    rewards: _containers.RepeatedCompositeFieldContainer[_reward_pb2.Reward]
+    def __init__(self, rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ...) -> None: ...
+
+class WriteRewardsResponse(_message.Message):
+    __slots__ = ("written_count", "duplicate_count")
+    WRITTEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    written_count: int
+    duplicate_count: int
+    def __init__(self, written_count: _Optional[int] = ..., duplicate_count: _Optional[int] = ...) -> None: ...
+
+class ListRewardsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRewardsResponse(_message.Message):
+    __slots__ = ("rewards", "next_page_token")
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rewards: _containers.RepeatedCompositeFieldContainer[_reward_pb2.Reward]
+    next_page_token: str
+    def __init__(self, rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: _session_pb2.Session
+    def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "state", "parent_session_id")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    state: _session_pb2.SessionState
+    parent_session_id: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_session_pb2.SessionState, str]] = ..., parent_session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_session_pb2.Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_session_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id", "outcome", "error_message")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    outcome: _session_pb2.SessionOutcome
+    error_message: str
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: _session_pb2.Session
+    def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionsRequest(_message.Message):
+    __slots__ = ("session_ids", "updated_before")
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    updated_before: _timestamp_pb2.Timestamp
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., updated_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionsResponse(_message.Message):
+    __slots__ = ("deleted_session_count", "deleted_call_count")
+    DELETED_SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    deleted_session_count: int
+    deleted_call_count: int
+    def __init__(self, deleted_session_count: _Optional[int] = ..., deleted_call_count: _Optional[int] = ...) -> None: ...
+
+class GetStoreStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStoreStatsResponse(_message.Message):
+    __slots__ = ("backend", "session_count", "call_count", "reward_count", "logical_token_count", "bytes_on_disk", "bytes_per_token")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REWARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LOGICAL_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_ON_DISK_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    session_count: int
+    call_count: int
+    reward_count: int
+    logical_token_count: int
+    bytes_on_disk: int
+    bytes_per_token: float
+    def __init__(self, backend: _Optional[str] = ..., session_count: _Optional[int] = ..., call_count: _Optional[int] = ..., reward_count: _Optional[int] = ..., logical_token_count: _Optional[int] = ..., bytes_on_disk: _Optional[int] = ..., bytes_per_token: _Optional[float] = ...) -> None: ...

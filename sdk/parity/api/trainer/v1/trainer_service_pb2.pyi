@@ -1,0 +1,175 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.trainer.v1 import run_pb2 as _run_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("run", "last_sync")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    LAST_SYNC_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    last_sync: SyncWeightsResponse
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., last_sync: _Optional[_Union[SyncWeightsResponse, _Mapping]] = ...) -> None: ...
+
+class StreamMetricsRequest(_message.Message):
+    __slots__ = ("from_step",)
+    FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    from_step: int
+    def __init__(self, from_step: _Optional[int] = ...) -> None: ...
+
+class StreamMetricsResponse(_message.Message):
+    __slots__ = ("metrics",)
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: StepMetrics
+    def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...
+
+class StepMetrics(_message.Message):
+    __slots__ = ("run_id", "step", "time", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    time: _timestamp_pb2.Timestamp
+    values: _containers.ScalarMap[str, float]
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class SyncWeightsRequest(_message.Message):
+    __slots__ = ("skip_verification",)
+    SKIP_VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    skip_verification: bool
+    def __init__(self, skip_verification: _Optional[bool] = ...) -> None: ...
+
+class SyncWeightsResponse(_message.Message):
+    __slots__ = ("policy_version", "replicas", "max_logprob_diff", "durations", "complete_time")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOGPROB_DIFF_FIELD_NUMBER: _ClassVar[int]
+    DURATIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_TIME_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaSync]
+    max_logprob_diff: float
+    durations: SyncPhaseDurations
+    complete_time: _timestamp_pb2.Timestamp
+    def __init__(self, policy_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSync, _Mapping]]] = ..., max_logprob_diff: _Optional[float] = ..., durations: _Optional[_Union[SyncPhaseDurations, _Mapping]] = ..., complete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ReplicaSync(_message.Message):
+    __slots__ = ("replica", "verified", "max_logprob_diff", "error_message")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOGPROB_DIFF_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    verified: bool
+    max_logprob_diff: float
+    error_message: str
+    def __init__(self, replica: _Optional[str] = ..., verified: _Optional[bool] = ..., max_logprob_diff: _Optional[float] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SyncPhaseDurations(_message.Message):
+    __slots__ = ("pause", "push", "verify", "resume", "total")
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    pause: _duration_pb2.Duration
+    push: _duration_pb2.Duration
+    verify: _duration_pb2.Duration
+    resume: _duration_pb2.Duration
+    total: _duration_pb2.Duration
+    def __init__(self, pause: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., push: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("config", "resume_checkpoint_id")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RESUME_CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    config: _run_pb2.RunConfig
+    resume_checkpoint_id: str
+    def __init__(self, config: _Optional[_Union[_run_pb2.RunConfig, _Mapping]] = ..., resume_checkpoint_id: _Optional[str] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class PauseRunRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PauseRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ResumeRunRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResumeRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class StopRunRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StopRunResponse(_message.Message):
+    __slots__ = ("run", "checkpoint")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    checkpoint: _run_pb2.Checkpoint
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class SaveCheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SaveCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: _run_pb2.Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "run_id")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    run_id: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints", "next_page_token")
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[_run_pb2.Checkpoint]
+    next_page_token: str
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[_run_pb2.Checkpoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

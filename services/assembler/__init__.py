@@ -1,0 +1,1 @@
+"""The trajectory assembler (samples and training batches)."""

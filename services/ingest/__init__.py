@@ -1,0 +1,1 @@
+"""The ingest control plane (the OpenAI-compatible proxy's operations)."""

@@ -1,0 +1,1 @@
+"""The runtime every Parity gRPC service shares: server, errors, logging, configuration."""

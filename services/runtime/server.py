@@ -1,0 +1,92 @@
+"""The grpc.aio server every Parity service runs on.
+
+It adds what each service would otherwise repeat: the error interceptor, the
+standard health service, server reflection (so grpcurl's list and describe work),
+deliberate message-size limits, and graceful shutdown on SIGTERM and SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from parity.services.runtime.config import ServerConfig
+from parity.services.runtime.errors import Unavailable
+from parity.services.runtime.interceptor import ErrorInterceptor
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceBinding:
+    """One gRPC service to serve: its full proto name and how to register its servicer."""
+
+    full_name: str
+    add_to_server: Callable[[grpc.aio.Server], None]
+
+
+class GrpcServer:
+    def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding]) -> None:
+        self.config = config
+        self.bindings = list(bindings)
+        self.port: int | None = None
+        self._health = health.aio.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        # Created here rather than in __init__: a grpc.aio server binds to the running loop.
+        self._server = grpc.aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", self.config.max_message_bytes),
+                ("grpc.max_send_message_length", self.config.max_message_bytes),
+                # One address per service: a second process on the same port is an
+                # error, never a silent split of traffic.
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        for binding in self.bindings:
+            binding.add_to_server(self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        names = [b.full_name for b in self.bindings]
+        reflection.enable_server_reflection(
+            [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
+        try:
+            self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        except RuntimeError as error:
+            raise Unavailable(f"cannot listen on {self.config.host}:{self.config.port}: {error}") from None
+        await self._server.start()
+        for name in ["", *names]:
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("listening", address=self.address, services=names)
+
+    async def stop(self) -> None:
+        """Report NOT_SERVING, then give in-flight RPCs the grace period to finish."""
+        if self._server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(self.config.shutdown_grace_s)
+        log.info("stopped", address=self.address)
+
+    async def serve_until_signalled(self) -> None:
+        """Start, run until SIGTERM or SIGINT, then shut down gracefully."""
+        stop_requested = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_requested.set)
+        await self.start()
+        await stop_requested.wait()
+        log.info("shutdown_requested")
+        await self.stop()

@@ -1,0 +1,1 @@
+"""Runs the whole Parity stack as separate processes on one machine."""

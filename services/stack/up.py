@@ -1,0 +1,181 @@
+"""`parity up`: store, ingest, assembler, trainer and vLLM as separate processes on one machine.
+
+Each service runs exactly as it would when deployed alone (`parity <service> serve`),
+so nothing here is a shortcut the real deployment lacks. The supervisor waits until
+every process answers its health check, prints where each listens, and stops them
+all, in dependency order, on Ctrl-C, SIGTERM, or the first unexpected exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
+from parity.services.runtime.structured_logging import configure_logging
+
+log = structlog.get_logger(__name__)
+
+# Started in this order, stopped in reverse: the store outlives everything that writes to it.
+SERVICE_ORDER = ("store", "assembler", "trainer", "ingest")
+DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer": 50054}
+DEFAULT_VLLM_PORT = 8100
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    address: str
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self, extra_args: list[str]) -> None:
+        host, port = self.address.rsplit(":", 1)
+        command = [sys.executable, "-m", "parity.cli", self.name, "serve", "--host", host, "--port", port]
+        with self.log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(
+                [*command, "--log-format", "json", *extra_args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                # Own session, so Ctrl-C reaches only the supervisor, which stops
+                # services in order; the death signal stops them if it is killed.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def wait_healthy(self, deadline: float) -> None:
+        with grpc.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                self.raise_if_exited()
+                try:
+                    response = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if response.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise StackError(f"{self.name} did not become healthy at {self.address}; see {self.log_path}")
+                time.sleep(0.2)
+
+    def raise_if_exited(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise StackError(
+                f"{self.name} exited with code {self.process.returncode}; last log lines:\n{_tail(self.log_path)}"
+            )
+
+    def stop(self, grace_s: float) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("service_killed", service=self.name, after_s=grace_s)
+            self.process.kill()
+            self.process.wait()
+
+
+class StackError(RuntimeError):
+    """A process of the stack failed to start or died."""
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parity up", description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=Path(".parity"), help="state and logs (default .parity)")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="model to serve (default: the small model, generated into DATA_DIR/model)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address every process listens on")
+    for name, port in DEFAULT_PORTS.items():
+        parser.add_argument(f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})")
+    parser.add_argument("--vllm-port", type=int, default=DEFAULT_VLLM_PORT, help="vLLM HTTP port")
+    parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
+    return parser
+
+
+def ensure_model(args: argparse.Namespace) -> Path:
+    if args.model is not None:
+        return args.model
+    model_dir = args.data_dir / "model"
+    if not (model_dir / "config.json").exists():
+        from parity.services.inference.tiny_model import generate_tiny_model
+
+        log.info("generating_small_model", path=str(model_dir))
+        generate_tiny_model(model_dir)
+    return model_dir
+
+
+def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
+    data_dir: Path = args.data_dir.resolve()
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    model_path = ensure_model(args).resolve()
+    services = {
+        name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
+        for name in SERVICE_ORDER
+    }
+    vllm = VllmServer(
+        VllmLaunchConfig(model_path=model_path, host=args.host, port=args.vllm_port, log_path=data_dir / "logs" / "vllm.log")
+    )
+    extra_args = {"store": ["--url", f"sqlite:///{data_dir / 'store.db'}"]}
+    try:
+        vllm.start()
+        for service in services.values():
+            service.start(extra_args.get(service.name, []))
+        deadline = time.monotonic() + args.startup_timeout_s
+        for service in services.values():
+            service.wait_healthy(deadline)
+        vllm.wait_healthy(timeout=max(1.0, deadline - time.monotonic()))
+        _print_addresses(services, vllm, data_dir)
+        while not stop_requested.wait(0.5):
+            for service in services.values():
+                service.raise_if_exited()
+        log.info("stopping_stack")
+        return 0
+    except StackError as error:
+        log.error("stack_failed", error=str(error))
+        return 1
+    finally:
+        for service in reversed(services.values()):
+            service.stop(grace_s=15.0)
+        vllm.stop()
+
+
+def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path) -> None:
+    print("Parity is up:", flush=True)
+    for service in services.values():
+        print(f"  {service.name:<10} grpc://{service.address:<22} log {service.log_path}", flush=True)
+    print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)
+    print("Press Ctrl-C to stop.", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(service="up")
+    stop_requested = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_requested.set())
+    return run(args, stop_requested)

@@ -1,0 +1,1 @@
+"""The token store (calls, sessions, rewards)."""

@@ -1,0 +1,1 @@
+"""The verl trainer (runs, metrics, weight sync)."""

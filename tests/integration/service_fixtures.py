@@ -1,0 +1,81 @@
+"""Real service processes on free ports, as `parity <service> serve` runs them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.conftest import free_port
+
+HEALTH_TIMEOUT_S = 30.0
+
+
+@dataclass
+class RunningService:
+    name: str
+    address: str
+    process: subprocess.Popen[str]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def wait_for_health(address: str, process: subprocess.Popen[str], log_path: Path, timeout: float) -> None:
+    """Poll grpc.health.v1 until SERVING; fail fast with the log if the process exits."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"service at {address} exited with {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.1)
+    pytest.fail(f"service at {address} not healthy after {timeout}s:\n{log_path.read_text()}")
+
+
+@pytest.fixture
+def start_service(tmp_path: Path) -> Iterator:
+    """Factory: start_service("store", "--url", "memory://") -> RunningService."""
+    started: list[RunningService] = []
+
+    def start(name: str, *extra_args: str) -> RunningService:
+        port = free_port()
+        log_path = tmp_path / f"{name}-{port}.log"
+        with log_path.open("w") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "parity.cli", name, "serve", "--port", str(port), "--log-format", "json", *extra_args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        service = RunningService(name, f"127.0.0.1:{port}", process, log_path)
+        started.append(service)
+        wait_for_health(service.address, process, log_path, HEALTH_TIMEOUT_S)
+        return service
+
+    yield start
+    for service in started:
+        service.terminate()

@@ -1,0 +1,43 @@
+"""The committed generated code must be exactly what the protos generate today."""
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+GENERATED = REPO_ROOT / "sdk" / "parity" / "api"
+
+
+def _relative_files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "generate_protos.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    fresh = tmp_path / "parity" / "api"
+    committed_files, fresh_files = _relative_files(GENERATED), _relative_files(fresh)
+    assert committed_files == fresh_files, (
+        "generated files differ; run `make protos`: "
+        f"missing {sorted(map(str, fresh_files - committed_files))}, "
+        f"extra {sorted(map(str, committed_files - fresh_files))}"
+    )
+    stale = [str(p) for p in sorted(fresh_files) if not filecmp.cmp(GENERATED / p, fresh / p, shallow=False)]
+    assert not stale, f"stale generated code, run `make protos`: {stale}"
+
+
+def test_every_area_is_importable_from_the_sdk() -> None:
+    from parity.api.assembler.v1 import assembler_service_pb2_grpc
+    from parity.api.common.v1 import llm_call_pb2
+    from parity.api.ingest.v1 import ingest_service_pb2_grpc
+    from parity.api.store.v1 import store_service_pb2_grpc
+    from parity.api.trainer.v1 import trainer_service_pb2_grpc
+
+    assert llm_call_pb2.LlmCall.DESCRIPTOR.full_name == "parity.api.common.v1.LlmCall"
+    for module in (store_service_pb2_grpc, ingest_service_pb2_grpc, assembler_service_pb2_grpc, trainer_service_pb2_grpc):
+        assert any(name.endswith("ServiceStub") for name in dir(module))
