@@ -1,0 +1,51 @@
+"""`parity up` brings up all five processes and stops them all on Ctrl-C."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.integration.test_grpcurl import SERVICES, grpcurl
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny_model_dir: Path) -> None:
+    ports = {name: free_port() for name in (*SERVICES, "vllm")}
+    command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)]
+    command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
+    stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = []
+        while not banner or not banner[-1].startswith("Press Ctrl-C"):
+            line = stack.stdout.readline()
+            assert line, f"parity up exited early:\n{stack.stderr.read()}"
+            banner.append(line)
+        for name, full_name in SERVICES.items():
+            assert any(f"grpc://127.0.0.1:{ports[name]}" in line for line in banner)
+            health = grpcurl("-d", json.dumps({"service": full_name}), f"127.0.0.1:{ports[name]}",
+                             "grpc.health.v1.Health/Check")
+            assert health.returncode == 0, health.stderr
+            assert json.loads(health.stdout) == {"status": "SERVING"}
+        assert httpx.get(f"http://127.0.0.1:{ports['vllm']}/health", timeout=10).status_code == 200
+    finally:
+        stack.send_signal(signal.SIGINT)
+        exit_code = stack.wait(120)
+    assert exit_code == 0, stack.stderr.read()
+    deadline = time.monotonic() + 10
+    while any(_port_open(port) for port in ports.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [name for name, port in ports.items() if _port_open(port)], "processes still listening after Ctrl-C"
+    assert (tmp_path / "logs" / "store.log").read_text().strip(), "services log into DATA_DIR/logs"
