@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.integration.vllm_fixtures", "tests.integration.service_fixtures"]
+pytest_plugins = [
+    "tests.integration.vllm_fixtures",
+    "tests.integration.service_fixtures",
+    "tests.integration.postgres_fixtures",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

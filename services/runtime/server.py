@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -26,10 +26,13 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True)
 class ServiceBinding:
-    """One gRPC service to serve: its full proto name and how to register its servicer."""
+    """One gRPC service to serve: its full proto name, how to register its servicer, and
+    what its domain object needs done before the first RPC and after the last."""
 
     full_name: str
     add_to_server: Callable[[grpc.aio.Server], None]
+    on_start: Callable[[], Awaitable[None]] | None = None
+    on_stop: Callable[[], Awaitable[None]] | None = None
 
 
 class GrpcServer:
@@ -57,6 +60,8 @@ class GrpcServer:
             ],
         )
         for binding in self.bindings:
+            if binding.on_start is not None:
+                await binding.on_start()
             binding.add_to_server(self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         names = [b.full_name for b in self.bindings]
@@ -78,6 +83,9 @@ class GrpcServer:
             return
         await self._health.enter_graceful_shutdown()
         await self._server.stop(self.config.shutdown_grace_s)
+        for binding in reversed(self.bindings):
+            if binding.on_stop is not None:
+                await binding.on_stop()
         log.info("stopped", address=self.address)
 
     async def serve_until_signalled(self) -> None:

@@ -22,7 +22,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
+from parity.services.inference.vllm_launcher import VllmExitedError, VllmLaunchConfig, VllmServer
 from parity.services.runtime.structured_logging import configure_logging
 
 log = structlog.get_logger(__name__)
@@ -55,10 +55,10 @@ class ServiceProcess:
                 preexec_fn=_die_with_parent,
             )
 
-    def wait_healthy(self, deadline: float) -> None:
+    def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
         with grpc.insecure_channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
-            while True:
+            while not stop_requested.is_set():
                 self.raise_if_exited()
                 try:
                     response = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
@@ -69,6 +69,7 @@ class ServiceProcess:
                 if time.monotonic() > deadline:
                     raise StackError(f"{self.name} did not become healthy at {self.address}; see {self.log_path}")
                 time.sleep(0.2)
+        raise StartupInterrupted
 
     def raise_if_exited(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -92,6 +93,10 @@ class StackError(RuntimeError):
     """A process of the stack failed to start or died."""
 
 
+class StartupInterrupted(Exception):
+    """Ctrl-C or SIGTERM arrived before the stack was up."""
+
+
 def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -108,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, default=Path(".parity"), help="state and logs (default .parity)")
     parser.add_argument(
         "--model", type=Path, default=None, help="model to serve (default: the small model, generated into DATA_DIR/model)"
+    )
+    parser.add_argument(
+        "--served-model-name", default=None, help="the `model` agents ask for (default: the model folder's name)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address every process listens on")
     for name, port in DEFAULT_PORTS.items():
@@ -138,7 +146,13 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         for name in SERVICE_ORDER
     }
     vllm = VllmServer(
-        VllmLaunchConfig(model_path=model_path, host=args.host, port=args.vllm_port, log_path=data_dir / "logs" / "vllm.log")
+        VllmLaunchConfig(
+            model_path=model_path,
+            host=args.host,
+            port=args.vllm_port,
+            served_model_name=args.served_model_name or model_path.name,
+            log_path=data_dir / "logs" / "vllm.log",
+        )
     )
     extra_args = {"store": ["--url", f"sqlite:///{data_dir / 'store.db'}"]}
     try:
@@ -147,21 +161,38 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             service.start(extra_args.get(service.name, []))
         deadline = time.monotonic() + args.startup_timeout_s
         for service in services.values():
-            service.wait_healthy(deadline)
-        vllm.wait_healthy(timeout=max(1.0, deadline - time.monotonic()))
+            service.wait_healthy(deadline, stop_requested)
+        _wait_for_vllm(vllm, deadline, stop_requested)
         _print_addresses(services, vllm, data_dir)
         while not stop_requested.wait(0.5):
             for service in services.values():
                 service.raise_if_exited()
+            if vllm.returncode is not None:
+                raise StackError(f"vLLM exited with code {vllm.returncode}; see {vllm.log_path}")
         log.info("stopping_stack")
         return 0
-    except StackError as error:
+    except StartupInterrupted:
+        log.info("startup_interrupted")
+        return 130
+    except (StackError, VllmExitedError, TimeoutError, FileNotFoundError) as error:
         log.error("stack_failed", error=str(error))
         return 1
     finally:
         for service in reversed(services.values()):
             service.stop(grace_s=15.0)
         vllm.stop()
+
+
+def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.Event) -> None:
+    # Short waits, so a Ctrl-C during vLLM's start-up is honoured within a second.
+    while not stop_requested.is_set():
+        try:
+            vllm.wait_healthy(timeout=1.0)
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+    raise StartupInterrupted
 
 
 def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path) -> None:

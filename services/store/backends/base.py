@@ -1,0 +1,74 @@
+"""The interface every store backend implements, and the conformance suite checks.
+
+Methods are synchronous and called from worker threads: writes only ever from the
+store's single writer, reads from any thread. A write method is one transaction:
+it commits whole or not at all.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from parity.services.store.records import BackendStats, CallBatch, CallRow, RewardRow, SessionRow
+
+
+class StoreBackend(ABC):
+    name: str
+    # Random id fixed when the database is created; tags watch cursors.
+    store_id: str
+
+    # Writes.
+    @abstractmethod
+    def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
+        """The subset of `call_ids` already stored."""
+
+    @abstractmethod
+    def commit_calls(self, batch: CallBatch) -> None:
+        """Insert the calls (assigning `seq` in list order) and upsert their sessions."""
+
+    @abstractmethod
+    def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
+        """Insert rewards not already stored; returns, per reward, whether it was new."""
+
+    @abstractmethod
+    def close_session(
+        self, session_id: str, outcome: int, error_message: str, time: float
+    ) -> SessionRow:
+        """Mark a session closed, creating it (with no calls) if it does not exist."""
+
+    @abstractmethod
+    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+        """Delete the sessions, their descendants and every session last updated before
+        `updated_before`, with their calls and rewards. Returns (sessions, calls) deleted."""
+
+    # Reads.
+    @abstractmethod
+    def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]: ...
+
+    @abstractmethod
+    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None: ...
+
+    @abstractmethod
+    def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]: ...
+
+    @abstractmethod
+    def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
+        """Calls committed after `seq`, in commit order."""
+
+    @abstractmethod
+    def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]: ...
+
+    @abstractmethod
+    def get_session(self, session_id: str) -> SessionRow | None: ...
+
+    @abstractmethod
+    def list_sessions(
+        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
+    ) -> list[SessionRow]: ...
+
+    @abstractmethod
+    def stats(self) -> BackendStats: ...
+
+    def close(self) -> None:
+        """Release connections. The default has nothing to release."""

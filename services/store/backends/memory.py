@@ -1,0 +1,161 @@
+"""`memory://`: everything in process memory, gone on exit. For tests and throwaway runs."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import replace
+
+from parity.services.store.backends.base import StoreBackend
+from parity.services.store.records import (
+    SESSION_STATE_CLOSED,
+    BackendStats,
+    CallBatch,
+    CallRow,
+    RewardRow,
+    SessionRow,
+)
+
+
+class MemoryBackend(StoreBackend):
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.store_id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._calls: dict[str, CallRow] = {}
+        self._calls_by_seq: list[CallRow] = []
+        self._sessions: dict[str, SessionRow] = {}
+        self._rewards: dict[str, RewardRow] = {}
+        self._next_call_seq = 1
+        self._next_session_key = 1
+        self._next_reward_key = 1
+
+    def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            return {call_id for call_id in call_ids if call_id in self._calls}
+
+    def commit_calls(self, batch: CallBatch) -> None:
+        with self._lock:
+            for touch in batch.sessions:
+                session = self._session_for_write(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
+                session.call_count += touch.added_calls
+                session.update_time = touch.time
+            for row in batch.calls:
+                row.seq = self._next_call_seq
+                self._next_call_seq += 1
+                self._calls[row.call_id] = row
+                self._calls_by_seq.append(row)
+
+    def _session_for_write(
+        self, session_id: str, parents: list[str], metadata: dict[str, str], time: float
+    ) -> SessionRow:
+        """The session, created with its missing ancestors. Caller holds the lock."""
+        for depth, ancestor in enumerate(parents):
+            if ancestor not in self._sessions:
+                self._add_session(SessionRow(ancestor, parents[:depth], {}, create_time=time, update_time=time))
+        if session_id not in self._sessions:
+            self._add_session(SessionRow(session_id, list(parents), dict(metadata), create_time=time, update_time=time))
+        return self._sessions[session_id]
+
+    def _add_session(self, session: SessionRow) -> None:
+        session.key = self._next_session_key
+        self._next_session_key += 1
+        self._sessions[session.session_id] = session
+
+    def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
+        inserted = []
+        with self._lock:
+            for reward in rewards:
+                new = reward.reward_id not in self._rewards
+                if new:
+                    reward.key = self._next_reward_key
+                    self._next_reward_key += 1
+                    self._rewards[reward.reward_id] = reward
+                inserted.append(new)
+        return inserted
+
+    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+        with self._lock:
+            session = self._session_for_write(session_id, [], {}, time)
+            session.state, session.outcome, session.error_message = SESSION_STATE_CLOSED, outcome, error_message
+            session.close_time = session.update_time = time
+            return _copy(session)
+
+    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+        with self._lock:
+            doomed = set(session_ids)
+            if updated_before is not None:
+                doomed |= {s.session_id for s in self._sessions.values() if s.update_time < updated_before}
+            doomed |= {s.session_id for s in self._sessions.values() if doomed.intersection(s.parent_session_ids)}
+            doomed &= self._sessions.keys()
+            calls_before = len(self._calls)
+            self._calls_by_seq = [row for row in self._calls_by_seq if row.session_id not in doomed]
+            self._calls = {row.call_id: row for row in self._calls_by_seq}
+            self._rewards = {k: r for k, r in self._rewards.items() if r.session_id not in doomed}
+            for session_id in doomed:
+                del self._sessions[session_id]
+            return len(doomed), calls_before - len(self._calls)
+
+    def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
+        with self._lock:
+            return {call_id: self._calls[call_id] for call_id in call_ids if call_id in self._calls}
+
+    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None:
+        with self._lock:
+            for row in reversed(self._calls_by_seq):
+                if row.session_id == session_id and row.trajectory_name == trajectory_name:
+                    return row
+        return None
+
+    def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
+        with self._lock:
+            rows = [r for r in self._calls_by_seq if r.session_id == session_id and r.seq > after_seq]
+        return rows[:limit]
+
+    def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
+        with self._lock:
+            start = bisect.bisect_right(self._calls_by_seq, seq, key=lambda row: row.seq)
+            return self._calls_by_seq[start : start + limit]
+
+    def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
+        with self._lock:
+            rows = sorted(
+                (r for r in self._rewards.values() if r.session_id == session_id and r.key > after_key),
+                key=lambda r: r.key,
+            )
+        return rows[:limit]
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return _copy(session) if session else None
+
+    def list_sessions(
+        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
+    ) -> list[SessionRow]:
+        with self._lock:
+            rows = [
+                _copy(s)
+                for s in self._sessions.values()
+                if s.key > after_key
+                and (state is None or s.state == state)
+                and (parent_session_id is None or s.parent_session_id == parent_session_id)
+            ]
+        return sorted(rows, key=lambda s: s.key)[:limit]
+
+    def stats(self) -> BackendStats:
+        with self._lock:
+            return BackendStats(
+                session_count=len(self._sessions),
+                call_count=len(self._calls),
+                reward_count=len(self._rewards),
+                logical_token_count=sum(row.logical_tokens for row in self._calls_by_seq),
+                bytes_on_disk=0,
+            )
+
+
+def _copy(session: SessionRow) -> SessionRow:
+    return replace(session, parent_session_ids=list(session.parent_session_ids), metadata=dict(session.metadata))

@@ -1,0 +1,289 @@
+"""`postgresql://USER@HOST:PORT/DB`: the store past one machine, on a real PostgreSQL.
+
+Commit order is what watch cursors rely on. Every call write first bumps one
+counter row and takes its sequence numbers from it; the row lock it holds until
+commit means a later writer can only number its calls after the earlier one has
+committed, so several store processes can share one database without a watcher
+ever seeing call N+1 before call N.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from parity.services.runtime.errors import InvalidArgument, Unavailable
+from parity.services.store.backends.base import StoreBackend
+from parity.services.store.backends.sql_schema import (
+    CALL_COLUMNS,
+    REWARD_COLUMNS,
+    SESSION_COLUMNS,
+    call_from_values,
+    call_values,
+    reward_from_values,
+    session_from_values,
+)
+from parity.services.store.records import (
+    SESSION_STATE_CLOSED,
+    SESSION_STATE_OPEN,
+    BackendStats,
+    CallBatch,
+    CallRow,
+    RewardRow,
+    SessionRow,
+)
+
+MIGRATIONS: list[list[str]] = [
+    [
+        "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE store_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        "INSERT INTO store_counters VALUES ('call_seq', 0)",
+        """CREATE TABLE sessions (
+            key BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            parent_session_id TEXT,
+            parent_session_ids JSONB NOT NULL,
+            metadata JSONB NOT NULL,
+            state SMALLINT NOT NULL,
+            outcome SMALLINT NOT NULL,
+            error_message TEXT NOT NULL,
+            call_count BIGINT NOT NULL,
+            create_time DOUBLE PRECISION NOT NULL,
+            update_time DOUBLE PRECISION NOT NULL,
+            close_time DOUBLE PRECISION)""",
+        "CREATE INDEX sessions_by_parent ON sessions (parent_session_id, key)",
+        "CREATE INDEX sessions_by_state ON sessions (state, key)",
+        "CREATE INDEX sessions_by_update_time ON sessions (update_time)",
+        """CREATE TABLE calls (
+            seq BIGINT PRIMARY KEY,
+            call_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            trajectory_name TEXT NOT NULL,
+            ref_call_id TEXT,
+            ref_choice INTEGER NOT NULL,
+            ref_depth INTEGER NOT NULL,
+            prompt_prefix INTEGER NOT NULL,
+            prompt_suffix INTEGER NOT NULL,
+            prompt_middle BYTEA NOT NULL,
+            request_prefix INTEGER NOT NULL,
+            request_suffix INTEGER NOT NULL,
+            request_middle BYTEA NOT NULL,
+            body BYTEA NOT NULL,
+            logical_tokens INTEGER NOT NULL,
+            create_time DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX calls_by_session ON calls (session_id, seq)",
+        """CREATE TABLE rewards (
+            key BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            reward_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            body BYTEA NOT NULL,
+            create_time DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX rewards_by_session ON rewards (session_id, key)",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+# Any constant shared by every Parity store process; serializes migrations.
+_MIGRATION_LOCK = 0x5041524954
+
+
+class PostgresBackend(StoreBackend):
+    name = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # Autocommit outside explicit `transaction()` blocks, so no write is ever left
+        # waiting in an implicit transaction.
+        self._writer = self._connect()
+        self._migrate()
+        self.store_id = self._writer.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()[0]
+        self._local = threading.local()
+        self._readers: list[psycopg.Connection] = []
+        self._readers_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresBackend:
+        return cls(url)
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.url, autocommit=True)
+        except psycopg.OperationalError as error:
+            raise Unavailable(f"cannot connect to PostgreSQL: {error}".strip()) from None
+        except psycopg.ProgrammingError as error:
+            raise InvalidArgument(f"invalid PostgreSQL URL: {error}") from None
+
+    def _reader(self) -> psycopg.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None or connection.closed:
+            # Autocommit: every read sees everything committed before it started.
+            connection = self._local.connection = self._connect()
+            with self._readers_lock:
+                self._readers.append(connection)
+        return connection
+
+    def _migrate(self) -> None:
+        db = self._writer
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+            current = db.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise InvalidArgument(f"database has schema version {current}, newer than this Parity's {SCHEMA_VERSION}")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version - 1]:
+                    db.execute(statement)
+                if version == 1:
+                    db.execute("INSERT INTO store_meta VALUES ('store_id', %s)", (uuid.uuid4().hex,))
+                db.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, time.time()))
+
+    # Writes.
+    def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
+        rows = self._writer.execute("SELECT call_id FROM calls WHERE call_id = ANY(%s)", (list(call_ids),))
+        return {r[0] for r in rows}
+
+    def commit_calls(self, batch: CallBatch) -> None:
+        db = self._writer
+        with db.transaction():
+            (last,) = db.execute(
+                "UPDATE store_counters SET value = value + %s WHERE name = 'call_seq' RETURNING value",
+                (len(batch.calls),),
+            ).fetchone()
+            for offset, row in enumerate(batch.calls):
+                row.seq = last - len(batch.calls) + 1 + offset
+            for touch in batch.sessions:
+                self._ensure_session(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "UPDATE sessions SET call_count = call_count + %s, update_time = %s WHERE session_id = %s",
+                    [(t.added_calls, t.time, t.session_id) for t in batch.sessions],
+                )
+                with cursor.copy(f"COPY calls ({CALL_COLUMNS}) FROM STDIN") as copy:
+                    for row in batch.calls:
+                        copy.write_row(call_values(row))
+
+    def _ensure_session(self, session_id: str, parents: list[str], metadata: dict[str, str], now: float) -> None:
+        chain = [(ancestor, parents[:depth], {}) for depth, ancestor in enumerate(parents)]
+        chain.append((session_id, parents, metadata))
+        with self._writer.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state, outcome,"
+                " error_message, call_count, create_time, update_time) VALUES (%s, %s, %s, %s, %s, 0, '', 0, %s, %s)"
+                " ON CONFLICT (session_id) DO NOTHING",
+                [
+                    (sid, chain_parents[-1] if chain_parents else None, Jsonb(chain_parents), Jsonb(meta),
+                     SESSION_STATE_OPEN, now, now)
+                    for sid, chain_parents, meta in chain
+                ],
+            )  # fmt: skip
+
+    def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
+        inserted = []
+        db = self._writer
+        with db.transaction():
+            for reward in rewards:
+                cursor = db.execute(
+                    "INSERT INTO rewards (reward_id, session_id, body, create_time) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (reward_id) DO NOTHING",
+                    (reward.reward_id, reward.session_id, reward.body, reward.create_time),
+                )
+                inserted.append(cursor.rowcount == 1)
+        return inserted
+
+    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+        db = self._writer
+        with db.transaction():
+            self._ensure_session(session_id, [], {}, time)
+            values = db.execute(
+                "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s, update_time = %s"
+                f" WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
+                (SESSION_STATE_CLOSED, outcome, error_message, time, time, session_id),
+            ).fetchone()
+        return session_from_values(values)
+
+    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+        db = self._writer
+        with db.transaction():
+            doomed = [
+                r[0]
+                for r in db.execute(
+                    "WITH RECURSIVE tree(session_id) AS ("
+                    " SELECT session_id FROM sessions WHERE session_id = ANY(%s) OR update_time < %s"
+                    " UNION SELECT s.session_id FROM sessions s JOIN tree t ON s.parent_session_id = t.session_id)"
+                    " SELECT session_id FROM tree",
+                    (session_ids, updated_before if updated_before is not None else float("-inf")),
+                )
+            ]
+            calls = db.execute("DELETE FROM calls WHERE session_id = ANY(%s)", (doomed,)).rowcount
+            db.execute("DELETE FROM rewards WHERE session_id = ANY(%s)", (doomed,))
+            sessions = db.execute("DELETE FROM sessions WHERE session_id = ANY(%s)", (doomed,)).rowcount
+        return sessions, calls
+
+    # Reads.
+    def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
+        rows = self._reader().execute(f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ANY(%s)", (list(call_ids),))
+        return {row.call_id: row for row in map(call_from_values, rows)}
+
+    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None:
+        values = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = %s AND trajectory_name = %s"
+            " ORDER BY seq DESC LIMIT 1",
+            (session_id, trajectory_name),
+        ).fetchone()
+        return call_from_values(values) if values else None
+
+    def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
+        rows = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (session_id, after_seq, limit),
+        )
+        return [call_from_values(v) for v in rows]
+
+    def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
+        rows = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit)
+        )
+        return [call_from_values(v) for v in rows]
+
+    def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
+        rows = self._reader().execute(
+            f"SELECT {REWARD_COLUMNS} FROM rewards WHERE session_id = %s AND key > %s ORDER BY key LIMIT %s",
+            (session_id, after_key, limit),
+        )
+        return [reward_from_values(v) for v in rows]
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        values = self._reader().execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = %s", (session_id,)
+        ).fetchone()
+        return session_from_values(values) if values else None
+
+    def list_sessions(
+        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
+    ) -> list[SessionRow]:
+        rows = self._reader().execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key > %s"
+            " AND (%s::smallint IS NULL OR state = %s) AND (%s::text IS NULL OR parent_session_id = %s)"
+            " ORDER BY key LIMIT %s",
+            (after_key, state, state, parent_session_id, parent_session_id, limit),
+        )
+        return [session_from_values(v) for v in rows]
+
+    def stats(self) -> BackendStats:
+        sessions, calls, rewards, tokens, size = self._reader().execute(
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls), (SELECT count(*) FROM rewards),"
+            " (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
+            " pg_total_relation_size('calls') + pg_total_relation_size('sessions') + pg_total_relation_size('rewards')"
+        ).fetchone()
+        return BackendStats(sessions, calls, rewards, int(tokens), size)
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for connection in self._readers:
+                connection.close()
+            self._readers.clear()
+        self._writer.close()

@@ -1,0 +1,336 @@
+"""`sqlite:///PATH`: the default backend, on APSW.
+
+WAL mode, so readers (each worker thread has its own connection) never block the
+single writer. Commits are `synchronous=FULL` by default: WriteCalls answers only
+after the WAL is fsynced. Add `?synchronous=NORMAL` to the URL to trade the last
+transactions before a power loss (never a process crash) for throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import apsw
+
+from parity.services.runtime.errors import InvalidArgument
+from parity.services.store.backends.base import StoreBackend
+from parity.services.store.backends.sql_schema import (
+    CALL_COLUMNS,
+    REWARD_COLUMNS,
+    SESSION_COLUMNS,
+    call_from_values,
+    call_values,
+    reward_from_values,
+    session_from_values,
+)
+from parity.services.store.records import (
+    SESSION_STATE_CLOSED,
+    SESSION_STATE_OPEN,
+    BackendStats,
+    CallBatch,
+    CallRow,
+    RewardRow,
+    SessionRow,
+)
+
+# Each entry migrates the schema from version N-1 to N, in one transaction.
+MIGRATIONS: list[list[str]] = [
+    [
+        "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE sessions (
+            key INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL UNIQUE,
+            parent_session_id TEXT,
+            parent_session_ids TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            state INTEGER NOT NULL,
+            outcome INTEGER NOT NULL,
+            error_message TEXT NOT NULL,
+            call_count INTEGER NOT NULL,
+            create_time REAL NOT NULL,
+            update_time REAL NOT NULL,
+            close_time REAL)""",
+        "CREATE INDEX sessions_by_parent ON sessions (parent_session_id, key)",
+        "CREATE INDEX sessions_by_state ON sessions (state, key)",
+        "CREATE INDEX sessions_by_update_time ON sessions (update_time)",
+        # AUTOINCREMENT: a sequence number is never reused after a delete, so a
+        # watch cursor can never point at a different call than it did.
+        """CREATE TABLE calls (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            call_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            trajectory_name TEXT NOT NULL,
+            ref_call_id TEXT,
+            ref_choice INTEGER NOT NULL,
+            ref_depth INTEGER NOT NULL,
+            prompt_prefix INTEGER NOT NULL,
+            prompt_suffix INTEGER NOT NULL,
+            prompt_middle BLOB NOT NULL,
+            request_prefix INTEGER NOT NULL,
+            request_suffix INTEGER NOT NULL,
+            request_middle BLOB NOT NULL,
+            body BLOB NOT NULL,
+            logical_tokens INTEGER NOT NULL,
+            create_time REAL NOT NULL)""",
+        "CREATE INDEX calls_by_session ON calls (session_id, seq)",
+        """CREATE TABLE rewards (
+            key INTEGER PRIMARY KEY AUTOINCREMENT,
+            reward_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            body BLOB NOT NULL,
+            create_time REAL NOT NULL)""",
+        "CREATE INDEX rewards_by_session ON rewards (session_id, key)",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+_SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
+_MAX_SQL_VARIABLES = 500
+
+
+class SqliteBackend(StoreBackend):
+    name = "sqlite"
+
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        if synchronous not in _SYNCHRONOUS_MODES:
+            raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS_MODES}, got {synchronous!r}")
+        self.path = path
+        self.synchronous = synchronous
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = self._connect()
+        self._migrate()
+        self.store_id = self._meta("store_id")
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteBackend:
+        parts = urlsplit(url)
+        path = parts.path if not parts.netloc else f"{parts.netloc}{parts.path}"
+        if not path or path == "/":
+            raise InvalidArgument(f"sqlite URL needs a file path, e.g. sqlite:///var/parity/store.db; got {url!r}")
+        # sqlite:///rel/path and sqlite:////abs/path, as SQLAlchemy reads them.
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = options.keys() - {"synchronous"}
+        if unknown:
+            raise InvalidArgument(f"unknown sqlite URL option(s): {sorted(unknown)}")
+        return cls(Path(path[1:] if path.startswith("/") else path), options.get("synchronous", "FULL").upper())
+
+    def _connect(self) -> apsw.Connection:
+        connection = apsw.Connection(str(self.path))
+        connection.set_busy_timeout(10_000)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(f"PRAGMA synchronous={self.synchronous}")
+        return connection
+
+    def _reader(self) -> apsw.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = self._connect()
+            with self._readers_lock:
+                self._readers.append(connection)
+        return connection
+
+    def _migrate(self) -> None:
+        db = self._writer
+        db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+        current = db.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
+        if current > SCHEMA_VERSION:
+            raise InvalidArgument(
+                f"{self.path} has schema version {current}, newer than this Parity's {SCHEMA_VERSION}"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            with db:
+                for statement in MIGRATIONS[version - 1]:
+                    db.execute(statement)
+                if version == 1:
+                    db.execute("INSERT INTO store_meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+
+    def _meta(self, key: str) -> str:
+        return self._writer.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchall()[0][0]
+
+    # Writes: only the store's single writer calls these.
+    def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        for chunk in _chunks(list(call_ids)):
+            marks = ",".join("?" * len(chunk))
+            found.update(r[0] for r in self._writer.execute(f"SELECT call_id FROM calls WHERE call_id IN ({marks})", chunk))
+        return found
+
+    def commit_calls(self, batch: CallBatch) -> None:
+        db = self._writer
+        with db:
+            for touch in batch.sessions:
+                self._ensure_session(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
+                db.execute(
+                    "UPDATE sessions SET call_count = call_count + ?, update_time = ? WHERE session_id = ?",
+                    (touch.added_calls, touch.time, touch.session_id),
+                )
+            last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'calls'").fetchall()
+            next_seq = (last[0][0] if last else 0) + 1
+            for offset, row in enumerate(batch.calls):
+                row.seq = next_seq + offset
+            db.executemany(
+                f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({','.join('?' * 16)})",
+                [call_values(row) for row in batch.calls],
+            )
+
+    def _ensure_session(self, session_id: str, parents: list[str], metadata: dict[str, str], now: float) -> None:
+        """Insert the session and any missing ancestors; existing ones are left as they are."""
+        chain = [(ancestor, parents[:depth], {}) for depth, ancestor in enumerate(parents)]
+        chain.append((session_id, parents, metadata))
+        self._writer.executemany(
+            "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state, outcome,"
+            " error_message, call_count, create_time, update_time) VALUES (?, ?, ?, ?, ?, 0, '', 0, ?, ?)"
+            " ON CONFLICT (session_id) DO NOTHING",
+            [
+                (sid, chain_parents[-1] if chain_parents else None, json.dumps(chain_parents),
+                 json.dumps(meta), SESSION_STATE_OPEN, now, now)
+                for sid, chain_parents, meta in chain
+            ],
+        )  # fmt: skip
+
+    def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
+        inserted = []
+        db = self._writer
+        with db:
+            for reward in rewards:
+                db.execute(
+                    "INSERT INTO rewards (reward_id, session_id, body, create_time) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (reward_id) DO NOTHING",
+                    (reward.reward_id, reward.session_id, reward.body, reward.create_time),
+                )
+                inserted.append(db.changes() == 1)
+        return inserted
+
+    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+        db = self._writer
+        with db:
+            self._ensure_session(session_id, [], {}, time)
+            db.execute(
+                "UPDATE sessions SET state = ?, outcome = ?, error_message = ?, close_time = ?, update_time = ?"
+                " WHERE session_id = ?",
+                (SESSION_STATE_CLOSED, outcome, error_message, time, time, session_id),
+            )
+            return self._session(db, session_id)  # type: ignore[return-value]
+
+    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+        db = self._writer
+        with db:
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (session_id TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM doomed")
+            db.executemany("INSERT OR IGNORE INTO doomed VALUES (?)", [(s,) for s in session_ids])
+            if updated_before is not None:
+                db.execute("INSERT OR IGNORE INTO doomed SELECT session_id FROM sessions WHERE update_time < ?", (updated_before,))
+            db.execute(
+                "WITH RECURSIVE tree(session_id) AS (SELECT session_id FROM doomed UNION"
+                " SELECT s.session_id FROM sessions s JOIN tree t ON s.parent_session_id = t.session_id)"
+                " INSERT OR IGNORE INTO doomed SELECT session_id FROM tree"
+            )
+            db.execute("DELETE FROM calls WHERE session_id IN (SELECT session_id FROM doomed)")
+            call_count = db.changes()
+            db.execute("DELETE FROM rewards WHERE session_id IN (SELECT session_id FROM doomed)")
+            db.execute("DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM doomed)")
+            session_count = db.changes()
+        return session_count, call_count
+
+    # Reads: any thread, each on its own connection.
+    def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
+        rows: dict[str, CallRow] = {}
+        for chunk in _chunks(list(call_ids)):
+            marks = ",".join("?" * len(chunk))
+            for values in self._reader().execute(f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id IN ({marks})", chunk):
+                row = call_from_values(values)
+                rows[row.call_id] = row
+        return rows
+
+    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None:
+        values = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = ? AND trajectory_name = ? ORDER BY seq DESC LIMIT 1",
+            (session_id, trajectory_name),
+        ).fetchall()
+        return call_from_values(values[0]) if values else None
+
+    def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
+        return [
+            call_from_values(v)
+            for v in self._reader().execute(
+                f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, after_seq, limit),
+            )
+        ]
+
+    def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
+        return [
+            call_from_values(v)
+            for v in self._reader().execute(
+                f"SELECT {CALL_COLUMNS} FROM calls WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
+            )
+        ]
+
+    def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
+        return [
+            reward_from_values(v)
+            for v in self._reader().execute(
+                f"SELECT {REWARD_COLUMNS} FROM rewards WHERE session_id = ? AND key > ? ORDER BY key LIMIT ?",
+                (session_id, after_key, limit),
+            )
+        ]
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        return self._session(self._reader(), session_id)
+
+    @staticmethod
+    def _session(db: apsw.Connection, session_id: str) -> SessionRow | None:
+        values = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)).fetchall()
+        return session_from_values(values[0]) if values else None
+
+    def list_sessions(
+        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
+    ) -> list[SessionRow]:
+        where, params = ["key > ?"], [after_key]
+        if state is not None:
+            where.append("state = ?")
+            params.append(state)
+        if parent_session_id is not None:
+            where.append("parent_session_id = ?")
+            params.append(parent_session_id)
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} ORDER BY key LIMIT ?"
+        return [session_from_values(v) for v in self._reader().execute(sql, (*params, limit))]
+
+    def stats(self) -> BackendStats:
+        db = self._reader()
+        sessions, calls, rewards, tokens = db.execute(
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls),"
+            " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls)"
+        ).fetchall()[0]
+        return BackendStats(sessions, calls, rewards, tokens, self._bytes_on_disk())
+
+    def _bytes_on_disk(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(f"{self.path}{suffix}")
+            except FileNotFoundError:
+                pass
+        return total
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for connection in self._readers:
+                connection.close()
+            self._readers.clear()
+        self._writer.close()
+
+
+def _chunks(values: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _MAX_SQL_VARIABLES):
+        yield values[start : start + _MAX_SQL_VARIABLES]

@@ -1,0 +1,101 @@
+"""Turn an LlmCall into a prefix-deduplicated row, and a row back into the full call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.services.store import splice_delta
+from parity.services.store.records import MAX_REF_DEPTH, CallRow
+from parity.services.store.splice_delta import Splice
+
+# A reference must save at least this many bytes of prompt tokens to be worth a
+# chain hop on every read.
+MIN_SHARED_PROMPT_BYTES = 64
+_TOKEN_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class CallTokens:
+    """The parts of a stored call that later calls are spliced against."""
+
+    call_id: str
+    prompt: bytes
+    request: bytes
+    completions: tuple[bytes, ...]
+    depth: int
+
+    @classmethod
+    def of(cls, call: llm_call_pb2.LlmCall, depth: int) -> CallTokens:
+        return cls(
+            call.call_id,
+            call.prompt_token_ids,
+            call.request_json,
+            tuple(choice.token_ids for choice in call.choices),
+            depth,
+        )
+
+
+def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time: float) -> CallRow:
+    """The row for `call`, spliced against `ref` when its prompt extends ref's tokens."""
+    prompt, request = call.prompt_token_ids, call.request_json
+    ref_choice, prompt_splice = -1, Splice(0, 0, prompt)
+    if ref is not None and ref.depth < MAX_REF_DEPTH:
+        ref_choice, prompt_splice = _best_prompt_splice(ref, prompt)
+    use_ref = prompt_splice.prefix_len >= MIN_SHARED_PROMPT_BYTES
+    # Serialize without the two large fields that the splices hold; restore after.
+    call.ClearField("prompt_token_ids")
+    call.ClearField("request_json")
+    body = call.SerializeToString()
+    call.prompt_token_ids, call.request_json = prompt, request
+    return CallRow(
+        call_id=call.call_id,
+        session_id=call.session_id,
+        trajectory_name=call.trajectory_name,
+        body=body,
+        prompt=prompt_splice if use_ref else Splice(0, 0, prompt),
+        request=splice_delta.encode(ref.request, request) if use_ref and ref else Splice(0, 0, request),
+        ref_call_id=ref.call_id if use_ref and ref else None,
+        ref_choice=ref_choice if use_ref else -1,
+        ref_depth=ref.depth + 1 if use_ref and ref else 0,
+        logical_tokens=(len(prompt) + sum(len(c.token_ids) for c in call.choices)) // _TOKEN_BYTES,
+        create_time=create_time,
+    )
+
+
+def _best_prompt_splice(ref: CallTokens, prompt: bytes) -> tuple[int, Splice]:
+    """Splice against ref's prompt, or ref's prompt plus the completion `prompt` continues."""
+    best_choice, best = -1, splice_delta.encode(ref.prompt, prompt, _TOKEN_BYTES)
+    if best.prefix_len < len(ref.prompt):
+        return best_choice, best
+    for index, completion in enumerate(ref.completions):
+        candidate = splice_delta.encode(ref.prompt + completion, prompt, _TOKEN_BYTES)
+        if candidate.prefix_len > best.prefix_len:
+            best_choice, best = index, candidate
+    return best_choice, best
+
+
+def ref_base(ref: CallTokens, choice: int) -> bytes:
+    return ref.prompt if choice < 0 else ref.prompt + ref.completions[choice]
+
+
+def decode_call(row: CallRow, ref: CallTokens | None) -> llm_call_pb2.LlmCall:
+    """The full call; `ref` must be the materialized reference when the row has one."""
+    call = llm_call_pb2.LlmCall.FromString(row.body)
+    if row.ref_call_id is None:
+        call.prompt_token_ids, call.request_json = row.prompt.middle, row.request.middle
+        return call
+    if ref is None or ref.call_id != row.ref_call_id:
+        raise ValueError(f"call {row.call_id} needs its reference {row.ref_call_id} to be decoded")
+    call.prompt_token_ids = splice_delta.decode(ref_base(ref, row.ref_choice), row.prompt)
+    call.request_json = splice_delta.decode(ref.request, row.request)
+    return call
+
+
+def basic_view(row: CallRow) -> llm_call_pb2.LlmCall:
+    """The call without token arrays, logprobs and request JSON; needs no reference."""
+    call = llm_call_pb2.LlmCall.FromString(row.body)
+    for choice in call.choices:
+        choice.ClearField("token_ids")
+        choice.ClearField("logprobs")
+    return call

@@ -1,0 +1,101 @@
+"""What the store keeps, independent of the backend that keeps it.
+
+A call is stored as a row whose prompt tokens and request JSON are splices against
+its *reference*: the previous call of the same trajectory, when this call's prompt
+extends it. Reading a call follows references back to a call stored in full; a
+chain is cut (the call stored in full) every `MAX_REF_DEPTH` calls, so a read
+touches a bounded number of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parity.services.store.splice_delta import Splice
+
+UNASSIGNED_SESSION = "unassigned"
+MAX_REF_DEPTH = 32
+
+# Numeric values of the proto enums, stored as plain integers by every backend.
+SESSION_STATE_OPEN = 1
+SESSION_STATE_CLOSED = 2
+
+
+@dataclass(slots=True)
+class CallRow:
+    call_id: str
+    session_id: str
+    trajectory_name: str
+    # The LlmCall, serialized, with prompt_token_ids and request_json cleared.
+    body: bytes
+    # Prompt tokens as a splice against the reference's prompt (+ one choice's
+    # completion when ref_choice >= 0); against b"" when there is no reference.
+    prompt: Splice
+    # Request JSON as a splice against the reference's request JSON.
+    request: Splice
+    ref_call_id: str | None = None
+    ref_choice: int = -1
+    ref_depth: int = 0
+    # Prompt plus completion tokens the call represents before deduplication.
+    logical_tokens: int = 0
+    create_time: float = 0.0
+    # Assigned by the backend on commit: the call's position in commit order.
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class SessionRow:
+    session_id: str
+    parent_session_ids: list[str]
+    metadata: dict[str, str]
+    state: int = SESSION_STATE_OPEN
+    outcome: int = 0
+    error_message: str = ""
+    call_count: int = 0
+    create_time: float = 0.0
+    update_time: float = 0.0
+    close_time: float | None = None
+    # Creation order, for stable paging.
+    key: int = 0
+
+    @property
+    def parent_session_id(self) -> str | None:
+        return self.parent_session_ids[-1] if self.parent_session_ids else None
+
+
+@dataclass(slots=True)
+class SessionTouch:
+    """How one committed batch changes a session: created if missing, calls added."""
+
+    session_id: str
+    parent_session_ids: list[str]
+    metadata: dict[str, str]
+    added_calls: int
+    time: float
+
+
+@dataclass(slots=True)
+class RewardRow:
+    reward_id: str
+    session_id: str
+    # The Reward, serialized.
+    body: bytes
+    create_time: float
+    key: int = 0
+
+
+@dataclass(slots=True)
+class CallBatch:
+    """One transaction's worth of new calls and the sessions they touch."""
+
+    calls: list[CallRow] = field(default_factory=list)
+    sessions: list[SessionTouch] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStats:
+    session_count: int
+    call_count: int
+    reward_count: int
+    logical_token_count: int
+    bytes_on_disk: int

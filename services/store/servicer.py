@@ -1,0 +1,103 @@
+"""TokenStoreService over gRPC: converts protos to domain calls on TokenStore and back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from parity.api.common.v1 import session_pb2
+from parity.api.store.v1 import store_service_pb2 as pb
+from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+from parity.services.store.records import SessionRow
+from parity.services.store.token_store import TokenStore
+
+
+def session_to_proto(row: SessionRow) -> session_pb2.Session:
+    session = session_pb2.Session(
+        session_id=row.session_id,
+        parent_session_ids=row.parent_session_ids,
+        metadata=row.metadata,
+        state=row.state,
+        outcome=row.outcome,
+        error_message=row.error_message,
+        call_count=row.call_count,
+    )
+    session.create_time.FromNanoseconds(int(row.create_time * 1e9))
+    session.update_time.FromNanoseconds(int(row.update_time * 1e9))
+    if row.close_time is not None:
+        session.close_time.FromNanoseconds(int(row.close_time * 1e9))
+    return session
+
+
+class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
+    def __init__(self, store: TokenStore) -> None:
+        self.store = store
+
+    async def WriteCalls(self, request: pb.WriteCallsRequest, context: grpc.aio.ServicerContext) -> pb.WriteCallsResponse:
+        result = await self.store.write_calls(request.calls)
+        return pb.WriteCallsResponse(written_count=result.written, duplicate_count=result.duplicates)
+
+    async def GetCall(self, request: pb.GetCallRequest, context: grpc.aio.ServicerContext) -> pb.GetCallResponse:
+        full = request.view != pb.CALL_VIEW_BASIC
+        return pb.GetCallResponse(call=await self.store.get_call(request.call_id, full))
+
+    async def ListCalls(self, request: pb.ListCallsRequest, context: grpc.aio.ServicerContext) -> pb.ListCallsResponse:
+        full = request.view == pb.CALL_VIEW_FULL
+        calls, token = await self.store.list_calls(request.session_id, request.page_size, request.page_token, full)
+        return pb.ListCallsResponse(calls=calls, next_page_token=token)
+
+    async def WatchCalls(
+        self, request: pb.WatchCallsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchCallsResponse]:
+        full = request.view == pb.CALL_VIEW_FULL
+        async for calls, cursor in self.store.watch_calls(request.cursor, full, request.max_batch_size):
+            yield pb.WatchCallsResponse(calls=calls, cursor=cursor)
+
+    async def WriteRewards(
+        self, request: pb.WriteRewardsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteRewardsResponse:
+        result = await self.store.write_rewards(request.rewards)
+        return pb.WriteRewardsResponse(written_count=result.written, duplicate_count=result.duplicates)
+
+    async def ListRewards(self, request: pb.ListRewardsRequest, context: grpc.aio.ServicerContext) -> pb.ListRewardsResponse:
+        rewards, token = await self.store.list_rewards(request.session_id, request.page_size, request.page_token)
+        return pb.ListRewardsResponse(rewards=rewards, next_page_token=token)
+
+    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
+        return pb.GetSessionResponse(session=session_to_proto(await self.store.get_session(request.session_id)))
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        rows, token = await self.store.list_sessions(
+            request.page_size, request.page_token, request.state or None, request.parent_session_id or None
+        )
+        return pb.ListSessionsResponse(sessions=[session_to_proto(r) for r in rows], next_page_token=token)
+
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
+        row = await self.store.close_session(request.session_id, request.outcome, request.error_message)
+        return pb.CloseSessionResponse(session=session_to_proto(row))
+
+    async def DeleteSessions(
+        self, request: pb.DeleteSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSessionsResponse:
+        before = request.updated_before.ToNanoseconds() / 1e9 if request.HasField("updated_before") else None
+        sessions, calls = await self.store.delete_sessions(request.session_ids, before)
+        return pb.DeleteSessionsResponse(deleted_session_count=sessions, deleted_call_count=calls)
+
+    async def GetStoreStats(
+        self, request: pb.GetStoreStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStoreStatsResponse:
+        stats = await self.store.stats()
+        return pb.GetStoreStatsResponse(
+            backend=self.store.backend.name,
+            session_count=stats.session_count,
+            call_count=stats.call_count,
+            reward_count=stats.reward_count,
+            logical_token_count=stats.logical_token_count,
+            bytes_on_disk=stats.bytes_on_disk,
+            bytes_per_token=stats.bytes_on_disk / stats.logical_token_count if stats.logical_token_count else 0.0,
+        )

@@ -1,0 +1,65 @@
+"""Store a byte string as an edit of an earlier one: shared prefix, new middle, shared suffix.
+
+A multi-turn conversation re-sends everything said before on every call, so call N's
+prompt tokens and request JSON are call N-1's plus a little new text, sometimes with
+the request's trailing fields (tools, sampling params) repeated after it. One splice
+captures that exactly, costs two vectorised scans, and degrades gracefully: an
+edited history only makes the middle longer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """target == base[:prefix_len] + middle + base[len(base) - suffix_len:]"""
+
+    prefix_len: int
+    suffix_len: int
+    middle: bytes
+
+
+def common_prefix_len(a: bytes, b: bytes, unit: int = 1) -> int:
+    """Length in bytes of the longest common prefix, rounded down to whole `unit`s."""
+    n = min(len(a), len(b))
+    n -= n % unit
+    if n == 0:
+        return 0
+    left = np.frombuffer(a, dtype=np.uint8, count=n)
+    right = np.frombuffer(b, dtype=np.uint8, count=n)
+    mismatches = np.flatnonzero(left != right)
+    length = n if mismatches.size == 0 else int(mismatches[0])
+    return length - length % unit
+
+
+def common_suffix_len(a: bytes, b: bytes, limit: int, unit: int = 1) -> int:
+    """Longest common suffix in bytes, at most `limit`, rounded down to whole `unit`s."""
+    n = min(len(a), len(b), limit)
+    n -= n % unit
+    if n == 0:
+        return 0
+    left = np.frombuffer(a, dtype=np.uint8, offset=len(a) - n, count=n)[::-1]
+    right = np.frombuffer(b, dtype=np.uint8, offset=len(b) - n, count=n)[::-1]
+    mismatches = np.flatnonzero(left != right)
+    length = n if mismatches.size == 0 else int(mismatches[0])
+    return length - length % unit
+
+
+def encode(base: bytes, target: bytes, unit: int = 1) -> Splice:
+    """The splice turning `base` into `target`; `unit` keeps cuts on element boundaries."""
+    prefix_len = common_prefix_len(base, target, unit)
+    # The suffix may not overlap the prefix in either string.
+    suffix_len = common_suffix_len(base, target, min(len(base), len(target)) - prefix_len, unit)
+    return Splice(prefix_len, suffix_len, target[prefix_len : len(target) - suffix_len])
+
+
+def decode(base: bytes, splice: Splice) -> bytes:
+    if splice.prefix_len + splice.suffix_len > len(base):
+        raise ValueError(
+            f"splice needs {splice.prefix_len + splice.suffix_len} bytes of base, which has {len(base)}"
+        )
+    return base[: splice.prefix_len] + splice.middle + base[len(base) - splice.suffix_len :]

@@ -1,0 +1,427 @@
+"""The token store's domain logic, over any backend.
+
+Writes go through one writer task. It takes every WriteCalls request queued while
+the previous transaction was committing and commits them together, so concurrent
+writers share one transaction (and one fsync) instead of queueing on the database
+lock. A request's future resolves only after its transaction commits: an
+acknowledged write is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.store import call_codec, validation
+from parity.services.store.backends.base import StoreBackend
+from parity.services.store.call_codec import CallTokens
+from parity.services.store.cursors import decode_cursor, decode_page_token, encode_cursor, encode_page_token
+from parity.services.store.records import (
+    SESSION_STATE_CLOSED,
+    BackendStats,
+    CallBatch,
+    CallRow,
+    RewardRow,
+    SessionRow,
+    SessionTouch,
+)
+
+log = structlog.get_logger(__name__)
+
+SESSION_OUTCOME_SUCCEEDED = 1
+# How many calls one transaction takes at most; a burst beyond it commits in several.
+MAX_GROUP_CALLS = 10_000
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    written: int
+    duplicates: int
+
+
+@dataclass
+class _Job:
+    kind: str
+    payload: Any
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class _LruCache:
+    """A small LRU map; guarded by the caller where threads share it."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[Any, CallTokens] = OrderedDict()
+
+    def get(self, key: Any) -> CallTokens | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: CallTokens) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+
+class TokenStore:
+    def __init__(
+        self,
+        backend: StoreBackend,
+        *,
+        trajectory_cache_size: int = 8192,
+        watch_poll_s: float = 1.0,
+        watch_heartbeat_s: float = 10.0,
+        retention_s: float | None = None,
+    ) -> None:
+        self.backend = backend
+        self.retention_s = retention_s
+        self.watch_poll_s = watch_poll_s
+        self.watch_heartbeat_s = watch_heartbeat_s
+        # Writer-only: the latest call of each (session, trajectory), to splice the next against.
+        self._tails = _LruCache(trajectory_cache_size)
+        # Readers: recently decoded calls, so a watcher reading turn N does not
+        # re-fetch and re-decode turns 1..N-1 from the backend.
+        self._recent = _LruCache(trajectory_cache_size)
+        self._recent_lock = threading.Lock()
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._committed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # Lifecycle.
+    async def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._write_loop(), name="token-store-writer"))
+        if self.retention_s:
+            self._tasks.append(asyncio.create_task(self._retention_loop(), name="token-store-retention"))
+
+    async def stop(self) -> None:
+        """Finish every queued write, then release the backend."""
+        await self._queue.join()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.backend.close)
+
+    async def _retention_loop(self) -> None:
+        assert self.retention_s
+        while True:
+            sessions, calls = await self.delete_sessions([], time.time() - self.retention_s)
+            if sessions:
+                log.info("retention_deleted", sessions=sessions, calls=calls)
+            await asyncio.sleep(min(self.retention_s / 10, 300.0))
+
+    # Writes.
+    async def write_calls(self, calls: Sequence[llm_call_pb2.LlmCall]) -> WriteResult:
+        validation.check_calls(calls)
+        if not calls:
+            return WriteResult(0, 0)
+        return await self._submit("calls", calls)
+
+    async def write_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> WriteResult:
+        validation.check_rewards(rewards)
+        if not rewards:
+            return WriteResult(0, 0)
+        return await self._submit("rewards", rewards)
+
+    async def close_session(self, session_id: str, outcome: int, error_message: str) -> SessionRow:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        return await self._submit("close", (session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message))
+
+    async def delete_sessions(self, session_ids: Sequence[str], updated_before: float | None) -> tuple[int, int]:
+        if not session_ids and updated_before is None:
+            raise InvalidArgument("give session_ids, updated_before, or both")
+        if any(not s for s in session_ids):
+            raise InvalidArgument("session_ids must not contain empty ids")
+        return await self._submit("delete", (list(session_ids), updated_before))
+
+    async def _submit(self, kind: str, payload: Any) -> Any:
+        job = _Job(kind, payload)
+        self._queue.put_nowait(job)
+        return await job.future
+
+    async def _write_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            groups = [[first]]
+            # Every call write queued right now joins one transaction; other writes
+            # queued meanwhile run after it, each alone (they were concurrent with the
+            # call writes, so either order is one the callers could have seen).
+            if first.kind == "calls":
+                total = len(first.payload)
+                while not self._queue.empty() and total < MAX_GROUP_CALLS:
+                    job = self._queue.get_nowait()
+                    if job.kind == "calls":
+                        groups[0].append(job)
+                        total += len(job.payload)
+                    else:
+                        groups.append([job])
+            for jobs in groups:
+                await self._run_group(jobs)
+
+    async def _run_group(self, jobs: list[_Job]) -> None:
+        try:
+            results = await asyncio.to_thread(self._run_jobs, jobs)
+        except Exception as error:  # noqa: BLE001 - every waiter must hear about it
+            log.error("write_failed", kind=jobs[0].kind, requests=len(jobs), exc_info=error)
+            for job in jobs:
+                job.future.set_exception(error)
+        else:
+            for job, result in zip(jobs, results):
+                if isinstance(result, Exception):
+                    job.future.set_exception(result)
+                else:
+                    job.future.set_result(result)
+            self._committed.set()
+            self._committed = asyncio.Event()
+        finally:
+            for _ in jobs:
+                self._queue.task_done()
+
+    def _run_jobs(self, jobs: list[_Job]) -> list[Any]:
+        """Runs in a worker thread: one transaction for the group."""
+        kind = jobs[0].kind
+        if kind == "calls":
+            return self._commit_calls([job.payload for job in jobs])
+        try:
+            if kind == "rewards":
+                return [self._commit_rewards(jobs[0].payload)]
+            if kind == "close":
+                return [self._commit_close(*jobs[0].payload)]
+            return [self._commit_delete(*jobs[0].payload)]
+        except (InvalidArgument, NotFound, FailedPrecondition) as error:
+            return [error]
+
+    def _commit_calls(self, requests: list[Sequence[llm_call_pb2.LlmCall]]) -> list[WriteResult]:
+        now = time.time()
+        existing = self.backend.existing_call_ids(c.call_id for calls in requests for c in calls)
+        batch = CallBatch()
+        touches: dict[str, SessionTouch] = {}
+        # Tails as they will be once this batch commits; published only after it does.
+        pending_tails: dict[tuple[str, str], CallTokens] = {}
+        results = []
+        for calls in requests:
+            written = 0
+            for call in calls:
+                if call.call_id in existing:
+                    continue
+                existing.add(call.call_id)
+                key = (call.session_id, call.trajectory_name)
+                ref = pending_tails.get(key) or self._tail(key)
+                row = call_codec.encode_call(call, ref, now)
+                batch.calls.append(row)
+                pending_tails[key] = CallTokens.of(call, row.ref_depth)
+                touch = touches.get(call.session_id)
+                if touch is None:
+                    touch = touches[call.session_id] = SessionTouch(
+                        call.session_id, list(call.parent_session_ids), dict(call.metadata), 0, now
+                    )
+                touch.added_calls += 1
+                written += 1
+            results.append(WriteResult(written, len(calls) - written))
+        if batch.calls:
+            batch.sessions = list(touches.values())
+            self.backend.commit_calls(batch)
+            for key, tokens in pending_tails.items():
+                self._tails.put(key, tokens)
+        return results
+
+    def _tail(self, key: tuple[str, str]) -> CallTokens | None:
+        """The latest stored call of a trajectory, from the cache or, after a restart, the backend."""
+        cached = self._tails.get(key)
+        if cached is not None:
+            return cached
+        row = self.backend.last_trajectory_call(*key)
+        if row is None:
+            return None
+        call = self._materialize([row])[0]
+        tokens = CallTokens.of(call, row.ref_depth)
+        self._tails.put(key, tokens)
+        return tokens
+
+    def _commit_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> WriteResult:
+        now = time.time()
+        missing = sorted({r.session_id for r in rewards if self.backend.get_session(r.session_id) is None})
+        if missing:
+            raise NotFound(f"unknown session(s): {', '.join(missing)}")
+        step_call_ids = {r.call_id for r in rewards if r.WhichOneof("step") == "call_id"}
+        found = self.backend.get_call_rows(step_call_ids)
+        for reward in rewards:
+            if reward.WhichOneof("step") != "call_id":
+                continue
+            row = found.get(reward.call_id)
+            if row is None:
+                raise NotFound(f"reward {reward.reward_id!r} scores unknown call {reward.call_id!r}")
+            if row.session_id != reward.session_id:
+                raise InvalidArgument(
+                    f"reward {reward.reward_id!r}: call {reward.call_id!r} belongs to session "
+                    f"{row.session_id!r}, not {reward.session_id!r}"
+                )
+        rows = []
+        for reward in rewards:
+            stored = reward_pb2.Reward()
+            stored.CopyFrom(reward)
+            if not stored.reward_id:
+                stored.reward_id = uuid.uuid4().hex
+            if not stored.HasField("create_time"):
+                stored.create_time.FromNanoseconds(int(now * 1e9))
+            rows.append(RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now))
+        inserted = self.backend.insert_rewards(rows)
+        return WriteResult(sum(inserted), len(inserted) - sum(inserted))
+
+    def _commit_close(self, session_id: str, outcome: int, error_message: str) -> SessionRow:
+        session = self.backend.get_session(session_id)
+        if session is not None and session.state == SESSION_STATE_CLOSED:
+            if session.outcome != outcome:
+                raise FailedPrecondition(
+                    f"session {session_id!r} is already closed with outcome {session.outcome}, not {outcome}"
+                )
+            return session
+        return self.backend.close_session(session_id, outcome, error_message, time.time())
+
+    def _commit_delete(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+        deleted = self.backend.delete_sessions(session_ids, updated_before)
+        # Deleted sessions may come back under the same id; never splice against a deleted call.
+        self._tails = _LruCache(self._tails.capacity)
+        with self._recent_lock:
+            self._recent = _LruCache(self._recent.capacity)
+        return deleted
+
+    # Reads.
+    async def get_call(self, call_id: str, full: bool) -> llm_call_pb2.LlmCall:
+        if not call_id:
+            raise InvalidArgument("call_id is required")
+        rows = await asyncio.to_thread(self.backend.get_call_rows, [call_id])
+        if call_id not in rows:
+            raise NotFound(f"call {call_id!r} does not exist")
+        return (await self._render([rows[call_id]], full))[0]
+
+    async def list_calls(
+        self, session_id: str, page_size: int, page_token: str, full: bool
+    ) -> tuple[list[llm_call_pb2.LlmCall], str]:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        scope = f"calls:{session_id}"
+        after = decode_page_token(page_token, scope)
+        limit = validation.page_size(page_size)
+        if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        rows = await asyncio.to_thread(self.backend.list_call_rows, session_id, after, limit + 1)
+        next_token = encode_page_token(scope, rows[limit - 1].seq) if len(rows) > limit else ""
+        return await self._render(rows[:limit], full), next_token
+
+    async def watch_calls(
+        self, cursor: str, full: bool, max_batch_size: int
+    ) -> AsyncIterator[tuple[list[llm_call_pb2.LlmCall], str]]:
+        """Yields (calls, cursor after them); an empty list is a heartbeat."""
+        seq = decode_cursor(cursor, self.backend.store_id)
+        limit = validation.page_size(max_batch_size)
+        last_sent = time.monotonic()
+        while True:
+            committed = self._committed
+            rows = await asyncio.to_thread(self.backend.call_rows_after, seq, limit)
+            if rows:
+                seq = rows[-1].seq
+                yield await self._render(rows, full), encode_cursor(self.backend.store_id, seq)
+                last_sent = time.monotonic()
+                continue
+            # Woken by this process's commits; the poll catches other writers sharing the database.
+            try:
+                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
+            except TimeoutError:
+                pass
+            if time.monotonic() - last_sent >= self.watch_heartbeat_s:
+                yield [], encode_cursor(self.backend.store_id, seq)
+                last_sent = time.monotonic()
+
+    async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        scope = f"rewards:{session_id}"
+        after = decode_page_token(page_token, scope)
+        limit = validation.page_size(page_size)
+        if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        rows = await asyncio.to_thread(self.backend.list_reward_rows, session_id, after, limit + 1)
+        next_token = encode_page_token(scope, rows[limit - 1].key) if len(rows) > limit else ""
+        return [reward_pb2.Reward.FromString(r.body) for r in rows[:limit]], next_token
+
+    async def get_session(self, session_id: str) -> SessionRow:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        session = await asyncio.to_thread(self.backend.get_session, session_id)
+        if session is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        return session
+
+    async def list_sessions(
+        self, page_size: int, page_token: str, state: int | None, parent_session_id: str | None
+    ) -> tuple[list[SessionRow], str]:
+        scope = f"sessions:{state or 0}:{parent_session_id or ''}"
+        after = decode_page_token(page_token, scope)
+        limit = validation.page_size(page_size)
+        rows = await asyncio.to_thread(self.backend.list_sessions, after, limit + 1, state, parent_session_id)
+        next_token = encode_page_token(scope, rows[limit - 1].key) if len(rows) > limit else ""
+        return rows[:limit], next_token
+
+    async def stats(self) -> BackendStats:
+        return await asyncio.to_thread(self.backend.stats)
+
+    async def _render(self, rows: list[CallRow], full: bool) -> list[llm_call_pb2.LlmCall]:
+        if not full:
+            return [call_codec.basic_view(row) for row in rows]
+        return await asyncio.to_thread(self._materialize, rows)
+
+    def _materialize(self, rows: list[CallRow]) -> list[llm_call_pb2.LlmCall]:
+        """Full calls for `rows`, fetching and decoding the reference chains they need."""
+        known: dict[str, CallRow] = {row.call_id: row for row in rows}
+        decoded: dict[str, llm_call_pb2.LlmCall] = {}
+        tokens: dict[str, CallTokens] = {}
+        with self._recent_lock:
+            for row in rows:
+                # Only references outside `rows`: every row itself is decoded below.
+                if row.ref_call_id and row.ref_call_id not in known:
+                    if (cached := self._recent.get(row.ref_call_id)) is not None:
+                        tokens[row.ref_call_id] = cached
+        missing = {r.ref_call_id for r in rows if r.ref_call_id and r.ref_call_id not in known | tokens.keys()}
+        while missing:
+            fetched = self.backend.get_call_rows(missing)
+            if len(fetched) != len(missing):
+                lost = sorted(missing - fetched.keys())
+                raise RuntimeError(f"store is inconsistent: referenced calls {lost} are missing")
+            known.update(fetched)
+            missing = {
+                r.ref_call_id for r in fetched.values()
+                if r.ref_call_id and r.ref_call_id not in known and r.ref_call_id not in tokens
+            }  # fmt: skip
+
+        def decode(call_id: str) -> None:
+            # Iterative: walk up to the first decoded (or full) ancestor, then back down.
+            chain = [known[call_id]]
+            while (ref_id := chain[-1].ref_call_id) and ref_id not in tokens:
+                chain.append(known[ref_id])
+            for link in reversed(chain):
+                if link.call_id not in tokens:
+                    call = call_codec.decode_call(link, tokens.get(link.ref_call_id or ""))
+                    decoded[link.call_id] = call
+                    tokens[link.call_id] = CallTokens.of(call, link.ref_depth)
+
+        for row in rows:
+            if row.call_id not in decoded:
+                decode(row.call_id)
+        with self._recent_lock:
+            for row in rows:
+                self._recent.put(row.call_id, tokens[row.call_id])
+        return [decoded[row.call_id] for row in rows]

@@ -1,0 +1,79 @@
+"""Checks on what clients send, before anything is written. Each failure says what is wrong."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.services.runtime.errors import InvalidArgument
+from parity.services.store.records import UNASSIGNED_SESSION
+
+MAX_BATCH = 1000
+MAX_ID_LENGTH = 256
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+REWARD_LEVEL_STEP = 2
+_VALID_REWARD_LEVELS = (1, 2)
+
+
+def page_size(requested: int) -> int:
+    if requested < 0:
+        raise InvalidArgument(f"page_size must not be negative, got {requested}")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def _check_id(value: str, what: str) -> None:
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidArgument(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+
+
+def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
+    """Validate a WriteCalls batch; fills in the unassigned session where none was given."""
+    if len(calls) > MAX_BATCH:
+        raise InvalidArgument(f"a WriteCalls request holds at most {MAX_BATCH} calls, got {len(calls)}")
+    for position, call in enumerate(calls):
+        where = f"calls[{position}]"
+        if not call.call_id:
+            raise InvalidArgument(f"{where}.call_id is required")
+        _check_id(call.call_id, f"{where}.call_id")
+        if not call.session_id:
+            call.session_id = UNASSIGNED_SESSION
+        _check_id(call.session_id, f"{where}.session_id")
+        if call.session_id in call.parent_session_ids:
+            raise InvalidArgument(f"{where}: session {call.session_id!r} cannot be its own ancestor")
+        if len(call.prompt_token_ids) % 4:
+            raise InvalidArgument(f"{where}.prompt_token_ids must be packed int32 (a multiple of 4 bytes)")
+        indexes = set()
+        for choice in call.choices:
+            at = f"{where}.choices[{choice.index}]"
+            if choice.index in indexes:
+                raise InvalidArgument(f"{at}: duplicate choice index")
+            indexes.add(choice.index)
+            if len(choice.token_ids) % 4:
+                raise InvalidArgument(f"{at}.token_ids must be packed int32 (a multiple of 4 bytes)")
+            if choice.logprobs and len(choice.logprobs) != len(choice.token_ids):
+                raise InvalidArgument(
+                    f"{at}: {len(choice.logprobs) // 4} logprobs for {len(choice.token_ids) // 4} tokens"
+                )
+
+
+def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
+    if len(rewards) > MAX_BATCH:
+        raise InvalidArgument(f"a WriteRewards request holds at most {MAX_BATCH} rewards, got {len(rewards)}")
+    for position, reward in enumerate(rewards):
+        where = f"rewards[{position}]"
+        if not reward.session_id:
+            raise InvalidArgument(f"{where}.session_id is required")
+        _check_id(reward.reward_id, f"{where}.reward_id")
+        if reward.level not in _VALID_REWARD_LEVELS:
+            raise InvalidArgument(f"{where}.level must be REWARD_LEVEL_TRAJECTORY or REWARD_LEVEL_STEP")
+        step = reward.WhichOneof("step")
+        if reward.level == REWARD_LEVEL_STEP and step is None:
+            raise InvalidArgument(f"{where}: a step reward needs call_id or step_index")
+        if reward.level != REWARD_LEVEL_STEP and step is not None:
+            raise InvalidArgument(f"{where}: a trajectory reward cannot name a step")
+        if step == "step_index" and reward.step_index < 0:
+            raise InvalidArgument(f"{where}.step_index must not be negative")
+        if not math.isfinite(reward.value):
+            raise InvalidArgument(f"{where}.value must be a finite number, got {reward.value}")

@@ -1,0 +1,80 @@
+"""A throwaway PostgreSQL 15 cluster on a free port, for the session; one database per test."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import free_port
+
+PG_BIN = Path(os.environ.get("PARITY_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def _as_postgres_user() -> list[str]:
+    """PostgreSQL refuses to run as root; as root, run it as the `postgres` user."""
+    if os.geteuid() != 0:
+        return []
+    return ["runuser", "-u", "postgres", "--"]
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    if not (PG_BIN / "initdb").exists():
+        pytest.fail(f"PostgreSQL server binaries not found in {PG_BIN}; install postgresql-15 or set PARITY_PG_BIN")
+    root = Path(tempfile.mkdtemp(prefix="parity-pg-"))
+    data, sockets = root / "data", root / "sockets"
+    sockets.mkdir()
+    if os.geteuid() == 0:
+        postgres = pwd.getpwnam("postgres")
+        for path in (root, sockets):
+            os.chown(path, postgres.pw_uid, postgres.pw_gid)
+    port = free_port()
+    prefix = _as_postgres_user()
+    subprocess.run([*prefix, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    log_path = root / "postgres.log"
+    server = subprocess.Popen(
+        [*prefix, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+         "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"),
+    )
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + 60
+    while True:
+        if server.poll() is not None:
+            pytest.fail(f"postgres exited with {server.returncode}:\n{log_path.read_text()}")
+        try:
+            psycopg.connect(url, connect_timeout=1).close()
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"postgres did not accept connections in 60 s:\n{log_path.read_text()}")
+            time.sleep(0.2)
+    yield url
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    name = f"parity_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres_admin_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

@@ -1,0 +1,263 @@
+"""The behaviour every store backend must have. A backend that fails any of it is not done."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from parity import tokens
+from parity.api.common.v1 import reward_pb2
+from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.store.records import SESSION_STATE_CLOSED, SESSION_STATE_OPEN, UNASSIGNED_SESSION
+from parity.services.store.token_store import TokenStore
+from tests.integration.store.call_factory import conversation, make_call
+
+SUCCEEDED, FAILED = 1, 2
+
+
+def wire(calls) -> list[bytes]:
+    return [c.SerializeToString(deterministic=True) for c in calls]
+
+
+async def all_calls(store: TokenStore, session_id: str, page_size: int = 7) -> list:
+    calls, token = [], ""
+    while True:
+        page, token = await store.list_calls(session_id, page_size, token, full=True)
+        calls += page
+        if not token:
+            return calls
+
+
+async def test_calls_read_back_exactly_as_written(store: TokenStore) -> None:
+    single = make_call("single", "s-single", [1, 2, 3], [[4, 5], [6]])
+    multi = conversation("s-multi", turns=6)
+    no_logprobs = make_call("no-logprobs", "s-single", [9], [[10]])
+    no_logprobs.choices[0].ClearField("logprobs")
+    await store.write_calls([single, *multi, no_logprobs])
+    assert wire([await store.get_call("single", full=True)]) == wire([single])
+    assert wire(await all_calls(store, "s-multi")) == wire(multi)
+    assert wire([await store.get_call("no-logprobs", full=True)]) == wire([no_logprobs])
+
+
+async def test_multi_turn_prompts_are_stored_as_references(store: TokenStore) -> None:
+    calls = conversation("s", turns=5)
+    await store.write_calls(calls)
+    rows = store.backend.get_call_rows([c.call_id for c in calls])
+    assert rows[calls[0].call_id].ref_call_id is None
+    for previous, call in zip(calls, calls[1:]):
+        row = rows[call.call_id]
+        assert (row.ref_call_id, row.ref_choice) == (previous.call_id, 0)
+        assert len(row.prompt.middle) == 30 * 4, "only the new user turn is stored"
+    assert wire([await store.get_call(calls[-1].call_id, full=True)]) == wire(calls[-1:])
+
+
+async def test_a_prompt_that_continues_another_choice_references_that_choice(store: TokenStore) -> None:
+    first = make_call("a", "s", list(range(40)), [[100] * 20, [200] * 20])
+    second = make_call("b", "s", list(range(40)) + [200] * 20 + [7, 8], [[9]])
+    await store.write_calls([first])
+    await store.write_calls([second])
+    assert store.backend.get_call_rows(["b"])["b"].ref_choice == 1
+    assert wire([await store.get_call("b", full=True)]) == wire([second])
+
+
+async def test_an_edited_history_still_reads_back_exactly(store: TokenStore) -> None:
+    calls = conversation("s", turns=3)
+    edited = make_call("edited", "s", list(range(500)), [[1, 2]])
+    await store.write_calls([*calls, edited])
+    assert wire(await all_calls(store, "s")) == wire([*calls, edited])
+
+
+async def test_retried_batches_write_nothing_twice(store: TokenStore) -> None:
+    calls = conversation("s", turns=4)
+    first = await store.write_calls(calls[:3])
+    retry = await store.write_calls(calls)
+    assert (first.written, first.duplicates, retry.written, retry.duplicates) == (3, 0, 1, 3)
+    assert (await store.get_session("s")).call_count == 4
+    assert len(await all_calls(store, "s")) == 4
+    again = await store.write_calls([calls[0], calls[0]])
+    assert (again.written, again.duplicates) == (0, 2)
+
+
+async def test_concurrent_writers_all_land_in_one_commit_order(store: TokenStore) -> None:
+    batches = [conversation(f"s{w}", turns=10, prompt_len=20, completion_len=5) for w in range(16)]
+    results = await asyncio.gather(*(store.write_calls(batch) for batch in batches))
+    assert sum(r.written for r in results) == 160
+    seqs = [row.seq for row in store.backend.call_rows_after(0, 1000)]
+    assert len(seqs) == 160 and seqs == sorted(set(seqs))
+    for w, batch in enumerate(batches):
+        assert wire(await all_calls(store, f"s{w}")) == wire(batch)
+
+
+async def test_calls_without_a_session_go_to_the_unassigned_session(store: TokenStore) -> None:
+    await store.write_calls([make_call("orphan", "", [1], [[2]])])
+    assert (await store.get_call("orphan", full=False)).session_id == UNASSIGNED_SESSION
+    assert (await store.get_session(UNASSIGNED_SESSION)).call_count == 1
+
+
+async def test_basic_view_leaves_out_token_arrays(store: TokenStore) -> None:
+    await store.write_calls([make_call("c", "s", [1, 2], [[3]])])
+    basic = await store.get_call("c", full=False)
+    assert basic.prompt_token_ids == b"" and basic.request_json == b"" and basic.choices[0].token_ids == b""
+    assert basic.choices[0].text == "3" and basic.model == "tiny"
+
+
+async def test_list_calls_pages_in_a_stable_order(store: TokenStore) -> None:
+    calls = conversation("s", turns=9, prompt_len=10, completion_len=3)
+    await store.write_calls(calls)
+    page, token = await store.list_calls("s", 4, "", full=False)
+    assert [c.call_id for c in page] == [c.call_id for c in calls[:4]] and token
+    await store.write_calls([make_call("late", "s", [1], [[1]])])
+    rest, token2 = await store.list_calls("s", 100, token, full=False)
+    assert [c.call_id for c in rest] == [c.call_id for c in calls[4:]] + ["late"] and token2 == ""
+
+
+async def test_bad_lookups_are_not_found_or_invalid(store: TokenStore) -> None:
+    await store.write_calls([make_call("c", "s", [1], [[2]])])
+    with pytest.raises(NotFound, match="call 'nope' does not exist"):
+        await store.get_call("nope", full=True)
+    with pytest.raises(NotFound, match="session 'nope' does not exist"):
+        await store.list_calls("nope", 10, "", full=False)
+    _, token = await store.list_calls("s", 1, "", full=False)
+    with pytest.raises(InvalidArgument, match="page_token"):
+        await store.list_calls("s", 1, "garbage!", full=False)
+    with pytest.raises(InvalidArgument, match="page_size must not be negative"):
+        await store.list_calls("s", -1, "", full=False)
+
+
+async def test_watch_streams_everything_after_a_cursor_then_tails(store: TokenStore) -> None:
+    first = conversation("a", turns=5, prompt_len=10, completion_len=3)
+    await store.write_calls(first)
+    stream = store.watch_calls("", full=True, max_batch_size=2)
+    seen, cursor = [], ""
+    while len(seen) < 5:
+        calls, cursor = await anext(stream)
+        seen += calls
+    assert wire(seen) == wire(first)
+    live = conversation("b", turns=2, prompt_len=10, completion_len=3)
+    await store.write_calls(live)
+    calls, live_cursor = await asyncio.wait_for(anext(stream), 5)
+    assert wire(calls) == wire(live)
+    await stream.aclose()
+
+    resumed = store.watch_calls(cursor, full=True, max_batch_size=100)
+    calls, resumed_cursor = await asyncio.wait_for(anext(resumed), 5)
+    assert wire(calls) == wire(live) and resumed_cursor == live_cursor
+    heartbeat, heartbeat_cursor = await asyncio.wait_for(anext(resumed), 5)
+    assert heartbeat == [] and heartbeat_cursor == live_cursor
+    await resumed.aclose()
+
+
+async def test_watch_refuses_bad_cursors(store: TokenStore) -> None:
+    with pytest.raises(InvalidArgument, match="malformed"):
+        await anext(store.watch_calls("not a cursor", full=False, max_batch_size=10))
+
+
+async def test_sessions_are_created_with_their_ancestors_and_listed(store: TokenStore) -> None:
+    await store.write_calls([
+        make_call("c1", "child", [1], [[2]], parents=("root",), metadata={"task": "t1"}),
+        make_call("c2", "grandchild", [1], [[2]], parents=("root", "child")),
+        make_call("c3", "other", [1], [[2]]),
+    ])
+    child = await store.get_session("child")
+    assert (child.parent_session_ids, child.metadata, child.call_count) == (["root"], {"task": "t1"}, 1)
+    assert (await store.get_session("root")).call_count == 0
+    children, _ = await store.list_sessions(100, "", None, "root")
+    assert [s.session_id for s in children] == ["child"]
+    everything, token = await store.list_sessions(2, "", None, None)
+    rest, last = await store.list_sessions(2, token, None, None)
+    assert len(everything) == 2 and last == "" and {s.session_id for s in everything + rest} == {
+        "root", "child", "grandchild", "other"}
+
+
+async def test_close_session_marks_it_complete_once(store: TokenStore) -> None:
+    await store.write_calls([make_call("c", "s", [1], [[2]])])
+    closed = await store.close_session("s", FAILED, "agent raised")
+    assert (closed.state, closed.outcome, closed.error_message) == (SESSION_STATE_CLOSED, FAILED, "agent raised")
+    assert closed.close_time is not None
+    assert (await store.close_session("s", FAILED, "again")).error_message == "agent raised"
+    with pytest.raises(FailedPrecondition, match="already closed"):
+        await store.close_session("s", SUCCEEDED, "")
+    open_, _ = await store.list_sessions(100, "", SESSION_STATE_OPEN, None)
+    closed_, _ = await store.list_sessions(100, "", SESSION_STATE_CLOSED, None)
+    assert open_ == [] and [s.session_id for s in closed_] == ["s"]
+    empty = await store.close_session("never-called", 0, "")
+    assert (empty.state, empty.outcome, empty.call_count) == (SESSION_STATE_CLOSED, SUCCEEDED, 0)
+
+
+def reward(reward_id: str, session_id: str, value: float, **step) -> reward_pb2.Reward:
+    level = reward_pb2.REWARD_LEVEL_STEP if step else reward_pb2.REWARD_LEVEL_TRAJECTORY
+    return reward_pb2.Reward(reward_id=reward_id, session_id=session_id, level=level, value=value, **step)
+
+
+async def test_rewards_attach_to_trajectories_and_steps(store: TokenStore) -> None:
+    await store.write_calls([make_call("c", "s", [1], [[2]]), make_call("x", "other", [1], [[2]])])
+    result = await store.write_rewards([
+        reward("r1", "s", 1.0), reward("r2", "s", 0.5, call_id="c"), reward("r3", "s", 0.25, step_index=0)])
+    assert (result.written, result.duplicates) == (3, 0)
+    retry = await store.write_rewards([reward("r1", "s", 1.0)])
+    assert (retry.written, retry.duplicates) == (0, 1)
+    listed, _ = await store.list_rewards("s", 100, "")
+    assert [(r.reward_id, r.value, r.WhichOneof("step")) for r in listed] == [
+        ("r1", 1.0, None), ("r2", 0.5, "call_id"), ("r3", 0.25, "step_index")]
+    assert all(r.HasField("create_time") for r in listed)
+    with pytest.raises(NotFound, match="unknown session"):
+        await store.write_rewards([reward("r4", "nope", 1.0)])
+    with pytest.raises(NotFound, match="unknown call"):
+        await store.write_rewards([reward("r5", "s", 1.0, call_id="nope")])
+    with pytest.raises(InvalidArgument, match="belongs to session 'other'"):
+        await store.write_rewards([reward("r6", "s", 1.0, call_id="x")])
+    assert [r.reward_id for r in (await store.list_rewards("s", 100, ""))[0]] == ["r1", "r2", "r3"]
+
+
+async def test_delete_sessions_removes_descendants_calls_and_rewards(store: TokenStore) -> None:
+    await store.write_calls([
+        *conversation("root", turns=3), make_call("k", "kid", [1], [[2]], parents=("root",)),
+        make_call("keep", "keep", [1], [[2]])])
+    await store.write_rewards([reward("r", "root", 1.0)])
+    sessions, calls = await store.delete_sessions(["root"], None)
+    assert (sessions, calls) == (2, 4)
+    for session_id in ("root", "kid"):
+        with pytest.raises(NotFound):
+            await store.get_session(session_id)
+    with pytest.raises(NotFound):
+        await store.get_call("k", full=True)
+    assert (await store.get_session("keep")).call_count == 1
+    again = conversation("root", turns=2, seed=7, prefix="new-")
+    await store.write_calls(again)
+    assert wire(await all_calls(store, "root")) == wire(again)
+
+
+async def test_retention_deletes_sessions_not_updated_since(store: TokenStore) -> None:
+    await store.write_calls([make_call("old", "old", [1], [[2]])])
+    cutoff = (await store.get_session("old")).update_time + 1e-3
+    await asyncio.sleep(0.01)
+    await store.write_calls([make_call("new", "new", [1], [[2]])])
+    assert await store.delete_sessions([], cutoff) == (1, 1)
+    assert (await store.get_session("new")).call_count == 1
+
+
+async def test_store_stats_count_what_is_stored(store: TokenStore) -> None:
+    await store.write_calls(conversation("s", turns=3, prompt_len=10, completion_len=5, user_len=2))
+    stats = await store.stats()
+    assert (stats.session_count, stats.call_count) == (1, 3)
+    assert stats.logical_token_count == (10 + 5) + (17 + 5) + (24 + 5)
+
+
+@pytest.mark.parametrize("backend_url", ["sqlite", "postgresql"], indirect=True)
+async def test_a_reopened_store_keeps_data_dedup_and_cursors(open_store) -> None:
+    calls = conversation("s", turns=6)
+    first = open_store()
+    await first.start()
+    await first.write_calls(calls[:3])
+    _, cursor = await anext(first.watch_calls("", full=False, max_batch_size=100))
+    await first.stop()
+
+    second = open_store()
+    await second.start()
+    await second.write_calls(calls[3:])
+    assert second.backend.get_call_rows([calls[3].call_id])[calls[3].call_id].ref_call_id == calls[2].call_id
+    resumed, _ = await anext(second.watch_calls(cursor, full=True, max_batch_size=100))
+    assert wire(resumed) == wire(calls[3:])
+    assert wire(await all_calls(second, "s")) == wire(calls)
+    await second.stop()

@@ -1,0 +1,31 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parity.services.store import splice_delta
+
+
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_decode_inverts_encode(base: bytes, target: bytes) -> None:
+    assert splice_delta.decode(base, splice_delta.encode(base, target)) == target
+
+
+@given(st.binary(max_size=64), st.binary(max_size=64), st.binary(max_size=64), st.binary(max_size=64))
+def test_appending_between_shared_parts_stores_only_the_new_bytes(head, old, new, tail) -> None:
+    base, target = head + old + tail, head + old + new + tail
+    splice = splice_delta.encode(base, target)
+    assert len(splice.middle) <= len(new)
+    assert splice_delta.decode(base, splice) == target
+
+
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=40), st.lists(st.integers(0, 2**31 - 1), max_size=40))
+def test_unit_keeps_cuts_on_token_boundaries(base_ids, target_ids) -> None:
+    pack = lambda ids: b"".join(i.to_bytes(4, "little") for i in ids)  # noqa: E731
+    splice = splice_delta.encode(pack(base_ids), pack(target_ids), unit=4)
+    assert splice.prefix_len % 4 == 0 and splice.suffix_len % 4 == 0 and len(splice.middle) % 4 == 0
+    assert splice_delta.decode(pack(base_ids), splice) == pack(target_ids)
+
+
+def test_decode_rejects_a_splice_longer_than_its_base() -> None:
+    with pytest.raises(ValueError, match="needs 5 bytes"):
+        splice_delta.decode(b"abc", splice_delta.Splice(3, 2, b""))
