@@ -16,6 +16,9 @@ SERVICES = {
     "trainer": "parity.api.trainer.v1.TrainerService",
 }
 
+# The store's default URL writes under the working directory; tests keep it in memory.
+SERVE_ARGS = {"store": ("--url", "memory://")}
+
 
 def grpcurl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(GRPCURL), "-plaintext", *args], capture_output=True, text=True, timeout=30)
@@ -23,7 +26,7 @@ def grpcurl(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_grpcurl_lists_describes_and_health_checks(start_service, name: str) -> None:
-    service = start_service(name)
+    service = start_service(name, *SERVE_ARGS.get(name, ()))
     full_name = SERVICES[name]
 
     listed = grpcurl(service.address, "list")
@@ -41,11 +44,11 @@ def test_grpcurl_lists_describes_and_health_checks(start_service, name: str) -> 
 
 
 def test_rpcs_not_built_yet_answer_unimplemented(start_service) -> None:
-    service = start_service("store")
-    result = grpcurl("-d", '{"call_id": "c1"}', service.address, "parity.api.store.v1.TokenStoreService/GetCall")
+    service = start_service("assembler")
+    result = grpcurl("-d", '{"session_id": "s"}', service.address, "parity.api.assembler.v1.AssemblerService/GetTrajectory")
     assert result.returncode != 0
     assert "Code: Unimplemented" in result.stderr
-    assert "TokenStoreService/GetCall is not implemented yet" in result.stderr
+    assert "AssemblerService/GetTrajectory is not implemented yet" in result.stderr
 
 
 def test_sigterm_shuts_down_gracefully(start_service) -> None:

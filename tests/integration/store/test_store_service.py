@@ -1,0 +1,82 @@
+"""The store as deployed: `parity store serve` over gRPC, with the real grpcurl for the edges."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from parity.api.store.v1 import store_service_pb2 as pb
+from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+from tests.integration.store.call_factory import conversation, make_call
+from tests.integration.test_grpcurl import grpcurl
+
+
+@pytest.fixture
+def store_stub(start_service, tmp_path):
+    service = start_service("store", "--url", f"sqlite:///{tmp_path}/store.db", "--max-message-mb", "4")
+    with grpc.insecure_channel(service.address) as channel:
+        yield pb_grpc.TokenStoreServiceStub(channel), service
+
+
+def status_of(call, *args) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call(*args)
+    return caught.value
+
+
+def test_write_and_read_over_grpc(store_stub) -> None:
+    stub, _ = store_stub
+    calls = conversation("s", turns=4)
+    response = stub.WriteCalls(pb.WriteCallsRequest(calls=calls))
+    assert (response.written_count, response.duplicate_count) == (4, 0)
+    assert stub.GetCall(pb.GetCallRequest(call_id=calls[3].call_id)).call == calls[3]
+    listed = stub.ListCalls(pb.ListCallsRequest(session_id="s", view=pb.CALL_VIEW_FULL))
+    assert list(listed.calls) == calls
+    watched = next(stub.WatchCalls(pb.WatchCallsRequest(view=pb.CALL_VIEW_FULL)))
+    assert list(watched.calls) == calls and watched.cursor
+    stats = stub.GetStoreStats(pb.GetStoreStatsRequest())
+    assert (stats.backend, stats.call_count) == ("sqlite", 4) and stats.bytes_per_token > 0
+
+
+def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_stub) -> None:
+    stub, _ = store_stub
+    good = make_call("good", "s", [1, 2], [[3]])
+    torn = make_call("torn", "s", [1, 2], [[3]])
+    torn.prompt_token_ids = b"\x01\x02\x03"
+    error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[good, torn]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "calls[1].prompt_token_ids must be packed int32" in error.details()
+    assert status_of(stub.GetCall, pb.GetCallRequest(call_id="good")).code() == grpc.StatusCode.NOT_FOUND
+
+    too_many = [make_call(f"c{i}", "s", [1], [[2]]) for i in range(1001)]
+    error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=too_many))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000 calls" in error.details()
+
+    oversized = make_call("big", "s", list(range(2_000_000)), [[1]])
+    assert status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[oversized])).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    error = status_of(stub.GetSession, pb.GetSessionRequest(session_id="nope"))
+    assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, "session 'nope' does not exist")
+    error = status_of(lambda r: next(stub.WatchCalls(r)), pb.WatchCallsRequest(cursor="bogus"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "cursor" in error.details()
+    error = status_of(stub.ListSessions, pb.ListSessionsRequest(page_token="bogus"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_token" in error.details()
+    error = status_of(stub.DeleteSessions, pb.DeleteSessionsRequest())
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    # The service is still up and consistent after all of that.
+    assert stub.WriteCalls(pb.WriteCallsRequest(calls=[good])).written_count == 1
+
+
+def test_grpcurl_writes_and_reads_json(store_stub) -> None:
+    _, service = store_stub
+    body = json.dumps({"calls": [{"callId": "g1", "sessionId": "curl", "model": "tiny"}]})
+    written = grpcurl("-d", body, service.address, "parity.api.store.v1.TokenStoreService/WriteCalls")
+    assert written.returncode == 0, written.stderr
+    assert json.loads(written.stdout) == {"written_count": 1}
+    closed = grpcurl("-d", '{"sessionId": "curl"}', service.address, "parity.api.store.v1.TokenStoreService/CloseSession")
+    assert json.loads(closed.stdout)["session"]["state"] == "SESSION_STATE_CLOSED"
+    missing = grpcurl("-d", '{"callId": "nope"}', service.address, "parity.api.store.v1.TokenStoreService/GetCall")
+    assert "Code: NotFound" in missing.stderr and "call 'nope' does not exist" in missing.stderr
