@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 IM_START = "<|im_start|>"
@@ -118,24 +127,27 @@ day days time year years apple apples book books box boxes coin coins cup cups b
 trains car cars city school class group team game games point points price cost money dollar
 dollars left right up down new old good bad small big long short fast slow true false correct
 wrong please thank thanks hello world example simple easy hard final output input list table
-""".split()
+"""
+CHAT_ROLES = ["system", "user", "assistant", "tool"]
 
 
 def tokenizer_corpus() -> list[str]:
     """Arithmetic questions and answers, word sentences and tool-call JSON, from a fixed seed."""
     rng = random.Random(CORPUS_SEED)
+    words = WORDS.split()
     operations = [("+", "plus", "sum"), ("-", "minus", "difference"), ("*", "times", "product")]
     lines = []
     for _ in range(3000):
         a, b = rng.randint(0, 999), rng.randint(0, 99)
         symbol, word, noun = rng.choice(operations)
         result = {"+": a + b, "-": a - b, "*": a * b}[symbol]
-        sentence = " ".join(rng.choices(WORDS, k=rng.randint(4, 12)))
+        sentence = " ".join(rng.choices(words, k=rng.randint(4, 12)))
         lines += [
             f"What is {a} {symbol} {b}?",
             f"What is {a} {word} {b}? The answer is {result}.",
             f"Calculate the {noun} of {a} and {b}. {a} {symbol} {b} = {result}",
             sentence.capitalize() + rng.choice([".", "?", "!"]),
+            f"{rng.choice(CHAT_ROLES)}\n{sentence}",
             json.dumps({"name": "calculator", "arguments": {"expression": f"{a} {symbol} {b}"}}),
         ]
     return lines
@@ -144,6 +156,10 @@ def tokenizer_corpus() -> list[str]:
 def train_tokenizer(vocab_size: int) -> Tokenizer:
     """A byte-level BPE tokenizer laid out like Qwen2's: merges first, then the added tokens."""
     tokenizer = Tokenizer(models.BPE())
+    # transformers 5 loads any qwen2 checkpoint's tokenizer as Qwen2Tokenizer, which keeps our
+    # vocabulary and merges but rebuilds normalizer and pre-tokenizer from Qwen2's defaults. Training
+    # with exactly those keeps tokenizer.json and every transformers version in agreement.
+    tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated"),
@@ -158,7 +174,9 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
         show_progress=False,
     )
     tokenizer.train_from_iterator(tokenizer_corpus(), trainer)
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_CALL_TOKENS])
     if tokenizer.get_vocab_size() != vocab_size:
         # A smaller vocabulary would leave embedding rows with no token: a sampled id
@@ -170,10 +188,8 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
 
 
 def tokenizer_config(model_max_length: int) -> dict[str, object]:
-    # PreTrainedTokenizerFast loads tokenizer.json as written; a model-specific class such as
-    # Qwen2Tokenizer would rebuild parts of the pipeline from its own defaults.
     return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
+        "tokenizer_class": "Qwen2Tokenizer",
         "bos_token": None,
         "eos_token": IM_END,
         "pad_token": END_OF_TEXT,

@@ -36,35 +36,49 @@ class CallTokens:
         )
 
 
-def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time: float) -> CallRow:
-    """The row for `call`, spliced against `ref` when its prompt extends ref's tokens."""
+def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time: float) -> tuple[CallRow, CallTokens]:
+    """The row for `call`, spliced against `ref` when its prompt extends ref's tokens, and
+    the call's own tokens for the next call to splice against.
+
+    Consumes `call`: its prompt and request fields are moved into the row. Putting
+    them back would copy them into the message again, which costs more than the
+    rest of the encoding together.
+    """
     prompt, request = call.prompt_token_ids, call.request_json
-    ref_choice, prompt_splice = -1, Splice(0, 0, prompt)
+    completions = tuple(choice.token_ids for choice in call.choices)
+    prompt_splice, ref_choice = Splice(0, 0, prompt), -1
     if ref is not None and ref.depth < MAX_REF_DEPTH:
         ref_choice, prompt_splice = _best_prompt_splice(ref, prompt)
-    use_ref = prompt_splice.prefix_len >= MIN_SHARED_PROMPT_BYTES
-    # Serialize without the two large fields that the splices hold; restore after.
+    if ref is None or prompt_splice.prefix_len < MIN_SHARED_PROMPT_BYTES:
+        ref, ref_choice, prompt_splice = None, -1, Splice(0, 0, prompt)
     call.ClearField("prompt_token_ids")
     call.ClearField("request_json")
-    body = call.SerializeToString()
-    call.prompt_token_ids, call.request_json = prompt, request
-    return CallRow(
+    depth = ref.depth + 1 if ref else 0
+    row = CallRow(
         call_id=call.call_id,
         session_id=call.session_id,
         trajectory_name=call.trajectory_name,
-        body=body,
-        prompt=prompt_splice if use_ref else Splice(0, 0, prompt),
-        request=splice_delta.encode(ref.request, request) if use_ref and ref else Splice(0, 0, request),
-        ref_call_id=ref.call_id if use_ref and ref else None,
-        ref_choice=ref_choice if use_ref else -1,
-        ref_depth=ref.depth + 1 if use_ref and ref else 0,
-        logical_tokens=(len(prompt) + sum(len(c.token_ids) for c in call.choices)) // _TOKEN_BYTES,
+        body=call.SerializeToString(),
+        prompt=prompt_splice,
+        request=splice_delta.encode(ref.request, request) if ref else Splice(0, 0, request),
+        ref_call_id=ref.call_id if ref else None,
+        ref_choice=ref_choice,
+        ref_depth=depth,
+        logical_tokens=(len(prompt) + sum(map(len, completions))) // _TOKEN_BYTES,
         create_time=create_time,
     )
+    return row, CallTokens(row.call_id, prompt, request, completions, depth)
 
 
 def _best_prompt_splice(ref: CallTokens, prompt: bytes) -> tuple[int, Splice]:
     """Splice against ref's prompt, or ref's prompt plus the completion `prompt` continues."""
+    if prompt.startswith(ref.prompt):
+        # The usual multi-turn shape: check each completion in place, with memcmp and no copies.
+        start = len(ref.prompt)
+        for index, completion in enumerate(ref.completions):
+            if completion and prompt.startswith(completion, start):
+                end = start + len(completion)
+                return index, Splice(end, 0, prompt[end:])
     best_choice, best = -1, splice_delta.encode(ref.prompt, prompt, _TOKEN_BYTES)
     if best.prefix_len < len(ref.prompt):
         return best_choice, best

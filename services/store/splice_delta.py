@@ -51,6 +51,9 @@ def common_suffix_len(a: bytes, b: bytes, limit: int, unit: int = 1) -> int:
 
 def encode(base: bytes, target: bytes, unit: int = 1) -> Splice:
     """The splice turning `base` into `target`; `unit` keeps cuts on element boundaries."""
+    if target.startswith(base):
+        # The common case, an append: one memcmp instead of two scans.
+        return Splice(len(base), 0, target[len(base) :])
     prefix_len = common_prefix_len(base, target, unit)
     # The suffix may not overlap the prefix in either string.
     suffix_len = common_suffix_len(base, target, min(len(base), len(target)) - prefix_len, unit)

@@ -124,6 +124,8 @@ class TokenStore:
 
     # Writes.
     async def write_calls(self, calls: Sequence[llm_call_pb2.LlmCall]) -> WriteResult:
+        """Store the calls durably. Takes ownership of the messages: their token and
+        request fields are moved into storage, not copied."""
         validation.check_calls(calls)
         if not calls:
             return WriteResult(0, 0)
@@ -207,6 +209,9 @@ class TokenStore:
     def _commit_calls(self, requests: list[Sequence[llm_call_pb2.LlmCall]]) -> list[WriteResult]:
         now = time.time()
         existing = self.backend.existing_call_ids(c.call_id for calls in requests for c in calls)
+        self._load_tails(
+            {(c.session_id, c.trajectory_name) for calls in requests for c in calls if c.call_id not in existing}
+        )
         batch = CallBatch()
         touches: dict[str, SessionTouch] = {}
         # Tails as they will be once this batch commits; published only after it does.
@@ -219,10 +224,9 @@ class TokenStore:
                     continue
                 existing.add(call.call_id)
                 key = (call.session_id, call.trajectory_name)
-                ref = pending_tails.get(key) or self._tail(key)
-                row = call_codec.encode_call(call, ref, now)
+                ref = pending_tails.get(key) or self._tails.get(key)
+                row, pending_tails[key] = call_codec.encode_call(call, ref, now)
                 batch.calls.append(row)
-                pending_tails[key] = CallTokens.of(call, row.ref_depth)
                 touch = touches.get(call.session_id)
                 if touch is None:
                     touch = touches[call.session_id] = SessionTouch(
@@ -238,18 +242,16 @@ class TokenStore:
                 self._tails.put(key, tokens)
         return results
 
-    def _tail(self, key: tuple[str, str]) -> CallTokens | None:
-        """The latest stored call of a trajectory, from the cache or, after a restart, the backend."""
-        cached = self._tails.get(key)
-        if cached is not None:
-            return cached
-        row = self.backend.last_trajectory_call(*key)
-        if row is None:
-            return None
-        call = self._materialize([row])[0]
-        tokens = CallTokens.of(call, row.ref_depth)
-        self._tails.put(key, tokens)
-        return tokens
+    def _load_tails(self, keys: set[tuple[str, str]]) -> None:
+        """Bring trajectories' latest calls into the cache, with one query for all misses
+        (after a restart, or once the cache has evicted them)."""
+        missing = [key for key in keys if self._tails.get(key) is None]
+        if not missing:
+            return
+        rows = self.backend.last_trajectory_calls(missing)
+        if rows:
+            for key, call in zip(rows, self._materialize(list(rows.values()))):
+                self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
 
     def _commit_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> WriteResult:
         now = time.time()

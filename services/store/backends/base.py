@@ -47,7 +47,8 @@ class StoreBackend(ABC):
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]: ...
 
     @abstractmethod
-    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None: ...
+    def last_trajectory_calls(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CallRow]:
+        """The latest call of each (session_id, trajectory_name) that has one."""
 
     @abstractmethod
     def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]: ...

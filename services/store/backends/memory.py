@@ -39,6 +39,14 @@ class MemoryBackend(StoreBackend):
 
     def commit_calls(self, batch: CallBatch) -> None:
         with self._lock:
+            # Own sessions before ancestors, so a session's metadata wins over its
+            # creation as some other session's ancestor in the same batch.
+            for touch in batch.sessions:
+                if touch.session_id not in self._sessions:
+                    self._add_session(SessionRow(
+                        touch.session_id, list(touch.parent_session_ids), dict(touch.metadata),
+                        create_time=touch.time, update_time=touch.time,
+                    ))  # fmt: skip
             for touch in batch.sessions:
                 session = self._session_for_write(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
                 session.call_count += touch.added_calls
@@ -103,12 +111,15 @@ class MemoryBackend(StoreBackend):
         with self._lock:
             return {call_id: self._calls[call_id] for call_id in call_ids if call_id in self._calls}
 
-    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None:
+    def last_trajectory_calls(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CallRow]:
+        wanted = set(keys)
+        found: dict[tuple[str, str], CallRow] = {}
         with self._lock:
-            for row in reversed(self._calls_by_seq):
-                if row.session_id == session_id and row.trajectory_name == trajectory_name:
-                    return row
-        return None
+            for row in self._calls_by_seq:
+                key = (row.session_id, row.trajectory_name)
+                if key in wanted:
+                    found[key] = row
+        return found
 
     def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
         with self._lock:

