@@ -47,35 +47,32 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
     return handler
 
 
-def _add_lazy_command(
-    subparsers: argparse._SubParsersAction, name: str, action: str, help_text: str, module_name: str
-) -> None:
-    """A command whose module (and heavy imports) load only when it runs."""
-    parser = subparsers.add_parser(name, help=help_text)
-    actions = parser.add_subparsers(dest="action", required=True)
-    command = actions.add_parser(action, help=help_text, add_help=False)
-    command.set_defaults(handler=lambda args: importlib.import_module(module_name).main(args.rest))
-    command.add_argument("rest", nargs=argparse.REMAINDER)
+# Commands whose module owns its own argument parsing; imported only when they run.
+DELEGATED_COMMANDS = {
+    ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer and vLLM locally"),
+    ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
+    ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity", description="Token-exact RL for OpenAI-API agents.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_service_commands(subparsers)
-    up = subparsers.add_parser("up", help="run store, ingest, assembler, trainer and vLLM locally", add_help=False)
-    up.add_argument("rest", nargs=argparse.REMAINDER)
-    up.set_defaults(handler=lambda args: importlib.import_module("parity.services.stack.up").main(args.rest))
-    _add_lazy_command(
-        subparsers, "model", "generate", "write the small test model", "parity.services.inference.tiny_model"
-    )
-    _add_lazy_command(
-        subparsers, "vllm", "serve", "run one vLLM replica", "parity.services.inference.vllm_launcher"
-    )
+    # Listed for --help only: main() hands these to their module before argparse sees them.
+    for words, (_, help_text) in DELEGATED_COMMANDS.items():
+        subparsers.add_parser(words[0], help=f"{' '.join(words)}: {help_text}")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    for words, (module_name, _) in DELEGATED_COMMANDS.items():
+        if tuple(argv[: len(words)]) == words:
+            return int(importlib.import_module(module_name).main(argv[len(words) :]) or 0)
     args = build_parser().parse_args(argv)
+    if not hasattr(args, "handler"):
+        build_parser().error(f"'parity {args.command}' needs a subcommand; see its --help")
     return int(args.handler(args) or 0)
 
 
