@@ -59,6 +59,8 @@ def configure_logging(level: str = "info", log_format: LogFormat = "auto", **pro
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at info; health polling would drown the log.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
 
 
 def _add_fields(fields: dict[str, str]) -> structlog.types.Processor:
