@@ -7,6 +7,7 @@ trainer's), so it always runs as a separate interpreter, never as an import.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -223,10 +224,8 @@ def _temporary_log_path() -> Path:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

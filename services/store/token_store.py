@@ -10,6 +10,7 @@ acknowledged write is durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -25,7 +26,12 @@ from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, 
 from parity.services.store import call_codec, validation
 from parity.services.store.backends.base import StoreBackend
 from parity.services.store.call_codec import CallTokens
-from parity.services.store.cursors import decode_cursor, decode_page_token, encode_cursor, encode_page_token
+from parity.services.store.cursors import (
+    decode_cursor,
+    decode_page_token,
+    encode_cursor,
+    encode_page_token,
+)
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     BackendStats,
@@ -181,7 +187,7 @@ class TokenStore:
             for job in jobs:
                 job.future.set_exception(error)
         else:
-            for job, result in zip(jobs, results):
+            for job, result in zip(jobs, results, strict=False):
                 if isinstance(result, Exception):
                     job.future.set_exception(result)
                 else:
@@ -250,7 +256,7 @@ class TokenStore:
             return
         rows = self.backend.last_trajectory_calls(missing)
         if rows:
-            for key, call in zip(rows, self._materialize(list(rows.values()))):
+            for key, call in zip(rows, self._materialize(list(rows.values())), strict=False):
                 self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
 
     def _commit_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> WriteResult:
@@ -340,10 +346,8 @@ class TokenStore:
                 last_sent = time.monotonic()
                 continue
             # Woken by this process's commits; the poll catches other writers sharing the database.
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
-            except TimeoutError:
-                pass
             if time.monotonic() - last_sent >= self.watch_heartbeat_s:
                 yield [], encode_cursor(self.backend.store_id, seq)
                 last_sent = time.monotonic()
@@ -394,9 +398,12 @@ class TokenStore:
         with self._recent_lock:
             for row in rows:
                 # Only references outside `rows`: every row itself is decoded below.
-                if row.ref_call_id and row.ref_call_id not in known:
-                    if (cached := self._recent.get(row.ref_call_id)) is not None:
-                        tokens[row.ref_call_id] = cached
+                if (
+                    row.ref_call_id
+                    and row.ref_call_id not in known
+                    and (cached := self._recent.get(row.ref_call_id)) is not None
+                ):
+                    tokens[row.ref_call_id] = cached
         missing = {r.ref_call_id for r in rows if r.ref_call_id and r.ref_call_id not in known | tokens.keys()}
         while missing:
             fetched = self.backend.get_call_rows(missing)

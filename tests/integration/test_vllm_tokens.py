@@ -9,8 +9,9 @@ import pytest
 import torch
 from openai import OpenAI
 from openai.types.chat import ChatCompletion
-from parity.services.inference.vllm_launcher import VllmServer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from parity.services.inference.vllm_launcher import VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from parity.services.inference.tiny_model import generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     REPO_VLLM_PYTHON,
@@ -13,7 +14,6 @@ from parity.services.inference.vllm_launcher import (
     VllmServer,
     find_vllm_python,
 )
-
 from tests.conftest import free_port
 
 # Cold start is ~25 s on 2 CPU cores; a loaded CI machine can take several times that.

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
 CALCULATOR = {

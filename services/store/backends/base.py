@@ -71,5 +71,6 @@ class StoreBackend(ABC):
     @abstractmethod
     def stats(self) -> BackendStats: ...
 
+    @abstractmethod
     def close(self) -> None:
-        """Release connections. The default has nothing to release."""
+        """Release connections."""

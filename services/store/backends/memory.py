@@ -157,6 +157,9 @@ class MemoryBackend(StoreBackend):
             ]
         return sorted(rows, key=lambda s: s.key)[:limit]
 
+    def close(self) -> None:
+        """Nothing to release: the data goes with the process."""
+
     def stats(self) -> BackendStats:
         with self._lock:
             return BackendStats(

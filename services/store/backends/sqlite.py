@@ -8,6 +8,7 @@ transactions before a power loss (never a process crash) for throughput.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -338,10 +339,8 @@ class SqliteBackend(StoreBackend):
     def _bytes_on_disk(self) -> int:
         total = 0
         for suffix in ("", "-wal"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += os.path.getsize(f"{self.path}{suffix}")
-            except FileNotFoundError:
-                pass
         return total
 
     def close(self) -> None:

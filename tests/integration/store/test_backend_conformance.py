@@ -6,10 +6,13 @@ import asyncio
 
 import pytest
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
-from parity.services.store.records import SESSION_STATE_CLOSED, SESSION_STATE_OPEN, UNASSIGNED_SESSION
+from parity.services.store.records import (
+    SESSION_STATE_CLOSED,
+    SESSION_STATE_OPEN,
+    UNASSIGNED_SESSION,
+)
 from parity.services.store.token_store import TokenStore
 from tests.integration.store.call_factory import conversation, make_call
 
@@ -50,7 +53,7 @@ async def test_multi_turn_prompts_are_stored_as_references(store: TokenStore) ->
     await write(store, calls)
     rows = store.backend.get_call_rows([c.call_id for c in calls])
     assert rows[calls[0].call_id].ref_call_id is None
-    for previous, call in zip(calls, calls[1:]):
+    for previous, call in zip(calls, calls[1:], strict=False):
         row = rows[call.call_id]
         assert (row.ref_call_id, row.ref_choice) == (previous.call_id, 0)
         assert len(row.prompt.middle) == 30 * 4, "only the new user turn is stored"

@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,7 +38,5 @@ def test_a_page_token_from_another_query_is_refused() -> None:
 @given(st.text(max_size=60))
 def test_garbage_is_invalid_argument_never_a_crash(garbage: str) -> None:
     for decode in (lambda t: cursors.decode_cursor(t, "s"), lambda t: cursors.decode_page_token(t, "q")):
-        try:
+        with contextlib.suppress(InvalidArgument):
             decode(garbage)
-        except InvalidArgument:
-            pass
