@@ -15,9 +15,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -44,6 +44,7 @@ from parity.services.store.records import (
 
 log = structlog.get_logger(__name__)
 
+Row = TypeVar("Row", CallRow, RewardRow)
 SESSION_OUTCOME_SUCCEEDED = 1
 # How many calls one transaction takes at most; a burst beyond it commits in several.
 MAX_GROUP_CALLS = 10_000
@@ -319,16 +320,10 @@ class TokenStore:
     async def list_calls(
         self, session_id: str, page_size: int, page_token: str, full: bool
     ) -> tuple[list[llm_call_pb2.LlmCall], str]:
-        if not session_id:
-            raise InvalidArgument("session_id is required")
-        scope = f"calls:{session_id}"
-        after = decode_page_token(page_token, scope)
-        limit = validation.page_size(page_size)
-        if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
-            raise NotFound(f"session {session_id!r} does not exist")
-        rows = await asyncio.to_thread(self.backend.list_call_rows, session_id, after, limit + 1)
-        next_token = encode_page_token(scope, rows[limit - 1].seq) if len(rows) > limit else ""
-        return await self._render(rows[:limit], full), next_token
+        rows, next_token = await self._session_page(
+            "calls", session_id, page_size, page_token, self.backend.list_call_rows, lambda row: row.seq
+        )
+        return await self._render(rows, full), next_token
 
     async def watch_calls(
         self, cursor: str, full: bool, max_batch_size: int
@@ -353,16 +348,31 @@ class TokenStore:
                 last_sent = time.monotonic()
 
     async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:
+        rows, next_token = await self._session_page(
+            "rewards", session_id, page_size, page_token, self.backend.list_reward_rows, lambda row: row.key
+        )
+        return [reward_pb2.Reward.FromString(r.body) for r in rows], next_token
+
+    async def _session_page(
+        self,
+        kind: str,
+        session_id: str,
+        page_size: int,
+        page_token: str,
+        fetch: Callable[[str, int, int], list[Row]],
+        key_of: Callable[[Row], int],
+    ) -> tuple[list[Row], str]:
+        """One page of a session's rows; NOT_FOUND for an unknown session."""
         if not session_id:
             raise InvalidArgument("session_id is required")
-        scope = f"rewards:{session_id}"
+        scope = f"{kind}:{session_id}"
         after = decode_page_token(page_token, scope)
         limit = validation.page_size(page_size)
         if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
             raise NotFound(f"session {session_id!r} does not exist")
-        rows = await asyncio.to_thread(self.backend.list_reward_rows, session_id, after, limit + 1)
-        next_token = encode_page_token(scope, rows[limit - 1].key) if len(rows) > limit else ""
-        return [reward_pb2.Reward.FromString(r.body) for r in rows[:limit]], next_token
+        rows = await asyncio.to_thread(fetch, session_id, after, limit + 1)
+        next_token = encode_page_token(scope, key_of(rows[limit - 1])) if len(rows) > limit else ""
+        return rows[:limit], next_token
 
     async def get_session(self, session_id: str) -> SessionRow:
         if not session_id:

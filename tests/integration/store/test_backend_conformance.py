@@ -8,6 +8,7 @@ import pytest
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.store.backends import open_backend
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     SESSION_STATE_OPEN,
@@ -269,3 +270,18 @@ async def test_a_reopened_store_keeps_data_dedup_and_cursors(open_store) -> None
     assert wire(resumed) == wire(calls[3:])
     assert wire(await all_calls(second, "s")) == wire(calls)
     await second.stop()
+
+
+async def test_the_retention_setting_deletes_idle_sessions_in_the_background(backend_url: str) -> None:
+    store = TokenStore(open_backend(backend_url), retention_s=1.0)
+    await store.start()
+    try:
+        await write(store, [make_call("old", "old", [1], [[2]])])
+        await asyncio.sleep(1.3)
+        await write(store, [make_call("new", "new", [1], [[2]])])
+        await asyncio.sleep(0.3)
+        with pytest.raises(NotFound):
+            await store.get_session("old")
+        assert (await store.get_session("new")).call_count == 1
+    finally:
+        await store.stop()
