@@ -22,16 +22,13 @@ from typing import Any, TypeVar
 import structlog
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.services.runtime import page_tokens
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.runtime.page_tokens import decode_page_token, encode_page_token
 from parity.services.store import call_codec, validation
 from parity.services.store.backends.base import StoreBackend
 from parity.services.store.call_codec import CallTokens
-from parity.services.store.cursors import (
-    decode_cursor,
-    decode_page_token,
-    encode_cursor,
-    encode_page_token,
-)
+from parity.services.store.cursors import decode_cursor, encode_cursor
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     BackendStats,
@@ -330,7 +327,7 @@ class TokenStore:
     ) -> AsyncIterator[tuple[list[llm_call_pb2.LlmCall], str]]:
         """Yields (calls, cursor after them); an empty list is a heartbeat."""
         seq = decode_cursor(cursor, self.backend.store_id)
-        limit = validation.page_size(max_batch_size)
+        limit = page_tokens.page_size(max_batch_size)
         last_sent = time.monotonic()
         while True:
             committed = self._committed
@@ -367,7 +364,7 @@ class TokenStore:
             raise InvalidArgument("session_id is required")
         scope = f"{kind}:{session_id}"
         after = decode_page_token(page_token, scope)
-        limit = validation.page_size(page_size)
+        limit = page_tokens.page_size(page_size)
         if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
             raise NotFound(f"session {session_id!r} does not exist")
         rows = await asyncio.to_thread(fetch, session_id, after, limit + 1)
@@ -387,7 +384,7 @@ class TokenStore:
     ) -> tuple[list[SessionRow], str]:
         scope = f"sessions:{state or 0}:{parent_session_id or ''}"
         after = decode_page_token(page_token, scope)
-        limit = validation.page_size(page_size)
+        limit = page_tokens.page_size(page_size)
         rows = await asyncio.to_thread(self.backend.list_sessions, after, limit + 1, state, parent_session_id)
         next_token = encode_page_token(scope, rows[limit - 1].key) if len(rows) > limit else ""
         return rows[:limit], next_token

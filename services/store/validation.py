@@ -11,16 +11,8 @@ from parity.services.store.records import UNASSIGNED_SESSION
 
 MAX_BATCH = 1000
 MAX_ID_LENGTH = 256
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 REWARD_LEVEL_STEP = 2
 _VALID_REWARD_LEVELS = (1, 2)
-
-
-def page_size(requested: int) -> int:
-    if requested < 0:
-        raise InvalidArgument(f"page_size must not be negative, got {requested}")
-    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
 def _check_id(value: str, what: str) -> None:

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from parity.services.runtime import page_tokens
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store import cursors
 
@@ -17,12 +18,12 @@ def test_cursor_round_trips(store_id: str, seq: int) -> None:
 
 @given(ids, st.integers(0, 2**63 - 1))
 def test_page_token_round_trips(scope: str, key: int) -> None:
-    assert cursors.decode_page_token(cursors.encode_page_token(scope, key), scope) == key
+    assert page_tokens.decode_page_token(page_tokens.encode_page_token(scope, key), scope) == key
 
 
 def test_empty_cursor_and_token_start_at_the_beginning() -> None:
     assert cursors.decode_cursor("", "s") == 0
-    assert cursors.decode_page_token("", "q") == 0
+    assert page_tokens.decode_page_token("", "q") == 0
 
 
 def test_a_cursor_from_another_store_is_refused() -> None:
@@ -32,11 +33,11 @@ def test_a_cursor_from_another_store_is_refused() -> None:
 
 def test_a_page_token_from_another_query_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="different query"):
-        cursors.decode_page_token(cursors.encode_page_token("calls:s1", 5), "calls:s2")
+        page_tokens.decode_page_token(page_tokens.encode_page_token("calls:s1", 5), "calls:s2")
 
 
 @given(st.text(max_size=60))
 def test_garbage_is_invalid_argument_never_a_crash(garbage: str) -> None:
-    for decode in (lambda t: cursors.decode_cursor(t, "s"), lambda t: cursors.decode_page_token(t, "q")):
+    for decode in (lambda t: cursors.decode_cursor(t, "s"), lambda t: page_tokens.decode_page_token(t, "q")):
         with contextlib.suppress(InvalidArgument):
             decode(garbage)

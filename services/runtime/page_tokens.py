@@ -1,0 +1,51 @@
+"""Opaque page tokens for List RPCs, bound to the query that issued them.
+
+A token is a position (an integer key) in one query, tagged with that query's
+scope, so it cannot be replayed against a different one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from parity.services.runtime.errors import InvalidArgument
+
+_VERSION = "p1"
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+def encode_fields(*parts: str) -> str:
+    return base64.urlsafe_b64encode("\x1f".join(parts).encode()).decode().rstrip("=")
+
+
+def decode_fields(token: str, what: str) -> list[str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        return raw.decode().split("\x1f")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidArgument(f"{what} {token!r} is malformed") from None
+
+
+def page_size(requested: int) -> int:
+    """The page size to use: the documented default for 0, capped at the maximum."""
+    if requested < 0:
+        raise InvalidArgument(f"page_size must not be negative, got {requested}")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def encode_page_token(scope: str, key: int) -> str:
+    return encode_fields(_VERSION, scope, str(key))
+
+
+def decode_page_token(token: str, scope: str) -> int:
+    """The key after which the page starts; 0 for the empty token (first page)."""
+    if not token:
+        return 0
+    parts = decode_fields(token, "page_token")
+    if len(parts) != 3 or parts[0] != _VERSION or not parts[2].isdigit():
+        raise InvalidArgument(f"page_token {token!r} is malformed")
+    if parts[1] != scope:
+        raise InvalidArgument(f"page_token {token!r} belongs to a different query; start again without one")
+    return int(parts[2])
