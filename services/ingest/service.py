@@ -1,38 +1,148 @@
-"""How `parity ingest serve` runs the IngestService."""
+"""How `parity ingest serve` runs: the OpenAI-compatible HTTP API and the IngestService control plane.
+
+Both share one process and one event loop: the HTTP API on --http-port, gRPC
+control (with health and reflection) on --port.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+import uvicorn
 
 from parity.api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.control import IngestControl
+from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.http_api import IngestHttpApp
+from parity.services.ingest.metrics import IngestMetrics
+from parity.services.ingest.proxy import PolicyState, Proxy
+from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.servicer import IngestServicer
+from parity.services.ingest.spool import Spool
+from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.ingest.upstream import UpstreamClient
 from parity.services.runtime.config import ServerConfig, setting
+from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
 
+log = structlog.get_logger(__name__)
+
 FULL_NAME = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 DEFAULT_PORT = 50052
+DURABILITY_MODES = ("before", "after")
 
 
 @dataclass
 class IngestConfig(ServerConfig):
-    port: int = setting(DEFAULT_PORT, "gRPC port; 0 picks a free one")
+    port: int = setting(DEFAULT_PORT, "gRPC control port (IngestService); 0 picks a free one")
+    http_port: int = setting(8000, "OpenAI-compatible HTTP port")
+    upstreams: str = setting("", "comma-separated vLLM base URLs, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100")
+    store: str = setting("127.0.0.1:50051", "token store gRPC address")
+    durability: str = setting(
+        "before", "before: the agent's response waits until the call is in the store or spool; "
+        "after: answer first (lowest latency; a crash of ingest loses calls still in memory)", DURABILITY_MODES,
+    )  # fmt: skip
+    spool_path: str = setting(".parity/ingest-spool.db", "local durable spool for calls the store cannot take yet")
+    spool_max_mb: int = setting(1024, "spool disk budget; when spent, new requests get 503")
+    capture_batch_size: int = setting(256, "calls per WriteCalls to the store")
+    max_pending_captures: int = setting(8192, "captured calls held in memory at most (backpressure beyond)")
+    store_timeout_s: float = setting(5.0, "a store write slower than this goes to the spool instead")
+    admin_token: str = setting("", "token control RPCs require; empty disables control (no default secret)")
+    api_keys: str = setting("", "comma-separated API keys the HTTP API requires; empty requires none")
+    max_body_mb: int = setting(32, "largest request body accepted")
+    upstream_timeout_s: float = setting(600.0, "longest silence from an upstream before giving up (504)")
+    upstream_retries: int = setting(2, "retries after a connection error or 5xx, with backoff")
+    health_interval_s: float = setting(2.0, "seconds between replica health checks")
+    external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
+    policy_version: int = setting(0, "policy version stamped on calls until SetPolicyVersion changes it")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.http_port <= 65535:
+            raise InvalidArgument(f"http_port must be in 0..65535, got {self.http_port}")
+        for name in ("spool_max_mb", "capture_batch_size", "max_pending_captures", "max_body_mb"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.upstream_retries < 0:
+            raise InvalidArgument(f"upstream_retries must be >= 0, got {self.upstream_retries}")
+
+    @property
+    def upstream_urls(self) -> list[str]:
+        return [url.strip() for url in self.upstreams.split(",") if url.strip()]
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn inside a process whose runtime already handles SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
-    # The generated base servicer answers UNIMPLEMENTED for every RPC until the
-    # ingest issue fills it in; health and reflection are real already.
-    servicer = ingest_service_pb2_grpc.IngestServiceServicer()
+    router = ReplicaRouter(config.upstream_urls, config.health_interval_s)
+    upstream = UpstreamClient(router, retries=config.upstream_retries, timeout_s=config.upstream_timeout_s)
+    spool = Spool(Path(config.spool_path), config.spool_max_mb << 20)
+    sink = CaptureSink(
+        config.store, spool, durability=config.durability,  # type: ignore[arg-type]
+        batch_size=config.capture_batch_size, max_pending=config.max_pending_captures,
+        store_timeout_s=config.store_timeout_s,
+    )  # fmt: skip
+    policy = PolicyState(config.policy_version)
+    gate = TrafficGate()
+    external = ExternalModels(config.external_models)
+    proxy = Proxy(router, upstream, sink, policy, external)
+    metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes, lambda: gate.in_flight)
+    api_keys = {key.strip() for key in config.api_keys.split(",") if key.strip()}
+    app = IngestHttpApp(proxy, gate, metrics, api_keys, config.max_body_mb << 20)
+    http_server = _EmbeddedUvicorn(
+        uvicorn.Config(
+            app, host=config.host, port=config.http_port, loop="none", http="httptools", lifespan="off",
+            access_log=False, log_config=None, timeout_keep_alive=30,
+        )
+    )  # fmt: skip
+    serving: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        await router.start()
+        await upstream.start()
+        await sink.start()
+        serving.append(asyncio.create_task(http_server.serve(), name="ingest-http"))
+        while not http_server.started:
+            if serving[0].done():
+                raise Unavailable(f"cannot serve HTTP on {config.host}:{config.http_port}")
+            await asyncio.sleep(0.01)
+        log.info("http_listening", address=f"http://{config.host}:{config.http_port}", upstreams=config.upstream_urls,
+                 durability=config.durability)  # fmt: skip
+
+    async def stop() -> None:
+        http_server.should_exit = True
+        await asyncio.gather(*serving, return_exceptions=True)
+        await sink.stop()
+        await upstream.stop()
+        await router.stop()
+
+    servicer = IngestServicer(IngestControl(gate, router, sink, policy, config.admin_token))
     return [
         ServiceBinding(
             FULL_NAME,
             lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server),
+            on_start=start,
+            on_stop=stop,
         )
     ]
 
 
 DEFINITION = ServiceDefinition(
     name="ingest",
-    description="Serve the ingest control plane (the OpenAI-compatible proxy's operations).",
+    description="Serve the OpenAI-compatible proxy that captures exact tokens, and its IngestService control plane.",
     config_cls=IngestConfig,
     build_bindings=build_bindings,
 )

@@ -1,0 +1,218 @@
+"""What ingest adds to a request for capture, what it removes from the answer, and the record it keeps.
+
+vLLM returns exact token ids only when asked (`return_token_ids`) and logprobs only
+when asked (`logprobs`). Ingest asks for both, records them, and sets them back to
+the `null` vLLM would have sent had the agent not asked, so the agent sees exactly
+the response it would have got from vLLM directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.session_slug import SessionRef
+
+CHAT = llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS
+COMPLETIONS = llm_call_pb2.CALL_ENDPOINT_COMPLETIONS
+
+
+@dataclass
+class CaptureRequest:
+    """A client request as ingest forwards it, and what was added for capture."""
+
+    endpoint: int
+    body: dict[str, Any]
+    raw_body: bytes
+    session: SessionRef
+    metadata: dict[str, str]
+    added_token_ids: bool = False
+    added_logprobs: bool = False
+
+    @classmethod
+    def prepare(
+        cls, endpoint: int, body: dict[str, Any], raw_body: bytes, session: SessionRef, metadata: dict[str, str]
+    ) -> CaptureRequest:
+        """Ask the upstream for token ids and sampled-token logprobs if the client did not."""
+        request = cls(endpoint, body, raw_body, session, metadata)
+        if not body.get("return_token_ids"):
+            body["return_token_ids"] = True
+            request.added_token_ids = True
+        if endpoint == CHAT:
+            if not body.get("logprobs"):
+                body["logprobs"] = True
+                request.added_logprobs = True
+        elif body.get("logprobs") is None:
+            # Completions take a count of alternatives; 0 returns just the sampled token's.
+            body["logprobs"] = 0
+            request.added_logprobs = True
+        return request
+
+    def strip(self, response: dict[str, Any]) -> None:
+        """Remove from a response (or stream chunk) what was added for capture only."""
+        if self.added_token_ids and "prompt_token_ids" in response:
+            response["prompt_token_ids"] = None
+        for choice in response.get("choices") or ():
+            if self.added_token_ids:
+                if "token_ids" in choice:
+                    choice["token_ids"] = None
+                if "prompt_token_ids" in choice:
+                    choice["prompt_token_ids"] = None
+            if self.added_logprobs and "logprobs" in choice:
+                choice["logprobs"] = None
+
+
+@dataclass
+class _ChoiceRecord:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    # Streamed tool calls arrive as fragments keyed by their index.
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str = ""
+    stop_reason: str = ""
+
+
+class CallRecorder:
+    """Collects one call's tokens from a response or from its stream chunks."""
+
+    def __init__(self, request: CaptureRequest) -> None:
+        self.request = request
+        self.prompt_token_ids: list[int] | None = None
+        self.choices: dict[int, _ChoiceRecord] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def _choice(self, index: int) -> _ChoiceRecord:
+        record = self.choices.get(index)
+        if record is None:
+            record = self.choices[index] = _ChoiceRecord()
+        return record
+
+    def add_response(self, response: dict[str, Any]) -> None:
+        """A complete (non-streamed) response."""
+        self.add_chunk(response, streamed=False)
+
+    def add_chunk(self, chunk: dict[str, Any], streamed: bool = True) -> None:
+        if chunk.get("prompt_token_ids") and self.prompt_token_ids is None:
+            self.prompt_token_ids = chunk["prompt_token_ids"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            record = self._choice(choice.get("index", 0))
+            if choice.get("prompt_token_ids") and self.prompt_token_ids is None:
+                self.prompt_token_ids = choice["prompt_token_ids"]
+            if choice.get("token_ids"):
+                record.token_ids.extend(choice["token_ids"])
+            _add_logprobs(record, choice.get("logprobs"))
+            if choice.get("finish_reason"):
+                record.finish_reason = choice["finish_reason"]
+            if choice.get("stop_reason") is not None:
+                record.stop_reason = str(choice["stop_reason"])
+            if "text" in choice:
+                record.text.append(choice["text"] or "")
+            message = choice.get("delta" if streamed else "message") or {}
+            if message.get("content"):
+                record.text.append(message["content"])
+            reasoning = message.get("reasoning") or message.get("reasoning_content")
+            if reasoning:
+                record.reasoning.append(reasoning)
+            for position, tool_call in enumerate(message.get("tool_calls") or ()):
+                _add_tool_call(record, tool_call, position, streamed)
+
+    def to_call(
+        self,
+        *,
+        call_id: str,
+        model: str,
+        policy_version: int,
+        replica: str,
+        kind: int,
+        started_at: float,
+        first_byte_at: float | None,
+        upstream_seconds: float,
+        attempts: int,
+        outcome: int,
+        error_message: str = "",
+        streamed: bool = False,
+    ) -> llm_call_pb2.LlmCall:
+        request, session = self.request, self.request.session
+        call = llm_call_pb2.LlmCall(
+            call_id=call_id,
+            session_id=session.session_id,
+            parent_session_ids=session.parent_session_ids,
+            trajectory_name=session.trajectory_name,
+            metadata=self.request.metadata,
+            model=model,
+            policy_version=policy_version,
+            kind=kind,
+            endpoint=request.endpoint,
+            request_json=request.raw_body,
+            prompt_token_ids=_pack_ids(self.prompt_token_ids or ()),
+            replica=replica,
+            outcome=outcome,
+            error_message=error_message,
+            streamed=streamed,
+        )
+        completion_tokens = 0
+        for index in sorted(self.choices):
+            record = self.choices[index]
+            completion_tokens += len(record.token_ids)
+            call.choices.add(
+                index=index,
+                token_ids=_pack_ids(record.token_ids),
+                logprobs=np.asarray(record.logprobs, dtype="<f4").tobytes()
+                if len(record.logprobs) == len(record.token_ids)
+                else b"",
+                finish_reason=record.finish_reason,
+                text="".join(record.text),
+                reasoning_text="".join(record.reasoning),
+                tool_calls_json=orjson.dumps([record.tool_calls[i] for i in sorted(record.tool_calls)])
+                if record.tool_calls
+                else b"",
+                stop_reason=record.stop_reason,
+            )
+        usage = self.usage or {}
+        call.usage.prompt_tokens = usage.get("prompt_tokens") or len(self.prompt_token_ids or ())
+        call.usage.completion_tokens = usage.get("completion_tokens") or completion_tokens
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached:
+            call.usage.cached_prompt_tokens = cached
+        ended_at = time.time()
+        call.timings.start_time.FromNanoseconds(int(started_at * 1e9))
+        call.timings.end_time.FromNanoseconds(int(ended_at * 1e9))
+        call.timings.upstream_duration.FromNanoseconds(int(upstream_seconds * 1e9))
+        if first_byte_at is not None:
+            call.timings.time_to_first_token.FromNanoseconds(int((first_byte_at - started_at) * 1e9))
+        call.timings.upstream_attempts = attempts
+        return call
+
+
+def _pack_ids(ids: Any) -> bytes:
+    return np.asarray(ids, dtype="<i4").tobytes()
+
+
+def _add_logprobs(record: _ChoiceRecord, logprobs: dict[str, Any] | None) -> None:
+    if not logprobs:
+        return
+    if logprobs.get("content") is not None:  # chat
+        record.logprobs.extend(entry["logprob"] for entry in logprobs["content"])
+    elif logprobs.get("token_logprobs") is not None:  # completions
+        record.logprobs.extend(logprobs["token_logprobs"])
+
+
+def _add_tool_call(record: _ChoiceRecord, tool_call: dict[str, Any], position: int, streamed: bool) -> None:
+    index = tool_call.get("index", position) if streamed else position
+    merged = record.tool_calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+    if tool_call.get("id"):
+        merged["id"] = tool_call["id"]
+    function = tool_call.get("function") or {}
+    if function.get("name"):
+        merged["function"]["name"] += function["name"]
+    if function.get("arguments"):
+        merged["function"]["arguments"] += function["arguments"]

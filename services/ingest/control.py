@@ -1,0 +1,77 @@
+"""Operating the proxy: stats, replicas, pausing traffic, the policy version."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.proxy import PolicyState
+from parity.services.ingest.replica_router import Replica, ReplicaRouter
+from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+
+
+@dataclass(frozen=True)
+class IngestStats:
+    request_count: int
+    error_count: int
+    in_flight: int
+    capture_queue_depth: int
+    spool_size: int
+    captured_call_count: int
+    paused: bool
+    policy_version: int
+    start_time: float
+
+
+class IngestControl:
+    def __init__(
+        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState, admin_token: str
+    ) -> None:
+        self.gate = gate
+        self.router = router
+        self.sink = sink
+        self.policy = policy
+        self.admin_token = admin_token
+        self.start_time = time.time()
+
+    def authorize(self, token: str) -> None:
+        """Control needs the admin token; with none configured, control is off (no default secret)."""
+        if not self.admin_token:
+            raise FailedPrecondition("control RPCs are disabled: start ingest with --admin-token to enable them")
+        if not hmac.compare_digest(token, self.admin_token):
+            raise Unauthenticated("missing or wrong admin token (send metadata authorization: Bearer <token>)")
+
+    def stats(self) -> IngestStats:
+        return IngestStats(
+            request_count=sum(r.request_count for r in self.router.replicas),
+            error_count=sum(r.error_count for r in self.router.replicas),
+            in_flight=self.gate.in_flight,
+            capture_queue_depth=self.sink.queue_depth,
+            spool_size=self.sink.spool.count,
+            captured_call_count=self.sink.captured,
+            paused=self.gate.paused,
+            policy_version=self.policy.version,
+            start_time=self.start_time,
+        )
+
+    def replicas(self, model: str) -> list[Replica]:
+        return [r for r in self.router.replicas if not model or model in r.models]
+
+    async def pause(self, drain_timeout_s: float) -> tuple[int, float]:
+        if drain_timeout_s <= 0:
+            raise InvalidArgument(f"drain_timeout must be positive, got {drain_timeout_s:g} s")
+        drained = await self.gate.pause(drain_timeout_s)
+        assert self.gate.paused_since is not None
+        return drained, self.gate.paused_since
+
+    def resume(self) -> float:
+        return self.gate.resume()
+
+    def set_policy_version(self, version: int) -> int:
+        if version < self.policy.version:
+            raise InvalidArgument(f"policy_version {version} is lower than the current {self.policy.version}")
+        previous, self.policy.version = self.policy.version, version
+        return previous

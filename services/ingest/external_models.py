@@ -1,0 +1,96 @@
+"""Models that are not being trained (a judge, a hosted planner), routed through LiteLLM.
+
+Configured with LiteLLM's own `model_list` format (the proxy's config.yaml), so any
+provider LiteLLM supports works. These calls are captured as CALL_KIND_EXTERNAL:
+kept for the record, never trained on. LiteLLM is imported only when such a model
+is configured; the policy path never touches it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+import yaml
+
+from parity.services.ingest import openai_errors
+from parity.services.ingest.capture import CHAT, CallRecorder, CaptureRequest
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.replies import EXTERNAL, SUCCEEDED, JsonReply, Reply, StreamReply
+
+log = structlog.get_logger(__name__)
+
+
+class ExternalModels:
+    def __init__(self, config_path: str = "") -> None:
+        self.model_list: list[dict[str, Any]] = []
+        self._router: Any = None
+        if config_path:
+            document = yaml.safe_load(Path(config_path).read_text()) or {}
+            self.model_list = document.get("model_list") or []
+            if not all(isinstance(m, dict) and m.get("model_name") for m in self.model_list):
+                raise ValueError(f"{config_path}: every model_list entry needs a model_name")
+
+    def models(self) -> list[str]:
+        return [entry["model_name"] for entry in self.model_list]
+
+    def serves(self, model: str) -> bool:
+        return any(entry["model_name"] == model for entry in self.model_list)
+
+    def _litellm_router(self) -> Any:
+        if self._router is None:
+            # Without it, importing litellm fetches a cost map from the network.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            self._router = litellm.Router(model_list=self.model_list)
+        return self._router
+
+    async def complete(
+        self, capture: CaptureRequest, sink: CaptureSink, summary: dict[str, Any], started_at: float
+    ) -> Reply:
+        router = self._litellm_router()
+        body = dict(capture.body)
+        body.pop("metadata", None)
+        method = router.acompletion if capture.endpoint == CHAT else router.atext_completion
+        summary["replica"] = "litellm"
+        try:
+            result = await method(**body)
+        except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
+            raise openai_errors.bad_gateway(f"external model {body['model']!r} failed: {error}") from None
+        recorder = CallRecorder(capture)
+        fields = {
+            "model": body["model"], "policy_version": 0, "replica": "litellm", "kind": EXTERNAL,
+            "started_at": started_at, "attempts": 1, "streamed": bool(body.get("stream")),
+        }  # fmt: skip
+        if not body.get("stream"):
+            response = result.model_dump()
+            recorder.add_response(response)
+            call = recorder.to_call(
+                call_id=uuid.uuid4().hex, first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
+                outcome=SUCCEEDED, **fields,
+            )  # fmt: skip
+            await sink.submit(call)
+            return JsonReply(200, orjson.dumps(response), summary)
+
+        async def relay() -> AsyncIterator[bytes]:
+            async for chunk in result:
+                data = chunk.model_dump()
+                recorder.add_chunk(data)
+                yield b"data: " + orjson.dumps(data) + b"\n\n"
+            call = recorder.to_call(
+                call_id=uuid.uuid4().hex, first_byte_at=None, upstream_seconds=time.time() - started_at,
+                outcome=SUCCEEDED, **fields,
+            )  # fmt: skip
+            await sink.submit(call)
+            yield b"data: [DONE]\n\n"
+
+        return StreamReply(relay(), summary)
+
+

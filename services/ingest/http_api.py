@@ -1,0 +1,142 @@
+"""The HTTP front door: a thin ASGI router over the proxy.
+
+    POST /v1/chat/completions        POST /sessions/{slug}/v1/chat/completions
+    POST /v1/completions             POST /sessions/{slug}/v1/completions
+    GET  /v1/models                  GET  /sessions/{slug}/v1/models
+    GET  /health                     GET  /metrics
+
+Written against ASGI directly rather than a web framework: ingest is on the hot
+path of every rollout, and it needs nothing a framework adds.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import structlog
+
+from parity.services.ingest import openai_errors
+from parity.services.ingest.capture import CHAT, COMPLETIONS
+from parity.services.ingest.metrics import IngestMetrics
+from parity.services.ingest.proxy import Proxy
+from parity.services.ingest.replies import JsonReply, Reply
+from parity.services.ingest.traffic_gate import TrafficGate
+
+log = structlog.get_logger("parity.ingest.access")
+
+ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def split_session(path: str) -> tuple[str | None, str]:
+    """`/sessions/{slug}/v1/x` -> (slug, `/v1/x`); other paths have no slug."""
+    if path.startswith("/sessions/"):
+        slug, _, rest = path[len("/sessions/") :].partition("/")
+        return slug, "/" + rest
+    return None, path
+
+
+class IngestHttpApp:
+    def __init__(
+        self, proxy: Proxy, gate: TrafficGate, metrics: IngestMetrics, api_keys: set[str], max_body_bytes: int
+    ) -> None:
+        self.proxy = proxy
+        self.gate = gate
+        self.metrics = metrics
+        self.api_keys = api_keys
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        slug, path = split_session(scope["path"])
+        summary: dict[str, Any] = {}
+        endpoint = ENDPOINTS.get(path)
+        if endpoint is not None and scope["method"] == "POST":
+            # One admission for the whole exchange, streamed body included: a pause for
+            # weight sync waits for this response to finish, never cuts it in half.
+            async with self.gate.admit():
+                status = await self._respond(send, self._inference(scope, receive, endpoint, slug, summary), summary)
+        else:
+            status = await self._respond(send, self._other(scope, path, slug, summary), summary)
+        seconds = time.perf_counter() - started
+        self.metrics.observe(path, status, seconds)
+        log.info(
+            "request", method=scope["method"], path=path, status=status, latency_ms=round(seconds * 1000, 2), **summary
+        )
+
+    async def _respond(self, send: Send, produce: Awaitable[Reply], summary: dict[str, Any]) -> int:
+        """Send the reply `produce` makes, or the error it raised; returns the status sent."""
+        try:
+            reply = await produce
+        except openai_errors.HttpError as error:
+            summary["error"] = error.message
+            reply = JsonReply(error.status, error.body(), summary)
+        except Exception as error:  # noqa: BLE001 - the process stays up; the agent hears why
+            log.error("request_failed", exc_info=error)
+            reply = JsonReply(500, openai_errors.HttpError(500, "internal error in ingest", "server_error").body(), summary)
+        if isinstance(reply, JsonReply):
+            await send({"type": "http.response.start", "status": reply.status,
+                        "headers": [(b"content-type", reply.content_type)]})  # fmt: skip
+            await send({"type": "http.response.body", "body": reply.body})
+            return reply.status
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async for event in reply.events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return 200
+
+    async def _inference(
+        self, scope: Scope, receive: Receive, endpoint: int, slug: str | None, summary: dict[str, Any]
+    ) -> Reply:
+        self._authorize(scope)
+        body = await self._read_body(scope, receive)
+        header = dict(scope["headers"]).get(b"x-parity-session")
+        reply = await self.proxy.handle(endpoint, body, slug, header.decode() if header else None)
+        summary.update(reply.summary)
+        return reply
+
+    async def _other(self, scope: Scope, path: str, slug: str | None, summary: dict[str, Any]) -> Reply:
+        method = scope["method"]
+        if path == "/health" and slug is None:
+            return JsonReply(200, b"{}", summary)
+        if path == "/metrics" and slug is None:
+            return JsonReply(200, self.metrics.render(), summary, b"text/plain; version=0.0.4")
+        self._authorize(scope)
+        if path == "/v1/models" and method == "GET":
+            data = [{"id": m, "object": "model", "owned_by": "parity"} for m in self.proxy.models()]
+            return JsonReply(200, orjson.dumps({"object": "list", "data": data}), summary)
+        if path in ENDPOINTS:
+            raise openai_errors.HttpError(405, f"{path} accepts POST only", "invalid_request_error")
+        raise openai_errors.not_found(f"no route for {method} {scope['path']}")
+
+    def _authorize(self, scope: Scope) -> None:
+        if not self.api_keys:
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode(errors="replace")
+        key = header[7:] if header.lower().startswith("bearer ") else ""
+        if not any(hmac.compare_digest(key, allowed) for allowed in self.api_keys):
+            raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared and int(declared) > self.max_body_bytes:
+            raise openai_errors.too_large(f"request body is {int(declared)} bytes; at most {self.max_body_bytes} are accepted")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise openai_errors.too_large(f"request body exceeds {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)

@@ -1,0 +1,187 @@
+"""The serving logic of the OpenAI-compatible endpoints: forward, record, answer.
+
+For each request: validate it, resolve its session, ask the session's replica for
+token ids and logprobs, pass the answer (streamed or not) back without what the
+agent did not ask for, and hand the captured call to the sink. With durability
+"before", the agent's response (or a stream's final `[DONE]`) waits until the call
+is in the store or the spool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.services.ingest import openai_errors, session_resolution
+from parity.services.ingest.capture import CHAT, COMPLETIONS, CallRecorder, CaptureRequest
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.replies import (
+    DISCONNECTED,
+    POLICY,
+    SUCCEEDED,
+    UPSTREAM_ERROR,
+    JsonReply,
+    Reply,
+    StreamReply,
+)
+from parity.services.ingest.upstream import UpstreamClient
+
+log = structlog.get_logger(__name__)
+
+PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}
+
+
+@dataclass
+class PolicyState:
+    """The policy version stamped on calls forwarded from now on."""
+
+    version: int = 0
+
+
+class Proxy:
+    def __init__(
+        self,
+        router: ReplicaRouter,
+        upstream: UpstreamClient,
+        sink: CaptureSink,
+        policy: PolicyState,
+        external: ExternalModels,
+    ) -> None:
+        self.router = router
+        self.upstream = upstream
+        self.sink = sink
+        self.policy = policy
+        self.external = external
+
+    def models(self) -> list[str]:
+        return sorted(self.router.models() | set(self.external.models()))
+
+    async def handle(self, endpoint: int, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+        started_at = time.time()
+        body = _parse(raw_body)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
+        if endpoint == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
+            raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
+        if endpoint == COMPLETIONS and not isinstance(body.get("prompt"), str | list):
+            raise openai_errors.bad_request("prompt is required and must be a string or an array", "prompt")
+        session, metadata = session_resolution.resolve(path_slug, header, body)
+        summary: dict[str, Any] = {"session_id": session.session_id, "model": model, "stream": bool(body.get("stream"))}
+        self.sink.check_accepting()
+        capture = CaptureRequest(endpoint, body, raw_body, session, metadata)
+        if self.external.serves(model):
+            return await self.external.complete(capture, self.sink, summary, started_at)
+        if not self.router.knows(model):
+            raise openai_errors.not_found(
+                f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
+            )
+        candidates = self.router.candidates(model, session.session_id)
+        if not candidates:
+            raise openai_errors.unavailable(f"no healthy replica serves model `{model}`; retry shortly")
+        capture = CaptureRequest.prepare(endpoint, body, raw_body, session, metadata)
+        policy_version = self.policy.version
+        reply = await self.upstream.post(candidates, PATHS[endpoint], orjson.dumps(body))
+        summary["replica"] = reply.replica.name
+        call_fields = {
+            "model": model, "policy_version": policy_version, "replica": reply.replica.name, "kind": POLICY,
+            "started_at": started_at, "attempts": reply.attempts, "streamed": summary["stream"],
+        }  # fmt: skip
+        recorder = CallRecorder(capture)
+        if reply.response.status != 200 or not body.get("stream"):
+            try:
+                payload = await reply.response.read()
+            finally:
+                reply.response.release()
+            upstream_seconds = time.time() - started_at
+            if reply.response.status != 200:
+                call = recorder.to_call(
+                    call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
+                    outcome=UPSTREAM_ERROR, error_message=payload[:500].decode(errors="replace"), **call_fields,
+                )  # fmt: skip
+                await self.sink.submit(call)
+                return JsonReply(reply.response.status, payload, summary)
+            response = orjson.loads(payload)
+            recorder.add_response(response)
+            capture.strip(response)
+            call = recorder.to_call(
+                call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
+                outcome=SUCCEEDED, **call_fields,
+            )  # fmt: skip
+            _summarize(summary, call)
+            await self.sink.submit(call)
+            return JsonReply(200, orjson.dumps(response), summary)
+        return StreamReply(self._relay(reply.response, recorder, capture, call_fields, summary), summary)
+
+    async def _relay(
+        self,
+        response: aiohttp.ClientResponse,
+        recorder: CallRecorder,
+        capture: CaptureRequest,
+        call_fields: dict[str, Any],
+        summary: dict[str, Any],
+    ) -> AsyncIterator[bytes]:
+        """Pass SSE events through, recording tokens; hold `[DONE]` until the call is durable."""
+        outcome, error_message, first_byte_at = DISCONNECTED, "", None
+        try:
+            async for line in response.content:
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:].strip()
+                if first_byte_at is None:
+                    first_byte_at = time.time()
+                if data == b"[DONE]":
+                    outcome = SUCCEEDED
+                    break
+                chunk = orjson.loads(data)
+                recorder.add_chunk(chunk)
+                capture.strip(chunk)
+                yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            else:
+                outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
+        except (aiohttp.ClientError, TimeoutError) as error:
+            outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
+            yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
+        finally:
+            response.release()
+            call = recorder.to_call(
+                call_id=_call_id(), first_byte_at=first_byte_at,
+                upstream_seconds=time.time() - call_fields["started_at"], outcome=outcome,
+                error_message=error_message, **call_fields,
+            )  # fmt: skip
+            _summarize(summary, call)
+            if outcome == DISCONNECTED:
+                # The agent is gone and this generator is being closed: capture anyway.
+                asyncio.get_running_loop().create_task(self.sink.submit(call))
+        await self.sink.submit(call)
+        yield b"data: [DONE]\n\n"
+
+
+def _parse(raw_body: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw_body)
+    except orjson.JSONDecodeError as error:
+        raise openai_errors.bad_request(f"request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise openai_errors.bad_request("request body must be a JSON object")
+    return body
+
+
+def _call_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _summarize(summary: dict[str, Any], call: llm_call_pb2.LlmCall) -> None:
+    summary["prompt_tokens"] = call.usage.prompt_tokens
+    summary["completion_tokens"] = call.usage.completion_tokens

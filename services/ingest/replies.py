@@ -1,0 +1,33 @@
+"""What the serving logic hands the HTTP layer, and the call outcomes it records."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from parity.api.common.v1 import llm_call_pb2
+
+SUCCEEDED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED
+UPSTREAM_ERROR = llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR
+DISCONNECTED = llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
+POLICY = llm_call_pb2.CALL_KIND_POLICY
+EXTERNAL = llm_call_pb2.CALL_KIND_EXTERNAL
+
+
+@dataclass
+class JsonReply:
+    status: int
+    body: bytes
+    # Fields for the access log: session, model, replica, tokens.
+    summary: dict[str, Any]
+    content_type: bytes = b"application/json"
+
+
+@dataclass
+class StreamReply:
+    events: AsyncIterator[bytes]
+    summary: dict[str, Any]
+
+
+Reply = JsonReply | StreamReply

@@ -1,0 +1,81 @@
+"""IngestService over gRPC: converts protos to IngestControl calls and back."""
+
+from __future__ import annotations
+
+import grpc
+
+from parity.api.ingest.v1 import ingest_service_pb2 as pb
+from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from parity.api.ingest.v1 import replica_pb2
+from parity.services.ingest.control import IngestControl
+from parity.services.runtime.page_tokens import decode_page_token, encode_page_token, page_size
+
+DEFAULT_DRAIN_TIMEOUT_S = 60.0
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
+            return value[7:]
+    return ""
+
+
+class IngestServicer(pb_grpc.IngestServiceServicer):
+    def __init__(self, control: IngestControl) -> None:
+        self.control = control
+
+    async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+        stats = self.control.stats()
+        response = pb.GetStatsResponse(
+            request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
+            capture_queue_depth=stats.capture_queue_depth, spool_size=stats.spool_size,
+            captured_call_count=stats.captured_call_count, paused=stats.paused, policy_version=stats.policy_version,
+        )  # fmt: skip
+        response.start_time.FromNanoseconds(int(stats.start_time * 1e9))
+        return response
+
+    async def ListReplicas(
+        self, request: pb.ListReplicasRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListReplicasResponse:
+        scope = f"replicas:{request.model}"
+        start = decode_page_token(request.page_token, scope)
+        limit = page_size(request.page_size)
+        matching = self.control.replicas(request.model)
+        replicas = []
+        for r in matching[start : start + limit]:
+            replica = replica_pb2.Replica(
+                name=r.name, models=sorted(r.models), base_url=r.base_url, in_flight=r.in_flight,
+                request_count=r.request_count, error_count=r.error_count,
+                health=replica_pb2.REPLICA_HEALTH_HEALTHY if r.healthy else replica_pb2.REPLICA_HEALTH_UNHEALTHY,
+            )  # fmt: skip
+            if r.last_check:
+                replica.last_health_check_time.FromNanoseconds(int(r.last_check * 1e9))
+            replicas.append(replica)
+        more = start + limit < len(matching)
+        return pb.ListReplicasResponse(
+            replicas=replicas, next_page_token=encode_page_token(scope, start + limit) if more else ""
+        )
+
+    async def PauseTraffic(
+        self, request: pb.PauseTrafficRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PauseTrafficResponse:
+        self.control.authorize(_bearer(context))
+        timeout = request.drain_timeout.ToNanoseconds() / 1e9 if request.HasField("drain_timeout") else DEFAULT_DRAIN_TIMEOUT_S
+        drained, paused_at = await self.control.pause(timeout)
+        response = pb.PauseTrafficResponse(drained_count=drained)
+        response.pause_time.FromNanoseconds(int(paused_at * 1e9))
+        return response
+
+    async def ResumeTraffic(
+        self, request: pb.ResumeTrafficRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResumeTrafficResponse:
+        self.control.authorize(_bearer(context))
+        response = pb.ResumeTrafficResponse()
+        response.paused_duration.FromNanoseconds(int(self.control.resume() * 1e9))
+        return response
+
+    async def SetPolicyVersion(
+        self, request: pb.SetPolicyVersionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetPolicyVersionResponse:
+        self.control.authorize(_bearer(context))
+        return pb.SetPolicyVersionResponse(previous_policy_version=self.control.set_policy_version(request.policy_version))

@@ -1,0 +1,37 @@
+"""Which session a request belongs to: the URL, else the header, else the body's metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parity.services.ingest import openai_errors
+from parity.session_slug import SessionRef, decode
+
+UNASSIGNED = SessionRef("unassigned")
+# The body key an agent can set instead of a URL or header: `metadata={"parity_session": ...}`.
+METADATA_SESSION_KEY = "parity_session"
+
+
+def resolve(path_slug: str | None, header: str | None, body: dict[str, Any]) -> tuple[SessionRef, dict[str, str]]:
+    """The session and the call's metadata (the session's, then the request's own)."""
+    metadata = body.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise openai_errors.bad_request("metadata must be an object whose values are strings", "metadata")
+    source, slug = next(
+        ((name, value) for name, value in (
+            ("URL", path_slug), ("X-Parity-Session header", header), ("metadata.parity_session", metadata.get(METADATA_SESSION_KEY)),
+        ) if value),
+        (None, None),
+    )  # fmt: skip
+    if slug is None:
+        session = UNASSIGNED
+    else:
+        try:
+            session = decode(slug)
+        except ValueError as error:
+            raise openai_errors.bad_request(f"invalid session in {source}: {error}") from None
+    merged = dict(session.metadata)
+    merged.update((k, v) for k, v in metadata.items() if k != METADATA_SESSION_KEY)
+    return session, merged

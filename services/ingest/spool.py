@@ -1,0 +1,55 @@
+"""The local durable spool: captured calls wait here, in order, while the store is unreachable.
+
+APSW SQLite in WAL mode with synchronous=FULL: a call in the spool survives a crash
+of ingest or of the machine. Rows are replayed oldest first and deleted only after
+the store has acknowledged them.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import apsw
+
+
+class Spool:
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._db = apsw.Connection(str(path))
+        self._db.set_busy_timeout(10_000)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL)")
+        count, size = self._db.execute("SELECT count(*), coalesce(sum(length(call)), 0) FROM spool").fetchall()[0]
+        self.count, self.bytes = count, size
+
+    @property
+    def full(self) -> bool:
+        return self.bytes >= self.max_bytes
+
+    def append(self, calls: list[bytes]) -> None:
+        """Durably add serialized calls at the end. Runs in a worker thread."""
+        with self._lock, self._db:
+            self._db.executemany("INSERT INTO spool (call) VALUES (?)", [(c,) for c in calls])
+            self.count += len(calls)
+            self.bytes += sum(map(len, calls))
+
+    def oldest(self, limit: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            return [(seq, bytes(call)) for seq, call in self._db.execute(
+                "SELECT seq, call FROM spool ORDER BY seq LIMIT ?", (limit,))]  # fmt: skip
+
+    def remove_through(self, seq: int, removed_bytes: int, removed_count: int) -> None:
+        """Forget everything up to and including `seq`, once the store holds it."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM spool WHERE seq <= ?", (seq,))
+            self.count -= removed_count
+            self.bytes -= removed_bytes
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,86 @@
+"""Forwarding to vLLM replicas: keep-alive connections, retries with backoff, failover.
+
+Connection errors and 5xx answers are retried, with exponential backoff, moving to
+the session's next replica; a connection error also marks the replica unhealthy
+until its next health check passes. 4xx answers are the agent's to see, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import structlog
+
+from parity.services.ingest import openai_errors
+from parity.services.ingest.replica_router import Replica, ReplicaRouter
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class UpstreamReply:
+    replica: Replica
+    response: aiohttp.ClientResponse
+    attempts: int
+    first_byte_at: float
+
+
+class UpstreamClient:
+    def __init__(
+        self, router: ReplicaRouter, *, retries: int = 2, backoff_s: float = 0.05, timeout_s: float = 600.0
+    ) -> None:
+        self.router = router
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            # No total limit: a long generation streams for minutes. A stall between
+            # bytes, or a replica that never accepts, is what times out.
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=self.timeout_s),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def post(self, candidates: list[Replica], path: str, body: bytes) -> UpstreamReply:
+        """POST to the first replica that answers without a connection error or 5xx.
+        The caller reads and releases `response`."""
+        assert self._session is not None
+        last_error = "no attempt made"
+        for attempt in range(self.retries + 1):
+            replica = candidates[attempt % len(candidates)]
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            replica.request_count += 1
+            try:
+                response = await self._session.post(
+                    f"{replica.base_url}{path}", data=body, headers={"Content-Type": "application/json"}
+                )
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
+                replica.error_count += 1
+                self.router.mark_failed(replica, f"connection error: {error!r}")
+                last_error = f"{replica.name}: {error!r}"
+                continue
+            except TimeoutError:
+                replica.error_count += 1
+                raise openai_errors.gateway_timeout(
+                    f"upstream {replica.name} did not answer within {self.timeout_s:.0f} s"
+                ) from None
+            if response.status >= 500:
+                replica.error_count += 1
+                detail = (await response.text())[:300]
+                response.release()
+                last_error = f"{replica.name} answered {response.status}: {detail}"
+                log.warning("upstream_5xx", replica=replica.name, status=response.status, attempt=attempt + 1)
+                continue
+            return UpstreamReply(replica, response, attempt + 1, time.time())
+        raise openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
