@@ -65,16 +65,18 @@ class UpstreamClient:
                 response = await self._session.post(
                     f"{replica.base_url}{path}", data=body, headers={"Content-Type": "application/json"}
                 )
+            except TimeoutError:
+                # Before the connection errors: aiohttp's socket timeouts are both. A slow
+                # generation is not a failed replica, and retrying it would only double the wait.
+                replica.error_count += 1
+                raise openai_errors.gateway_timeout(
+                    f"upstream {replica.name} did not answer within {self.timeout_s:g} s"
+                ) from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
                 replica.error_count += 1
                 self.router.mark_failed(replica, f"connection error: {error!r}")
                 last_error = f"{replica.name}: {error!r}"
                 continue
-            except TimeoutError:
-                replica.error_count += 1
-                raise openai_errors.gateway_timeout(
-                    f"upstream {replica.name} did not answer within {self.timeout_s:.0f} s"
-                ) from None
             if response.status >= 500:
                 replica.error_count += 1
                 detail = (await response.text())[:300]

@@ -56,14 +56,16 @@ def wait_for_health(address: str, process: subprocess.Popen[str], log_path: Path
     pytest.fail(f"service at {address} not healthy after {timeout}s:\n{log_path.read_text()}")
 
 
-@pytest.fixture
-def start_service(tmp_path: Path) -> Iterator:
-    """Factory: start_service("store", "--url", "memory://") -> RunningService."""
-    started: list[RunningService] = []
+class ServiceLauncher:
+    """Starts `parity <service> serve` processes on free ports and stops them all at the end."""
 
-    def start(name: str, *extra_args: str) -> RunningService:
-        port = free_port()
-        log_path = tmp_path / f"{name}-{port}.log"
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[RunningService] = []
+
+    def start(self, name: str, *extra_args: str, port: int | None = None) -> RunningService:
+        port = port or free_port()
+        log_path = self.log_dir / f"{name}-{port}.log"
         with log_path.open("w") as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", "parity.cli", name, "serve", "--port", str(port), "--log-format", "json", *extra_args],
@@ -72,10 +74,26 @@ def start_service(tmp_path: Path) -> Iterator:
                 text=True,
             )
         service = RunningService(name, f"127.0.0.1:{port}", process, log_path)
-        started.append(service)
+        self.started.append(service)
         wait_for_health(service.address, process, log_path, HEALTH_TIMEOUT_S)
         return service
 
-    yield start
-    for service in started:
-        service.terminate()
+    def stop_all(self) -> None:
+        for service in reversed(self.started):
+            service.terminate()
+
+
+@pytest.fixture
+def start_service(tmp_path: Path) -> Iterator:
+    """Factory: start_service("store", "--url", "memory://") -> RunningService."""
+    launcher = ServiceLauncher(tmp_path)
+    yield launcher.start
+    launcher.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceLauncher]:
+    """A launcher whose services live as long as the test module."""
+    launcher = ServiceLauncher(tmp_path_factory.mktemp("services"))
+    yield launcher
+    launcher.stop_all()

@@ -1,0 +1,57 @@
+"""A real store and a real ingest in front of the session's real vLLM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from tests.conftest import free_port
+from tests.integration.service_fixtures import RunningService, ServiceLauncher
+
+ADMIN_TOKEN = "test-admin-token"
+
+
+@dataclass
+class IngestStack:
+    store: RunningService
+    ingest: RunningService
+    http_port: int
+    spool_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/v1"
+
+    def session_url(self, slug: str) -> str:
+        return f"http://127.0.0.1:{self.http_port}/sessions/{slug}/v1"
+
+    def calls(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
+        with grpc.insecure_channel(self.store.address) as channel:
+            stub = store_grpc.TokenStoreServiceStub(channel)
+            return list(stub.ListCalls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls)
+
+
+def start_ingest(
+    launcher: ServiceLauncher, store_address: str, upstream: str, spool_path: Path, *extra: str
+) -> tuple[RunningService, int]:
+    http_port = free_port()
+    ingest = launcher.start(
+        "ingest", "--http-port", str(http_port), "--upstreams", upstream, "--store", store_address,
+        "--spool-path", str(spool_path), "--admin-token", ADMIN_TOKEN, "--health-interval-s", "0.5", *extra,
+    )  # fmt: skip
+    return ingest, http_port
+
+
+@pytest.fixture(scope="module")
+def ingest_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory) -> Iterator[IngestStack]:
+    data = tmp_path_factory.mktemp("ingest")
+    store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
+    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, data / "spool.db")
+    yield IngestStack(store, ingest, http_port, data / "spool.db")

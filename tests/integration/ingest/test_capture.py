@@ -1,0 +1,169 @@
+"""Ingest in front of real vLLM: the ids it records are exactly the ones vLLM generated."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from parity import tokens
+from parity.session_slug import SessionRef, encode
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]},
+    },
+}  # fmt: skip
+MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+
+
+def ids(packed: bytes) -> list[int]:
+    return tokens.unpack_token_ids(packed).tolist()
+
+
+def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm_server, tokenizer) -> None:
+    response = client(ingest_stack.session_url("exact-1")).chat.completions.create(
+        model=vllm_server.model_name, messages=MESSAGES, max_tokens=12, n=2, logprobs=True,
+        extra_body={"return_token_ids": True},
+    )  # fmt: skip
+    (call,) = ingest_stack.calls("exact-1")
+    expected_prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert ids(call.prompt_token_ids) == response.model_extra["prompt_token_ids"] == expected_prompt
+    assert len(call.choices) == 2
+    for choice, recorded in zip(response.choices, call.choices):
+        assert ids(recorded.token_ids) == choice.model_extra["token_ids"]
+        assert tokens.unpack_floats(recorded.logprobs).tolist() == pytest.approx(
+            [entry.logprob for entry in choice.logprobs.content], abs=1e-6
+        )
+        assert recorded.text == choice.message.content and recorded.finish_reason == choice.finish_reason
+    assert call.model == vllm_server.model_name and call.replica and call.outcome == 1
+    assert json.loads(call.request_json)["messages"] == MESSAGES, "the request is kept as the agent sent it"
+    assert call.timings.upstream_attempts == 1 and call.usage.completion_tokens == sum(
+        len(c.model_extra["token_ids"]) for c in response.choices)
+
+
+def test_streamed_chat_is_assembled_from_chunks(ingest_stack, vllm_server) -> None:
+    stream = client(ingest_stack.session_url("stream-1")).chat.completions.create(
+        model=vllm_server.model_name, messages=MESSAGES, max_tokens=10, n=2, stream=True, logprobs=True,
+        stream_options={"include_usage": True}, extra_body={"return_token_ids": True},
+    )  # fmt: skip
+    streamed: dict[int, list[int]] = {0: [], 1: []}
+    prompt, usage = None, None
+    for chunk in stream:
+        prompt = prompt or (chunk.model_extra or {}).get("prompt_token_ids")
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.model_extra.get("token_ids") or []
+    (call,) = ingest_stack.calls("stream-1")
+    assert call.streamed and ids(call.prompt_token_ids) == prompt
+    assert {c.index: ids(c.token_ids) for c in call.choices} == streamed
+    assert call.usage.completion_tokens == usage.completion_tokens
+
+
+def test_tool_calls_are_captured_with_their_tokens(ingest_stack, vllm_server, tokenizer) -> None:
+    conversation = [
+        {"role": "user", "content": "Add 2 and 3."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+        {"role": "user", "content": "Now add 5 and 4."},
+    ]  # fmt: skip
+    for stream in (False, True):
+        session = f"tools-{stream}"
+        result = client(ingest_stack.session_url(session)).chat.completions.create(
+            model=vllm_server.model_name, messages=conversation, tools=[ADD_TOOL], max_tokens=40, stream=stream,
+            tool_choice={"type": "function", "function": {"name": "add"}}, extra_body={"return_token_ids": True},
+        )  # fmt: skip
+        generated = []
+        if stream:
+            for chunk in result:
+                for choice in chunk.choices:
+                    generated += choice.model_extra.get("token_ids") or []
+        else:
+            generated = result.choices[0].model_extra["token_ids"]
+            assert result.choices[0].message.tool_calls
+        (call,) = ingest_stack.calls(session)
+        expected_prompt = tokenizer.apply_chat_template(
+            conversation, tools=[ADD_TOOL], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert ids(call.prompt_token_ids) == expected_prompt
+        assert ids(call.choices[0].token_ids) == generated
+        assert json.loads(call.choices[0].tool_calls_json)[0]["function"]["name"] == "add"
+
+
+def test_completions_endpoint_streamed_and_not(ingest_stack, vllm_server, tokenizer) -> None:
+    api = client(ingest_stack.session_url("completions-1"))
+    whole = api.completions.create(model=vllm_server.model_name, prompt="2 + 3 =", max_tokens=6,
+                                   extra_body={"return_token_ids": True})  # fmt: skip
+    parts = []
+    for chunk in api.completions.create(model=vllm_server.model_name, prompt="2 + 3 =", max_tokens=6, stream=True):
+        parts.append(chunk.choices[0].text)
+    first, second = ingest_stack.calls("completions-1")
+    assert ids(first.prompt_token_ids) == tokenizer("2 + 3 =")["input_ids"]
+    assert ids(first.choices[0].token_ids) == whole.choices[0].model_extra["token_ids"]
+    assert second.streamed and second.choices[0].text == "".join(parts)
+    assert len(tokens.unpack_floats(second.choices[0].logprobs)) == len(ids(second.choices[0].token_ids)) > 0
+
+
+def test_the_agent_sees_what_vllm_would_have_sent(ingest_stack, vllm_server) -> None:
+    request = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 8, "seed": 7, "temperature": 1.0}
+    direct = httpx.post(f"{vllm_server.openai_base_url}/chat/completions", json=request, timeout=60).json()
+    proxied = httpx.post(f"{ingest_stack.base_url}/chat/completions", json=request, timeout=60).json()
+    for response in (direct, proxied):
+        response.pop("id"), response.pop("created")
+    assert proxied == direct, "ingest must strip exactly what it added for capture"
+    assert proxied["choices"][0]["logprobs"] is None and proxied["prompt_token_ids"] is None
+
+
+def test_curl_and_langchain_work_unchanged(ingest_stack, vllm_server) -> None:
+    from langchain_openai import ChatOpenAI
+
+    body = json.dumps({"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 4})
+    curl = subprocess.run(
+        ["curl", "-s", "-H", "Content-Type: application/json", "-d", body,
+         f"{ingest_stack.session_url('curl-1')}/chat/completions"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(curl.stdout)["choices"][0]["message"]["role"] == "assistant"
+    chat = ChatOpenAI(base_url=ingest_stack.session_url("langchain-1"), api_key="unused",
+                      model=vllm_server.model_name, max_tokens=4)  # fmt: skip
+    chat.invoke("hello")
+    assert "".join(chunk.content for chunk in chat.stream("hello again"))
+    assert len(ingest_stack.calls("curl-1")) == 1 and len(ingest_stack.calls("langchain-1")) == 2
+
+
+def test_sessions_come_from_url_header_or_metadata(ingest_stack, vllm_server) -> None:
+    nested = encode(SessionRef("child-1", ("root-1",), "solver", {"task": "t7"}))
+    request = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 2}
+    httpx.post(f"{ingest_stack.session_url(nested)}/chat/completions", json=request, timeout=60).raise_for_status()
+    httpx.post(f"{ingest_stack.base_url}/chat/completions", json=request, headers={"X-Parity-Session": "hdr-2"},
+               timeout=60).raise_for_status()  # fmt: skip
+    httpx.post(f"{ingest_stack.base_url}/chat/completions", timeout=60,
+               json=request | {"metadata": {"parity_session": "meta-1", "user": "u9"}}).raise_for_status()  # fmt: skip
+    httpx.post(f"{ingest_stack.base_url}/chat/completions", json=request, timeout=60).raise_for_status()
+    (child,) = ingest_stack.calls("child-1")
+    assert (list(child.parent_session_ids), child.trajectory_name, dict(child.metadata)) == (
+        ["root-1"], "solver", {"task": "t7"})
+    assert len(ingest_stack.calls("hdr-2")) == 1
+    (meta,) = ingest_stack.calls("meta-1")
+    assert dict(meta.metadata) == {"user": "u9"}
+    assert len(ingest_stack.calls("unassigned")) >= 1

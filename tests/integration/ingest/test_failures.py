@@ -1,0 +1,184 @@
+"""Ingest under bad input, missing credentials, paused traffic, a store outage and a dying upstream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import grpc
+import httpx
+import pytest
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.api.ingest.v1 import ingest_service_pb2 as pb
+from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
+from parity.services.ingest.spool import Spool
+from tests.conftest import free_port
+from tests.integration.ingest.conftest import ADMIN_TOKEN, start_ingest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+
+
+def chat(model: str, **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3} | extra
+
+
+def post(base_url: str, body, **kwargs) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(f"{base_url}/chat/completions", content=content, timeout=60,
+                      headers={"Content-Type": "application/json"} | kwargs.pop("headers", {}), **kwargs)  # fmt: skip
+
+
+def assert_openai_error(response: httpx.Response, status: int, fragment: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert fragment in error["message"] and error["type"]
+
+
+def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
+    base, model = ingest_stack.base_url, vllm_server.model_name
+    assert_openai_error(post(base, b"{not json"), 400, "not valid JSON")
+    assert_openai_error(post(base, b"[1, 2]"), 400, "must be a JSON object")
+    assert_openai_error(post(base, {"messages": []}), 400, "model is required")
+    assert_openai_error(post(base, {"model": model}), 400, "messages is required")
+    assert_openai_error(post(base, chat("gpt-nope")), 404, "`gpt-nope` does not exist")
+    assert_openai_error(post(base, chat(model, metadata={"k": 1})), 400, "metadata")
+    assert_openai_error(post(ingest_stack.session_url("bad slug"), chat(model)), 400, "invalid session in URL")
+    assert_openai_error(post(base, chat(model), headers={"X-Parity-Session": "p1.!!"}), 400, "X-Parity-Session")
+    assert_openai_error(post(base, chat(model, max_tokens=-1)), 400, "max_tokens")  # vLLM's own 400, passed on
+    assert_openai_error(httpx.get(f"{base}/chat/completions"), 405, "accepts POST only")
+    assert_openai_error(httpx.get(f"{base}/nothing-here"), 404, "no route")
+    huge = json.dumps(chat(model, padding="x" * (33 << 20))).encode()
+    assert_openai_error(post(base, huge), 413, "at most")
+    assert post(base, chat(model)).status_code == 200, "the process stays up after all of that"
+
+
+def test_metrics_and_health(ingest_stack, vllm_server) -> None:
+    assert httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health").status_code == 200
+    metrics = httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/metrics").text
+    assert 'parity_ingest_requests_total{endpoint="/v1/chat/completions",status="200"}' in metrics
+    assert "parity_ingest_request_seconds_bucket" in metrics and "parity_ingest_spool_calls" in metrics
+
+
+def test_control_needs_the_admin_token(ingest_stack) -> None:
+    with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
+        control = pb_grpc.IngestServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as denied:
+            control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1))
+        assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as wrong:
+            control.PauseTraffic(pb.PauseTrafficRequest(), metadata=(("authorization", "Bearer nope"),))
+        assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        stats = control.GetStats(pb.GetStatsRequest())
+        assert stats.captured_call_count >= 0 and not stats.paused
+        replicas = control.ListReplicas(pb.ListReplicasRequest()).replicas
+        assert len(replicas) == 1 and replicas[0].health == 1
+
+
+def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server) -> None:
+    base, model = ingest_stack.base_url, vllm_server.model_name
+    finished: dict[str, float] = {}
+
+    def request(name: str, max_tokens: int) -> None:
+        post(base, chat(model, max_tokens=max_tokens, stream=True, ignore_eos=True)).raise_for_status()
+        finished[name] = time.monotonic()
+
+    with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
+        control = pb_grpc.IngestServiceStub(channel)
+        in_flight = threading.Thread(target=request, args=("in_flight", 1500))
+        in_flight.start()
+        time.sleep(0.3)
+        pause_started = time.monotonic()
+        paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"), metadata=ADMIN)
+        paused_at = time.monotonic()
+        in_flight.join(5)
+        # The 1,500-token stream takes seconds: pause waited for it, and it was not cut short.
+        assert paused.drained_count == 1 and paused_at - pause_started > 0.5
+        assert finished["in_flight"] - paused_at < 1.0
+        held = threading.Thread(target=request, args=("held", 2))
+        held.start()
+        time.sleep(1.0)
+        assert "held" not in finished and control.GetStats(pb.GetStatsRequest()).paused
+        previous = control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=5), metadata=ADMIN)
+        resumed = control.ResumeTraffic(pb.ResumeTrafficRequest(), metadata=ADMIN)
+        held.join(60)
+        assert finished["held"] > paused_at + 1.0 and resumed.paused_duration.ToNanoseconds() > 0
+        with pytest.raises(grpc.RpcError) as backwards:
+            control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1), metadata=ADMIN)
+        assert backwards.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    post(ingest_stack.session_url("after-sync"), chat(model)).raise_for_status()
+    assert ingest_stack.calls("after-sync")[0].policy_version == 5 > previous.previous_policy_version
+
+
+def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp_path) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    _, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                "--api-keys", "key-a,key-b")  # fmt: skip
+    base = f"http://127.0.0.1:{http_port}/v1"
+    assert_openai_error(post(base, chat(vllm_server.model_name)), 401, "API key")
+    assert_openai_error(httpx.get(f"{base}/models"), 401, "API key")
+    ok = post(base, chat(vllm_server.model_name), headers={"Authorization": "Bearer key-b"})
+    assert ok.status_code == 200
+
+
+def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, vllm_server, tmp_path) -> None:
+    store_port = free_port()
+    store = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
+    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                     "--store-timeout-s", "1")  # fmt: skip
+    session_url = f"http://127.0.0.1:{http_port}/sessions/outage/v1"
+    post(session_url, chat(vllm_server.model_name, max_tokens=2)).raise_for_status()
+    store.terminate()
+    sent = []
+    for turn in range(6):
+        response = post(session_url, chat(vllm_server.model_name, max_tokens=2, user=f"turn-{turn}"))
+        assert response.status_code == 200, "agents keep working while the store is down"
+        sent.append(f"turn-{turn}")
+    with grpc.insecure_channel(ingest.address) as channel:
+        assert pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size == 6
+    restarted = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
+    deadline = time.monotonic() + 30
+    from tests.integration.ingest.conftest import IngestStack
+
+    stack = IngestStack(restarted, ingest, http_port, tmp_path / "spool.db")
+    while len(stack.calls("outage")) < 7 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    calls = stack.calls("outage")
+    assert [json.loads(c.request_json).get("user") for c in calls[1:]] == sent, "replayed, in capture order"
+
+
+def test_a_full_spool_refuses_with_503_until_the_store_returns(module_services, vllm_server, tmp_path) -> None:
+    spool_path = tmp_path / "spool.db"
+    spool = Spool(spool_path, max_bytes=1 << 20)
+    filler = llm_call_pb2.LlmCall(call_id="filler", session_id="filler", request_json=b"x" * (1 << 20))
+    spool.append([filler.SerializeToString()])
+    spool.close()
+    store_port = free_port()
+    _, http_port = start_ingest(module_services, f"127.0.0.1:{store_port}", vllm_server.base_url, spool_path,
+                                "--spool-max-mb", "1", "--store-timeout-s", "1")  # fmt: skip
+    base = f"http://127.0.0.1:{http_port}/v1"
+    assert_openai_error(post(base, chat(vllm_server.model_name)), 503, "capture spool is full")
+    module_services.start("store", "--url", "memory://", port=store_port)
+    deadline = time.monotonic() + 30
+    while post(base, chat(vllm_server.model_name)).status_code != 200:
+        assert time.monotonic() < deadline, "the spool should drain once the store is back"
+        time.sleep(0.5)
+
+
+def test_a_dying_upstream_gets_502_then_503_and_timeouts_504(module_services, tiny_model_dir, tmp_path) -> None:
+    doomed = VllmServer(VllmLaunchConfig(model_path=tiny_model_dir, port=free_port(), served_model_name="doomed",
+                                         log_path=tmp_path / "doomed.log"))  # fmt: skip
+    with doomed:
+        store = module_services.start("store", "--url", "memory://")
+        _, http_port = start_ingest(module_services, store.address, doomed.base_url, tmp_path / "spool.db",
+                                    "--health-interval-s", "30", "--upstream-retries", "1")  # fmt: skip
+        _, slow_port = start_ingest(module_services, store.address, doomed.base_url, tmp_path / "spool2.db",
+                                    "--upstream-timeout-s", "0.05")  # fmt: skip
+        base = f"http://127.0.0.1:{http_port}/v1"
+        assert post(base, chat("doomed")).status_code == 200
+        assert_openai_error(post(f"http://127.0.0.1:{slow_port}/v1", chat("doomed", max_tokens=400)), 504, "did not answer")
+    assert_openai_error(post(base, chat("doomed")), 502, "upstream failed after 2 attempts")
+    assert_openai_error(post(base, chat("doomed")), 503, "no healthy replica")
