@@ -84,6 +84,10 @@ class Proxy:
         if self.external.serves(model):
             return await self.external.complete(capture, self.sink, summary, started_at)
         if not self.router.knows(model):
+            if self.router.starting():
+                raise openai_errors.unavailable(
+                    f"model `{model}` is not known yet: {self.router.starting()} replica(s) have not answered; retry shortly"
+                )
             raise openai_errors.not_found(
                 f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
             )

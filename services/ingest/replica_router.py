@@ -57,6 +57,10 @@ class ReplicaRouter:
     def knows(self, model: str) -> bool:
         return any(model in r.models for r in self.replicas)
 
+    def starting(self) -> int:
+        """Replicas that have never answered a health check, so their models are not known yet."""
+        return sum(1 for r in self.replicas if not r.models)
+
     def mark_failed(self, replica: Replica, reason: str) -> None:
         if replica.healthy:
             log.warning("replica_unhealthy", replica=replica.name, reason=reason)

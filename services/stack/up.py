@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import httpx
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -31,6 +34,7 @@ log = structlog.get_logger(__name__)
 SERVICE_ORDER = ("store", "assembler", "trainer", "ingest")
 DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer": 50054}
 DEFAULT_VLLM_PORT = 8100
+DEFAULT_HTTP_PORT = 8000
 _PR_SET_PDEATHSIG = 1
 
 
@@ -41,7 +45,7 @@ class ServiceProcess:
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    def start(self, extra_args: list[str]) -> None:
+    def start(self, extra_args: list[str], environment: dict[str, str]) -> None:
         host, port = self.address.rsplit(":", 1)
         command = [sys.executable, "-m", "parity.cli", self.name, "serve", "--host", host, "--port", port]
         with self.log_path.open("ab") as log_file:
@@ -53,6 +57,7 @@ class ServiceProcess:
                 # services in order; the death signal stops them if it is killed.
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
+                env=os.environ | environment,
             )
 
     def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
@@ -121,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, port in DEFAULT_PORTS.items():
         parser.add_argument(f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})")
     parser.add_argument("--vllm-port", type=int, default=DEFAULT_VLLM_PORT, help="vLLM HTTP port")
+    parser.add_argument(
+        "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})"
+    )
     parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
     return parser
 
@@ -154,16 +162,25 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             log_path=data_dir / "logs" / "vllm.log",
         )
     )
-    extra_args = {"store": ["--url", f"sqlite:///{data_dir / 'store.db'}"]}
+    admin_token = _admin_token(data_dir)
+    extra_args = {
+        "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
+        "ingest": [
+            "--http-port", str(args.http_port), "--upstreams", vllm.base_url,
+            "--store", services["store"].address, "--spool-path", str(data_dir / "ingest-spool.db"),
+        ],
+    }  # fmt: skip
     try:
         vllm.start()
         for service in services.values():
-            service.start(extra_args.get(service.name, []))
+            # The admin token travels in the environment, never on a command line others can read.
+            service.start(extra_args.get(service.name, []), {"PARITY_INGEST_ADMIN_TOKEN": admin_token})
         deadline = time.monotonic() + args.startup_timeout_s
         for service in services.values():
             service.wait_healthy(deadline, stop_requested)
         _wait_for_vllm(vllm, deadline, stop_requested)
-        _print_addresses(services, vllm, data_dir)
+        _wait_for_agent_endpoint(f"http://{args.host}:{args.http_port}/v1/models", deadline, stop_requested)
+        _print_addresses(services, vllm, data_dir, args)
         while not stop_requested.wait(0.5):
             for service in services.values():
                 service.raise_if_exited()
@@ -195,8 +212,32 @@ def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.
     raise StartupInterrupted
 
 
-def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path) -> None:
+def _wait_for_agent_endpoint(models_url: str, deadline: float, stop_requested: threading.Event) -> None:
+    """Up means an agent can call: ingest has seen a healthy replica and lists its model."""
+    while not stop_requested.is_set():
+        try:
+            if httpx.get(models_url, timeout=2).json().get("data"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise StackError(f"ingest lists no model at {models_url}; is vLLM reachable from it?")
+        time.sleep(0.2)
+    raise StartupInterrupted
+
+
+def _admin_token(data_dir: Path) -> str:
+    """A random admin token for this stack's control RPCs, kept in DATA_DIR/admin-token (mode 0600)."""
+    path = data_dir / "admin-token"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path, args: argparse.Namespace) -> None:
     print("Parity is up:", flush=True)
+    print(f"  {'agents':<10} http://{args.host}:{args.http_port}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)", flush=True)
     for service in services.values():
         print(f"  {service.name:<10} grpc://{service.address:<22} log {service.log_path}", flush=True)
     print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)

@@ -23,7 +23,7 @@ def _port_open(port: int) -> bool:
 
 
 def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny_model_dir: Path) -> None:
-    ports = {name: free_port() for name in (*SERVICES, "vllm")}
+    ports = {name: free_port() for name in (*SERVICES, "vllm", "http")}
     command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)]
     command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
     stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -40,6 +40,17 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
             assert health.returncode == 0, health.stderr
             assert json.loads(health.stdout) == {"status": "SERVING"}
         assert httpx.get(f"http://127.0.0.1:{ports['vllm']}/health", timeout=10).status_code == 200
+        # An agent call through ingest lands in the store, once vLLM's replica has been seen healthy.
+        agent_url = f"http://127.0.0.1:{ports['http']}/sessions/up-smoke/v1/chat/completions"
+        request = {"model": tiny_model_dir.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        deadline = time.monotonic() + 30
+        while (answer := httpx.post(agent_url, json=request, timeout=30)).status_code == 503:
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.5)
+        assert answer.status_code == 200, answer.text
+        listed = grpcurl("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
+                         "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
+        assert len(json.loads(listed.stdout)["calls"]) == 1
     finally:
         stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)

@@ -49,7 +49,7 @@ def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm
     expected_prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert ids(call.prompt_token_ids) == response.model_extra["prompt_token_ids"] == expected_prompt
     assert len(call.choices) == 2
-    for choice, recorded in zip(response.choices, call.choices):
+    for choice, recorded in zip(response.choices, call.choices, strict=True):
         assert ids(recorded.token_ids) == choice.model_extra["token_ids"]
         assert tokens.unpack_floats(recorded.logprobs).tolist() == pytest.approx(
             [entry.logprob for entry in choice.logprobs.content], abs=1e-6
