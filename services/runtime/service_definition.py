@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,17 @@ from parity.services.runtime.config import ServerConfig, add_config_arguments, c
 from parity.services.runtime.errors import ParityError
 from parity.services.runtime.server import GrpcServer, ServiceBinding
 from parity.services.runtime.structured_logging import configure_logging
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop where it is installed (the ingest extra brings it): the HTTP hot path
+    and grpc.aio both run measurably faster on it."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,7 @@ class ServiceDefinition:
         configure_logging(config.log_level, config.log_format, service=self.name)  # type: ignore[arg-type]
         try:
             server = GrpcServer(config, self.build_bindings(config))
-            asyncio.run(server.serve_until_signalled())
+            _run(server.serve_until_signalled())
         except ParityError as error:
             structlog.get_logger(__name__).error("service_failed", service=self.name, error=str(error))
             return 1

@@ -1,0 +1,47 @@
+"""Models not being trained go through LiteLLM and are captured as external calls."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from parity.api.common.v1 import llm_call_pb2
+from tests.integration.ingest.conftest import IngestStack, start_ingest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_services, vllm_server, tmp_path) -> None:
+    # The judge is LiteLLM's OpenAI-compatible provider pointed at the real vLLM: any
+    # provider LiteLLM supports is configured the same way.
+    config = tmp_path / "external.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: judge\n"
+        "    litellm_params:\n"
+        f"      model: openai/{vllm_server.model_name}\n"
+        f"      api_base: {vllm_server.openai_base_url}\n"
+        "      api_key: unused\n"
+    )
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                     "--external-models", str(config))  # fmt: skip
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    client = openai.OpenAI(base_url=stack.session_url("judged"), api_key="unused", max_retries=0)
+    assert {m.id for m in client.models.list().data} == {vllm_server.model_name, "judge"}
+    verdict = client.chat.completions.create(model="judge", messages=[{"role": "user", "content": "Score it."}],
+                                             max_tokens=4)  # fmt: skip
+    streamed = "".join(
+        chunk.choices[0].delta.content or ""
+        for chunk in client.chat.completions.create(
+            model="judge", messages=[{"role": "user", "content": "Again."}], max_tokens=4, stream=True
+        )
+        if chunk.choices
+    )
+    policy = client.chat.completions.create(model=vllm_server.model_name, messages=[{"role": "user", "content": "x"}],
+                                            max_tokens=2)  # fmt: skip
+    judged, judged_stream, policy_call = stack.calls("judged")
+    assert (judged.kind, judged_stream.kind) == (llm_call_pb2.CALL_KIND_EXTERNAL,) * 2
+    assert judged.replica == "litellm" and judged.choices[0].text == verdict.choices[0].message.content
+    assert judged_stream.streamed and judged_stream.choices[0].text == streamed
+    assert policy_call.kind == llm_call_pb2.CALL_KIND_POLICY and policy.choices
