@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.integration.vllm_fixtures",
     "tests.integration.service_fixtures",
     "tests.integration.postgres_fixtures",
+    "tests.integration.stack_fixtures",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,13 @@ class ExternalModels:
             if not all(isinstance(m, dict) and m.get("model_name") for m in self.model_list):
                 raise ValueError(f"{config_path}: every model_list entry needs a model_name")
 
+        self._names = {entry["model_name"] for entry in self.model_list}
+
     def models(self) -> list[str]:
-        return [entry["model_name"] for entry in self.model_list]
+        return sorted(self._names)
 
     def serves(self, model: str) -> bool:
-        return any(entry["model_name"] == model for entry in self.model_list)
+        return model in self._names
 
     def _litellm_router(self) -> Any:
         if self._router is None:
@@ -73,7 +74,7 @@ class ExternalModels:
             response = result.model_dump()
             recorder.add_response(response)
             call = recorder.to_call(
-                call_id=uuid.uuid4().hex, first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
+                call_id=os.urandom(16).hex(), first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
                 outcome=SUCCEEDED, **fields,
             )  # fmt: skip
             await sink.submit(call)
@@ -85,7 +86,7 @@ class ExternalModels:
                 recorder.add_chunk(data)
                 yield b"data: " + orjson.dumps(data) + b"\n\n"
             call = recorder.to_call(
-                call_id=uuid.uuid4().hex, first_byte_at=None, upstream_seconds=time.time() - started_at,
+                call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
                 outcome=SUCCEEDED, **fields,
             )  # fmt: skip
             await sink.submit(call)

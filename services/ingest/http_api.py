@@ -31,6 +31,7 @@ log = structlog.get_logger("parity.ingest.access")
 ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
+Headers = dict[bytes, bytes]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -58,15 +59,18 @@ class IngestHttpApp:
             return
         started = time.perf_counter()
         slug, path = split_session(scope["path"])
+        headers = dict(scope["headers"])
         summary: dict[str, Any] = {}
         endpoint = ENDPOINTS.get(path)
         if endpoint is not None and scope["method"] == "POST":
             # One admission for the whole exchange, streamed body included: a pause for
             # weight sync waits for this response to finish, never cuts it in half.
             async with self.gate.admit():
-                status = await self._respond(send, self._inference(scope, receive, endpoint, slug, summary), summary)
+                status = await self._respond(
+                    send, self._inference(headers, receive, endpoint, slug, summary), summary
+                )
         else:
-            status = await self._respond(send, self._other(scope, path, slug, summary), summary)
+            status = await self._respond(send, self._other(scope, headers, path, slug, summary), summary)
         seconds = time.perf_counter() - started
         self.metrics.observe(path, status, seconds)
         log.info(
@@ -95,22 +99,24 @@ class IngestHttpApp:
         return 200
 
     async def _inference(
-        self, scope: Scope, receive: Receive, endpoint: int, slug: str | None, summary: dict[str, Any]
+        self, headers: Headers, receive: Receive, endpoint: int, slug: str | None, summary: dict[str, Any]
     ) -> Reply:
-        self._authorize(scope)
-        body = await self._read_body(scope, receive)
-        header = dict(scope["headers"]).get(b"x-parity-session")
+        self._authorize(headers)
+        body = await self._read_body(headers, receive)
+        header = headers.get(b"x-parity-session")
         reply = await self.proxy.handle(endpoint, body, slug, header.decode() if header else None)
         summary.update(reply.summary)
         return reply
 
-    async def _other(self, scope: Scope, path: str, slug: str | None, summary: dict[str, Any]) -> Reply:
+    async def _other(
+        self, scope: Scope, headers: Headers, path: str, slug: str | None, summary: dict[str, Any]
+    ) -> Reply:
         method = scope["method"]
         if path == "/health" and slug is None:
             return JsonReply(200, b"{}", summary)
         if path == "/metrics" and slug is None:
             return JsonReply(200, self.metrics.render(), summary, b"text/plain; version=0.0.4")
-        self._authorize(scope)
+        self._authorize(headers)
         if path == "/v1/models" and method == "GET":
             data = [{"id": m, "object": "model", "owned_by": "parity"} for m in self.proxy.models()]
             return JsonReply(200, orjson.dumps({"object": "list", "data": data}), summary)
@@ -118,16 +124,16 @@ class IngestHttpApp:
             raise openai_errors.HttpError(405, f"{path} accepts POST only", "invalid_request_error")
         raise openai_errors.not_found(f"no route for {method} {scope['path']}")
 
-    def _authorize(self, scope: Scope) -> None:
+    def _authorize(self, headers: Headers) -> None:
         if not self.api_keys:
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode(errors="replace")
+        header = headers.get(b"authorization", b"").decode(errors="replace")
         key = header[7:] if header.lower().startswith("bearer ") else ""
         if not any(hmac.compare_digest(key, allowed) for allowed in self.api_keys):
             raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        declared = dict(scope["headers"]).get(b"content-length")
+    async def _read_body(self, headers: Headers, receive: Receive) -> bytes:
+        declared = headers.get(b"content-length")
         if declared and int(declared) > self.max_body_bytes:
             raise openai_errors.too_large(f"request body is {int(declared)} bytes; at most {self.max_body_bytes} are accepted")
         chunks, size = [], 0

@@ -10,8 +10,8 @@ is in the store or the spool.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -183,7 +183,7 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
 
 
 def _call_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 def _summarize(summary: dict[str, Any], call: llm_call_pb2.LlmCall) -> None:

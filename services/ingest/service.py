@@ -106,6 +106,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         uvicorn.Config(
             app, host=config.host, port=config.http_port, loop="none", http="httptools", lifespan="off",
             access_log=False, log_config=None, timeout_keep_alive=30,
+            # Ingest logs its own access line; X-Forwarded-For rewriting is not its job.
+            proxy_headers=False,
         )
     )  # fmt: skip
     serving: list[asyncio.Task[None]] = []

@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from parity.api.common.v1 import llm_call_pb2
-from tests.integration.ingest.conftest import IngestStack, start_ingest
+from tests.integration.stack_fixtures import IngestStack, start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 

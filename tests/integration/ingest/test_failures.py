@@ -16,7 +16,7 @@ from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.services.ingest.spool import Spool
 from tests.conftest import free_port
-from tests.integration.ingest.conftest import ADMIN_TOKEN, start_ingest
+from tests.integration.stack_fixtures import ADMIN_TOKEN, start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
@@ -141,7 +141,7 @@ def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, 
         assert pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size == 6
     restarted = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
     deadline = time.monotonic() + 30
-    from tests.integration.ingest.conftest import IngestStack
+    from tests.integration.stack_fixtures import IngestStack
 
     stack = IngestStack(restarted, ingest, http_port, tmp_path / "spool.db")
     while len(stack.calls("outage")) < 7 and time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""A real store and a real ingest in front of the session's real vLLM."""
+"""A real store and a real ingest in front of the session's real vLLM, for any test module."""
 
 from __future__ import annotations
 
