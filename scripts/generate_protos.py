@@ -3,26 +3,31 @@
 Usage: python scripts/generate_protos.py [--out DIR]
 
 The proto folder layout matches the Python package (`parity/api/<area>/v1`), so
-protoc's imports are correct as generated and nothing is post-processed. The
+protoc's imports are correct as generated and nothing is post-processed. Beside
+protoc's output it writes one typed client per service
+(`<area>_service_client.py`), a method per RPC over parity.clients.base. The
 staleness test runs this into a temporary folder and diffs it with the tree.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
 from importlib.resources import files
 from pathlib import Path
 
+from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "protos"
 SDK_ROOT = REPO_ROOT / "sdk"
 GENERATED_PACKAGE = Path("parity") / "api"
-PACKAGE_DOCSTRING = '"""Generated from protos/ by scripts/generate_protos.py. Do not edit."""\n'
+GENERATED_NOTE = "Generated from protos/ by scripts/generate_protos.py. Do not edit."
+PACKAGE_DOCSTRING = f'"""{GENERATED_NOTE}"""\n'
 
 
 def proto_files() -> list[Path]:
@@ -48,8 +53,64 @@ def generate(out_root: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    descriptor_set = out_root / "descriptors.pb"
+    if protoc.main([args[0], args[1], args[2], f"--descriptor_set_out={descriptor_set}", *sources]) != 0:
+        raise SystemExit("protoc failed writing descriptors")
+    files_proto = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set.read_bytes())
+    descriptor_set.unlink()
+    for file_proto in files_proto.file:
+        for service in file_proto.service:
+            path = out_root / Path(file_proto.name).with_name(Path(file_proto.name).stem + "_client.py")
+            path.write_text(render_client(file_proto, service))
     for package_dir in [target, *sorted(p for p in target.rglob("*") if p.is_dir())]:
         (package_dir / "__init__.py").write_text(PACKAGE_DOCSTRING)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descriptor_pb2.ServiceDescriptorProto) -> str:
+    """A typed client: one method per unary or server-streaming RPC. Bidirectional
+    streams have no generic shape; their users drive the stub directly."""
+    module = Path(file_proto.name).stem
+    package = file_proto.package
+    client = service.name.removesuffix("Service") + "Client"
+    lines = [
+        f'"""Typed client for `{package}.{service.name}`. {GENERATED_NOTE}"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Iterator",
+        "",
+        f"from {package} import {module}_pb2 as pb",
+        f"from {package} import {module}_pb2_grpc as pb_grpc",
+        "from parity.clients.base import ServiceClient",
+        "",
+        "",
+        f"class {client}(ServiceClient):",
+        f'    """{service.name} over a shared channel. Unary calls have a deadline and are retried on',
+        '    UNAVAILABLE; every method raises parity.RPCError on failure."""',
+        "",
+        "    def __init__(self, address: str, **options: object) -> None:",
+        f"        super().__init__(pb_grpc.{service.name}Stub, address, **options)  # type: ignore[arg-type]",
+    ]
+    for method in service.method:
+        if method.client_streaming:
+            continue
+        request, response = method.input_type.rsplit(".", 1)[1], method.output_type.rsplit(".", 1)[1]
+        lines.append("")
+        if method.server_streaming:
+            lines += [
+                f"    def {_snake(method.name)}(self, request: pb.{request}) -> Iterator[pb.{response}]:",
+                f'        return self._stream("{method.name}", request)',
+            ]
+        else:
+            lines += [
+                f"    def {_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None) -> pb.{response}:",
+                f'        return self._unary("{method.name}", request, timeout_s)',
+            ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,10 +24,12 @@ SERVICE_MODULES = {
 }
 
 
-def _add_service_commands(subparsers: argparse._SubParsersAction) -> None:
+def _add_service_commands(subparsers: argparse._SubParsersAction) -> dict[str, argparse._SubParsersAction]:
+    """One `parity <service> serve` each; returns each service's actions, for more to join."""
+    service_actions = {}
     for name, module_name in SERVICE_MODULES.items():
         service_parser = subparsers.add_parser(name, help=f"the {name} service")
-        actions = service_parser.add_subparsers(dest="action", required=True)
+        actions = service_actions[name] = service_parser.add_subparsers(dest="action", required=True)
         try:
             definition = importlib.import_module(module_name).DEFINITION
         except ImportError as error:
@@ -37,6 +39,7 @@ def _add_service_commands(subparsers: argparse._SubParsersAction) -> None:
         serve = actions.add_parser("serve", help=definition.description)
         definition.add_arguments(serve)
         serve.set_defaults(handler=definition.serve)
+    return service_actions
 
 
 def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespace], int]:
@@ -52,16 +55,23 @@ DELEGATED_COMMANDS = {
     ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer and vLLM locally"),
     ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
+    ("assembler", "retokenization-report"): (
+        "parity.services.assembler.retokenization_report",
+        "how many samples re-tokenizing would change, on your model",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity", description="Token-exact RL for OpenAI-API agents.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    _add_service_commands(subparsers)
+    service_actions = _add_service_commands(subparsers)
     # Listed for --help only: main() hands these to their module before argparse sees them.
     for words, (_, help_text) in DELEGATED_COMMANDS.items():
-        subparsers.add_parser(words[0], help=f"{' '.join(words)}: {help_text}")
+        if words[0] in service_actions:
+            service_actions[words[0]].add_parser(words[1], help=help_text)
+        else:
+            subparsers.add_parser(words[0], help=f"{' '.join(words)}: {help_text}")
     return parser
 
 

@@ -113,3 +113,15 @@ def basic_view(row: CallRow) -> llm_call_pb2.LlmCall:
         choice.ClearField("token_ids")
         choice.ClearField("logprobs")
     return call
+
+
+def spliced_view(row: CallRow) -> tuple[llm_call_pb2.LlmCall, tuple[str, str, int, int, int, bytes] | None]:
+    """The call with its token arrays as stored and no request JSON; a spliced prompt
+    comes empty, with (call, base call, base choice, prefix and suffix tokens, middle)."""
+    call = llm_call_pb2.LlmCall.FromString(row.body)
+    if row.ref_call_id is None:
+        call.prompt_token_ids = row.prompt.middle
+        return call, None
+    splice = row.prompt
+    return call, (row.call_id, row.ref_call_id, row.ref_choice, splice.prefix_len // _TOKEN_BYTES,
+                  splice.suffix_len // _TOKEN_BYTES, splice.middle)  # fmt: skip

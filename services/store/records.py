@@ -57,6 +57,8 @@ class SessionRow:
     close_time: float | None = None
     # Creation order, for stable paging.
     key: int = 0
+    # Position in close order, assigned when the session closes; 0 while open.
+    close_seq: int = 0
 
     @property
     def parent_session_id(self) -> str | None:
@@ -72,6 +74,31 @@ class SessionTouch:
     metadata: dict[str, str]
     added_calls: int
     time: float
+
+
+@dataclass(slots=True)
+class SessionClose:
+    """One CloseSession: the session is created if missing, and `metadata` merged in."""
+
+    session_id: str
+    outcome: int
+    error_message: str
+    metadata: dict[str, str]
+
+
+@dataclass(slots=True)
+class MetadataUpdate:
+    """Keys to set, then keys to remove, in one session's metadata."""
+
+    session_id: str
+    set_keys: dict[str, str]
+    remove_keys: list[str]
+
+    def apply(self, metadata: dict[str, str]) -> dict[str, str]:
+        merged = metadata | self.set_keys
+        for key in self.remove_keys:
+            merged.pop(key, None)
+        return merged
 
 
 @dataclass(slots=True)

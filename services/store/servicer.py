@@ -9,7 +9,7 @@ import grpc
 from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
-from parity.services.store.records import SessionRow
+from parity.services.store.records import MetadataUpdate, SessionRow
 from parity.services.store.token_store import TokenStore
 
 
@@ -30,6 +30,9 @@ def session_to_proto(row: SessionRow) -> session_pb2.Session:
     return session
 
 
+_READ_VIEWS = {pb.CALL_VIEW_FULL: "full", pb.CALL_VIEW_SPLICED: "spliced"}
+
+
 class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     def __init__(self, store: TokenStore) -> None:
         self.store = store
@@ -43,14 +46,14 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         return pb.GetCallResponse(call=await self.store.get_call(request.call_id, full))
 
     async def ListCalls(self, request: pb.ListCallsRequest, context: grpc.aio.ServicerContext) -> pb.ListCallsResponse:
-        full = request.view == pb.CALL_VIEW_FULL
+        full = request.view in (pb.CALL_VIEW_FULL, pb.CALL_VIEW_SPLICED)
         calls, token = await self.store.list_calls(request.session_id, request.page_size, request.page_token, full)
         return pb.ListCallsResponse(calls=calls, next_page_token=token)
 
     async def WatchCalls(
         self, request: pb.WatchCallsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchCallsResponse]:
-        full = request.view == pb.CALL_VIEW_FULL
+        full = request.view in (pb.CALL_VIEW_FULL, pb.CALL_VIEW_SPLICED)
         async for calls, cursor in self.store.watch_calls(request.cursor, full, request.max_batch_size):
             yield pb.WatchCallsResponse(calls=calls, cursor=cursor)
 
@@ -78,8 +81,41 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
-        row = await self.store.close_session(request.session_id, request.outcome, request.error_message)
+        row = await self.store.close_session(
+            request.session_id, request.outcome, request.error_message, dict(request.metadata)
+        )
         return pb.CloseSessionResponse(session=session_to_proto(row))
+
+    async def WatchClosedSessions(
+        self, request: pb.WatchClosedSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchClosedSessionsResponse]:
+        async for rows, cursor in self.store.watch_closed_sessions(request.cursor, request.max_batch_size):
+            yield pb.WatchClosedSessionsResponse(sessions=[session_to_proto(r) for r in rows], cursor=cursor)
+
+    async def BatchGetSessions(
+        self, request: pb.BatchGetSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BatchGetSessionsResponse:
+        view = _READ_VIEWS.get(request.view, "basic")
+        contents, missing = await self.store.batch_get_sessions(request.session_ids, view)
+        return pb.BatchGetSessionsResponse(
+            sessions=[
+                pb.SessionContents(
+                    session=session_to_proto(c.session), calls=c.calls, rewards=c.rewards,
+                    prompt_splices=[pb.PromptSplice(
+                        call_id=p.call_id, base_call_id=p.base_call_id, base_choice=p.base_choice,
+                        prefix_token_count=p.prefix_tokens, suffix_token_count=p.suffix_tokens,
+                        middle_token_ids=p.middle) for p in c.splices],
+                )
+                for c in contents
+            ],  # fmt: skip
+            missing_session_ids=missing,
+        )
+
+    async def UpdateSessionMetadata(
+        self, request: pb.UpdateSessionMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateSessionMetadataResponse:
+        updates = [MetadataUpdate(u.session_id, dict(u.metadata), list(u.remove_keys)) for u in request.updates]
+        return pb.UpdateSessionMetadataResponse(updated_count=await self.store.update_session_metadata(updates))
 
     async def DeleteSessions(
         self, request: pb.DeleteSessionsRequest, context: grpc.aio.ServicerContext

@@ -1,9 +1,11 @@
 """The token store's domain logic, over any backend.
 
-Writes go through one writer task. It takes every WriteCalls request queued while
-the previous transaction was committing and commits them together, so concurrent
-writers share one transaction (and one fsync) instead of queueing on the database
-lock. A request's future resolves only after its transaction commits: an
+Writes go through one writer task. It takes every write queued while the previous
+transaction was committing and commits those of one kind (calls, rewards, closes,
+metadata updates) together, so concurrent writers share one transaction (and one
+fsync) instead of queueing on the database lock. A request that is refused (an
+unknown session, a conflicting close) fails alone; the others in its transaction
+commit. A request's future resolves only after its transaction commits: an
 acknowledged write is durable.
 """
 
@@ -34,7 +36,9 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    MetadataUpdate,
     RewardRow,
+    SessionClose,
     SessionRow,
     SessionTouch,
 )
@@ -51,6 +55,29 @@ MAX_GROUP_CALLS = 10_000
 class WriteResult:
     written: int
     duplicates: int
+
+
+@dataclass(frozen=True)
+class PromptSplice:
+    """How to rebuild a prompt from an earlier call of its trajectory, in tokens."""
+
+    call_id: str
+    base_call_id: str
+    base_choice: int
+    prefix_tokens: int
+    suffix_tokens: int
+    middle: bytes
+
+
+@dataclass(frozen=True)
+class SessionContents:
+    """A session with everything recorded under it."""
+
+    session: SessionRow
+    calls: list[llm_call_pb2.LlmCall]
+    rewards: list[reward_pb2.Reward]
+    # In the spliced view, one per call whose prompt came empty.
+    splices: list[PromptSplice] = field(default_factory=list)
 
 
 @dataclass
@@ -141,10 +168,21 @@ class TokenStore:
             return WriteResult(0, 0)
         return await self._submit("rewards", rewards)
 
-    async def close_session(self, session_id: str, outcome: int, error_message: str) -> SessionRow:
+    async def close_session(
+        self, session_id: str, outcome: int, error_message: str, metadata: dict[str, str] | None = None
+    ) -> SessionRow:
         if not session_id:
             raise InvalidArgument("session_id is required")
-        return await self._submit("close", (session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message))
+        validation.check_metadata(metadata or {}, "metadata")
+        close = SessionClose(session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message, dict(metadata or {}))
+        return await self._submit("close", close)
+
+    async def update_session_metadata(self, updates: Sequence[MetadataUpdate]) -> int:
+        """Apply every update in one transaction; returns how many sessions changed."""
+        validation.check_metadata_updates(updates)
+        if not updates:
+            return 0
+        return await self._submit("metadata", list(updates))
 
     async def delete_sessions(self, session_ids: Sequence[str], updated_before: float | None) -> tuple[int, int]:
         if not session_ids and updated_before is None:
@@ -161,21 +199,21 @@ class TokenStore:
     async def _write_loop(self) -> None:
         while True:
             first = await self._queue.get()
-            groups = [[first]]
-            # Every call write queued right now joins one transaction; other writes
-            # queued meanwhile run after it, each alone (they were concurrent with the
-            # call writes, so either order is one the callers could have seen).
-            if first.kind == "calls":
-                total = len(first.payload)
-                while not self._queue.empty() and total < MAX_GROUP_CALLS:
-                    job = self._queue.get_nowait()
-                    if job.kind == "calls":
-                        groups[0].append(job)
-                        total += len(job.payload)
-                    else:
-                        groups.append([job])
-            for jobs in groups:
-                await self._run_group(jobs)
+            jobs = [first]
+            calls = len(first.payload) if first.kind == "calls" else 0
+            while not self._queue.empty() and calls < MAX_GROUP_CALLS:
+                job = self._queue.get_nowait()
+                jobs.append(job)
+                calls += len(job.payload) if job.kind == "calls" else 0
+            # Writes queued together were concurrent, so any order among them is one
+            # their callers could have seen: each kind commits as one transaction.
+            # Deletes run alone; they are rare and touch many rows.
+            groups: dict[str, list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.kind, []).append(job)
+            for kind, group in groups.items():
+                for part in ([job] for job in group) if kind == "delete" else [group]:
+                    await self._run_group(part)
 
     async def _run_group(self, jobs: list[_Job]) -> None:
         try:
@@ -197,16 +235,19 @@ class TokenStore:
                 self._queue.task_done()
 
     def _run_jobs(self, jobs: list[_Job]) -> list[Any]:
-        """Runs in a worker thread: one transaction for the group."""
-        kind = jobs[0].kind
+        """Runs in a worker thread: one transaction for the group. Returns one result
+        per job, or the error that refused that job alone."""
+        kind, payloads = jobs[0].kind, [job.payload for job in jobs]
         if kind == "calls":
-            return self._commit_calls([job.payload for job in jobs])
+            return self._commit_calls(payloads)
+        if kind == "rewards":
+            return self._commit_rewards(payloads)
+        if kind == "close":
+            return self._commit_closes(payloads)
+        if kind == "metadata":
+            return self._commit_metadata(payloads)
         try:
-            if kind == "rewards":
-                return [self._commit_rewards(jobs[0].payload)]
-            if kind == "close":
-                return [self._commit_close(*jobs[0].payload)]
-            return [self._commit_delete(*jobs[0].payload)]
+            return [self._commit_delete(*payloads[0])]
         except (InvalidArgument, NotFound, FailedPrecondition) as error:
             return [error]
 
@@ -257,45 +298,70 @@ class TokenStore:
             for key, call in zip(rows, self._materialize(list(rows.values())), strict=False):
                 self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
 
-    def _commit_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> WriteResult:
+    def _commit_rewards(self, requests: list[Sequence[reward_pb2.Reward]]) -> list[Any]:
         now = time.time()
-        missing = sorted({r.session_id for r in rewards if self.backend.get_session(r.session_id) is None})
-        if missing:
-            raise NotFound(f"unknown session(s): {', '.join(missing)}")
-        step_call_ids = {r.call_id for r in rewards if r.WhichOneof("step") == "call_id"}
-        found = self.backend.get_call_rows(step_call_ids)
-        for reward in rewards:
-            if reward.WhichOneof("step") != "call_id":
+        known = self.backend.get_sessions({r.session_id for rewards in requests for r in rewards}).keys()
+        step_calls = self.backend.get_call_rows(
+            {r.call_id for rewards in requests for r in rewards if r.WhichOneof("step") == "call_id"}
+        )
+        results: list[Any] = []
+        rows: list[RewardRow] = []
+        for rewards in requests:
+            try:
+                _check_reward_targets(rewards, known, step_calls)
+            except (NotFound, InvalidArgument) as error:
+                results.append(error)
                 continue
-            row = found.get(reward.call_id)
-            if row is None:
-                raise NotFound(f"reward {reward.reward_id!r} scores unknown call {reward.call_id!r}")
-            if row.session_id != reward.session_id:
-                raise InvalidArgument(
-                    f"reward {reward.reward_id!r}: call {reward.call_id!r} belongs to session "
-                    f"{row.session_id!r}, not {reward.session_id!r}"
-                )
-        rows = []
-        for reward in rewards:
-            stored = reward_pb2.Reward()
-            stored.CopyFrom(reward)
-            if not stored.reward_id:
-                stored.reward_id = uuid.uuid4().hex
-            if not stored.HasField("create_time"):
-                stored.create_time.FromNanoseconds(int(now * 1e9))
-            rows.append(RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now))
-        inserted = self.backend.insert_rewards(rows)
-        return WriteResult(sum(inserted), len(inserted) - sum(inserted))
+            results.append(len(rewards))
+            for reward in rewards:
+                stored = reward_pb2.Reward()
+                stored.CopyFrom(reward)
+                if not stored.reward_id:
+                    stored.reward_id = uuid.uuid4().hex
+                if not stored.HasField("create_time"):
+                    stored.create_time.FromNanoseconds(int(now * 1e9))
+                rows.append(RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now))
+        inserted = iter(self.backend.insert_rewards(rows) if rows else [])
+        for position, result in enumerate(results):
+            if isinstance(result, int):
+                written = sum(next(inserted) for _ in range(result))
+                results[position] = WriteResult(written, result - written)
+        return results
 
-    def _commit_close(self, session_id: str, outcome: int, error_message: str) -> SessionRow:
-        session = self.backend.get_session(session_id)
-        if session is not None and session.state == SESSION_STATE_CLOSED:
-            if session.outcome != outcome:
-                raise FailedPrecondition(
-                    f"session {session_id!r} is already closed with outcome {session.outcome}, not {outcome}"
-                )
-            return session
-        return self.backend.close_session(session_id, outcome, error_message, time.time())
+    def _commit_closes(self, closes: list[SessionClose]) -> list[Any]:
+        sessions = self.backend.get_sessions({close.session_id for close in closes})
+        # Outcomes as they will be once earlier closes in this group commit.
+        outcomes = {s.session_id: s.outcome for s in sessions.values() if s.state == SESSION_STATE_CLOSED}
+        accepted: list[SessionClose] = []
+        results: list[Any] = []
+        for close in closes:
+            outcome = outcomes.setdefault(close.session_id, close.outcome)
+            if outcome != close.outcome:
+                results.append(FailedPrecondition(
+                    f"session {close.session_id!r} is already closed with outcome {outcome}, not {close.outcome}"
+                ))  # fmt: skip
+            else:
+                results.append(None)
+                accepted.append(close)
+        closed = iter(self.backend.close_sessions(accepted, time.time()) if accepted else [])
+        return [next(closed) if result is None else result for result in results]
+
+    def _commit_metadata(self, requests: list[list[MetadataUpdate]]) -> list[Any]:
+        known = self.backend.get_sessions({u.session_id for updates in requests for u in updates}).keys()
+        accepted: list[MetadataUpdate] = []
+        results: list[Any] = []
+        for updates in requests:
+            missing = sorted({u.session_id for u in updates} - known)
+            if missing:
+                results.append(NotFound(f"unknown session(s): {', '.join(missing)}"))
+            else:
+                results.append(updates)
+                accepted += updates
+        changed = self.backend.update_session_metadata(accepted) if accepted else set()
+        return [
+            result if isinstance(result, Exception) else len({u.session_id for u in result} & changed)
+            for result in results
+        ]
 
     def _commit_delete(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
         deleted = self.backend.delete_sessions(session_ids, updated_before)
@@ -343,6 +409,60 @@ class TokenStore:
             if time.monotonic() - last_sent >= self.watch_heartbeat_s:
                 yield [], encode_cursor(self.backend.store_id, seq)
                 last_sent = time.monotonic()
+
+    async def watch_closed_sessions(
+        self, cursor: str, max_batch_size: int
+    ) -> AsyncIterator[tuple[list[SessionRow], str]]:
+        """Yields (sessions closed after the cursor, in close order; cursor after them);
+        an empty list is a heartbeat."""
+        close_seq = decode_cursor(cursor, self.backend.store_id, "closes")
+        limit = page_tokens.page_size(max_batch_size)
+        last_sent = time.monotonic()
+        full_page = False
+        while True:
+            committed = self._committed
+            rows = await asyncio.to_thread(self.backend.sessions_closed_after, close_seq, limit)
+            if rows or full_page:
+                # A message shorter than max_batch_size tells the reader it has caught
+                # up; after a full page with nothing behind it, that is an empty one.
+                full_page = len(rows) == limit
+                close_seq = rows[-1].close_seq if rows else close_seq
+                yield rows, encode_cursor(self.backend.store_id, close_seq, "closes")
+                last_sent = time.monotonic()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
+            if time.monotonic() - last_sent >= self.watch_heartbeat_s:
+                yield [], encode_cursor(self.backend.store_id, close_seq, "closes")
+                last_sent = time.monotonic()
+
+    async def batch_get_sessions(
+        self, session_ids: Sequence[str], view: str
+    ) -> tuple[list[SessionContents], list[str]]:
+        """The sessions that exist, in request order, with their calls and rewards; and
+        the ids that do not. `view` is "basic", "full" or "spliced": stored prompt
+        splices as they are, nothing materialized (see CALL_VIEW_SPLICED)."""
+        validation.check_session_ids(session_ids)
+        wanted = list(dict.fromkeys(session_ids))
+
+        def read() -> tuple[dict[str, SessionRow], list[CallRow], list[RewardRow]]:
+            sessions = self.backend.get_sessions(wanted)
+            return sessions, self.backend.session_call_rows(sessions), self.backend.session_reward_rows(sessions)
+
+        sessions, call_rows, reward_rows = await asyncio.to_thread(read)
+        contents = {sid: SessionContents(sessions[sid], [], []) for sid in wanted if sid in sessions}
+        if view == "spliced":
+            for row in call_rows:
+                call, splice = call_codec.spliced_view(row)
+                contents[call.session_id].calls.append(call)
+                if splice is not None:
+                    contents[call.session_id].splices.append(PromptSplice(*splice))
+        else:
+            for call in await self._render(call_rows, view == "full"):
+                contents[call.session_id].calls.append(call)
+        for row in reward_rows:
+            contents[row.session_id].rewards.append(reward_pb2.Reward.FromString(row.body))
+        return list(contents.values()), [sid for sid in wanted if sid not in sessions]
 
     async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:
         rows, next_token = await self._session_page(
@@ -411,7 +531,9 @@ class TokenStore:
                     and (cached := self._recent.get(row.ref_call_id)) is not None
                 ):
                     tokens[row.ref_call_id] = cached
-        missing = {r.ref_call_id for r in rows if r.ref_call_id and r.ref_call_id not in known | tokens.keys()}
+        # Computed once: a union inside the comprehension would rebuild it per row.
+        have = known.keys() | tokens.keys()
+        missing = {r.ref_call_id for r in rows if r.ref_call_id and r.ref_call_id not in have}
         while missing:
             fetched = self.backend.get_call_rows(missing)
             if len(fetched) != len(missing):
@@ -441,3 +563,23 @@ class TokenStore:
             for row in rows:
                 self._recent.put(row.call_id, tokens[row.call_id])
         return [decoded[row.call_id] for row in rows]
+
+
+def _check_reward_targets(
+    rewards: Sequence[reward_pb2.Reward], known_sessions: Any, step_calls: dict[str, CallRow]
+) -> None:
+    """Every reward scores an existing session, and a step reward a call of that session."""
+    missing = sorted({r.session_id for r in rewards} - set(known_sessions))
+    if missing:
+        raise NotFound(f"unknown session(s): {', '.join(missing)}")
+    for reward in rewards:
+        if reward.WhichOneof("step") != "call_id":
+            continue
+        row = step_calls.get(reward.call_id)
+        if row is None:
+            raise NotFound(f"reward {reward.reward_id!r} scores unknown call {reward.call_id!r}")
+        if row.session_id != reward.session_id:
+            raise InvalidArgument(
+                f"reward {reward.reward_id!r}: call {reward.call_id!r} belongs to session "
+                f"{row.session_id!r}, not {reward.session_id!r}"
+            )

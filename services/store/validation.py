@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import InvalidArgument
-from parity.services.store.records import UNASSIGNED_SESSION
+from parity.services.store.records import UNASSIGNED_SESSION, MetadataUpdate
 
 MAX_BATCH = 1000
+# Metadata updates are small; a batch feed marks every rollout of a batch in one request.
+MAX_METADATA_UPDATES = 10_000
 MAX_ID_LENGTH = 256
 REWARD_LEVEL_STEP = 2
 _VALID_REWARD_LEVELS = (1, 2)
@@ -69,3 +71,32 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
             raise InvalidArgument(f"{where}.step_index must not be negative")
         if not math.isfinite(reward.value):
             raise InvalidArgument(f"{where}.value must be a finite number, got {reward.value}")
+
+
+def check_metadata(metadata: Mapping[str, str], where: str) -> None:
+    for key in metadata:
+        if not key:
+            raise InvalidArgument(f"{where} has an empty key")
+        _check_id(key, f"{where} key {key[:40]!r}")
+
+
+def check_metadata_updates(updates: Sequence[MetadataUpdate]) -> None:
+    if len(updates) > MAX_METADATA_UPDATES:
+        raise InvalidArgument(
+            f"an UpdateSessionMetadata request holds at most {MAX_METADATA_UPDATES} updates, got {len(updates)}"
+        )
+    for position, update in enumerate(updates):
+        where = f"updates[{position}]"
+        if not update.session_id:
+            raise InvalidArgument(f"{where}.session_id is required")
+        check_metadata(update.set_keys, f"{where}.metadata")
+        if any(not key for key in update.remove_keys):
+            raise InvalidArgument(f"{where}.remove_keys has an empty key")
+
+
+def check_session_ids(session_ids: Sequence[str]) -> None:
+    if len(session_ids) > MAX_BATCH:
+        raise InvalidArgument(f"a request names at most {MAX_BATCH} sessions, got {len(session_ids)}")
+    for position, session_id in enumerate(session_ids):
+        if not session_id:
+            raise InvalidArgument(f"session_ids[{position}] is empty")

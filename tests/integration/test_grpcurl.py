@@ -43,11 +43,11 @@ def test_grpcurl_lists_describes_and_health_checks(start_service, name: str) -> 
 
 
 def test_rpcs_not_built_yet_answer_unimplemented(start_service) -> None:
-    service = start_service("assembler")
-    result = grpcurl("-d", '{"session_id": "s"}', service.address, "parity.api.assembler.v1.AssemblerService/GetTrajectory")
+    service = start_service("trainer")
+    result = grpcurl("-d", "{}", service.address, "parity.api.trainer.v1.TrainerService/GetStatus")
     assert result.returncode != 0
     assert "Code: Unimplemented" in result.stderr
-    assert "AssemblerService/GetTrajectory is not implemented yet" in result.stderr
+    assert "TrainerService/GetStatus is not implemented yet" in result.stderr
 
 
 def test_sigterm_shuts_down_gracefully(start_service) -> None:

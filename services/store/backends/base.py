@@ -10,7 +10,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from parity.services.store.records import BackendStats, CallBatch, CallRow, RewardRow, SessionRow
+from parity.services.store.records import (
+    BackendStats,
+    CallBatch,
+    CallRow,
+    MetadataUpdate,
+    RewardRow,
+    SessionClose,
+    SessionRow,
+)
 
 
 class StoreBackend(ABC):
@@ -32,10 +40,15 @@ class StoreBackend(ABC):
         """Insert rewards not already stored; returns, per reward, whether it was new."""
 
     @abstractmethod
-    def close_session(
-        self, session_id: str, outcome: int, error_message: str, time: float
-    ) -> SessionRow:
-        """Mark a session closed, creating it (with no calls) if it does not exist."""
+    def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
+        """Close each session, creating it (with no calls) if it does not exist, and merge
+        its metadata. A session closing now takes the next close sequence number (never
+        reused); one already closed keeps its state and only takes the metadata."""
+
+    @abstractmethod
+    def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
+        """Apply each update, in order, to an existing session; returns the ids of the
+        sessions whose metadata changed."""
 
     @abstractmethod
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
@@ -59,6 +72,22 @@ class StoreBackend(ABC):
 
     @abstractmethod
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]: ...
+
+    @abstractmethod
+    def session_call_rows(self, session_ids: Iterable[str]) -> list[CallRow]:
+        """Every call of the sessions, in commit order."""
+
+    @abstractmethod
+    def session_reward_rows(self, session_ids: Iterable[str]) -> list[RewardRow]:
+        """Every reward of the sessions, in write order."""
+
+    @abstractmethod
+    def get_sessions(self, session_ids: Iterable[str]) -> dict[str, SessionRow]:
+        """The sessions that exist among `session_ids`."""
+
+    @abstractmethod
+    def sessions_closed_after(self, close_seq: int, limit: int) -> list[SessionRow]:
+        """Closed sessions with a close sequence number above `close_seq`, in close order."""
 
     @abstractmethod
     def get_session(self, session_id: str) -> SessionRow | None: ...

@@ -14,7 +14,9 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    MetadataUpdate,
     RewardRow,
+    SessionClose,
     SessionRow,
 )
 
@@ -32,6 +34,9 @@ class MemoryBackend(StoreBackend):
         self._next_call_seq = 1
         self._next_session_key = 1
         self._next_reward_key = 1
+        self._next_close_seq = 1
+        # Closed sessions in close order, for the watch of closes.
+        self._closed: list[SessionRow] = []
 
     def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
         with self._lock:
@@ -85,12 +90,32 @@ class MemoryBackend(StoreBackend):
                 inserted.append(new)
         return inserted
 
-    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+    def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
+        closed = []
         with self._lock:
-            session = self._session_for_write(session_id, [], {}, time)
-            session.state, session.outcome, session.error_message = SESSION_STATE_CLOSED, outcome, error_message
-            session.close_time = session.update_time = time
-            return _copy(session)
+            for close in closes:
+                session = self._session_for_write(close.session_id, [], {}, time)
+                session.metadata.update(close.metadata)
+                if session.state != SESSION_STATE_CLOSED:
+                    session.state, session.outcome, session.error_message = (
+                        SESSION_STATE_CLOSED, close.outcome, close.error_message)  # fmt: skip
+                    session.close_time = session.update_time = time
+                    session.close_seq = self._next_close_seq
+                    self._next_close_seq += 1
+                    self._closed.append(session)
+                closed.append(_copy(session))
+        return closed
+
+    def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
+        changed = set()
+        with self._lock:
+            for update in updates:
+                session = self._sessions[update.session_id]
+                metadata = update.apply(session.metadata)
+                if metadata != session.metadata:
+                    session.metadata = metadata
+                    changed.add(update.session_id)
+        return changed
 
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
         with self._lock:
@@ -105,6 +130,7 @@ class MemoryBackend(StoreBackend):
             self._rewards = {k: r for k, r in self._rewards.items() if r.session_id not in doomed}
             for session_id in doomed:
                 del self._sessions[session_id]
+            self._closed = [session for session in self._closed if session.session_id not in doomed]
             return len(doomed), calls_before - len(self._calls)
 
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
@@ -138,6 +164,25 @@ class MemoryBackend(StoreBackend):
                 key=lambda r: r.key,
             )
         return rows[:limit]
+
+    def session_call_rows(self, session_ids: Iterable[str]) -> list[CallRow]:
+        wanted = set(session_ids)
+        with self._lock:
+            return [row for row in self._calls_by_seq if row.session_id in wanted]
+
+    def session_reward_rows(self, session_ids: Iterable[str]) -> list[RewardRow]:
+        wanted = set(session_ids)
+        with self._lock:
+            return sorted((r for r in self._rewards.values() if r.session_id in wanted), key=lambda r: r.key)
+
+    def get_sessions(self, session_ids: Iterable[str]) -> dict[str, SessionRow]:
+        with self._lock:
+            return {s: _copy(self._sessions[s]) for s in session_ids if s in self._sessions}
+
+    def sessions_closed_after(self, close_seq: int, limit: int) -> list[SessionRow]:
+        with self._lock:
+            start = bisect.bisect_right(self._closed, close_seq, key=lambda session: session.close_seq)
+            return [_copy(session) for session in self._closed[start : start + limit]]
 
     def get_session(self, session_id: str) -> SessionRow | None:
         with self._lock:

@@ -34,7 +34,9 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    MetadataUpdate,
     RewardRow,
+    SessionClose,
     SessionRow,
 )
 
@@ -84,6 +86,17 @@ MIGRATIONS: list[list[str]] = [
             body BYTEA NOT NULL,
             create_time DOUBLE PRECISION NOT NULL)""",
         "CREATE INDEX rewards_by_session ON rewards (session_id, key)",
+    ],
+    [
+        # Close order, numbered from a counter row like calls, so several store
+        # processes close sessions in one order and a number is never reused.
+        "ALTER TABLE sessions ADD COLUMN close_seq BIGINT",
+        # Sessions closed before this version are numbered in the order they closed.
+        "UPDATE sessions SET close_seq = numbered.n FROM (SELECT key, row_number() OVER"
+        " (ORDER BY close_time, key) AS n FROM sessions WHERE close_time IS NOT NULL) AS numbered"
+        " WHERE sessions.key = numbered.key",
+        "CREATE UNIQUE INDEX sessions_by_close_seq ON sessions (close_seq)",
+        "INSERT INTO store_counters SELECT 'close_seq', coalesce(max(close_seq), 0) FROM sessions",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -204,16 +217,50 @@ class PostgresBackend(StoreBackend):
                 inserted.append(cursor.rowcount == 1)
         return inserted
 
-    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+    def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
         db = self._writer
+        closed = []
         with db.transaction():
-            self._insert_sessions([(session_id, [], {}, time)])
-            values = db.execute(
-                "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s, update_time = %s"
-                f" WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
-                (SESSION_STATE_CLOSED, outcome, error_message, time, time, session_id),
-            ).fetchone()
-        return session_from_values(values)
+            self._insert_sessions([(close.session_id, [], {}, time) for close in closes])
+            for close in closes:
+                # Locked for update, so a concurrent store process cannot close it too.
+                session = session_from_values(db.execute(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = %s FOR UPDATE", (close.session_id,)
+                ).fetchone())  # fmt: skip
+                metadata = session.metadata | close.metadata
+                if session.state != SESSION_STATE_CLOSED:
+                    # The counter row stays locked until commit: closes commit in number order.
+                    (seq,) = db.execute(
+                        "UPDATE store_counters SET value = value + 1 WHERE name = 'close_seq' RETURNING value"
+                    ).fetchone()
+                    values = db.execute(
+                        "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s,"
+                        " update_time = %s, close_seq = %s, metadata = %s"
+                        f" WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
+                        (SESSION_STATE_CLOSED, close.outcome, close.error_message, time, time, seq,
+                         Jsonb(metadata), close.session_id),
+                    ).fetchone()  # fmt: skip
+                else:
+                    values = db.execute(
+                        f"UPDATE sessions SET metadata = %s WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
+                        (Jsonb(metadata), close.session_id),
+                    ).fetchone()
+                closed.append(session_from_values(values))
+        return closed
+
+    def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
+        db = self._writer
+        changed = set()
+        with db.transaction():
+            for update in updates:
+                (current,) = db.execute(
+                    "SELECT metadata FROM sessions WHERE session_id = %s FOR UPDATE", (update.session_id,)
+                ).fetchone()
+                metadata = update.apply(current)
+                if metadata != current:
+                    db.execute("UPDATE sessions SET metadata = %s WHERE session_id = %s", (Jsonb(metadata), update.session_id))
+                    changed.add(update.session_id)
+        return changed
 
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
         db = self._writer
@@ -270,6 +317,31 @@ class PostgresBackend(StoreBackend):
             (session_id, after_key, limit),
         )
         return [reward_from_values(v) for v in rows]
+
+    def session_call_rows(self, session_ids: Iterable[str]) -> list[CallRow]:
+        rows = self._reader().execute(
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id = ANY(%s) ORDER BY seq", (list(session_ids),)
+        )
+        return [call_from_values(v) for v in rows]
+
+    def session_reward_rows(self, session_ids: Iterable[str]) -> list[RewardRow]:
+        rows = self._reader().execute(
+            f"SELECT {REWARD_COLUMNS} FROM rewards WHERE session_id = ANY(%s) ORDER BY key", (list(session_ids),)
+        )
+        return [reward_from_values(v) for v in rows]
+
+    def get_sessions(self, session_ids: Iterable[str]) -> dict[str, SessionRow]:
+        rows = self._reader().execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ANY(%s)", (list(session_ids),)
+        )
+        return {session.session_id: session for session in map(session_from_values, rows)}
+
+    def sessions_closed_after(self, close_seq: int, limit: int) -> list[SessionRow]:
+        rows = self._reader().execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE close_seq > %s ORDER BY close_seq LIMIT %s",
+            (close_seq, limit),
+        )
+        return [session_from_values(v) for v in rows]
 
     def get_session(self, session_id: str) -> SessionRow | None:
         values = self._reader().execute(

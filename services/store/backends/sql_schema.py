@@ -15,7 +15,7 @@ CALL_COLUMNS = (
 )
 SESSION_COLUMNS = (
     "key, session_id, parent_session_ids, metadata, state, outcome, error_message, "
-    "call_count, create_time, update_time, close_time"
+    "call_count, create_time, update_time, close_time, close_seq"
 )
 REWARD_COLUMNS = "key, reward_id, session_id, body, create_time"
 
@@ -51,7 +51,7 @@ def call_from_values(values: tuple[Any, ...]) -> CallRow:
 
 def session_from_values(values: tuple[Any, ...]) -> SessionRow:
     (key, session_id, parents, metadata, state, outcome, error_message, call_count, create_time,
-     update_time, close_time) = values  # fmt: skip
+     update_time, close_time, close_seq) = values  # fmt: skip
     return SessionRow(
         session_id=session_id,
         parent_session_ids=_json(parents),
@@ -64,6 +64,7 @@ def session_from_values(values: tuple[Any, ...]) -> SessionRow:
         update_time=update_time,
         close_time=close_time,
         key=key,
+        close_seq=close_seq or 0,
     )
 
 

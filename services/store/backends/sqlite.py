@@ -37,7 +37,9 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    MetadataUpdate,
     RewardRow,
+    SessionClose,
     SessionRow,
 )
 
@@ -88,6 +90,18 @@ MIGRATIONS: list[list[str]] = [
             body BLOB NOT NULL,
             create_time REAL NOT NULL)""",
         "CREATE INDEX rewards_by_session ON rewards (session_id, key)",
+    ],
+    [
+        # Close order, for the watch of closes. A counter rather than max(close_seq) + 1,
+        # so a number is never reused after the session holding it is deleted.
+        "ALTER TABLE sessions ADD COLUMN close_seq INTEGER",
+        # Sessions closed before this version are numbered in the order they closed.
+        "UPDATE sessions SET close_seq = numbered.n FROM (SELECT key, row_number() OVER"
+        " (ORDER BY close_time, key) AS n FROM sessions WHERE close_time IS NOT NULL) AS numbered"
+        " WHERE sessions.key = numbered.key",
+        "CREATE UNIQUE INDEX sessions_by_close_seq ON sessions (close_seq)",
+        "CREATE TABLE store_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "INSERT INTO store_counters SELECT 'close_seq', coalesce(max(close_seq), 0) FROM sessions",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -225,16 +239,46 @@ class SqliteBackend(StoreBackend):
                 inserted.append(db.changes() == 1)
         return inserted
 
-    def close_session(self, session_id: str, outcome: int, error_message: str, time: float) -> SessionRow:
+    def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
         db = self._writer
+        closed = []
         with db:
-            self._insert_sessions([(session_id, [], {}, time)])
-            db.execute(
-                "UPDATE sessions SET state = ?, outcome = ?, error_message = ?, close_time = ?, update_time = ?"
-                " WHERE session_id = ?",
-                (SESSION_STATE_CLOSED, outcome, error_message, time, time, session_id),
-            )
-            return self._session(db, session_id)  # type: ignore[return-value]
+            self._insert_sessions([(close.session_id, [], {}, time) for close in closes])
+            next_seq = db.execute("SELECT value FROM store_counters WHERE name = 'close_seq'").fetchall()[0][0] + 1
+            for close in closes:
+                session = self._session(db, close.session_id)
+                assert session is not None
+                metadata = session.metadata | close.metadata
+                if session.state != SESSION_STATE_CLOSED:
+                    db.execute(
+                        "UPDATE sessions SET state = ?, outcome = ?, error_message = ?, close_time = ?,"
+                        " update_time = ?, close_seq = ?, metadata = ? WHERE session_id = ?",
+                        (SESSION_STATE_CLOSED, close.outcome, close.error_message, time, time, next_seq,
+                         _json(metadata), close.session_id),
+                    )  # fmt: skip
+                    next_seq += 1
+                elif metadata != session.metadata:
+                    db.execute("UPDATE sessions SET metadata = ? WHERE session_id = ?", (_json(metadata), close.session_id))
+                closed.append(self._session(db, close.session_id))
+            db.execute("UPDATE store_counters SET value = ? WHERE name = 'close_seq'", (next_seq - 1,))
+        return closed  # type: ignore[return-value]
+
+    def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
+        db = self._writer
+        changed = set()
+        with db:
+            for update in updates:
+                # A JSON merge patch (RFC 7396): a null value removes its key. The
+                # comparison is on minified JSON, so a no-op patch changes nothing.
+                patch = json.dumps(update.set_keys | dict.fromkeys(update.remove_keys))
+                db.execute(
+                    "UPDATE sessions SET metadata = json_patch(metadata, ?1)"
+                    " WHERE session_id = ?2 AND json(metadata) != json_patch(metadata, ?1)",
+                    (patch, update.session_id),
+                )
+                if db.changes():
+                    changed.add(update.session_id)
+        return changed
 
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
         db = self._writer
@@ -304,6 +348,42 @@ class SqliteBackend(StoreBackend):
             for v in self._reader().execute(
                 f"SELECT {REWARD_COLUMNS} FROM rewards WHERE session_id = ? AND key > ? ORDER BY key LIMIT ?",
                 (session_id, after_key, limit),
+            )
+        ]
+
+    def session_call_rows(self, session_ids: Iterable[str]) -> list[CallRow]:
+        rows = []
+        for chunk in _chunks(list(session_ids)):
+            marks = ",".join("?" * len(chunk))
+            rows += map(call_from_values, self._reader().execute(
+                f"SELECT {CALL_COLUMNS} FROM calls WHERE session_id IN ({marks}) ORDER BY seq", chunk))  # fmt: skip
+        return sorted(rows, key=lambda row: row.seq)
+
+    def session_reward_rows(self, session_ids: Iterable[str]) -> list[RewardRow]:
+        rows = []
+        for chunk in _chunks(list(session_ids)):
+            marks = ",".join("?" * len(chunk))
+            rows += map(reward_from_values, self._reader().execute(
+                f"SELECT {REWARD_COLUMNS} FROM rewards WHERE session_id IN ({marks}) ORDER BY key", chunk))  # fmt: skip
+        return sorted(rows, key=lambda row: row.key)
+
+    def get_sessions(self, session_ids: Iterable[str]) -> dict[str, SessionRow]:
+        found = {}
+        for chunk in _chunks(list(session_ids)):
+            marks = ",".join("?" * len(chunk))
+            for values in self._reader().execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id IN ({marks})", chunk
+            ):
+                session = session_from_values(values)
+                found[session.session_id] = session
+        return found
+
+    def sessions_closed_after(self, close_seq: int, limit: int) -> list[SessionRow]:
+        return [
+            session_from_values(v)
+            for v in self._reader().execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE close_seq > ? ORDER BY close_seq LIMIT ?",
+                (close_seq, limit),
             )
         ]
 

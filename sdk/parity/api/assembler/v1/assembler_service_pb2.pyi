@@ -33,20 +33,22 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
     reward: float
     group_id: str
     episode_id: str
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ...) -> None: ...
+    group_size: int
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)
@@ -129,3 +131,39 @@ class StreamBatchesResponse(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     batch: _batch_pb2.Batch
     def __init__(self, batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("closed_session_count", "pending_group_count", "delivered_batch_count", "acknowledged_batch_count", "delivered_sample_count", "filtered_counts", "error_counts")
+    class FilteredCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ErrorCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CLOSED_SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_GROUP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_SAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    closed_session_count: int
+    pending_group_count: int
+    delivered_batch_count: int
+    acknowledged_batch_count: int
+    delivered_sample_count: int
+    filtered_counts: _containers.ScalarMap[str, int]
+    error_counts: _containers.ScalarMap[str, int]
+    def __init__(self, closed_session_count: _Optional[int] = ..., pending_group_count: _Optional[int] = ..., delivered_batch_count: _Optional[int] = ..., acknowledged_batch_count: _Optional[int] = ..., delivered_sample_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., error_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...

@@ -61,6 +61,11 @@ class AssemblerServiceStub:
                 request_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/parity.api.assembler.v1.AssemblerService/GetStats',
+                request_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class AssemblerServiceServicer:
@@ -106,6 +111,14 @@ class AssemblerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """GetStats reports what the assembler has seen, built, filtered and
+        delivered since it started, and the bad input it refused or recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssemblerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -133,6 +146,11 @@ def add_AssemblerServiceServicer_to_server(servicer, server):
                     servicer.StreamBatches,
                     request_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.FromString,
                     response_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +290,33 @@ class AssemblerService:
             '/parity.api.assembler.v1.AssemblerService/StreamBatches',
             parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.SerializeToString,
             parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.assembler.v1.AssemblerService/GetStats',
+            parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsRequest.SerializeToString,
+            parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

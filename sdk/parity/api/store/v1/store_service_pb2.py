@@ -28,13 +28,17 @@ from parity.api.common.v1 import reward_pb2 as parity_dot_api_dot_common_dot_v1_
 from parity.api.common.v1 import session_pb2 as parity_dot_api_dot_common_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'parity/api/store/v1/store_service.proto\x12\x13parity.api.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#parity/api/common/v1/llm_call.proto\x1a!parity/api/common/v1/reward.proto\x1a\"parity/api/common/v1/session.proto\"A\n\x11WriteCallsRequest\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\"D\n\x12WriteCallsResponse\x12\x15\n\rwritten_count\x18\x01 \x01(\x05\x12\x17\n\x0f\x64uplicate_count\x18\x02 \x01(\x05\"N\n\x0eGetCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12+\n\x04view\x18\x02 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\">\n\x0fGetCallResponse\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.LlmCall\"z\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12+\n\x04view\x18\x04 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\"Z\n\x11ListCallsResponse\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x11WatchCallsRequest\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12+\n\x04view\x18\x02 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\x12\x16\n\x0emax_batch_size\x18\x03 \x01(\x05\"R\n\x12WatchCallsResponse\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"D\n\x13WriteRewardsRequest\x12-\n\x07rewards\x18\x01 \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\"F\n\x14WriteRewardsResponse\x12\x15\n\rwritten_count\x18\x01 \x01(\x05\x12\x17\n\x0f\x64uplicate_count\x18\x02 \x01(\x05\"O\n\x12ListRewardsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"]\n\x13ListRewardsResponse\x12-\n\x07rewards\x18\x01 \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"D\n\x12GetSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"\x8a\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".parity.api.common.v1.SessionState\x12\x19\n\x11parent_session_id\x18\x04 \x01(\t\"`\n\x14ListSessionsResponse\x12/\n\x08sessions\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"w\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x03 \x01(\t\"F\n\x14\x43loseSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"`\n\x15\x44\x65leteSessionsRequest\x12\x13\n\x0bsession_ids\x18\x01 \x03(\t\x12\x32\n\x0eupdated_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\x16\x44\x65leteSessionsResponse\x12\x1d\n\x15\x64\x65leted_session_count\x18\x01 \x01(\x03\x12\x1a\n\x12\x64\x65leted_call_count\x18\x02 \x01(\x03\"\x16\n\x14GetStoreStatsRequest\"\xb6\x01\n\x15GetStoreStatsResponse\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x15\n\rsession_count\x18\x02 \x01(\x03\x12\x12\n\ncall_count\x18\x03 \x01(\x03\x12\x14\n\x0creward_count\x18\x04 \x01(\x03\x12\x1b\n\x13logical_token_count\x18\x05 \x01(\x03\x12\x15\n\rbytes_on_disk\x18\x06 \x01(\x03\x12\x17\n\x0f\x62ytes_per_token\x18\x07 \x01(\x01*N\n\x08\x43\x61llView\x12\x19\n\x15\x43\x41LL_VIEW_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43\x41LL_VIEW_BASIC\x10\x01\x12\x12\n\x0e\x43\x41LL_VIEW_FULL\x10\x02\x32\xf5\x08\n\x11TokenStoreService\x12]\n\nWriteCalls\x12&.parity.api.store.v1.WriteCallsRequest\x1a\'.parity.api.store.v1.WriteCallsResponse\x12Y\n\x07GetCall\x12#.parity.api.store.v1.GetCallRequest\x1a$.parity.api.store.v1.GetCallResponse\"\x03\x90\x02\x01\x12_\n\tListCalls\x12%.parity.api.store.v1.ListCallsRequest\x1a&.parity.api.store.v1.ListCallsResponse\"\x03\x90\x02\x01\x12\x64\n\nWatchCalls\x12&.parity.api.store.v1.WatchCallsRequest\x1a\'.parity.api.store.v1.WatchCallsResponse\"\x03\x90\x02\x01\x30\x01\x12\x63\n\x0cWriteRewards\x12(.parity.api.store.v1.WriteRewardsRequest\x1a).parity.api.store.v1.WriteRewardsResponse\x12\x65\n\x0bListRewards\x12\'.parity.api.store.v1.ListRewardsRequest\x1a(.parity.api.store.v1.ListRewardsResponse\"\x03\x90\x02\x01\x12\x62\n\nGetSession\x12&.parity.api.store.v1.GetSessionRequest\x1a\'.parity.api.store.v1.GetSessionResponse\"\x03\x90\x02\x01\x12h\n\x0cListSessions\x12(.parity.api.store.v1.ListSessionsRequest\x1a).parity.api.store.v1.ListSessionsResponse\"\x03\x90\x02\x01\x12h\n\x0c\x43loseSession\x12(.parity.api.store.v1.CloseSessionRequest\x1a).parity.api.store.v1.CloseSessionResponse\"\x03\x90\x02\x02\x12n\n\x0e\x44\x65leteSessions\x12*.parity.api.store.v1.DeleteSessionsRequest\x1a+.parity.api.store.v1.DeleteSessionsResponse\"\x03\x90\x02\x02\x12k\n\rGetStoreStats\x12).parity.api.store.v1.GetStoreStatsRequest\x1a*.parity.api.store.v1.GetStoreStatsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'parity/api/store/v1/store_service.proto\x12\x13parity.api.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#parity/api/common/v1/llm_call.proto\x1a!parity/api/common/v1/reward.proto\x1a\"parity/api/common/v1/session.proto\"A\n\x11WriteCallsRequest\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\"D\n\x12WriteCallsResponse\x12\x15\n\rwritten_count\x18\x01 \x01(\x05\x12\x17\n\x0f\x64uplicate_count\x18\x02 \x01(\x05\"N\n\x0eGetCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12+\n\x04view\x18\x02 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\">\n\x0fGetCallResponse\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.LlmCall\"z\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12+\n\x04view\x18\x04 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\"Z\n\x11ListCallsResponse\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x11WatchCallsRequest\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12+\n\x04view\x18\x02 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\x12\x16\n\x0emax_batch_size\x18\x03 \x01(\x05\"R\n\x12WatchCallsResponse\x12,\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"D\n\x13WriteRewardsRequest\x12-\n\x07rewards\x18\x01 \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\"F\n\x14WriteRewardsResponse\x12\x15\n\rwritten_count\x18\x01 \x01(\x05\x12\x17\n\x0f\x64uplicate_count\x18\x02 \x01(\x05\"O\n\x12ListRewardsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"]\n\x13ListRewardsResponse\x12-\n\x07rewards\x18\x01 \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"D\n\x12GetSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"\x8a\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".parity.api.common.v1.SessionState\x12\x19\n\x11parent_session_id\x18\x04 \x01(\t\"`\n\x14ListSessionsResponse\x12/\n\x08sessions\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf2\x01\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12H\n\x08metadata\x18\x04 \x03(\x0b\x32\x36.parity.api.store.v1.CloseSessionRequest.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x14\x43loseSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"D\n\x1aWatchClosedSessionsRequest\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\"^\n\x1bWatchClosedSessionsResponse\x12/\n\x08sessions\x18\x01 \x03(\x0b\x32\x1d.parity.api.common.v1.Session\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"[\n\x17\x42\x61tchGetSessionsRequest\x12\x13\n\x0bsession_ids\x18\x01 \x03(\t\x12+\n\x04view\x18\x02 \x01(\x0e\x32\x1d.parity.api.store.v1.CallView\"\xd9\x01\n\x0fSessionContents\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\x12,\n\x05\x63\x61lls\x18\x02 \x03(\x0b\x32\x1d.parity.api.common.v1.LlmCall\x12-\n\x07rewards\x18\x03 \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\x12\x39\n\x0eprompt_splices\x18\x04 \x03(\x0b\x32!.parity.api.store.v1.PromptSplice\"\x9c\x01\n\x0cPromptSplice\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x14\n\x0c\x62\x61se_call_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61se_choice\x18\x03 \x01(\x05\x12\x1a\n\x12prefix_token_count\x18\x04 \x01(\x05\x12\x1a\n\x12suffix_token_count\x18\x05 \x01(\x05\x12\x18\n\x10middle_token_ids\x18\x06 \x01(\x0c\"o\n\x18\x42\x61tchGetSessionsResponse\x12\x36\n\x08sessions\x18\x01 \x03(\x0b\x32$.parity.api.store.v1.SessionContents\x12\x1b\n\x13missing_session_ids\x18\x02 \x03(\t\"\xbd\x01\n\x15SessionMetadataUpdate\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12J\n\x08metadata\x18\x02 \x03(\x0b\x32\x38.parity.api.store.v1.SessionMetadataUpdate.MetadataEntry\x12\x13\n\x0bremove_keys\x18\x03 \x03(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"[\n\x1cUpdateSessionMetadataRequest\x12;\n\x07updates\x18\x01 \x03(\x0b\x32*.parity.api.store.v1.SessionMetadataUpdate\"6\n\x1dUpdateSessionMetadataResponse\x12\x15\n\rupdated_count\x18\x01 \x01(\x05\"`\n\x15\x44\x65leteSessionsRequest\x12\x13\n\x0bsession_ids\x18\x01 \x03(\t\x12\x32\n\x0eupdated_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\x16\x44\x65leteSessionsResponse\x12\x1d\n\x15\x64\x65leted_session_count\x18\x01 \x01(\x03\x12\x1a\n\x12\x64\x65leted_call_count\x18\x02 \x01(\x03\"\x16\n\x14GetStoreStatsRequest\"\xb6\x01\n\x15GetStoreStatsResponse\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x15\n\rsession_count\x18\x02 \x01(\x03\x12\x12\n\ncall_count\x18\x03 \x01(\x03\x12\x14\n\x0creward_count\x18\x04 \x01(\x03\x12\x1b\n\x13logical_token_count\x18\x05 \x01(\x03\x12\x15\n\rbytes_on_disk\x18\x06 \x01(\x03\x12\x17\n\x0f\x62ytes_per_token\x18\x07 \x01(\x01*e\n\x08\x43\x61llView\x12\x19\n\x15\x43\x41LL_VIEW_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43\x41LL_VIEW_BASIC\x10\x01\x12\x12\n\x0e\x43\x41LL_VIEW_FULL\x10\x02\x12\x15\n\x11\x43\x41LL_VIEW_SPLICED\x10\x03\x32\xf2\x0b\n\x11TokenStoreService\x12]\n\nWriteCalls\x12&.parity.api.store.v1.WriteCallsRequest\x1a\'.parity.api.store.v1.WriteCallsResponse\x12Y\n\x07GetCall\x12#.parity.api.store.v1.GetCallRequest\x1a$.parity.api.store.v1.GetCallResponse\"\x03\x90\x02\x01\x12_\n\tListCalls\x12%.parity.api.store.v1.ListCallsRequest\x1a&.parity.api.store.v1.ListCallsResponse\"\x03\x90\x02\x01\x12\x64\n\nWatchCalls\x12&.parity.api.store.v1.WatchCallsRequest\x1a\'.parity.api.store.v1.WatchCallsResponse\"\x03\x90\x02\x01\x30\x01\x12\x63\n\x0cWriteRewards\x12(.parity.api.store.v1.WriteRewardsRequest\x1a).parity.api.store.v1.WriteRewardsResponse\x12\x65\n\x0bListRewards\x12\'.parity.api.store.v1.ListRewardsRequest\x1a(.parity.api.store.v1.ListRewardsResponse\"\x03\x90\x02\x01\x12\x62\n\nGetSession\x12&.parity.api.store.v1.GetSessionRequest\x1a\'.parity.api.store.v1.GetSessionResponse\"\x03\x90\x02\x01\x12h\n\x0cListSessions\x12(.parity.api.store.v1.ListSessionsRequest\x1a).parity.api.store.v1.ListSessionsResponse\"\x03\x90\x02\x01\x12h\n\x0c\x43loseSession\x12(.parity.api.store.v1.CloseSessionRequest\x1a).parity.api.store.v1.CloseSessionResponse\"\x03\x90\x02\x02\x12\x7f\n\x13WatchClosedSessions\x12/.parity.api.store.v1.WatchClosedSessionsRequest\x1a\x30.parity.api.store.v1.WatchClosedSessionsResponse\"\x03\x90\x02\x01\x30\x01\x12t\n\x10\x42\x61tchGetSessions\x12,.parity.api.store.v1.BatchGetSessionsRequest\x1a-.parity.api.store.v1.BatchGetSessionsResponse\"\x03\x90\x02\x01\x12\x83\x01\n\x15UpdateSessionMetadata\x12\x31.parity.api.store.v1.UpdateSessionMetadataRequest\x1a\x32.parity.api.store.v1.UpdateSessionMetadataResponse\"\x03\x90\x02\x02\x12n\n\x0e\x44\x65leteSessions\x12*.parity.api.store.v1.DeleteSessionsRequest\x1a+.parity.api.store.v1.DeleteSessionsResponse\"\x03\x90\x02\x02\x12k\n\rGetStoreStats\x12).parity.api.store.v1.GetStoreStatsRequest\x1a*.parity.api.store.v1.GetStoreStatsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parity.api.store.v1.store_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_CLOSESESSIONREQUEST_METADATAENTRY']._loaded_options = None
+  _globals['_CLOSESESSIONREQUEST_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_SESSIONMETADATAUPDATE_METADATAENTRY']._loaded_options = None
+  _globals['_SESSIONMETADATAUPDATE_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_TOKENSTORESERVICE'].methods_by_name['GetCall']._loaded_options = None
   _globals['_TOKENSTORESERVICE'].methods_by_name['GetCall']._serialized_options = b'\220\002\001'
   _globals['_TOKENSTORESERVICE'].methods_by_name['ListCalls']._loaded_options = None
@@ -49,12 +53,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENSTORESERVICE'].methods_by_name['ListSessions']._serialized_options = b'\220\002\001'
   _globals['_TOKENSTORESERVICE'].methods_by_name['CloseSession']._loaded_options = None
   _globals['_TOKENSTORESERVICE'].methods_by_name['CloseSession']._serialized_options = b'\220\002\002'
+  _globals['_TOKENSTORESERVICE'].methods_by_name['WatchClosedSessions']._loaded_options = None
+  _globals['_TOKENSTORESERVICE'].methods_by_name['WatchClosedSessions']._serialized_options = b'\220\002\001'
+  _globals['_TOKENSTORESERVICE'].methods_by_name['BatchGetSessions']._loaded_options = None
+  _globals['_TOKENSTORESERVICE'].methods_by_name['BatchGetSessions']._serialized_options = b'\220\002\001'
+  _globals['_TOKENSTORESERVICE'].methods_by_name['UpdateSessionMetadata']._loaded_options = None
+  _globals['_TOKENSTORESERVICE'].methods_by_name['UpdateSessionMetadata']._serialized_options = b'\220\002\002'
   _globals['_TOKENSTORESERVICE'].methods_by_name['DeleteSessions']._loaded_options = None
   _globals['_TOKENSTORESERVICE'].methods_by_name['DeleteSessions']._serialized_options = b'\220\002\002'
   _globals['_TOKENSTORESERVICE'].methods_by_name['GetStoreStats']._loaded_options = None
   _globals['_TOKENSTORESERVICE'].methods_by_name['GetStoreStats']._serialized_options = b'\220\002\001'
-  _globals['_CALLVIEW']._serialized_start=2145
-  _globals['_CALLVIEW']._serialized_end=2223
+  _globals['_CALLVIEW']._serialized_start=3361
+  _globals['_CALLVIEW']._serialized_end=3462
   _globals['_WRITECALLSREQUEST']._serialized_start=205
   _globals['_WRITECALLSREQUEST']._serialized_end=270
   _globals['_WRITECALLSRESPONSE']._serialized_start=272
@@ -87,18 +97,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTSESSIONSREQUEST']._serialized_end=1460
   _globals['_LISTSESSIONSRESPONSE']._serialized_start=1462
   _globals['_LISTSESSIONSRESPONSE']._serialized_end=1558
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1560
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1679
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1681
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1751
-  _globals['_DELETESESSIONSREQUEST']._serialized_start=1753
-  _globals['_DELETESESSIONSREQUEST']._serialized_end=1849
-  _globals['_DELETESESSIONSRESPONSE']._serialized_start=1851
-  _globals['_DELETESESSIONSRESPONSE']._serialized_end=1934
-  _globals['_GETSTORESTATSREQUEST']._serialized_start=1936
-  _globals['_GETSTORESTATSREQUEST']._serialized_end=1958
-  _globals['_GETSTORESTATSRESPONSE']._serialized_start=1961
-  _globals['_GETSTORESTATSRESPONSE']._serialized_end=2143
-  _globals['_TOKENSTORESERVICE']._serialized_start=2226
-  _globals['_TOKENSTORESERVICE']._serialized_end=3367
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1561
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1803
+  _globals['_CLOSESESSIONREQUEST_METADATAENTRY']._serialized_start=1756
+  _globals['_CLOSESESSIONREQUEST_METADATAENTRY']._serialized_end=1803
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1805
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1875
+  _globals['_WATCHCLOSEDSESSIONSREQUEST']._serialized_start=1877
+  _globals['_WATCHCLOSEDSESSIONSREQUEST']._serialized_end=1945
+  _globals['_WATCHCLOSEDSESSIONSRESPONSE']._serialized_start=1947
+  _globals['_WATCHCLOSEDSESSIONSRESPONSE']._serialized_end=2041
+  _globals['_BATCHGETSESSIONSREQUEST']._serialized_start=2043
+  _globals['_BATCHGETSESSIONSREQUEST']._serialized_end=2134
+  _globals['_SESSIONCONTENTS']._serialized_start=2137
+  _globals['_SESSIONCONTENTS']._serialized_end=2354
+  _globals['_PROMPTSPLICE']._serialized_start=2357
+  _globals['_PROMPTSPLICE']._serialized_end=2513
+  _globals['_BATCHGETSESSIONSRESPONSE']._serialized_start=2515
+  _globals['_BATCHGETSESSIONSRESPONSE']._serialized_end=2626
+  _globals['_SESSIONMETADATAUPDATE']._serialized_start=2629
+  _globals['_SESSIONMETADATAUPDATE']._serialized_end=2818
+  _globals['_SESSIONMETADATAUPDATE_METADATAENTRY']._serialized_start=1756
+  _globals['_SESSIONMETADATAUPDATE_METADATAENTRY']._serialized_end=1803
+  _globals['_UPDATESESSIONMETADATAREQUEST']._serialized_start=2820
+  _globals['_UPDATESESSIONMETADATAREQUEST']._serialized_end=2911
+  _globals['_UPDATESESSIONMETADATARESPONSE']._serialized_start=2913
+  _globals['_UPDATESESSIONMETADATARESPONSE']._serialized_end=2967
+  _globals['_DELETESESSIONSREQUEST']._serialized_start=2969
+  _globals['_DELETESESSIONSREQUEST']._serialized_end=3065
+  _globals['_DELETESESSIONSRESPONSE']._serialized_start=3067
+  _globals['_DELETESESSIONSRESPONSE']._serialized_end=3150
+  _globals['_GETSTORESTATSREQUEST']._serialized_start=3152
+  _globals['_GETSTORESTATSREQUEST']._serialized_end=3174
+  _globals['_GETSTORESTATSRESPONSE']._serialized_start=3177
+  _globals['_GETSTORESTATSRESPONSE']._serialized_end=3359
+  _globals['_TOKENSTORESERVICE']._serialized_start=3465
+  _globals['_TOKENSTORESERVICE']._serialized_end=4987
 # @@protoc_insertion_point(module_scope)

@@ -18,9 +18,11 @@ class CallView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALL_VIEW_UNSPECIFIED: _ClassVar[CallView]
     CALL_VIEW_BASIC: _ClassVar[CallView]
     CALL_VIEW_FULL: _ClassVar[CallView]
+    CALL_VIEW_SPLICED: _ClassVar[CallView]
 CALL_VIEW_UNSPECIFIED: CallView
 CALL_VIEW_BASIC: CallView
 CALL_VIEW_FULL: CallView
+CALL_VIEW_SPLICED: CallView
 
 class WriteCallsRequest(_message.Message):
     __slots__ = ("calls",)
@@ -153,20 +155,118 @@ class ListSessionsResponse(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[_session_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message")
+    __slots__ = ("session_id", "outcome", "error_message", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)
     SESSION_FIELD_NUMBER: _ClassVar[int]
     session: _session_pb2.Session
     def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class WatchClosedSessionsRequest(_message.Message):
+    __slots__ = ("cursor", "max_batch_size")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    cursor: str
+    max_batch_size: int
+    def __init__(self, cursor: _Optional[str] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
+
+class WatchClosedSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "cursor")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_session_pb2.Session]
+    cursor: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_session_pb2.Session, _Mapping]]] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class BatchGetSessionsRequest(_message.Message):
+    __slots__ = ("session_ids", "view")
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    view: CallView
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., view: _Optional[_Union[CallView, str]] = ...) -> None: ...
+
+class SessionContents(_message.Message):
+    __slots__ = ("session", "calls", "rewards", "prompt_splices")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_SPLICES_FIELD_NUMBER: _ClassVar[int]
+    session: _session_pb2.Session
+    calls: _containers.RepeatedCompositeFieldContainer[_llm_call_pb2.LlmCall]
+    rewards: _containers.RepeatedCompositeFieldContainer[_reward_pb2.Reward]
+    prompt_splices: _containers.RepeatedCompositeFieldContainer[PromptSplice]
+    def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., prompt_splices: _Optional[_Iterable[_Union[PromptSplice, _Mapping]]] = ...) -> None: ...
+
+class PromptSplice(_message.Message):
+    __slots__ = ("call_id", "base_call_id", "base_choice", "prefix_token_count", "suffix_token_count", "middle_token_ids")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUFFIX_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MIDDLE_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    base_call_id: str
+    base_choice: int
+    prefix_token_count: int
+    suffix_token_count: int
+    middle_token_ids: bytes
+    def __init__(self, call_id: _Optional[str] = ..., base_call_id: _Optional[str] = ..., base_choice: _Optional[int] = ..., prefix_token_count: _Optional[int] = ..., suffix_token_count: _Optional[int] = ..., middle_token_ids: _Optional[bytes] = ...) -> None: ...
+
+class BatchGetSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "missing_session_ids")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionContents]
+    missing_session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionContents, _Mapping]]] = ..., missing_session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SessionMetadataUpdate(_message.Message):
+    __slots__ = ("session_id", "metadata", "remove_keys")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    metadata: _containers.ScalarMap[str, str]
+    remove_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., remove_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateSessionMetadataRequest(_message.Message):
+    __slots__ = ("updates",)
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    updates: _containers.RepeatedCompositeFieldContainer[SessionMetadataUpdate]
+    def __init__(self, updates: _Optional[_Iterable[_Union[SessionMetadataUpdate, _Mapping]]] = ...) -> None: ...
+
+class UpdateSessionMetadataResponse(_message.Message):
+    __slots__ = ("updated_count",)
+    UPDATED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    updated_count: int
+    def __init__(self, updated_count: _Optional[int] = ...) -> None: ...
 
 class DeleteSessionsRequest(_message.Message):
     __slots__ = ("session_ids", "updated_before")

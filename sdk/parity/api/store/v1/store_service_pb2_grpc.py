@@ -81,6 +81,21 @@ class TokenStoreServiceStub:
                 request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.WatchClosedSessions = channel.unary_stream(
+                '/parity.api.store.v1.TokenStoreService/WatchClosedSessions',
+                request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsResponse.FromString,
+                _registered_method=True)
+        self.BatchGetSessions = channel.unary_unary(
+                '/parity.api.store.v1.TokenStoreService/BatchGetSessions',
+                request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsResponse.FromString,
+                _registered_method=True)
+        self.UpdateSessionMetadata = channel.unary_unary(
+                '/parity.api.store.v1.TokenStoreService/UpdateSessionMetadata',
+                request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataResponse.FromString,
+                _registered_method=True)
         self.DeleteSessions = channel.unary_unary(
                 '/parity.api.store.v1.TokenStoreService/DeleteSessions',
                 request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.DeleteSessionsRequest.SerializeToString,
@@ -159,7 +174,32 @@ class TokenStoreServiceServicer:
 
     def CloseSession(self, request, context):
         """CloseSession marks a session complete. Closing a closed session with the
-        same outcome is a no-op.
+        same outcome changes nothing but the metadata it merges.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchClosedSessions(self, request, context):
+        """WatchClosedSessions streams every session closed after a cursor, in the
+        order the closes committed, then tails new closes. Resuming from the last
+        cursor received misses nothing and repeats nothing, across store restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchGetSessions(self, request, context):
+        """BatchGetSessions returns many sessions with their calls and rewards, for
+        readers that assemble sessions in bulk.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSessionMetadata(self, request, context):
+        """UpdateSessionMetadata sets and removes metadata keys of many sessions in
+        one transaction. NOT_FOUND, and nothing written, if a session is unknown.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,6 +266,21 @@ def add_TokenStoreServiceServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionRequest.FromString,
                     response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'WatchClosedSessions': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchClosedSessions,
+                    request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsResponse.SerializeToString,
+            ),
+            'BatchGetSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchGetSessions,
+                    request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsResponse.SerializeToString,
+            ),
+            'UpdateSessionMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSessionMetadata,
+                    request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataRequest.FromString,
+                    response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataResponse.SerializeToString,
             ),
             'DeleteSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSessions,
@@ -483,6 +538,87 @@ class TokenStoreService:
             '/parity.api.store.v1.TokenStoreService/CloseSession',
             parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionRequest.SerializeToString,
             parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchClosedSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/parity.api.store.v1.TokenStoreService/WatchClosedSessions',
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsRequest.SerializeToString,
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WatchClosedSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchGetSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.store.v1.TokenStoreService/BatchGetSessions',
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsRequest.SerializeToString,
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.BatchGetSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSessionMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.store.v1.TokenStoreService/UpdateSessionMetadata',
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataRequest.SerializeToString,
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.UpdateSessionMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

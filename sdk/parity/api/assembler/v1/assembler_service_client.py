@@ -1,0 +1,32 @@
+"""Typed client for `parity.api.assembler.v1.AssemblerService`. Generated from protos/ by scripts/generate_protos.py. Do not edit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
+from parity.clients.base import ServiceClient
+
+
+class AssemblerClient(ServiceClient):
+    """AssemblerService over a shared channel. Unary calls have a deadline and are retried on
+    UNAVAILABLE; every method raises parity.RPCError on failure."""
+
+    def __init__(self, address: str, **options: object) -> None:
+        super().__init__(pb_grpc.AssemblerServiceStub, address, **options)  # type: ignore[arg-type]
+
+    def report_reward(self, request: pb.ReportRewardRequest, timeout_s: float | None = None) -> pb.ReportRewardResponse:
+        return self._unary("ReportReward", request, timeout_s)
+
+    def close_session(self, request: pb.CloseSessionRequest, timeout_s: float | None = None) -> pb.CloseSessionResponse:
+        return self._unary("CloseSession", request, timeout_s)
+
+    def get_trajectory(self, request: pb.GetTrajectoryRequest, timeout_s: float | None = None) -> pb.GetTrajectoryResponse:
+        return self._unary("GetTrajectory", request, timeout_s)
+
+    def list_trajectories(self, request: pb.ListTrajectoriesRequest, timeout_s: float | None = None) -> pb.ListTrajectoriesResponse:
+        return self._unary("ListTrajectories", request, timeout_s)
+
+    def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
+        return self._unary("GetStats", request, timeout_s)

@@ -1,0 +1,44 @@
+"""Typed client for `parity.api.trainer.v1.TrainerService`. Generated from protos/ by scripts/generate_protos.py. Do not edit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from parity.api.trainer.v1 import trainer_service_pb2 as pb
+from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from parity.clients.base import ServiceClient
+
+
+class TrainerClient(ServiceClient):
+    """TrainerService over a shared channel. Unary calls have a deadline and are retried on
+    UNAVAILABLE; every method raises parity.RPCError on failure."""
+
+    def __init__(self, address: str, **options: object) -> None:
+        super().__init__(pb_grpc.TrainerServiceStub, address, **options)  # type: ignore[arg-type]
+
+    def get_status(self, request: pb.GetStatusRequest, timeout_s: float | None = None) -> pb.GetStatusResponse:
+        return self._unary("GetStatus", request, timeout_s)
+
+    def stream_metrics(self, request: pb.StreamMetricsRequest) -> Iterator[pb.StreamMetricsResponse]:
+        return self._stream("StreamMetrics", request)
+
+    def sync_weights(self, request: pb.SyncWeightsRequest, timeout_s: float | None = None) -> pb.SyncWeightsResponse:
+        return self._unary("SyncWeights", request, timeout_s)
+
+    def start_run(self, request: pb.StartRunRequest, timeout_s: float | None = None) -> pb.StartRunResponse:
+        return self._unary("StartRun", request, timeout_s)
+
+    def pause_run(self, request: pb.PauseRunRequest, timeout_s: float | None = None) -> pb.PauseRunResponse:
+        return self._unary("PauseRun", request, timeout_s)
+
+    def resume_run(self, request: pb.ResumeRunRequest, timeout_s: float | None = None) -> pb.ResumeRunResponse:
+        return self._unary("ResumeRun", request, timeout_s)
+
+    def stop_run(self, request: pb.StopRunRequest, timeout_s: float | None = None) -> pb.StopRunResponse:
+        return self._unary("StopRun", request, timeout_s)
+
+    def save_checkpoint(self, request: pb.SaveCheckpointRequest, timeout_s: float | None = None) -> pb.SaveCheckpointResponse:
+        return self._unary("SaveCheckpoint", request, timeout_s)
+
+    def list_checkpoints(self, request: pb.ListCheckpointsRequest, timeout_s: float | None = None) -> pb.ListCheckpointsResponse:
+        return self._unary("ListCheckpoints", request, timeout_s)

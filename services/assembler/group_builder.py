@@ -1,0 +1,96 @@
+"""One group's samples, built from the store's record of its rollouts, with every filter
+applied and counted."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from parity.api.common.v1 import sample_pb2
+from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.services.assembler.filters import FilterSettings, Staleness, has_no_variance
+from parity.services.assembler.rollouts import Rollout
+from parity.services.assembler.samples import build_samples
+from parity.services.assembler.trajectories import split_trajectories
+
+
+@dataclass(slots=True)
+class BuildStats:
+    merged_calls: int = 0
+    splits: int = 0
+    truncated: int = 0
+    unusable_calls: int = 0
+    # Rewards that scored no trajectory or step.
+    unplaced_rewards: int = 0
+    filtered: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: BuildStats) -> None:
+        self.merged_calls += other.merged_calls
+        self.splits += other.splits
+        self.truncated += other.truncated
+        self.unusable_calls += other.unusable_calls
+        self.unplaced_rewards += other.unplaced_rewards
+        self.filtered.update(other.filtered)
+
+
+@dataclass(slots=True)
+class GroupBuild:
+    group_id: str
+    # The rollouts that may be trained on (those not filtered before the build).
+    rollouts: list[Rollout]
+    samples: list[sample_pb2.Sample] = field(default_factory=list)
+    stats: BuildStats = field(default_factory=BuildStats)
+    # Set when the whole group is dropped: the filter's name.
+    dropped: str = ""
+
+
+def build_group(
+    group_id: str,
+    rollouts: Sequence[Rollout],
+    contents: Mapping[str, store_pb.SessionContents],
+    settings: FilterSettings,
+    staleness: Staleness | None,
+    *,
+    group_filters: bool,
+) -> GroupBuild:
+    """Samples of the group's trainable rollouts. With `group_filters`, a group with no
+    sample or no reward variance comes back `dropped`; without (a redelivery), the
+    group is rebuilt as it was first delivered, whatever it holds."""
+    build = GroupBuild(group_id, [])
+    stats = build.stats
+    returns: list[float] = []
+    for rollout in rollouts:
+        if rollout.failed and settings.drop_failed_rollouts:
+            stats.filtered["failed_rollout"] += 1
+            continue
+        session = contents.get(rollout.session_id)
+        if session is None:
+            stats.filtered["missing_session"] += 1
+            continue
+        build.rollouts.append(rollout)
+        trajectories, unplaced = split_trajectories(rollout.session_id, session.calls, session.rewards)
+        stats.unplaced_rewards += unplaced
+        for trajectory in trajectories:
+            stats.unplaced_rewards += trajectory.unplaced_step_rewards
+            if settings.drop_unrewarded and not trajectory.rewarded:
+                stats.filtered["unrewarded_trajectory"] += 1
+                continue
+            built = build_samples(trajectory, rollout.episode_id, group_id, settings.length)
+            stats.merged_calls += built.merged_calls
+            stats.splits += built.splits
+            stats.truncated += built.truncated
+            stats.unusable_calls += built.unusable_calls
+            stats.filtered["overlong_sample"] += built.dropped_overlong
+            fresh = [s for s in built.samples if staleness is None or not staleness.is_stale(s.policy_version)]
+            stats.filtered["stale_sample"] += len(built.samples) - len(fresh)
+            if fresh:
+                build.samples += fresh
+                returns.append(trajectory.total_return)
+    stats.filtered = +stats.filtered
+    if group_filters:
+        if not build.samples:
+            build.dropped = "empty_group"
+        elif settings.drop_zero_variance_groups and has_no_variance(returns):
+            build.dropped = "zero_variance_group"
+    return build

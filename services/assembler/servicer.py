@@ -1,0 +1,155 @@
+"""AssemblerService over gRPC: converts protos to calls on the Assembler and back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+import structlog
+
+from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
+from parity.api.assembler.v1 import batch_pb2, trajectory_pb2
+from parity.services.assembler import trajectory_views
+from parity.services.assembler.assembler import Assembler
+from parity.services.assembler.batch_feed import BatchFeed, Subscription
+from parity.services.assembler.batches import Batch
+from parity.services.assembler.trajectory_views import TrajectoryView
+from parity.services.runtime.errors import InvalidArgument, ParityError
+
+
+def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
+    stats = batch.stats
+    return batch_pb2.Batch(
+        batch_id=batch.batch_id,
+        sequence=batch.sequence,
+        samples=batch.samples,
+        group_ids=batch.group_ids,
+        redelivered=batch.redelivered,
+        stats=batch_pb2.BatchStats(
+            sample_count=stats.sample_count,
+            group_count=stats.group_count,
+            merged_call_count=stats.merged_call_count,
+            split_count=stats.split_count,
+            token_count=stats.token_count,
+            loss_token_fraction=stats.loss_token_fraction,
+            truncated_count=stats.truncated_count,
+            filtered_counts=stats.filtered_counts,
+            reward_mean=stats.reward_mean,
+            reward_std=stats.reward_std,
+        ),
+    )
+
+
+def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
+    trajectory = view.trajectory
+    steps = []
+    for index, call in enumerate(trajectory.calls):
+        prompt_tokens = len(call.prompt_token_ids) // 4 or call.usage.prompt_tokens
+        completion_tokens = sum(len(c.token_ids) for c in call.choices) // 4 or call.usage.completion_tokens
+        steps.append(trajectory_pb2.Step(
+            call_id=call.call_id, step_index=index, prompt_token_count=prompt_tokens,
+            completion_token_count=completion_tokens, reward=trajectory.step_rewards.get(index, 0.0),
+            has_reward=index in trajectory.step_rewards,
+        ))  # fmt: skip
+    return trajectory_pb2.Trajectory(
+        session_id=trajectory.session_id,
+        trajectory_name=trajectory.name,
+        episode_id=view.episode_id,
+        group_id=view.group_id,
+        state=view.state,
+        steps=steps,
+        reward=trajectory.reward,
+        has_reward=trajectory.has_reward,
+        rewards=trajectory.rewards,
+        samples=view.samples,
+        filter_reason=view.filter_reason,
+        split_count=view.split_count,
+    )
+
+
+class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
+    def __init__(self, assembler: Assembler) -> None:
+        self.assembler = assembler
+
+    async def ReportReward(self, request: pb.ReportRewardRequest, context: grpc.aio.ServicerContext) -> pb.ReportRewardResponse:
+        return pb.ReportRewardResponse(reward_id=await self.assembler.report_reward(request.reward))
+
+    async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
+        structlog.contextvars.bind_contextvars(session_id=request.session_id)
+        session = await self.assembler.close_session(
+            request.session_id, request.outcome, request.error_message,
+            reward=request.reward if request.HasField("reward") else None,
+            group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
+        )  # fmt: skip
+        return pb.CloseSessionResponse(session=session)
+
+    async def GetTrajectory(self, request: pb.GetTrajectoryRequest, context: grpc.aio.ServicerContext) -> pb.GetTrajectoryResponse:
+        structlog.contextvars.bind_contextvars(session_id=request.session_id)
+        view = await trajectory_views.get_trajectory(
+            self.assembler, request.session_id, request.trajectory_name, request.view == pb.TRAJECTORY_VIEW_FULL
+        )
+        return pb.GetTrajectoryResponse(trajectory=trajectory_to_proto(view))
+
+    async def ListTrajectories(
+        self, request: pb.ListTrajectoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTrajectoriesResponse:
+        views, token = await trajectory_views.list_trajectories(
+            self.assembler, session_id=request.session_id, group_id=request.group_id, state=request.state,
+            page_size=request.page_size, page_token=request.page_token,
+            with_samples=request.view == pb.TRAJECTORY_VIEW_FULL,
+        )  # fmt: skip
+        return pb.ListTrajectoriesResponse(trajectories=[trajectory_to_proto(v) for v in views], next_page_token=token)
+
+    async def StreamBatches(
+        self, request_iterator: AsyncIterator[pb.StreamBatchesRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamBatchesResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("message") != "subscribe":
+            raise InvalidArgument("the first StreamBatches message must be a subscribe")
+        subscribe = first.subscribe
+        structlog.contextvars.bind_contextvars(consumer_id=subscribe.consumer_id)
+        feed = await self.assembler.subscribe(Subscription(
+            subscribe.consumer_id, subscribe.groups_per_batch, subscribe.max_unacked_batches or 1,
+            subscribe.policy_version if subscribe.HasField("policy_version") else None,
+            subscribe.max_policy_lag if subscribe.HasField("max_policy_lag") else None,
+        ))  # fmt: skip
+        acks = asyncio.create_task(_forward_acks(request_iterator, feed))
+        try:
+            while True:
+                yield pb.StreamBatchesResponse(batch=batch_to_proto(await feed.next_batch()))
+        finally:
+            acks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acks
+            feed.close()
+
+    async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+        stats = self.assembler.stats
+        return pb.GetStatsResponse(
+            closed_session_count=stats.closed_sessions,
+            pending_group_count=self.assembler.pending_group_count,
+            delivered_batch_count=stats.delivered_batches,
+            acknowledged_batch_count=stats.acknowledged_batches,
+            delivered_sample_count=stats.delivered_samples,
+            filtered_counts=dict(stats.filtered),
+            error_counts=dict(stats.errors),
+        )
+
+
+async def _forward_acks(request_iterator: AsyncIterator[pb.StreamBatchesRequest], feed: BatchFeed) -> None:
+    """Hand each acknowledgement to the feed; the first bad message ends the stream."""
+    try:
+        async for request in request_iterator:
+            if request.WhichOneof("message") != "ack":
+                raise InvalidArgument("after the subscribe, StreamBatches messages must be acks")
+            ack = request.ack
+            await feed.acknowledge(ack.batch_id, ack.policy_version if ack.HasField("policy_version") else None)
+    except ParityError as error:
+        feed.fail(error)
+    except grpc.aio.AioRpcError:
+        # The client went away; the response side ends with it.
+        return
+

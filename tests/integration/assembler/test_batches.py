@@ -1,0 +1,121 @@
+"""Batches from real store and assembler processes: grouping, merging, rewards, flow control."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from parity import tokens
+from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from parity.api.assembler.v1 import trajectory_pb2
+from parity.api.common.v1 import reward_pb2, session_pb2
+from parity.api.store.v1 import store_service_pb2 as store_pb
+from tests.integration.assembler.conftest import Trainer
+from tests.integration.store.call_factory import conversation, make_call
+
+
+def rollout(stack, session_id: str, group_id: str, reward: float, *, turns: int = 3, size: int = 2, seed: int = 0) -> None:
+    stack.write(conversation(session_id, turns=turns, prompt_len=20, completion_len=5, user_len=3, seed=seed))
+    stack.close(session_id, group_id=group_id, group_size=size, reward=reward)
+
+
+def test_a_group_becomes_one_batch_of_merged_exact_samples(start_stack) -> None:
+    stack = start_stack()
+    rollout(stack, "a", "task-1", 1.0, seed=1)
+    rollout(stack, "b", "task-1", 0.0, seed=2)
+    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    batch = trainer.next()
+    assert (batch.batch_id, batch.sequence, list(batch.group_ids), batch.redelivered) == ("trainer/1", 1, ["task-1"], False)
+    assert sorted((s.session_id, s.reward) for s in batch.samples) == [("a", 1.0), ("b", 0.0)]
+    expected = conversation("a", turns=3, prompt_len=20, completion_len=5, user_len=3, seed=1)
+    sample = next(s for s in batch.samples if s.session_id == "a")
+    last = expected[-1]
+    assert sample.token_ids == last.prompt_token_ids + last.choices[0].token_ids
+    assert list(sample.call_ids) == [c.call_id for c in expected]
+    mask = tokens.unpack_mask(sample.loss_mask)
+    assert mask.sum() == 15 and sample.prompt_length == 20 and sample.episode_id == "a"
+    assert batch.stats.merged_call_count == 4 and batch.stats.split_count == 0
+    assert batch.stats.loss_token_fraction == pytest.approx(30 / (2 * len(mask)))
+    trainer.ack(batch.batch_id)
+    trainer.stop()
+
+
+def test_credit_limits_unacknowledged_batches(start_stack) -> None:
+    stack = start_stack()
+    for g in range(3):
+        rollout(stack, f"g{g}-a", f"g{g}", 1.0, seed=g)
+        rollout(stack, f"g{g}-b", f"g{g}", 0.0, seed=10 + g)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1, max_unacked_batches=2)
+    first, second = trainer.next(), trainer.next()
+    assert trainer.nothing_within(1.0), "a third batch before any ack exceeds the credit"
+    trainer.ack(first.batch_id)
+    third = trainer.next()
+    assert [b.sequence for b in (first, second, third)] == [1, 2, 3]
+    assert sorted(g for b in (first, second, third) for g in b.group_ids) == ["g0", "g1", "g2"]
+    trainer.stop()
+
+
+def test_filters_are_applied_and_counted(start_stack) -> None:
+    stack = start_stack("--max-sample-tokens", "40", "--overlong", "truncate")
+    rollout(stack, "same-1", "flat", 1.0)
+    rollout(stack, "same-2", "flat", 1.0, seed=3)
+    rollout(stack, "ok", "mixed", 1.0, seed=4, size=3)
+    stack.write(conversation("broken", turns=2, prompt_len=20, completion_len=5, seed=5))
+    stack.close("broken", group_id="mixed", group_size=3, outcome=session_pb2.SESSION_OUTCOME_FAILED, reward=0.0)
+    rollout(stack, "zero", "mixed", 0.0, seed=6, size=3)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    batch = trainer.next()
+    assert list(batch.group_ids) == ["mixed"]
+    assert sorted(s.session_id for s in batch.samples) == ["ok", "zero"]
+    assert all(s.truncated and len(s.loss_mask) == 40 for s in batch.samples)
+    assert batch.stats.truncated_count == 2
+    counts = dict(batch.stats.filtered_counts)
+    assert counts["zero_variance_group"] == 1 and counts["failed_rollout"] == 1
+    stats = stack.stub.GetStats(pb.GetStatsRequest())
+    assert stats.filtered_counts["zero_variance_group"] == 1 and stats.delivered_batch_count == 1
+    listed = stack.stub.ListTrajectories(pb.ListTrajectoriesRequest(group_id="mixed", page_size=2))
+    rest = stack.stub.ListTrajectories(pb.ListTrajectoriesRequest(group_id="mixed", page_token=listed.next_page_token))
+    assert [t.session_id for t in [*listed.trajectories, *rest.trajectories]] == ["ok", "broken", "zero"]
+    assert rest.next_page_token == "" and rest.trajectories[0].state == trajectory_pb2.TRAJECTORY_STATE_READY
+    state = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="same-1")).trajectory
+    assert (state.state, state.filter_reason) == (trajectory_pb2.TRAJECTORY_STATE_FILTERED, "zero_variance_group")
+    trainer.stop()
+
+
+def test_rewards_from_the_sdk_reach_samples_as_token_rewards(start_stack) -> None:
+    stack = start_stack()
+    calls = conversation("s", turns=2, prompt_len=10, completion_len=4, user_len=2)
+    stack.write(calls)
+    stack.stub.ReportReward(pb.ReportRewardRequest(reward=reward_pb2.Reward(
+        session_id="s", level=reward_pb2.REWARD_LEVEL_STEP, call_id=calls[0].call_id, value=0.25)))
+    stack.stub.ReportReward(pb.ReportRewardRequest(reward=reward_pb2.Reward(
+        session_id="s", level=reward_pb2.REWARD_LEVEL_TRAJECTORY, value=2.0)))
+    stack.close("s", reward=1.0)
+    batch = Trainer(stack.stub, "t", groups_per_batch=1).next()
+    (sample,) = batch.samples
+    assert sample.reward == 3.0, "SDK 2.0 plus engine 1.0"
+    rewards = tokens.unpack_floats(sample.token_rewards)
+    assert rewards[13] == 0.25 and rewards.sum() == 0.25, "on the first step's last sampled token"
+    trajectory = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="s", view=pb.TRAJECTORY_VIEW_FULL)).trajectory
+    assert trajectory.state == trajectory_pb2.TRAJECTORY_STATE_READY and trajectory.steps[0].reward == 0.25
+    assert {r.source for r in trajectory.rewards} == {"sdk", "engine"} and len(trajectory.samples) == 1
+
+
+def test_bad_input_gets_a_clear_error_and_the_rest_keeps_working(start_stack) -> None:
+    stack = start_stack()
+    with pytest.raises(grpc.RpcError) as caught:
+        stack.stub.ReportReward(pb.ReportRewardRequest(reward=reward_pb2.Reward(
+            session_id="nope", level=reward_pb2.REWARD_LEVEL_TRAJECTORY, value=1.0)))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in caught.value.details()
+    with pytest.raises(grpc.RpcError) as caught:
+        stack.close("x", group_size=-1)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    stack.write([make_call("m", "malformed", [1, 2], [[3]])])
+    stack.store_stub.CloseSession(store_pb.CloseSessionRequest(session_id="malformed", metadata={"parity.group_size": "many"}))
+    rollout(stack, "fine", "fine", 1.0, size=1)
+    batch = Trainer(stack.stub, "t", groups_per_batch=1).next()
+    assert [s.session_id for s in batch.samples] == ["fine"]
+    stats = stack.stub.GetStats(pb.GetStatsRequest())
+    assert stats.error_counts["unknown_session"] == 1 and stats.error_counts["malformed_metadata"] == 1
+    view = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="malformed")).trajectory
+    assert view.state == trajectory_pb2.TRAJECTORY_STATE_FILTERED and "parity.group_size" in view.filter_reason

@@ -1,0 +1,115 @@
+"""Exactly-once delivery across restarts of the assembler, the trainer and the store."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import grpc
+import pytest
+
+from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from tests.integration.assembler.conftest import Trainer
+from tests.integration.assembler.test_batches import rollout
+
+pytestmark = pytest.mark.slow
+
+
+def groups(stack, count: int, start: int = 0) -> None:
+    for g in range(start, start + count):
+        rollout(stack, f"g{g}-a", f"g{g}", 1.0, seed=g)
+        rollout(stack, f"g{g}-b", f"g{g}", 0.0, seed=100 + g)
+
+
+def same_batch(first, second) -> bool:
+    return (first.batch_id, first.sequence, list(first.group_ids), list(first.samples)) == (
+        second.batch_id, second.sequence, list(second.group_ids), list(second.samples))  # fmt: skip
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_ones_never_return(start_stack, stop) -> None:
+    stack = start_stack()
+    groups(stack, 3)
+    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    first = trainer.next()
+    trainer.ack(first.batch_id)
+    second = trainer.next()
+    trainer.stop()
+    if stop == "sigkill":
+        stack.assembler.process.send_signal(signal.SIGKILL)
+        stack.assembler.process.wait()
+    stack.restart_assembler()
+
+    again = Trainer(stack.stub, "trainer", groups_per_batch=1, max_unacked_batches=2)
+    redelivered = again.next()
+    assert redelivered.redelivered and same_batch(redelivered, second)
+    third = again.next()
+    assert third.sequence == 3 and not third.redelivered
+    assert {g for b in (first, second, third) for g in b.group_ids} == {"g0", "g1", "g2"}
+    again.ack(second.batch_id)
+    again.ack(third.batch_id)
+    time.sleep(0.5)
+    again.stop()
+
+    stack.restart_assembler()
+    groups(stack, 1, start=3)
+    last = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    fourth = last.next()
+    assert (fourth.sequence, list(fourth.group_ids), fourth.redelivered) == (4, ["g3"], False)
+    assert last.nothing_within(1.0)
+    last.stop()
+
+
+def test_a_trainer_that_reconnects_gets_its_unacknowledged_batches_again(start_stack) -> None:
+    stack = start_stack()
+    groups(stack, 2)
+    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    first = trainer.next()
+    trainer.stop()
+    again = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    redelivered = again.next()
+    assert redelivered.redelivered and same_batch(redelivered, first)
+    again.ack(first.batch_id)
+    assert again.next().sequence == 2
+    again.stop()
+
+
+def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack) -> None:
+    stack = start_stack()
+    groups(stack, 1)
+    old = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    batch = old.next()
+    new = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    assert new.next().batch_id == batch.batch_id
+    with pytest.raises(grpc.RpcError) as caught:
+        old.next()
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    new.ack("trainer/999")
+    with pytest.raises(grpc.RpcError) as caught:
+        new.next()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "never delivered" in caught.value.details()
+
+
+def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
+    stack = start_stack("--store-retry-s", "1")
+    groups(stack, 1)
+    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    trainer.ack(trainer.next().batch_id)
+    wait_until(lambda: stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count == 1)
+    stack.store.terminate()
+    with pytest.raises(grpc.RpcError) as caught:
+        stack.close("during-outage", reward=1.0)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "unavailable" in caught.value.details()
+
+    stack.restart_store(tmp_path)
+    groups(stack, 1, start=1)
+    batch = trainer.next(timeout=30)
+    assert list(batch.group_ids) == ["g1"] and batch.sequence == 2
+    trainer.stop()
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
