@@ -1,0 +1,75 @@
+"""What every typed client shares: one channel per address, deadlines, retries, RPCError."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from parity.clients.errors import RPCError
+from parity.config import current_config
+
+Response = TypeVar("Response")
+
+# Retried: the service is restarting or not up yet. Anything else is the caller's to see.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+_MAX_MESSAGE_BYTES = 64 << 20
+_channels: dict[str, grpc.Channel] = {}
+_channels_lock = threading.Lock()
+
+
+def shared_channel(address: str) -> grpc.Channel:
+    """One channel per address for the whole process: gRPC channels are meant to be reused."""
+    with _channels_lock:
+        channel = _channels.get(address)
+        if channel is None:
+            channel = _channels[address] = grpc.insecure_channel(
+                address,
+                options=[("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
+            )  # fmt: skip
+        return channel
+
+
+class ServiceClient:
+    """Base of the typed clients. Unary calls get a deadline and retries on UNAVAILABLE."""
+
+    def __init__(
+        self,
+        stub_class: Callable[[grpc.Channel], Any],
+        address: str,
+        *,
+        timeout_s: float | None = None,
+        retries: int = 5,
+        backoff_s: float = 0.1,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s if timeout_s is not None else current_config().rpc_timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.metadata = metadata
+        self._stub = stub_class(shared_channel(address))
+
+    def _unary(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        call = getattr(self._stub, method)
+        for attempt in range(self.retries + 1):
+            try:
+                return call(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None)
+            except grpc.RpcError as error:
+                if error.code() not in RETRYABLE or attempt == self.retries:  # type: ignore[attr-defined]
+                    raise RPCError.from_grpc(error, method) from None
+                # Full jitter, so many clients waiting on one restarting service spread out.
+                time.sleep(random.uniform(0, min(2.0, self.backoff_s * 2**attempt)))
+        raise AssertionError("unreachable")
+
+    def _stream(self, method: str, request: Any) -> Iterator[Any]:
+        """A server stream with errors as RPCError. Not retried: resume from your cursor."""
+        try:
+            yield from getattr(self._stub, method)(request, metadata=self.metadata or None)
+        except grpc.RpcError as error:
+            raise RPCError.from_grpc(error, method) from None

@@ -1,0 +1,51 @@
+"""Where the SDK finds Parity: set in code with `parity.configure()` or by environment.
+
+    PARITY_INGEST_URL        ingest's HTTP root, e.g. http://127.0.0.1:8000
+    PARITY_ASSEMBLER_ADDRESS assembler gRPC address, e.g. 127.0.0.1:50053
+    PARITY_STORE_ADDRESS     token store gRPC address
+    PARITY_API_KEY           sent to ingest as the bearer token, if it requires one
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class ParityConfig:
+    ingest_url: str = "http://127.0.0.1:8000"
+    assembler_address: str = "127.0.0.1:50053"
+    store_address: str = "127.0.0.1:50051"
+    api_key: str = "unused"
+    # Deadline for each gRPC call the SDK makes, in seconds.
+    rpc_timeout_s: float = 30.0
+
+    @classmethod
+    def from_environment(cls) -> ParityConfig:
+        defaults = cls()
+        return cls(
+            ingest_url=os.environ.get("PARITY_INGEST_URL", defaults.ingest_url).rstrip("/"),
+            assembler_address=os.environ.get("PARITY_ASSEMBLER_ADDRESS", defaults.assembler_address),
+            store_address=os.environ.get("PARITY_STORE_ADDRESS", defaults.store_address),
+            api_key=os.environ.get("PARITY_API_KEY", defaults.api_key),
+        )
+
+
+_config = ParityConfig.from_environment()
+
+
+def configure(**settings: object) -> ParityConfig:
+    """Override settings for this process, e.g. `parity.configure(ingest_url="http://gpu-box:8000")`."""
+    global _config
+    unknown = set(settings) - set(ParityConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown Parity settings: {sorted(unknown)}")
+    if "ingest_url" in settings:
+        settings["ingest_url"] = str(settings["ingest_url"]).rstrip("/")
+    _config = replace(_config, **settings)  # type: ignore[arg-type]
+    return _config
+
+
+def current_config() -> ParityConfig:
+    return _config

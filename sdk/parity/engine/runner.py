@@ -1,0 +1,167 @@
+"""Rollouts: each in its own session, bounded in time and number, always closed.
+
+An agent is a function, sync or async, that takes a task dict and returns a float
+reward, or None when it reports rewards itself with `parity.reward()`. Each rollout
+runs in a session named `{task}-r{rollout}-a{attempt}`; when it ends, the engine
+closes the session with the assembler, with the outcome, the returned reward, and
+the task as the group, so the assembler knows the episode ended and which rollouts
+to compare. A rollout that raises or times out is closed as failed or timed out:
+it is recorded, never trained on silently, and retried up to `retries` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+from tqdm.auto import tqdm
+
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.common.v1 import session_pb2
+from parity.clients import AssemblerClient, RPCError
+from parity.config import current_config
+from parity.sessions import session
+
+log = structlog.get_logger(__name__)
+
+Agent = Callable[[dict[str, Any]], float | None | Awaitable[float | None]]
+Outcome = Literal["succeeded", "failed", "timed_out"]
+_OUTCOMES = {
+    "succeeded": session_pb2.SESSION_OUTCOME_SUCCEEDED,
+    "failed": session_pb2.SESSION_OUTCOME_FAILED,
+    "timed_out": session_pb2.SESSION_OUTCOME_TIMED_OUT,
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    rollouts_per_task: int = 4
+    """Rollouts of each task; they form one group for group-relative advantages."""
+    concurrency: int = 16
+    """Rollouts running at once."""
+    timeout_s: float = 300.0
+    """Wall time one rollout may take. A sync agent past it keeps its thread until it returns."""
+    retries: int = 1
+    """Extra attempts for a rollout that failed or timed out."""
+    task_id_key: str = "id"
+    """The task field naming the task; the task's position in the dataset otherwise."""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
+            raise ValueError(f"invalid engine settings: {self}")
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    task_id: str
+    rollout: int
+    attempt: int
+    session_id: str
+    outcome: Outcome
+    reward: float | None
+    error: str
+    seconds: float
+
+
+class AgentEngine:
+    def __init__(self, agent: Agent, config: EngineConfig = EngineConfig(), assembler: AssemblerClient | None = None) -> None:
+        self.agent = agent
+        self.config = config
+        self.assembler = assembler or AssemblerClient(current_config().assembler_address)
+        self._is_async = inspect.iscoroutinefunction(agent)
+
+    def run(self, tasks: Iterable[Mapping[str, Any]]) -> list[RolloutResult]:
+        """Run every rollout; for scripts. From async code, await `arun`."""
+        return asyncio.run(self.arun(tasks))
+
+    async def arun(self, tasks: Iterable[Mapping[str, Any]]) -> list[RolloutResult]:
+        """Every attempt of every rollout, in task order."""
+        jobs = [
+            (str(task.get(self.config.task_id_key, index)), dict(task), rollout)
+            for index, task in enumerate(tasks)
+            for rollout in range(self.config.rollouts_per_task)
+        ]
+        limit = asyncio.Semaphore(self.config.concurrency)
+        progress = tqdm(total=len(jobs), desc="rollouts", unit="rollout", disable=not self.config.progress)
+
+        async def run_job(task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
+            async with limit:
+                attempts = await self._rollout(task_id, task, rollout)
+            progress.update(1)
+            failed = sum(a.outcome != "succeeded" for a in attempts)
+            progress.set_postfix(failed_attempts=failed, refresh=False)
+            return attempts
+
+        try:
+            per_job = await asyncio.gather(*(run_job(*job) for job in jobs))
+        finally:
+            progress.close()
+        return [attempt for attempts in per_job for attempt in attempts]
+
+    async def _rollout(self, task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
+        attempts = []
+        for attempt in range(self.config.retries + 1):
+            result = await self._attempt(task_id, task, rollout, attempt)
+            attempts.append(result)
+            if result.outcome == "succeeded":
+                break
+        return attempts
+
+    async def _attempt(self, task_id: str, task: dict[str, Any], rollout: int, attempt: int) -> RolloutResult:
+        session_id = f"{task_id}-r{rollout}-a{attempt}"
+        started = time.monotonic()
+        outcome: Outcome = "succeeded"
+        reward: float | None = None
+        error = ""
+        async with session(session_id, task=task_id, rollout=str(rollout), attempt=str(attempt)):
+            try:
+                returned = await asyncio.wait_for(self._call(task), self.config.timeout_s)
+                reward = _as_reward(returned)
+            except TimeoutError:
+                outcome, error = "timed_out", f"rollout exceeded {self.config.timeout_s:g} s"
+            except Exception as failure:  # noqa: BLE001 - the agent's failure is the rollout's outcome
+                outcome, error = "failed", f"{type(failure).__name__}: {failure}"
+                log.warning("rollout_failed", session_id=session_id, error=error)
+        await asyncio.to_thread(self._close, session_id, task_id, outcome, reward, error)
+        return RolloutResult(task_id, rollout, attempt, session_id, outcome, reward, error, time.monotonic() - started)
+
+    async def _call(self, task: dict[str, Any]) -> Any:
+        if self._is_async:
+            return await self.agent(task)  # type: ignore[misc]
+        # to_thread copies the context: the session goes into the agent's thread.
+        return await asyncio.to_thread(self.agent, task)
+
+    def _close(self, session_id: str, task_id: str, outcome: Outcome, reward: float | None, error: str) -> None:
+        request = assembler_pb.CloseSessionRequest(
+            session_id=session_id, outcome=_OUTCOMES[outcome], error_message=error[:2000], group_id=task_id,
+            episode_id=session_id,
+        )  # fmt: skip
+        if reward is not None:
+            request.reward = reward
+        try:
+            self.assembler.close_session(request)
+        except RPCError as failure:
+            # Loud, not fatal: the other rollouts still run; the session stays open in the store.
+            log.error("close_session_failed", session_id=session_id, error=str(failure))
+
+
+def _as_reward(returned: Any) -> float | None:
+    if returned is None:
+        return None
+    if isinstance(returned, bool) or not isinstance(returned, int | float):
+        raise TypeError(f"an agent returns a float reward or None, got {type(returned).__name__}")
+    if not math.isfinite(returned):
+        raise ValueError(f"an agent's reward must be finite, got {returned}")
+    return float(returned)
+
+
+def run(agent: Agent, tasks: Iterable[Mapping[str, Any]], **settings: Any) -> list[RolloutResult]:
+    """Run `agent` over `tasks`; settings are EngineConfig's fields."""
+    return AgentEngine(agent, EngineConfig(**settings)).run(tasks)

@@ -1,0 +1,171 @@
+"""Sessions and trajectories: which episode, and which part of it, a call belongs to.
+
+The active session lives in a context variable, so it follows the code that opened
+it: into nested sessions, across `await`, into tasks created inside it, and into
+threads started with a copied context (the agent engine does this for sync agents).
+Calls carry it to ingest through the base URL, so nothing inside an agent framework
+needs to know about Parity.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from parity import session_slug
+from parity.config import current_config
+from parity.session_slug import SessionRef
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_current: contextvars.ContextVar[SessionRef | None] = contextvars.ContextVar("parity_session", default=None)
+
+
+def current_session() -> SessionRef | None:
+    """The session calls made here belong to, or None outside any session."""
+    return _current.get()
+
+
+def session_url(ingest_url: str | None = None) -> str:
+    """The OpenAI base URL for the current session, for frameworks configured by URL
+    (LangChain, the OpenAI Agents SDK, litellm clients, subprocess agents in any language).
+    Outside a session it is ingest's plain /v1 (calls land in the unassigned session)."""
+    root = (ingest_url or current_config().ingest_url).rstrip("/")
+    ref = _current.get()
+    return f"{root}/sessions/{session_slug.encode(ref)}/v1" if ref else f"{root}/v1"
+
+
+class session:  # noqa: N801 - used like a function: `with parity.session(task="t1"):`
+    """Open a (nested) session for the calls made inside it.
+
+        with parity.session(task="add-2-3") as s:       # or `async with`
+            client.chat.completions.create(...)
+
+    Metadata merges with the enclosing session's; the new session records the
+    enclosing one as its parent. `session_id` defaults to a fresh unique id.
+    """
+
+    def __init__(self, session_id: str | None = None, *, trajectory: str | None = None, **metadata: str) -> None:
+        self.session_id = session_id
+        self.trajectory = trajectory
+        self.metadata = {key: str(value) for key, value in metadata.items()}
+        self.ref: SessionRef | None = None
+        self._token: contextvars.Token[SessionRef | None] | None = None
+
+    def _open(self) -> SessionRef:
+        parent = _current.get()
+        self.ref = SessionRef(
+            session_id=self.session_id or uuid.uuid4().hex,
+            parent_session_ids=(*parent.parent_session_ids, parent.session_id) if parent else (),
+            trajectory_name=self.trajectory if self.trajectory is not None else "",
+            metadata={**(parent.metadata if parent else {}), **self.metadata},
+        )
+        self._token = _current.set(self.ref)
+        return self.ref
+
+    def _close(self) -> None:
+        assert self._token is not None, "session exited without being entered"
+        _current.reset(self._token)
+        self._token = None
+
+    def __enter__(self) -> SessionRef:
+        return self._open()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self._close()
+
+    async def __aenter__(self) -> SessionRef:
+        return self._open()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._close()
+
+
+@dataclass(frozen=True)
+class TrajectoryView:
+    """What a @trajectory run produced, for callers that ask for it."""
+
+    session_id: str
+    name: str
+    metadata: Mapping[str, str]
+
+
+def _trajectory_ref(name: str) -> SessionRef:
+    parent = _current.get()
+    if parent is None:
+        return SessionRef(uuid.uuid4().hex, trajectory_name=name)
+    return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata)
+
+
+class _Trajectory:
+    """The wrapper @trajectory returns: call it as the function; `.with_view()` also returns the view."""
+
+    def __init__(self, function: Callable[..., Any], name: str) -> None:
+        functools.update_wrapper(self, function)
+        self._function = function
+        self.name = name
+        self._is_async = inspect.iscoroutinefunction(function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_async:
+            return self._run_async(args, kwargs, with_view=False)
+        return self._run_sync(args, kwargs, with_view=False)
+
+    def with_view(self, *args: Any, **kwargs: Any) -> Any:
+        """Run and return `(result, TrajectoryView)`; awaitable for async functions."""
+        if self._is_async:
+            return self._run_async(args, kwargs, with_view=True)
+        return self._run_sync(args, kwargs, with_view=True)
+
+    def _run_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_view: bool) -> Any:
+        ref = _trajectory_ref(self.name)
+        token = _current.set(ref)
+        try:
+            result = self._function(*args, **kwargs)
+        finally:
+            _current.reset(token)
+        return (result, TrajectoryView(ref.session_id, self.name, ref.metadata)) if with_view else result
+
+    async def _run_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_view: bool) -> Any:
+        ref = _trajectory_ref(self.name)
+        token = _current.set(ref)
+        try:
+            result = await self._function(*args, **kwargs)
+        finally:
+            _current.reset(token)
+        return (result, TrajectoryView(ref.session_id, self.name, ref.metadata)) if with_view else result
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        # Methods: bind like a function would.
+        return self if instance is None else functools.partial(self.__call__, instance)
+
+
+@overload
+def trajectory(function: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def trajectory(*, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def trajectory(function: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+    """Group the calls a function makes into a named trajectory of the current session.
+
+        @parity.trajectory(name="solver")
+        async def solve(task): ...
+
+    The function returns what it always did; `solve.with_view(task)` also returns the
+    TrajectoryView. Outside any session a fresh one is opened for the trajectory.
+    """
+
+    def decorate(inner: Callable[..., Any]) -> Any:
+        return _Trajectory(inner, name or inner.__name__)
+
+    return decorate(function) if function is not None else decorate

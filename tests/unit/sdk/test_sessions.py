@@ -1,0 +1,95 @@
+import asyncio
+import contextvars
+import threading
+
+import httpx
+import pytest
+
+import parity
+from parity import session_slug
+from parity.chat_client import _route
+
+
+def test_sessions_nest_with_parent_chain_and_merged_metadata() -> None:
+    assert parity.current_session() is None
+    with parity.session("outer", task="t1", split="train") as outer:
+        with parity.session(task="t2", trajectory="judge") as inner:
+            assert inner.parent_session_ids == ("outer",)
+            assert inner.metadata == {"task": "t2", "split": "train"}
+            assert inner.trajectory_name == "judge"
+            assert parity.current_session() == inner
+        assert parity.current_session() == outer
+    assert parity.current_session() is None
+
+
+def test_each_session_gets_a_unique_id() -> None:
+    ids = set()
+    for _ in range(100):
+        with parity.session() as ref:
+            ids.add(ref.session_id)
+    assert len(ids) == 100
+
+
+async def test_concurrent_tasks_keep_their_own_sessions() -> None:
+    async def rollout(index: int) -> str:
+        async with parity.session(f"s{index}"):
+            await asyncio.sleep(0.001 * (index % 5))
+            return parity.current_session().session_id
+
+    assert await asyncio.gather(*(rollout(i) for i in range(200))) == [f"s{i}" for i in range(200)]
+
+
+def test_threads_see_the_session_when_given_the_context() -> None:
+    seen = []
+    with parity.session("threaded"):
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(lambda: seen.append(parity.current_session().session_id),))
+        thread.start()
+        thread.join()
+    assert seen == ["threaded"]
+
+
+def test_trajectory_names_the_calls_inside_and_keeps_the_return_value() -> None:
+    @parity.trajectory(name="solver")
+    def solve(x: int) -> int:
+        return x * 2 if parity.current_session().trajectory_name == "solver" else -1
+
+    with parity.session("episode"):
+        assert solve(21) == 42
+        result, view = solve.with_view(1)
+        assert (result, view.session_id, view.name) == (2, "episode", "solver")
+    _, standalone = solve.with_view(1)
+    assert standalone.session_id != "episode", "outside a session a fresh one is opened"
+
+
+async def test_async_trajectories_and_methods() -> None:
+    class Agent:
+        @parity.trajectory
+        async def judge(self, answer: str) -> str:
+            return f"{answer}:{parity.current_session().trajectory_name}"
+
+    async with parity.session("e1"):
+        assert await Agent().judge("a") == "a:judge"
+        result, view = await Agent.judge.with_view(Agent(), "b")
+        assert (result, view.name) == ("b:judge", "judge")
+
+
+def test_session_url_and_request_routing_carry_the_current_session() -> None:
+    assert parity.session_url("http://ingest:8000") == "http://ingest:8000/v1"
+    with parity.session("root"), parity.session("leaf", task="t"):
+        url = parity.session_url("http://ingest:8000")
+        slug = url.split("/sessions/")[1].split("/v1")[0]
+        assert session_slug.decode(slug) == parity.SessionRef("leaf", ("root",), "", {"task": "t"})
+        request = httpx.Request("POST", "http://ingest:8000/v1/chat/completions")
+        _route(request)
+        assert request.url.path == f"/sessions/{slug}/v1/chat/completions"
+    outside = httpx.Request("POST", "http://ingest:8000/v1/chat/completions")
+    _route(outside)
+    assert outside.url.path == "/v1/chat/completions"
+
+
+def test_reward_outside_a_session_is_an_error_not_a_silent_drop() -> None:
+    with pytest.raises(RuntimeError, match="needs an active session"):
+        parity.reward(1.0)
+    with parity.session("s"), pytest.raises(ValueError, match="finite"):
+        parity.reward(float("nan"))
