@@ -169,6 +169,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             "--http-port", str(args.http_port), "--upstreams", vllm.base_url,
             "--store", services["store"].address, "--spool-path", str(data_dir / "ingest-spool.db"),
         ],
+        "assembler": ["--store-address", services["store"].address],
     }  # fmt: skip
     try:
         vllm.start()
