@@ -52,7 +52,7 @@ protos: $(VENV)/.installed
 
 lint: env
 	$(BUF) lint protos
-	$(VENV)/bin/ruff check sdk services tests scripts bench
+	$(VENV)/bin/ruff check sdk services tests scripts bench examples
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .tools .parity

@@ -92,8 +92,6 @@ class Proxy:
                 f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
             )
         candidates = self.router.candidates(model, session.session_id)
-        if not candidates:
-            raise openai_errors.unavailable(f"no healthy replica serves model `{model}`; retry shortly")
         capture = CaptureRequest.prepare(endpoint, body, raw_body, session, metadata)
         policy_version = self.policy.version
         reply = await self.upstream.post(candidates, PATHS[endpoint], orjson.dumps(body))

@@ -18,6 +18,8 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+UNHEALTHY_AFTER_FAILED_CHECKS = 2
+
 
 @dataclass
 class Replica:
@@ -28,6 +30,7 @@ class Replica:
     request_count: int = 0
     error_count: int = 0
     last_check: float = 0.0
+    failed_checks: int = 0
 
     @property
     def name(self) -> str:
@@ -50,9 +53,11 @@ class ReplicaRouter:
         return {model for replica in self.replicas for model in replica.models}
 
     def candidates(self, model: str, session_id: str) -> list[Replica]:
-        """Healthy replicas serving `model`, the session's own first, then its fallbacks."""
-        serving = [r for r in self.replicas if model in r.models and r.healthy]
-        return sorted(serving, key=lambda r: _score(session_id, r), reverse=True)
+        """Replicas serving `model`, the session's own first, then its fallbacks. Only the
+        healthy ones; if none is, all of them: a try beats refusing outright."""
+        serving = [r for r in self.replicas if model in r.models]
+        healthy = [r for r in serving if r.healthy]
+        return sorted(healthy or serving, key=lambda r: _score(session_id, r), reverse=True)
 
     def knows(self, model: str) -> bool:
         return any(model in r.models for r in self.replicas)
@@ -95,7 +100,10 @@ class ReplicaRouter:
             replica.models = {entry["id"] for entry in listing.get("data", [])}
             if not replica.healthy:
                 log.info("replica_healthy", replica=replica.name, models=sorted(replica.models))
-            replica.healthy = True
+            replica.healthy, replica.failed_checks = True, 0
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as error:
-            self.mark_failed(replica, f"health check failed: {error!r}")
+            replica.failed_checks += 1
+            # One slow answer on a loaded machine is not a dead replica; two in a row is.
+            if replica.failed_checks >= UNHEALTHY_AFTER_FAILED_CHECKS or not replica.models:
+                self.mark_failed(replica, f"health check failed: {error!r}")
         replica.last_check = time.time()

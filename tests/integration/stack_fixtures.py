@@ -55,3 +55,24 @@ def ingest_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
     ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, data / "spool.db")
     yield IngestStack(store, ingest, http_port, data / "spool.db")
+
+
+@dataclass
+class FullStack(IngestStack):
+    assembler: RunningService
+
+
+@pytest.fixture(scope="module")
+def full_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory) -> Iterator[FullStack]:
+    """Store, assembler and ingest in front of the real vLLM, with the SDK pointed at them."""
+    import parity
+
+    data = tmp_path_factory.mktemp("full-stack")
+    store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
+    assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "5")
+    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, data / "spool.db")
+    previous = parity.current_config()
+    parity.configure(ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address,
+                     store_address=store.address)  # fmt: skip
+    yield FullStack(store, ingest, http_port, data / "spool.db", assembler)
+    parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")})

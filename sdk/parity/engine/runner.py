@@ -2,10 +2,10 @@
 
 An agent is a function, sync or async, that takes a task dict and returns a float
 reward, or None when it reports rewards itself with `parity.reward()`. Each rollout
-runs in a session named `{task}-r{rollout}-a{attempt}`; when it ends, the engine
-closes the session with the assembler, with the outcome, the returned reward, and
-the task as the group, so the assembler knows the episode ended and which rollouts
-to compare. A rollout that raises or times out is closed as failed or timed out:
+runs in a session named `{run}-{task}-r{rollout}-a{attempt}`; when the rollout ends, the
+engine closes its sessions with the assembler, with the outcome, the returned
+reward, the rollout as the episode and the task as the group, so the assembler
+knows the episode ended and which rollouts to compare. A rollout that raises or times out is closed as failed or timed out:
 it is recorded, never trained on silently, and retried up to `retries` times.
 """
 
@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -51,6 +52,9 @@ class EngineConfig:
     """Extra attempts for a rollout that failed or timed out."""
     task_id_key: str = "id"
     """The task field naming the task; the task's position in the dataset otherwise."""
+    run_id: str | None = None
+    """Prefix of every session and group of a run; a fresh one per run when None, so
+    running the same tasks again (the next epoch) never mixes with the last run."""
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -61,6 +65,8 @@ class EngineConfig:
 @dataclass(frozen=True)
 class RolloutResult:
     task_id: str
+    # The task's group in this run: rollouts of one task are compared with each other.
+    group_id: str
     rollout: int
     attempt: int
     session_id: str
@@ -83,6 +89,7 @@ class AgentEngine:
 
     async def arun(self, tasks: Iterable[Mapping[str, Any]]) -> list[RolloutResult]:
         """Every attempt of every rollout, in task order."""
+        run_id = self.config.run_id or uuid.uuid4().hex[:8]
         jobs = [
             (str(task.get(self.config.task_id_key, index)), dict(task), rollout)
             for index, task in enumerate(tasks)
@@ -93,7 +100,7 @@ class AgentEngine:
 
         async def run_job(task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
             async with limit:
-                attempts = await self._rollout(task_id, task, rollout)
+                attempts = await self._rollout(task_id, f"{run_id}-{task_id}", task, rollout)
             progress.update(1)
             failed = sum(a.outcome != "succeeded" for a in attempts)
             progress.set_postfix(failed_attempts=failed, refresh=False)
@@ -105,17 +112,23 @@ class AgentEngine:
             progress.close()
         return [attempt for attempts in per_job for attempt in attempts]
 
-    async def _rollout(self, task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
+    async def _rollout(self, task_id: str, group_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
         attempts = []
         for attempt in range(self.config.retries + 1):
-            result = await self._attempt(task_id, task, rollout, attempt)
+            result = await self._attempt(task_id, group_id, task, rollout, attempt)
             attempts.append(result)
             if result.outcome == "succeeded":
                 break
+        # All attempts share the rollout's episode, and close together once the last one
+        # ends: the assembler never batches the group while a retry is still running.
+        for result in attempts:
+            await asyncio.to_thread(self._close, result, f"{group_id}-r{rollout}")
         return attempts
 
-    async def _attempt(self, task_id: str, task: dict[str, Any], rollout: int, attempt: int) -> RolloutResult:
-        session_id = f"{task_id}-r{rollout}-a{attempt}"
+    async def _attempt(
+        self, task_id: str, group_id: str, task: dict[str, Any], rollout: int, attempt: int
+    ) -> RolloutResult:
+        session_id = f"{group_id}-r{rollout}-a{attempt}"
         started = time.monotonic()
         outcome: Outcome = "succeeded"
         reward: float | None = None
@@ -129,8 +142,9 @@ class AgentEngine:
             except Exception as failure:  # noqa: BLE001 - the agent's failure is the rollout's outcome
                 outcome, error = "failed", f"{type(failure).__name__}: {failure}"
                 log.warning("rollout_failed", session_id=session_id, error=error)
-        await asyncio.to_thread(self._close, session_id, task_id, outcome, reward, error)
-        return RolloutResult(task_id, rollout, attempt, session_id, outcome, reward, error, time.monotonic() - started)
+        return RolloutResult(
+            task_id, group_id, rollout, attempt, session_id, outcome, reward, error, time.monotonic() - started
+        )
 
     async def _call(self, task: dict[str, Any]) -> Any:
         if self._is_async:
@@ -138,18 +152,18 @@ class AgentEngine:
         # to_thread copies the context: the session goes into the agent's thread.
         return await asyncio.to_thread(self.agent, task)
 
-    def _close(self, session_id: str, task_id: str, outcome: Outcome, reward: float | None, error: str) -> None:
+    def _close(self, result: RolloutResult, episode_id: str) -> None:
         request = assembler_pb.CloseSessionRequest(
-            session_id=session_id, outcome=_OUTCOMES[outcome], error_message=error[:2000], group_id=task_id,
-            episode_id=session_id,
+            session_id=result.session_id, outcome=_OUTCOMES[result.outcome], error_message=result.error[:2000],
+            group_id=result.group_id, episode_id=episode_id, group_size=self.config.rollouts_per_task,
         )  # fmt: skip
-        if reward is not None:
-            request.reward = reward
+        if result.reward is not None:
+            request.reward = result.reward
         try:
             self.assembler.close_session(request)
         except RPCError as failure:
             # Loud, not fatal: the other rollouts still run; the session stays open in the store.
-            log.error("close_session_failed", session_id=session_id, error=str(failure))
+            log.error("close_session_failed", session_id=result.session_id, error=str(failure))
 
 
 def _as_reward(returned: Any) -> float | None:

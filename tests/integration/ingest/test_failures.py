@@ -168,7 +168,7 @@ def test_a_full_spool_refuses_with_503_until_the_store_returns(module_services, 
         time.sleep(0.5)
 
 
-def test_a_dying_upstream_gets_502_then_503_and_timeouts_504(module_services, tiny_model_dir, tmp_path) -> None:
+def test_a_dying_upstream_gets_502_and_timeouts_504(module_services, tiny_model_dir, tmp_path) -> None:
     doomed = VllmServer(VllmLaunchConfig(model_path=tiny_model_dir, port=free_port(), served_model_name="doomed",
                                          log_path=tmp_path / "doomed.log"))  # fmt: skip
     with doomed:
@@ -181,4 +181,5 @@ def test_a_dying_upstream_gets_502_then_503_and_timeouts_504(module_services, ti
         assert post(base, chat("doomed")).status_code == 200
         assert_openai_error(post(f"http://127.0.0.1:{slow_port}/v1", chat("doomed", max_tokens=400)), 504, "did not answer")
     assert_openai_error(post(base, chat("doomed")), 502, "upstream failed after 2 attempts")
-    assert_openai_error(post(base, chat("doomed")), 503, "no healthy replica")
+    # Unhealthy now, but still its model's only replica: tried again, not refused outright.
+    assert_openai_error(post(base, chat("doomed")), 502, "Connect call failed")
