@@ -170,6 +170,10 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             "--store", services["store"].address, "--spool-path", str(data_dir / "ingest-spool.db"),
         ],
         "assembler": ["--store-address", services["store"].address],
+        "trainer": [
+            "--assembler-address", services["assembler"].address, "--ingest-address", services["ingest"].address,
+            "--replicas", vllm.base_url, "--work-dir", str(data_dir / "trainer"),
+        ],
     }  # fmt: skip
     try:
         vllm.start()

@@ -2,32 +2,66 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from parity.api.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
 from parity.services.runtime.config import ServerConfig, setting
+from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.services.trainer.servicer import TrainerServicer
+from parity.services.trainer.trainer import Trainer, TrainerDeployment
 
 FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 DEFAULT_PORT = 50054
+# The same variable ingest reads its token from: `parity up` hands it to every service.
+ADMIN_TOKEN_ENV = "PARITY_INGEST_ADMIN_TOKEN"
 
 
 @dataclass
 class TrainerConfig(ServerConfig):
     port: int = setting(DEFAULT_PORT, "gRPC port; 0 picks a free one")
+    assembler_address: str = setting("127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)")
+    ingest_address: str = setting("", "ingest's gRPC address, paused and versioned around each sync; empty: none")
+    replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
+    work_dir: str = setting(".parity/trainer", "where pushed weights (and, by default, checkpoints) are written")
+    consumer_id: str = setting("trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it")
+    sync_tolerance: float = setting(1e-3, "largest logprob difference on the probe a verified replica may show")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.assembler_address or not self.consumer_id:
+            raise InvalidArgument("assembler_address and consumer_id are required")
+        if self.sync_tolerance <= 0:
+            raise InvalidArgument("sync_tolerance must be > 0")
+        if self.ingest_address and not os.environ.get(ADMIN_TOKEN_ENV):
+            raise InvalidArgument(f"pausing ingest needs its admin token in ${ADMIN_TOKEN_ENV}")
+
+    def deployment(self) -> TrainerDeployment:
+        return TrainerDeployment(
+            assembler_address=self.assembler_address,
+            replica_urls=tuple(url.strip() for url in self.replicas.split(",") if url.strip()),
+            work_dir=Path(self.work_dir),
+            ingest_address=self.ingest_address,
+            ingest_admin_token=os.environ.get(ADMIN_TOKEN_ENV, ""),
+            consumer_id=self.consumer_id,
+            sync_tolerance=self.sync_tolerance,
+            max_message_bytes=self.max_message_bytes,
+        )
 
 
 def build_bindings(config: TrainerConfig) -> list[ServiceBinding]:
-    # The generated base servicer answers UNIMPLEMENTED for every RPC until the
-    # trainer issue fills it in; health and reflection are real already.
-    servicer = trainer_service_pb2_grpc.TrainerServiceServicer()
-    return [
-        ServiceBinding(
-            FULL_NAME,
-            lambda server: trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, server),
-        )
-    ]
+    trainer = Trainer(config.deployment())
+
+    async def stop() -> None:
+        trainer.close()
+
+    def add(server: object) -> None:
+        trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(TrainerServicer(trainer), server)
+
+    return [ServiceBinding(FULL_NAME, add, on_stop=stop)]
 
 
 DEFINITION = ServiceDefinition(

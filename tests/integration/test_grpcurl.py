@@ -42,12 +42,14 @@ def test_grpcurl_lists_describes_and_health_checks(start_service, name: str) -> 
         assert json.loads(health.stdout) == {"status": "SERVING"}
 
 
-def test_rpcs_not_built_yet_answer_unimplemented(start_service) -> None:
+def test_grpcurl_calls_the_trainer(start_service) -> None:
     service = start_service("trainer")
-    result = grpcurl("-d", "{}", service.address, "parity.api.trainer.v1.TrainerService/GetStatus")
-    assert result.returncode != 0
-    assert "Code: Unimplemented" in result.stderr
-    assert "TrainerService/GetStatus is not implemented yet" in result.stderr
+    status = grpcurl("-d", "{}", service.address, "parity.api.trainer.v1.TrainerService/GetStatus")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout) == {}
+    refused = grpcurl("-d", "{}", service.address, "parity.api.trainer.v1.TrainerService/StartRun")
+    assert "Code: InvalidArgument" in refused.stderr
+    assert "config is required" in refused.stderr
 
 
 def test_sigterm_shuts_down_gracefully(start_service) -> None:

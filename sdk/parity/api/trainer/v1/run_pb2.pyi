@@ -114,7 +114,7 @@ class Checkpoint(_message.Message):
     def __init__(self, checkpoint_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., path: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "config", "state", "step", "policy_version", "error_message", "start_time", "update_time")
+    __slots__ = ("run_id", "config", "state", "step", "policy_version", "error_message", "start_time", "update_time", "plot_path")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class Run(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PLOT_PATH_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config: RunConfig
     state: RunState
@@ -131,4 +132,5 @@ class Run(_message.Message):
     error_message: str
     start_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    plot_path: str
+    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plot_path: _Optional[str] = ...) -> None: ...

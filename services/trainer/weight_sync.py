@@ -1,0 +1,162 @@
+"""Weight sync: pause ingest, push the new weights into every replica, verify them, bump the version, resume.
+
+Verification scores a fixed probe sequence on each replica and on the trainer's own
+forward pass; a replica whose logprobs differ by more than the tolerance fails the
+sync. Traffic resumes either way (held agents must not hang), but a failed sync
+raises `SyncFailed` and the run stops: it never trains on against stale weights.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import structlog
+from google.protobuf import duration_pb2
+
+from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from parity.clients import IngestClient, RPCError
+from parity.services.runtime.errors import FailedPrecondition
+from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.replicas import ReplicaError, VllmReplica
+
+log = structlog.get_logger(__name__)
+
+PROBE_LENGTH = 64
+KEEP_WEIGHT_VERSIONS = 2
+
+
+class SyncFailed(FailedPrecondition):
+    """A replica did not take the new weights, or serves logprobs that differ from the trainer's."""
+
+
+@dataclass
+class ReplicaResult:
+    replica: str
+    verified: bool
+    max_logprob_diff: float
+    error: str = ""
+
+
+@dataclass
+class SyncResult:
+    policy_version: int
+    replicas: list[ReplicaResult]
+    durations_s: dict[str, float]
+    complete_time: float = field(default_factory=time.time)
+
+    @property
+    def max_logprob_diff(self) -> float:
+        return max((r.max_logprob_diff for r in self.replicas), default=0.0)
+
+    @property
+    def verified(self) -> bool:
+        return all(r.verified for r in self.replicas)
+
+
+def probe_tokens(vocab_size: int, length: int = PROBE_LENGTH, seed: int = 0) -> list[int]:
+    """A fixed pseudo-random token sequence: it touches embeddings, attention and the head alike."""
+    return np.random.default_rng(seed).integers(0, vocab_size, size=length).tolist()
+
+
+@dataclass
+class WeightSync:
+    replicas: Sequence[VllmReplica]
+    weights_dir: Path
+    probe: list[int]
+    tolerance: float = 1e-3
+    ingest: IngestClient | None = None
+    """None when no ingest fronts the replicas (tests, offline use): nothing to pause or version."""
+    drain_timeout_s: float = 120.0
+
+    def sync(self, backend: TrainingBackend, policy_version: int, verify: bool = True) -> SyncResult:
+        durations: dict[str, float] = {}
+        started = time.perf_counter()
+        phase = time.perf_counter()
+        self.hold(f"weight sync to policy version {policy_version}")
+        durations["pause"] = time.perf_counter() - phase
+        try:
+            phase = time.perf_counter()
+            target = self.weights_dir / f"policy-v{policy_version:06d}"
+            if target.exists():
+                shutil.rmtree(target)
+            backend.save_weights(target)
+            results = {r.base_url: ReplicaResult(r.base_url, False, float("nan")) for r in self.replicas}
+            for replica in self.replicas:
+                try:
+                    replica.reload_weights(target.resolve())
+                except ReplicaError as error:
+                    results[replica.base_url].error = str(error)
+            durations["push"] = time.perf_counter() - phase
+            phase = time.perf_counter()
+            self._verify(backend, results, verify)
+            durations["verify"] = time.perf_counter() - phase
+            result = SyncResult(policy_version, list(results.values()), durations)
+            if not result.verified:
+                failures = "; ".join(f"{r.replica}: {r.error}" for r in result.replicas if not r.verified)
+                raise SyncFailed(f"weight sync to policy version {policy_version} failed: {failures}")
+            if self.ingest is not None:
+                self._call(self.ingest.set_policy_version, ingest_pb.SetPolicyVersionRequest(policy_version=policy_version))
+            self._prune(keep=target)
+        finally:
+            phase = time.perf_counter()
+            self.release()
+            durations["resume"] = time.perf_counter() - phase
+            durations["total"] = time.perf_counter() - started
+        log.info(
+            "weights_synced", policy_version=policy_version, max_logprob_diff=result.max_logprob_diff,
+            **{f"{name}_s": round(value, 3) for name, value in durations.items()},
+        )  # fmt: skip
+        return result
+
+    def _verify(self, backend: TrainingBackend, results: dict[str, ReplicaResult], verify: bool) -> None:
+        if not verify:
+            return
+        expected = np.array(backend.probe_logprobs(self.probe))
+        for replica in self.replicas:
+            outcome = results[replica.base_url]
+            if outcome.error:
+                continue
+            try:
+                served = np.array(replica.prompt_logprobs(self.probe))
+            except ReplicaError as error:
+                outcome.error = str(error)
+                continue
+            outcome.max_logprob_diff = float(np.max(np.abs(served - expected)))
+            outcome.verified = outcome.max_logprob_diff <= self.tolerance
+            if not outcome.verified:
+                outcome.error = (
+                    f"probe logprobs differ by {outcome.max_logprob_diff:.3g} (tolerance {self.tolerance:g}); "
+                    "the replica is not serving the trainer's weights"
+                )
+
+    def hold(self, reason: str) -> None:
+        """Pause ingest traffic; returns once in-flight requests have finished. Idempotent."""
+        if self.ingest is None:
+            return
+        request = ingest_pb.PauseTrafficRequest(
+            reason=reason,
+            drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
+        )
+        self._call(self.ingest.pause_traffic, request, timeout_s=self.drain_timeout_s + 30)
+
+    def release(self) -> None:
+        if self.ingest is not None:
+            self._call(self.ingest.resume_traffic, ingest_pb.ResumeTrafficRequest())
+
+    def _call(self, method, request, timeout_s: float | None = None):  # type: ignore[no-untyped-def]
+        try:
+            return method(request, timeout_s=timeout_s)
+        except RPCError as error:
+            raise SyncFailed(f"ingest at {self.ingest.address if self.ingest else '?'}: {error}") from None
+
+    def _prune(self, keep: Path) -> None:
+        """Old weight folders go; the live one and its predecessor stay (a replica may still be reading it)."""
+        versions = sorted(p for p in self.weights_dir.glob("policy-v*") if p.is_dir())
+        for old in versions[:-KEEP_WEIGHT_VERSIONS]:
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)

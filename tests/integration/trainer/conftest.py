@@ -1,0 +1,56 @@
+"""A whole training stack around a vLLM of its own: training rewrites the served weights, so the
+session's shared vLLM is left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from tests.conftest import free_port
+from tests.integration.service_fixtures import RunningService, ServiceLauncher
+from tests.integration.stack_fixtures import ADMIN_TOKEN, start_ingest
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+
+
+@dataclass
+class TrainingStack:
+    vllm: VllmServer
+    store: RunningService
+    assembler: RunningService
+    ingest: RunningService
+    trainer: RunningService
+    http_port: int
+
+
+@pytest.fixture(scope="module")
+def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+    config = VllmLaunchConfig(
+        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
+        log_path=tmp_path_factory.mktemp("trainer-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
+    )  # fmt: skip
+    with VllmServer(config) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def training_stack(module_services: ServiceLauncher, trainer_vllm, tmp_path_factory) -> Iterator[TrainingStack]:
+    import parity
+
+    data = tmp_path_factory.mktemp("training-stack")
+    store = module_services.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+    assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
+                                      "--shutdown-grace-s", "0.5")  # fmt: skip
+    ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "spool.db")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PARITY_INGEST_ADMIN_TOKEN", ADMIN_TOKEN)
+        trainer = module_services.start(
+            "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
+            "--replicas", trainer_vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
+        )  # fmt: skip
+    previous = parity.current_config()
+    parity.configure(ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address)
+    yield TrainingStack(trainer_vllm, store, assembler, ingest, trainer, http_port)
+    parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address)

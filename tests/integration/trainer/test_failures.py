@@ -1,0 +1,101 @@
+"""The trainer against a missing assembler and a broken replica, with real services and the tiny model."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.assembler.v1 import assembler_service_pb2_grpc as assembler_grpc
+from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.api.trainer.v1 import run_pb2
+from parity.api.trainer.v1 import trainer_service_pb2 as pb
+from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from parity.services.inference.tiny_model import generate_tiny_model
+from tests.conftest import free_port
+from tests.integration.store.call_factory import make_call
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return generate_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def run_config(model_dir: Path, steps: int = 1) -> run_pb2.RunConfig:
+    """Checkpoints go to the trainer's work dir, where a restarted trainer finds them by id."""
+    return run_pb2.RunConfig(
+        model_path=str(model_dir), total_steps=steps, groups_per_batch=1, learning_rate=1e-3,
+        backend=run_pb2.TRAINING_BACKEND_CPU,
+    )  # fmt: skip
+
+
+def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_trainer_started_before_the_assembler_waits_retries_and_then_trains(start_service, model_dir, tmp_path) -> None:
+    assembler_port = free_port()
+    trainer = start_service("trainer", "--assembler-address", f"127.0.0.1:{assembler_port}", "--work-dir", str(tmp_path))
+    stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
+    stub.StartRun(pb.StartRunRequest(config=run_config(model_dir)))
+    wait_for(lambda: "assembler_unavailable" in trainer.log(), what="the trainer to report the missing assembler")
+    assert "waiting for the assembler" in trainer.log()
+    assert stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
+
+    store = start_service("store", "--url", f"sqlite:///{tmp_path}/store.db", "--shutdown-grace-s", "0.5")
+    start_service("assembler", "--store-address", store.address, "--group-idle-s", "0.3", "--shutdown-grace-s", "0.5",
+                  port=assembler_port)  # fmt: skip
+    store_stub = store_grpc.TokenStoreServiceStub(grpc.insecure_channel(store.address))
+    assembler = assembler_grpc.AssemblerServiceStub(grpc.insecure_channel(f"127.0.0.1:{assembler_port}"))
+    for index, reward in enumerate([1.0, 0.0]):
+        session = f"rollout-{index}"
+        call = make_call(f"{session}-c0", session, [1, 2, 3, 4], [[10 + index, 20, 30]])
+        store_stub.WriteCalls(store_pb.WriteCallsRequest(calls=[call]))
+        assembler.CloseSession(assembler_pb.CloseSessionRequest(session_id=session, group_id="task", group_size=2, reward=reward))
+
+    run = wait_for(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_COMPLETED and r,
+                   what="the run to complete")  # fmt: skip
+    assert run.step == 1 and run.error_message == ""
+    assert Path(run.plot_path).read_bytes()[:4] == b"\x89PNG"
+    metrics = next(iter(stub.StreamMetrics(pb.StreamMetricsRequest(), timeout=10))).metrics
+    assert metrics.step == 1 and metrics.values["reward_mean"] == 0.5 and metrics.values["sample_count"] == 2
+    checkpoints = stub.ListCheckpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
+    assert [c.step for c in checkpoints] == [1]
+
+
+def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_service, model_dir, tmp_path) -> None:
+    dead_replica = f"http://127.0.0.1:{free_port()}"
+    common = ("--assembler-address", f"127.0.0.1:{free_port()}", "--work-dir", str(tmp_path))
+    trainer = start_service("trainer", *common, "--replicas", dead_replica)
+    stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
+    stub.StartRun(pb.StartRunRequest(config=run_config(model_dir, steps=3)))
+    run = wait_for(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_FAILED and r,
+                   what="the run to fail")  # fmt: skip
+    assert dead_replica in run.error_message and "resumable from checkpoint" in run.error_message
+    assert "weight sync" in run.error_message
+    (checkpoint,) = stub.ListCheckpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.SyncWeights(pb.SyncWeightsRequest())
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    # The operator fixes the replica list; the run continues from its checkpoint, same run id and settings.
+    trainer.terminate()
+    fixed = start_service("trainer", *common)
+    fixed_stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(fixed.address))
+    resumed = fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=checkpoint.checkpoint_id)).run
+    assert (resumed.run_id, resumed.step, resumed.config.total_steps) == (run.run_id, 0, 3)
+    wait_for(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
+             what="the resumed run to wait for data")  # fmt: skip
+    stopped = fixed_stub.StopRun(pb.StopRunRequest())
+    assert stopped.run.state == run_pb2.RUN_STATE_STOPPED and stopped.checkpoint.run_id == run.run_id
