@@ -3,7 +3,7 @@
 #
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), buf (.tools)
 #   make test    the whole test suite (creates the environments first)
-#   make demo    the main job: bring the stack up and run one episode
+#   make demo    the main job: bring the stack up and train an agent end to end
 #   make protos  regenerate sdk/parity/api from protos/
 
 PYTHON ?= python3
