@@ -110,6 +110,7 @@ _MAX_SQL_VARIABLES = 500
 # A call row runs to a few KB; with SQLite's default 4 KB pages most rows spill into
 # overflow chains. 64 KB pages keep them whole: about 30% less write time per call.
 PAGE_SIZE = 65536
+CHECKPOINT_INTERVAL_S = 0.5
 
 
 class SqliteBackend(StoreBackend):
@@ -122,11 +123,26 @@ class SqliteBackend(StoreBackend):
         self.synchronous = synchronous
         path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = self._connect()
+        # Checkpoints run beside the writer, not inside its commits: an automatic one
+        # copies the whole WAL (tens of MB with 64 KB pages) while every writer waits.
+        self._writer.execute("PRAGMA wal_autocheckpoint=0")
         self._migrate()
         self.store_id = self._meta("store_id")
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoint_forever, name="sqlite-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoint_forever(self) -> None:
+        """PASSIVE checkpoints never block the writer or readers; they copy what they can."""
+        connection = self._connect()
+        try:
+            while not self._closing.wait(CHECKPOINT_INTERVAL_S):
+                connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            connection.close()
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -424,6 +440,8 @@ class SqliteBackend(StoreBackend):
         return total
 
     def close(self) -> None:
+        self._closing.set()
+        self._checkpointer.join()
         with self._readers_lock:
             for connection in self._readers:
                 connection.close()
