@@ -111,6 +111,7 @@ _MAX_SQL_VARIABLES = 500
 # overflow chains. 64 KB pages keep them whole: about 30% less write time per call.
 PAGE_SIZE = 65536
 CHECKPOINT_INTERVAL_S = 0.5
+CHECKPOINT_WAL_BYTES = 16 << 20
 
 
 class SqliteBackend(StoreBackend):
@@ -136,11 +137,14 @@ class SqliteBackend(StoreBackend):
         self._checkpointer.start()
 
     def _checkpoint_forever(self) -> None:
-        """PASSIVE checkpoints never block the writer or readers; they copy what they can."""
+        """PASSIVE checkpoints never block the writer or readers; they copy what they can.
+        Only past a WAL size, so small commits do not share the disk with a checkpoint's fsync."""
         connection = self._connect()
+        wal = Path(f"{self.path}-wal")
         try:
             while not self._closing.wait(CHECKPOINT_INTERVAL_S):
-                connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                if wal.exists() and wal.stat().st_size >= CHECKPOINT_WAL_BYTES:
+                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             connection.close()
 
