@@ -80,13 +80,13 @@ class Proxy:
         session, metadata = session_resolution.resolve(path_slug, header, body)
         summary: dict[str, Any] = {"session_id": session.session_id, "model": model, "stream": bool(body.get("stream"))}
         self.sink.check_accepting()
-        capture = CaptureRequest(endpoint, body, raw_body, session, metadata)
         if self.external.serves(model):
-            return await self.external.complete(capture, self.sink, summary, started_at)
+            external = CaptureRequest(endpoint, body, raw_body, session, metadata)
+            return await self.external.complete(external, self.sink, summary, started_at)
         if not self.router.knows(model):
-            if self.router.starting():
+            if starting := self.router.starting():
                 raise openai_errors.unavailable(
-                    f"model `{model}` is not known yet: {self.router.starting()} replica(s) have not answered; retry shortly"
+                    f"model `{model}` is not known yet: {starting} replica(s) have not answered; retry shortly"
                 )
             raise openai_errors.not_found(
                 f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
