@@ -8,12 +8,51 @@
         parity.reward(1.0)
 """
 
-from parity.chat_client import get_async_chat_client, get_chat_client
-from parity.clients import RPCError
-from parity.config import configure, current_config
-from parity.rewards import areward, reward
-from parity.session_slug import SessionRef
-from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parity.chat_client import get_async_chat_client, get_chat_client
+    from parity.clients import RPCError
+    from parity.config import configure, current_config
+    from parity.rewards import areward, reward
+    from parity.session_slug import SessionRef
+    from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
+
+# Imported on first use: the services live under `parity.services`, and importing
+# the openai client there for nothing cost 0.8 s at start and a heap every garbage
+# collection had to walk.
+_EXPORTS = {
+    "get_async_chat_client": "parity.chat_client",
+    "get_chat_client": "parity.chat_client",
+    "RPCError": "parity.clients",
+    "configure": "parity.config",
+    "current_config": "parity.config",
+    "areward": "parity.rewards",
+    "reward": "parity.rewards",
+    "SessionRef": "parity.session_slug",
+    "TrajectoryView": "parity.sessions",
+    "current_session": "parity.sessions",
+    "session": "parity.sessions",
+    "session_url": "parity.sessions",
+    "trajectory": "parity.sessions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parity' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "RPCError",

@@ -24,12 +24,19 @@ SERVICE_MODULES = {
 }
 
 
-def _add_service_commands(subparsers: argparse._SubParsersAction) -> dict[str, argparse._SubParsersAction]:
-    """One `parity <service> serve` each; returns each service's actions, for more to join."""
+def _add_service_commands(
+    subparsers: argparse._SubParsersAction, load: str | None
+) -> dict[str, argparse._SubParsersAction]:
+    """One `parity <service> serve` each; returns each service's actions, for more to join.
+    Only the service named `load` is imported: a process that serves ingest should not
+    carry the trainer's torch (hundreds of MB) in its heap."""
     service_actions = {}
     for name, module_name in SERVICE_MODULES.items():
         service_parser = subparsers.add_parser(name, help=f"the {name} service")
         actions = service_actions[name] = service_parser.add_subparsers(dest="action", required=True)
+        if name != load:
+            actions.add_parser("serve", help=f"run the {name} service (see `parity {name} serve --help`)")
+            continue
         try:
             definition = importlib.import_module(module_name).DEFINITION
         except ImportError as error:
@@ -62,10 +69,11 @@ DELEGATED_COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(service: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; `service` is the one whose options are loaded."""
     parser = argparse.ArgumentParser(prog="parity", description="Token-exact RL for OpenAI-API agents.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    service_actions = _add_service_commands(subparsers)
+    service_actions = _add_service_commands(subparsers, service)
     # Listed for --help only: main() hands these to their module before argparse sees them.
     for words, (_, help_text) in DELEGATED_COMMANDS.items():
         if words[0] in service_actions:
@@ -80,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     for words, (module_name, _) in DELEGATED_COMMANDS.items():
         if tuple(argv[: len(words)]) == words:
             return int(importlib.import_module(module_name).main(argv[len(words) :]) or 0)
-    args = build_parser().parse_args(argv)
+    parser = build_parser(argv[0] if argv else None)
+    args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
-        build_parser().error(f"'parity {args.command}' needs a subcommand; see its --help")
+        parser.error(f"'parity {args.command}' needs a subcommand; see its --help")
     return int(args.handler(args) or 0)
 
 

@@ -16,7 +16,7 @@ from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.services.ingest.spool import Spool
 from tests.conftest import free_port
-from tests.integration.stack_fixtures import ADMIN_TOKEN, start_ingest
+from tests.integration.stack_fixtures import ADMIN_TOKEN, IngestStack, start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
@@ -125,6 +125,18 @@ def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp
     assert ok.status_code == 200
 
 
+def wait_for_calls(stack, session: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
+    deadline = time.monotonic() + timeout
+    while len(calls := stack.calls(session)) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return calls
+
+
+def spool_size(ingest) -> int:
+    with grpc.insecure_channel(ingest.address) as channel:
+        return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size
+
+
 def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, vllm_server, tmp_path) -> None:
     store_port = free_port()
     store = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
@@ -132,23 +144,35 @@ def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, 
                                      "--store-timeout-s", "1")  # fmt: skip
     session_url = f"http://127.0.0.1:{http_port}/sessions/outage/v1"
     post(session_url, chat(vllm_server.model_name, max_tokens=2)).raise_for_status()
+    assert len(wait_for_calls(IngestStack(store, ingest, http_port, tmp_path / "spool.db"), "outage", 1)) == 1
     store.terminate()
     sent = []
     for turn in range(6):
         response = post(session_url, chat(vllm_server.model_name, max_tokens=2, user=f"turn-{turn}"))
         assert response.status_code == 200, "agents keep working while the store is down"
         sent.append(f"turn-{turn}")
-    with grpc.insecure_channel(ingest.address) as channel:
-        assert pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size == 6
+    assert spool_size(ingest) == 6
     restarted = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
-    deadline = time.monotonic() + 30
-    from tests.integration.stack_fixtures import IngestStack
-
-    stack = IngestStack(restarted, ingest, http_port, tmp_path / "spool.db")
-    while len(stack.calls("outage")) < 7 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    calls = stack.calls("outage")
+    calls = wait_for_calls(IngestStack(restarted, ingest, http_port, tmp_path / "spool.db"), "outage", 7)
     assert [json.loads(c.request_json).get("user") for c in calls[1:]] == sent, "replayed, in capture order"
+    assert spool_size(ingest) == 0, "the spool forgets calls once the store has them"
+
+
+def test_answered_calls_survive_a_sigkill_of_ingest(module_services, vllm_server, tmp_path) -> None:
+    """Durability "before": a call whose response the agent saw is on local disk, even
+    if ingest dies before the store could take it."""
+    store_port, spool_path = free_port(), tmp_path / "spool.db"
+    ingest, http_port = start_ingest(module_services, f"127.0.0.1:{store_port}", vllm_server.base_url, spool_path)
+    session_url = f"http://127.0.0.1:{http_port}/sessions/killed/v1"
+    sent = [f"turn-{turn}" for turn in range(5)]
+    for user in sent:
+        post(session_url, chat(vllm_server.model_name, max_tokens=2, user=user)).raise_for_status()
+    ingest.process.kill()
+    ingest.process.wait()
+    store = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
+    restarted, restarted_port = start_ingest(module_services, store.address, vllm_server.base_url, spool_path)
+    calls = wait_for_calls(IngestStack(store, restarted, restarted_port, spool_path), "killed", len(sent))
+    assert [json.loads(c.request_json).get("user") for c in calls] == sent, "every answered call, in order"
 
 
 def test_a_full_spool_refuses_with_503_until_the_store_returns(module_services, vllm_server, tmp_path) -> None:
