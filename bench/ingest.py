@@ -42,6 +42,8 @@ from typing import Any
 import httpx
 import openai
 
+from parity.services.inference.vllm_launcher import cpu_layout, find_vllm_python
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 MODEL = "bench-model"
@@ -172,17 +174,6 @@ async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: s
     return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
 
 
-def cpu_placement() -> tuple[str, set[int]] | None:
-    """(cores for vLLM's CPU worker, cores for everything else), as vLLM's own automatic
-    binding splits them: the worker pins its threads to all cores but the last. Anything
-    the scheduler puts on the worker's cores slows every token, so the processes around
-    it (here ingest, the store and the agents) belong on the last one."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return None
-    return ",".join(map(str, cpus[:-1])), {cpus[-1]}
-
-
 def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
     """Capture's overhead on agents' wall time on real vLLM. Three groups of agents run
     side by side: direct; direct but asking for what ingest asks for (token ids and
@@ -195,16 +186,17 @@ def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> d
                    capture_output=True)  # fmt: skip
     vllm_port = free_port()
     processes = Processes(scratch)
-    placement = cpu_placement()
+    layout = cpu_layout(find_vllm_python() or Path(PYTHON))
     own_cpus = os.sched_getaffinity(0)
     try:
         processes.start("vllm", [PYTHON, "-m", "parity.cli", "vllm", "serve", "--model", str(model_dir), "--port",
                                  str(vllm_port), "--served-model-name", "tiny"],
                         f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300,
-                        env={"VLLM_CPU_OMP_THREADS_BIND": placement[0]} if placement else None)  # fmt: skip
-        if placement:
-            # Inherited by ingest and the store, started next; the agents run in this process.
-            os.sched_setaffinity(0, placement[1])
+                        env={"VLLM_CPU_OMP_THREADS_BIND": layout.worker_bind} if layout else None)  # fmt: skip
+        if layout:
+            # As `parity up` lays a CPU host out. Inherited by ingest and the store, started
+            # next; the agents run in this process.
+            os.sched_setaffinity(0, layout.others)
         direct_url = f"http://127.0.0.1:{vllm_port}/v1"
         arms = {
             "direct": (direct_url, None),
@@ -225,8 +217,8 @@ def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> d
             "overhead_pct": overhead_pct("parity", "direct"),
             "vllm_capture_params_pct": overhead_pct("direct_capture_params", "direct"),
             "proxy_overhead_pct": overhead_pct("parity", "direct_capture_params"),
-            "placement": f"vLLM's worker on cores {placement[0]}; ingest, store and agents on {sorted(placement[1])}"
-            if placement else "one core, shared"}  # fmt: skip
+            "placement": f"vLLM's worker on cores {layout.worker_bind}; ingest, store and agents on "
+            f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import secrets
 import signal
@@ -25,13 +26,21 @@ import httpx
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from parity.services.inference.vllm_launcher import VllmExitedError, VllmLaunchConfig, VllmServer
+from parity.services.inference.vllm_launcher import (
+    VllmExitedError,
+    VllmLaunchConfig,
+    VllmServer,
+    cpu_layout,
+)
 from parity.services.runtime.structured_logging import configure_logging
 
 log = structlog.get_logger(__name__)
 
 # Started in this order, stopped in reverse: the store outlives everything that writes to it.
 SERVICE_ORDER = ("store", "assembler", "trainer", "ingest")
+# Kept off a CPU vLLM worker's cores, since they serve while it generates. Not the
+# trainer: it works while rollouts wait for its update, and wants every core then.
+OFF_WORKER_SERVICES = frozenset({"store", "assembler", "ingest"})
 DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer": 50054}
 DEFAULT_VLLM_PORT = 8100
 DEFAULT_HTTP_PORT = 8000
@@ -45,7 +54,8 @@ class ServiceProcess:
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    def start(self, extra_args: list[str], environment: dict[str, str]) -> None:
+    def start(self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None) -> None:
+        """`cpus`: the cores it may run on; every core when None."""
         host, port = self.address.rsplit(":", 1)
         command = [sys.executable, "-m", "parity.cli", self.name, "serve", "--host", host, "--port", port]
         with self.log_path.open("ab") as log_file:
@@ -56,7 +66,7 @@ class ServiceProcess:
                 # Own session, so Ctrl-C reaches only the supervisor, which stops
                 # services in order; the death signal stops them if it is killed.
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_prepare_child, cpus),
                 env=os.environ | environment,
             )
 
@@ -102,8 +112,11 @@ class StartupInterrupted(Exception):
     """Ctrl-C or SIGTERM arrived before the stack was up."""
 
 
-def _die_with_parent() -> None:
+def _prepare_child(cpus: frozenset[int] | None) -> None:
+    """In the child before it runs: die with its parent, and keep to `cpus`."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -153,15 +166,19 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
         for name in SERVICE_ORDER
     }
-    vllm = VllmServer(
-        VllmLaunchConfig(
-            model_path=model_path,
-            host=args.host,
-            port=args.vllm_port,
-            served_model_name=args.served_model_name or model_path.name,
-            log_path=data_dir / "logs" / "vllm.log",
-        )
+    config = VllmLaunchConfig(
+        model_path=model_path,
+        host=args.host,
+        port=args.vllm_port,
+        served_model_name=args.served_model_name or model_path.name,
+        log_path=data_dir / "logs" / "vllm.log",
     )
+    layout = cpu_layout(config.python)
+    if layout:
+        config.worker_cpus = layout.worker_bind
+        log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),
+                 pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
+    vllm = VllmServer(config)
     admin_token = _admin_token(data_dir)
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
@@ -179,7 +196,11 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         vllm.start()
         for service in services.values():
             # The admin token travels in the environment, never on a command line others can read.
-            service.start(extra_args.get(service.name, []), {"PARITY_INGEST_ADMIN_TOKEN": admin_token})
+            service.start(
+                extra_args.get(service.name, []),
+                {"PARITY_INGEST_ADMIN_TOKEN": admin_token},
+                layout.others if layout and service.name in OFF_WORKER_SERVICES else None,
+            )
         deadline = time.monotonic() + args.startup_timeout_s
         for service in services.values():
             service.wait_healthy(deadline, stop_requested)

@@ -1,6 +1,7 @@
 """`parity up` brings up all five processes and stops them all on Ctrl-C."""
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from parity.services.inference.vllm_launcher import cpu_layout, find_vllm_python
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import SERVICES, grpcurl
 
@@ -51,6 +53,7 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         listed = grpcurl("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
                          "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
         assert len(json.loads(listed.stdout)["calls"]) == 1
+        _assert_services_keep_off_the_vllm_worker(stack.pid, tmp_path / "logs" / "vllm.log")
     finally:
         stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)
@@ -60,3 +63,23 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         time.sleep(0.2)
     assert not [name for name, port in ports.items() if _port_open(port)], "processes still listening after Ctrl-C"
     assert (tmp_path / "logs" / "store.log").read_text().strip(), "services log into DATA_DIR/logs"
+
+
+def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) -> None:
+    """With vLLM's CPU build on several cores, its worker binds every core but the last,
+    and the services that serve while it generates run on the last; the trainer keeps all."""
+    layout = cpu_layout(find_vllm_python() or Path(sys.executable))
+    if layout is None:  # vLLM's GPU build, or one core: nothing to lay out
+        return
+    assert f"VLLM_CPU_OMP_THREADS_BIND={layout.worker_bind!r}" in vllm_log.read_text()
+    children = Path(f"/proc/{stack_pid}/task/{stack_pid}/children").read_text().split()
+    services = {}
+    for pid in map(int, children):
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"parity.cli" in command:
+            services[command[command.index(b"parity.cli") + 1].decode()] = pid
+    assert set(services) == set(SERVICES), services
+    everything = os.sched_getaffinity(0)
+    for name, pid in services.items():
+        expected = everything if name == "trainer" else layout.others
+        assert os.sched_getaffinity(pid) == expected, name
