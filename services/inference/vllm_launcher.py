@@ -44,7 +44,7 @@ class CpuLayout:
 
     vLLM's CPU backend pins its worker threads to cores, and anything the scheduler puts
     on those cores slows every token: on 2 cores, agents through an unpinned ingest took
-    20% longer than direct ones, and 2 to 6% longer with ingest kept off the worker's core.
+    20% longer than direct ones, and 2 to 7% longer with ingest kept off the worker's core.
     """
 
     worker: tuple[int, ...]
