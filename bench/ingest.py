@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         paced["parity_after"] = wrk(after_url, 32, seconds, False, scratch, pace_ms=20)
     finally:
         processes.stop()
-    overhead = real_vllm_overhead(scratch / "vllm", rounds=4 if args.quick else 10, agents=6, turns=3)
+    overhead = real_vllm_overhead(scratch / "vllm", rounds=3 if args.quick else 10, agents=6, turns=3)
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
           f"{'+p50 ms':>9} | {'litellm rps':>12}{'p50 ms':>9} | {'parity/litellm':>15}")  # fmt: skip
