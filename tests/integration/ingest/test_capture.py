@@ -175,3 +175,59 @@ def test_sessions_come_from_url_header_or_metadata(ingest_stack, vllm_server) ->
     (meta,) = ingest_stack.calls("meta-1")
     assert dict(meta.metadata) == {"user": "u9"}
     assert len(ingest_stack.calls("unassigned")) >= 1
+
+
+def test_stop_sequences_reach_vllm_and_are_recorded(ingest_stack, vllm_server) -> None:
+    api = client(ingest_stack.session_url("stop-1"))
+    greedy = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 16, "temperature": 0,
+              "extra_body": {"return_token_ids": True}}  # fmt: skip
+    free = api.chat.completions.create(**greedy).choices[0]
+    free_ids, free_text = free.model_extra["token_ids"], free.message.content
+    # A stop string from the second half of the unconstrained answer (a whole word, so no
+    # half-decoded byte), and a stop token from it.
+    words = [w for w in free_text[len(free_text) // 2 :].split() if "\ufffd" not in w and free_text.index(w) > 0]
+    assert words, f"no usable stop word in {free_text!r}"
+    stop, stop_token = words[0], free_ids[3]
+
+    by_string = api.chat.completions.create(**greedy, stop=[stop]).choices[0]
+    streamed_ids, streamed_text = [], ""
+    for chunk in api.chat.completions.create(**greedy, stop=[stop], stream=True):
+        for choice in chunk.choices:
+            streamed_ids += choice.model_extra.get("token_ids") or []
+            streamed_text += choice.delta.content or ""
+    stop_ids = {"return_token_ids": True, "stop_token_ids": [stop_token]}
+    by_token = api.chat.completions.create(**greedy | {"extra_body": stop_ids}).choices[0]
+    _, string_call, stream_call, token_call = ingest_stack.calls("stop-1")
+
+    assert by_string.message.content == streamed_text == free_text[: free_text.index(stop)]
+    assert (by_string.finish_reason, by_string.model_extra["stop_reason"]) == ("stop", stop)
+    for call in (string_call, stream_call):
+        (recorded,) = call.choices
+        assert ids(recorded.token_ids) == by_string.model_extra["token_ids"] == streamed_ids
+        assert free_ids[: len(streamed_ids)] == streamed_ids, "greedy decoding stops on the same tokens"
+        assert (recorded.finish_reason, recorded.stop_reason, recorded.text) == ("stop", stop, streamed_text)
+    assert stream_call.streamed and json.loads(string_call.request_json)["stop"] == [stop]
+    (recorded,) = token_call.choices
+    assert ids(recorded.token_ids) == by_token.model_extra["token_ids"] == free_ids[: free_ids.index(stop_token) + 1]
+    assert (recorded.finish_reason, recorded.stop_reason) == ("stop", str(by_token.model_extra["stop_reason"]))
+    assert by_token.model_extra["stop_reason"] == stop_token
+
+
+def test_response_format_reaches_vllm_and_the_constrained_tokens_are_recorded(ingest_stack, vllm_server) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}  # fmt: skip
+    response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    api = client(ingest_stack.session_url("format-1"))
+    greedy = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 24, "temperature": 0,
+              "extra_body": {"return_token_ids": True}}  # fmt: skip
+    free = api.chat.completions.create(**greedy).choices[0]
+    constrained = api.chat.completions.create(**greedy, response_format=response_format).choices[0]
+    _, call = ingest_stack.calls("format-1")
+    # Whitespace may come between JSON tokens but nowhere else: the schema forces this opening.
+    opening, compact = '{"answer"', "".join(constrained.message.content.split())
+    assert compact and opening.startswith(compact[: len(opening)]), constrained.message.content
+    assert not "".join(free.message.content.split()).startswith("{"), "the unconstrained answer must differ"
+    (recorded,) = call.choices
+    assert ids(recorded.token_ids) == constrained.model_extra["token_ids"]
+    assert recorded.text == constrained.message.content
+    assert json.loads(call.request_json)["response_format"] == response_format
