@@ -134,25 +134,37 @@ class Proxy:
         call_fields: dict[str, Any],
         summary: dict[str, Any],
     ) -> AsyncIterator[bytes]:
-        """Pass SSE events through, recording tokens; hold `[DONE]` until the call is durable."""
+        """Pass SSE events through, recording tokens; hold `[DONE]` until the call is durable.
+
+        Events that arrive in one network read go to the agent in one write: under
+        load a read holds many, and a write per event would cost more than the rest
+        of the relay. Nothing waits to be grouped; a lone event is passed on at once.
+        """
         outcome, error_message, first_byte_at = DISCONNECTED, "", None
+        partial = b""
         try:
-            async for line in response.content:
-                if not line.startswith(b"data: "):
+            async for data in response.content.iter_any():
+                payloads, partial = split_sse_data(partial, data)
+                if not payloads:
                     continue
-                data = line[6:].strip()
                 if first_byte_at is None:
                     first_byte_at = time.time()
-                if data == b"[DONE]":
-                    outcome = SUCCEEDED
+                events = []
+                for payload in payloads:
+                    if payload == b"[DONE]":
+                        outcome = SUCCEEDED
+                        break
+                    chunk = orjson.loads(payload)
+                    recorder.add_chunk(chunk)
+                    capture.strip(chunk)
+                    events.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                if events:
+                    yield b"".join(events)
+                if outcome == SUCCEEDED:
                     break
-                chunk = orjson.loads(data)
-                recorder.add_chunk(chunk)
-                capture.strip(chunk)
-                yield b"data: " + orjson.dumps(chunk) + b"\n\n"
             else:
                 outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
             outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
             yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
         finally:
@@ -168,6 +180,14 @@ class Proxy:
                 asyncio.get_running_loop().create_task(self.sink.submit(call))
         await self.sink.submit(call)
         yield b"data: [DONE]\n\n"
+
+
+def split_sse_data(partial: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The `data: ` payloads of the SSE lines that `partial + data` completes, and the
+    unfinished line left over for the next read."""
+    lines = (partial + data if partial else data).split(b"\n")
+    rest = lines.pop()
+    return [line[6:].strip() for line in lines if line.startswith(b"data: ")], rest
 
 
 def _parse(raw_body: bytes) -> dict[str, Any]:
