@@ -88,8 +88,9 @@ class IngestHttpApp:
             log.error("request_failed", exc_info=error)
             reply = JsonReply(500, openai_errors.HttpError(500, "internal error in ingest", "server_error").body(), summary)
         if isinstance(reply, JsonReply):
-            await send({"type": "http.response.start", "status": reply.status,
-                        "headers": [(b"content-type", reply.content_type)]})  # fmt: skip
+            # A length, as vLLM sends, rather than chunked framing around one body.
+            headers = [(b"content-type", reply.content_type), (b"content-length", b"%d" % len(reply.body))]
+            await send({"type": "http.response.start", "status": reply.status, "headers": headers})
             await send({"type": "http.response.body", "body": reply.body})
             return reply.status
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})

@@ -134,8 +134,11 @@ def test_completions_endpoint_streamed_and_not(ingest_stack, vllm_server, tokeni
 
 def test_the_agent_sees_what_vllm_would_have_sent(ingest_stack, vllm_server) -> None:
     request = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 8, "seed": 7, "temperature": 1.0}
-    direct = httpx.post(f"{vllm_server.openai_base_url}/chat/completions", json=request, timeout=60).json()
-    proxied = httpx.post(f"{ingest_stack.base_url}/chat/completions", json=request, timeout=60).json()
+    direct_reply = httpx.post(f"{vllm_server.openai_base_url}/chat/completions", json=request, timeout=60)
+    proxied_reply = httpx.post(f"{ingest_stack.base_url}/chat/completions", json=request, timeout=60)
+    for reply in (direct_reply, proxied_reply):
+        assert int(reply.headers["content-length"]) == len(reply.content) and "transfer-encoding" not in reply.headers
+    direct, proxied = direct_reply.json(), proxied_reply.json()
     for response in (direct, proxied):
         response.pop("id"), response.pop("created")
     assert proxied == direct, "ingest must strip exactly what it added for capture"
