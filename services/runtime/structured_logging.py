@@ -39,6 +39,9 @@ def configure_logging(level: str = "info", log_format: LogFormat = "auto", **pro
     shared = [*_SHARED_PROCESSORS, _add_fields(process_fields)]
     structlog.configure(
         processors=[
+            # First, so a disabled level costs one check: the access log's info line on
+            # every request is otherwise stamped and processed before being dropped.
+            structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
