@@ -9,8 +9,8 @@ loaded by wrk, non-streaming and streaming, at 1, 32 and 256 connections:
            `parity store serve` (SQLite, synchronous=FULL) before answering
   litellm  wrk -> LiteLLM proxy (Router, model_list) with a capture callback -> stub
 wrk keeps every connection busy, so latency there is queueing at saturation; a
-paced run (each connection waits between requests) measures what ingest adds to a
-request's latency when it is not saturated. Both are repeated at 32 connections with
+paced run (each connection waits a random 10 to 30 ms between requests) measures
+what ingest adds to a request's latency when it is not saturated. Both are repeated at 32 connections with
 durability "after", which answers before the call is in the store or the spool.
 
 A last run against real vLLM with the small model runs agents through ingest side by
@@ -125,7 +125,7 @@ def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path,
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         + (f'wrk.headers["Authorization"] = "Bearer {auth}"\n' if auth else "")
         + f"wrk.body = [[{body}]]\n"
-        + (f"function delay() return {pace_ms} end\n" if pace_ms else "")
+        + (_paced_lua(pace_ms) if pace_ms else "")
     )
     out = subprocess.run(
         ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "30s",
@@ -137,6 +137,19 @@ def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path,
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
             "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
             "p99_ms": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)), "errors": errors}  # fmt: skip
+
+
+def _paced_lua(pace_ms: int) -> str:
+    """Each connection waits a random pause, `pace_ms` on average, between requests, as
+    independent agents do. A fixed pause would march every connection in step behind
+    one group commit: all answered together, all back together a pause later, each
+    then queued behind the whole wave."""
+    return (
+        "local threads = 0\n"
+        'function setup(thread) threads = threads + 1; thread:set("id", threads) end\n'
+        "function init(args) math.randomseed(id) end\n"
+        f"function delay() return math.random({pace_ms // 2}, {pace_ms * 3 // 2}) end\n"
+    )
 
 
 def _ms(value: str) -> float:
@@ -260,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 for setup, (url, auth) in targets.items():
                     results[setup, stream, connections] = wrk(url, connections, seconds, stream, scratch, auth)
         for setup in ("direct", "parity"):
-            # 32 connections each waiting 20 ms between requests: ~1,500 req/s offered, below saturation.
+            # 32 connections each waiting 20 ms on average between requests: ~1,500 req/s offered, below saturation.
             paced[setup] = wrk(targets[setup][0], 32, seconds, False, scratch, pace_ms=20)
         # Durability "after": the agent is answered before its call is in the store or the spool.
         after_url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', durability='after')}/chat/completions"
