@@ -1,6 +1,9 @@
 """Benchmark: the token store's write throughput, latency and bytes per token.
 
-    .venv/bin/python bench/store.py [--quick] [--backend sqlite|postgresql URL]
+    .venv/bin/python bench/store.py [--quick] [--url URL]
+
+`--url` is the store URL to write to (`sqlite:///PATH`, `postgresql://USER@HOST:PORT/DB`);
+without it, each workload writes to a fresh SQLite file.
 
 Parity runs as deployed (`parity store serve`, a separate process) and is written to
 through its gRPC API with requests serialized ahead of time, so the client is not

@@ -14,6 +14,8 @@ from parity.services.runtime.errors import InvalidArgument
 _VERSION = "p1"
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# Keys and sequence numbers are signed 64-bit integers in every backend.
+_MAX_POSITION = 2**63 - 1
 
 
 def encode_fields(*parts: str) -> str:
@@ -26,6 +28,16 @@ def decode_fields(token: str, what: str) -> list[str]:
         return raw.decode().split("\x1f")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidArgument(f"{what} {token!r} is malformed") from None
+
+
+def decode_position(field: str) -> int | None:
+    """The key in a token's field, or None if the field is not one `str(key)` could
+    have written. str.isdigit() is not enough: it takes '²', which int() refuses, and
+    a key past 64 bits is one no backend can compare against."""
+    if not (field.isascii() and field.isdecimal()) or len(field) > len(str(_MAX_POSITION)):
+        return None
+    position = int(field)
+    return position if position <= _MAX_POSITION else None
 
 
 def page_size(requested: int) -> int:
@@ -44,8 +56,9 @@ def decode_page_token(token: str, scope: str) -> int:
     if not token:
         return 0
     parts = decode_fields(token, "page_token")
-    if len(parts) != 3 or parts[0] != _VERSION or not parts[2].isdigit():
+    key = decode_position(parts[2]) if len(parts) == 3 and parts[0] == _VERSION else None
+    if key is None:
         raise InvalidArgument(f"page_token {token!r} is malformed")
     if parts[1] != scope:
         raise InvalidArgument(f"page_token {token!r} belongs to a different query; start again without one")
-    return int(parts[2])
+    return key

@@ -10,7 +10,7 @@ tokens live in parity.services.runtime.page_tokens.
 from __future__ import annotations
 
 from parity.services.runtime.errors import InvalidArgument
-from parity.services.runtime.page_tokens import decode_fields, encode_fields
+from parity.services.runtime.page_tokens import decode_fields, decode_position, encode_fields
 
 # One tag per order a cursor can point into.
 _CURSOR_VERSIONS = {"calls": "c1", "closes": "s1"}
@@ -25,10 +25,12 @@ def decode_cursor(cursor: str, store_id: str, order: str = "calls") -> int:
     if not cursor:
         return 0
     parts = decode_fields(cursor, "cursor")
-    if len(parts) != 3 or parts[0] not in _CURSOR_VERSIONS.values() or not parts[2].isdigit():
+    tagged = len(parts) == 3 and parts[0] in _CURSOR_VERSIONS.values()
+    seq = decode_position(parts[2]) if tagged else None
+    if seq is None:
         raise InvalidArgument(f"cursor {cursor!r} is malformed")
     if parts[0] != _CURSOR_VERSIONS[order]:
         raise InvalidArgument(f"cursor {cursor!r} is not a cursor of {order}")
     if parts[1] != store_id:
         raise InvalidArgument(f"cursor {cursor!r} belongs to another store (id {parts[1]}, this is {store_id})")
-    return int(parts[2])
+    return seq

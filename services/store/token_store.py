@@ -148,9 +148,14 @@ class TokenStore:
     async def _retention_loop(self) -> None:
         assert self.retention_s
         while True:
-            sessions, calls = await self.delete_sessions([], time.time() - self.retention_s)
-            if sessions:
-                log.info("retention_deleted", sessions=sessions, calls=calls)
+            # One failed pass (a locked or restarting database) must not end retention.
+            try:
+                sessions, calls = await self.delete_sessions([], time.time() - self.retention_s)
+            except Exception:
+                log.exception("retention_failed")
+            else:
+                if sessions:
+                    log.info("retention_deleted", sessions=sessions, calls=calls)
             await asyncio.sleep(min(self.retention_s / 10, 300.0))
 
     # Writes.
@@ -171,8 +176,8 @@ class TokenStore:
     async def close_session(
         self, session_id: str, outcome: int, error_message: str, metadata: dict[str, str] | None = None
     ) -> SessionRow:
-        if not session_id:
-            raise InvalidArgument("session_id is required")
+        validation.check_required_id(session_id, "session_id")
+        validation.check_text(error_message, "error_message")
         validation.check_metadata(metadata or {}, "metadata")
         close = SessionClose(session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message, dict(metadata or {}))
         return await self._submit("close", close)
@@ -187,8 +192,8 @@ class TokenStore:
     async def delete_sessions(self, session_ids: Sequence[str], updated_before: float | None) -> tuple[int, int]:
         if not session_ids and updated_before is None:
             raise InvalidArgument("give session_ids, updated_before, or both")
-        if any(not s for s in session_ids):
-            raise InvalidArgument("session_ids must not contain empty ids")
+        for position, session_id in enumerate(session_ids):
+            validation.check_required_id(session_id, f"session_ids[{position}]")
         return await self._submit("delete", (list(session_ids), updated_before))
 
     async def _submit(self, kind: str, payload: Any) -> Any:
@@ -213,7 +218,14 @@ class TokenStore:
                 groups.setdefault(job.kind, []).append(job)
             for kind, group in groups.items():
                 for part in ([job] for job in group) if kind == "delete" else [group]:
-                    await self._run_group(part)
+                    try:
+                        await self._run_group(part)
+                    except Exception as error:
+                        # The writer serves every later write and stop()'s join: whatever
+                        # went wrong in one group, it answers that group and goes on.
+                        log.exception("write_group_failed", kind=kind, requests=len(part))
+                        for job in part:
+                            _settle(job, error)
 
     async def _run_group(self, jobs: list[_Job]) -> None:
         try:
@@ -221,13 +233,10 @@ class TokenStore:
         except Exception as error:  # noqa: BLE001 - every waiter must hear about it
             log.error("write_failed", kind=jobs[0].kind, requests=len(jobs), exc_info=error)
             for job in jobs:
-                job.future.set_exception(error)
+                _settle(job, error)
         else:
             for job, result in zip(jobs, results, strict=False):
-                if isinstance(result, Exception):
-                    job.future.set_exception(result)
-                else:
-                    job.future.set_result(result)
+                _settle(job, result)
             self._committed.set()
             self._committed = asyncio.Event()
         finally:
@@ -373,8 +382,7 @@ class TokenStore:
 
     # Reads.
     async def get_call(self, call_id: str, full: bool) -> llm_call_pb2.LlmCall:
-        if not call_id:
-            raise InvalidArgument("call_id is required")
+        validation.check_required_id(call_id, "call_id")
         rows = await asyncio.to_thread(self.backend.get_call_rows, [call_id])
         if call_id not in rows:
             raise NotFound(f"call {call_id!r} does not exist")
@@ -480,8 +488,7 @@ class TokenStore:
         key_of: Callable[[Row], int],
     ) -> tuple[list[Row], str]:
         """One page of a session's rows; NOT_FOUND for an unknown session."""
-        if not session_id:
-            raise InvalidArgument("session_id is required")
+        validation.check_required_id(session_id, "session_id")
         scope = f"{kind}:{session_id}"
         after = decode_page_token(page_token, scope)
         limit = page_tokens.page_size(page_size)
@@ -492,8 +499,7 @@ class TokenStore:
         return rows[:limit], next_token
 
     async def get_session(self, session_id: str) -> SessionRow:
-        if not session_id:
-            raise InvalidArgument("session_id is required")
+        validation.check_required_id(session_id, "session_id")
         session = await asyncio.to_thread(self.backend.get_session, session_id)
         if session is None:
             raise NotFound(f"session {session_id!r} does not exist")
@@ -502,6 +508,7 @@ class TokenStore:
     async def list_sessions(
         self, page_size: int, page_token: str, state: int | None, parent_session_id: str | None
     ) -> tuple[list[SessionRow], str]:
+        validation.check_id(parent_session_id or "", "parent_session_id")
         scope = f"sessions:{state or 0}:{parent_session_id or ''}"
         after = decode_page_token(page_token, scope)
         limit = page_tokens.page_size(page_size)
@@ -563,6 +570,17 @@ class TokenStore:
             for row in rows:
                 self._recent.put(row.call_id, tokens[row.call_id])
         return [decoded[row.call_id] for row in rows]
+
+
+def _settle(job: _Job, result: Any) -> None:
+    """Answer the job's caller, unless it has stopped waiting: a cancelled request
+    (deadline, client cancel, shutdown) still commits, but its future is done."""
+    if job.future.done():
+        return
+    if isinstance(result, Exception):
+        job.future.set_exception(result)
+    else:
+        job.future.set_result(result)
 
 
 def _check_reward_targets(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
@@ -15,11 +16,30 @@ MAX_METADATA_UPDATES = 10_000
 MAX_ID_LENGTH = 256
 REWARD_LEVEL_STEP = 2
 _VALID_REWARD_LEVELS = (1, 2)
+# PostgreSQL text cannot hold NUL, and U+001F separates the fields of page tokens, whose
+# scopes hold session ids; no id needs any C0 control character or DEL.
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
 
-def _check_id(value: str, what: str) -> None:
+def check_id(value: str, what: str) -> None:
+    """An id or metadata key: at most MAX_ID_LENGTH characters, none of them a control character."""
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+    control = _CONTROL_CHARACTER.search(value)
+    if control is not None:
+        raise InvalidArgument(f"{what} contains the control character U+{ord(control.group()):04X}")
+
+
+def check_required_id(value: str, what: str) -> None:
+    if not value:
+        raise InvalidArgument(f"{what} is required")
+    check_id(value, what)
+
+
+def check_text(value: str, what: str) -> None:
+    """Free text the store keeps in a database column (metadata values, error messages)."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains NUL (U+0000), which the store cannot keep")
 
 
 def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
@@ -28,14 +48,18 @@ def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
         raise InvalidArgument(f"a WriteCalls request holds at most {MAX_BATCH} calls, got {len(calls)}")
     for position, call in enumerate(calls):
         where = f"calls[{position}]"
-        if not call.call_id:
-            raise InvalidArgument(f"{where}.call_id is required")
-        _check_id(call.call_id, f"{where}.call_id")
+        check_required_id(call.call_id, f"{where}.call_id")
         if not call.session_id:
             call.session_id = UNASSIGNED_SESSION
-        _check_id(call.session_id, f"{where}.session_id")
+        check_id(call.session_id, f"{where}.session_id")
+        # Ancestors become sessions of their own, so they are held to the same rules.
+        for depth, parent in enumerate(call.parent_session_ids):
+            check_required_id(parent, f"{where}.parent_session_ids[{depth}]")
         if call.session_id in call.parent_session_ids:
             raise InvalidArgument(f"{where}: session {call.session_id!r} cannot be its own ancestor")
+        # Empty names the session's default trajectory.
+        check_id(call.trajectory_name, f"{where}.trajectory_name")
+        check_metadata(call.metadata, f"{where}.metadata")
         if len(call.prompt_token_ids) % 4:
             raise InvalidArgument(f"{where}.prompt_token_ids must be packed int32 (a multiple of 4 bytes)")
         indexes = set()
@@ -57,9 +81,9 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
         raise InvalidArgument(f"a WriteRewards request holds at most {MAX_BATCH} rewards, got {len(rewards)}")
     for position, reward in enumerate(rewards):
         where = f"rewards[{position}]"
-        if not reward.session_id:
-            raise InvalidArgument(f"{where}.session_id is required")
-        _check_id(reward.reward_id, f"{where}.reward_id")
+        check_required_id(reward.session_id, f"{where}.session_id")
+        # Empty: the store assigns one.
+        check_id(reward.reward_id, f"{where}.reward_id")
         if reward.level not in _VALID_REWARD_LEVELS:
             raise InvalidArgument(f"{where}.level must be REWARD_LEVEL_TRAJECTORY or REWARD_LEVEL_STEP")
         step = reward.WhichOneof("step")
@@ -67,6 +91,8 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
             raise InvalidArgument(f"{where}: a step reward needs call_id or step_index")
         if reward.level != REWARD_LEVEL_STEP and step is not None:
             raise InvalidArgument(f"{where}: a trajectory reward cannot name a step")
+        if step == "call_id":
+            check_id(reward.call_id, f"{where}.call_id")
         if step == "step_index" and reward.step_index < 0:
             raise InvalidArgument(f"{where}.step_index must not be negative")
         if not math.isfinite(reward.value):
@@ -74,10 +100,11 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
 
 
 def check_metadata(metadata: Mapping[str, str], where: str) -> None:
-    for key in metadata:
+    for key, value in metadata.items():
         if not key:
             raise InvalidArgument(f"{where} has an empty key")
-        _check_id(key, f"{where} key {key[:40]!r}")
+        check_id(key, f"{where} key {key[:40]!r}")
+        check_text(value, f"{where}[{key[:40]!r}]")
 
 
 def check_metadata_updates(updates: Sequence[MetadataUpdate]) -> None:
@@ -87,16 +114,14 @@ def check_metadata_updates(updates: Sequence[MetadataUpdate]) -> None:
         )
     for position, update in enumerate(updates):
         where = f"updates[{position}]"
-        if not update.session_id:
-            raise InvalidArgument(f"{where}.session_id is required")
+        check_required_id(update.session_id, f"{where}.session_id")
         check_metadata(update.set_keys, f"{where}.metadata")
-        if any(not key for key in update.remove_keys):
-            raise InvalidArgument(f"{where}.remove_keys has an empty key")
+        for index, key in enumerate(update.remove_keys):
+            check_required_id(key, f"{where}.remove_keys[{index}]")
 
 
 def check_session_ids(session_ids: Sequence[str]) -> None:
     if len(session_ids) > MAX_BATCH:
         raise InvalidArgument(f"a request names at most {MAX_BATCH} sessions, got {len(session_ids)}")
     for position, session_id in enumerate(session_ids):
-        if not session_id:
-            raise InvalidArgument(f"session_ids[{position}] is empty")
+        check_required_id(session_id, f"session_ids[{position}]")

@@ -54,6 +54,12 @@ class MemoryBackend(StoreBackend):
                     ))  # fmt: skip
             for touch in batch.sessions:
                 session = self._session_for_write(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
+                # A session first created as an ancestor or by a close takes its parents
+                # and metadata from its own calls; once set, they are never rewritten.
+                if not session.parent_session_ids:
+                    session.parent_session_ids = list(touch.parent_session_ids)
+                if not session.metadata:
+                    session.metadata = dict(touch.metadata)
                 session.call_count += touch.added_calls
                 session.update_time = touch.time
             for row in batch.calls:

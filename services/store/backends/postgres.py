@@ -9,12 +9,14 @@ ever seeing call N+1 before call N.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import psycopg
+import structlog
 from psycopg.types.json import Jsonb
 
 from parity.services.runtime.errors import InvalidArgument, Unavailable
@@ -102,6 +104,11 @@ MIGRATIONS: list[list[str]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 # Any constant shared by every Parity store process; serializes migrations.
 _MIGRATION_LOCK = 0x5041524954
+# How the store's connections show in pg_stat_activity, unless the URL names them.
+WRITER_APPLICATION_NAME = "parity-store-writer"
+READER_APPLICATION_NAME = "parity-store-reader"
+
+log = structlog.get_logger(__name__)
 
 
 class PostgresBackend(StoreBackend):
@@ -111,7 +118,7 @@ class PostgresBackend(StoreBackend):
         self.url = url
         # Autocommit outside explicit `transaction()` blocks, so no write is ever left
         # waiting in an implicit transaction.
-        self._writer = self._connect()
+        self._writer = self._connect(WRITER_APPLICATION_NAME)
         self._migrate()
         self.store_id = self._writer.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()[0]
         self._local = threading.local()
@@ -122,9 +129,11 @@ class PostgresBackend(StoreBackend):
     def from_url(cls, url: str) -> PostgresBackend:
         return cls(url)
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self, application_name: str) -> psycopg.Connection:
         try:
-            return psycopg.connect(self.url, autocommit=True)
+            return psycopg.connect(
+                self.url, autocommit=True, fallback_application_name=application_name
+            )
         except psycopg.OperationalError as error:
             raise Unavailable(f"cannot connect to PostgreSQL: {error}".strip()) from None
         except psycopg.ProgrammingError as error:
@@ -134,7 +143,7 @@ class PostgresBackend(StoreBackend):
         connection = getattr(self._local, "connection", None)
         if connection is None or connection.closed:
             # Autocommit: every read sees everything committed before it started.
-            connection = self._local.connection = self._connect()
+            connection = self._local.connection = self._connect(READER_APPLICATION_NAME)
             with self._readers_lock:
                 self._readers.append(connection)
         return connection
@@ -154,14 +163,31 @@ class PostgresBackend(StoreBackend):
                     db.execute("INSERT INTO store_meta VALUES ('store_id', %s)", (uuid.uuid4().hex,))
                 db.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, time.time()))
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection]:
+        """The writer's connection, reopened if the last one was lost (a database restart,
+        a failover, pg_terminate_backend). The write that loses it fails UNAVAILABLE, not
+        INTERNAL: the caller may retry it, and every write is idempotent."""
+        if self._writer.closed:
+            log.info("postgres_writer_reconnecting")
+            self._writer = self._connect(WRITER_APPLICATION_NAME)
+        try:
+            yield self._writer
+        except psycopg.OperationalError as error:
+            if not self._writer.broken:
+                raise
+            raise Unavailable(f"lost the connection to PostgreSQL: {error}".strip()) from None
+
     # Writes.
     def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
-        rows = self._writer.execute("SELECT call_id FROM calls WHERE call_id = ANY(%s)", (list(call_ids),))
-        return {r[0] for r in rows}
+        with self._writing() as db:
+            rows = db.execute(
+                "SELECT call_id FROM calls WHERE call_id = ANY(%s)", (list(call_ids),)
+            )
+            return {r[0] for r in rows}
 
     def commit_calls(self, batch: CallBatch) -> None:
-        db = self._writer
-        with db.transaction():
+        with self._writing() as db, db.transaction():
             (last,) = db.execute(
                 "UPDATE store_counters SET value = value + %s WHERE name = 'call_seq' RETURNING value",
                 (len(batch.calls),),
@@ -169,11 +195,20 @@ class PostgresBackend(StoreBackend):
             for offset, row in enumerate(batch.calls):
                 row.seq = last - len(batch.calls) + 1 + offset
             with db.cursor() as cursor:
+                # A session first created as an ancestor or by a close takes its parents and
+                # metadata from its own calls; once set, they are never rewritten.
                 cursor.executemany(
                     "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state,"
                     " outcome, error_message, call_count, create_time, update_time)"
                     " VALUES (%s, %s, %s, %s, %s, 0, '', %s, %s, %s) ON CONFLICT (session_id) DO UPDATE"
-                    " SET call_count = sessions.call_count + excluded.call_count, update_time = excluded.update_time",
+                    " SET call_count = sessions.call_count + excluded.call_count,"
+                    " update_time = excluded.update_time,"
+                    " parent_session_id ="
+                    " coalesce(sessions.parent_session_id, excluded.parent_session_id),"
+                    " parent_session_ids = CASE WHEN sessions.parent_session_id IS NULL"
+                    " THEN excluded.parent_session_ids ELSE sessions.parent_session_ids END,"
+                    " metadata = CASE WHEN sessions.metadata = '{}'"
+                    " THEN excluded.metadata ELSE sessions.metadata END",
                     [
                         (t.session_id, t.parent_session_ids[-1] if t.parent_session_ids else None,
                          Jsonb(t.parent_session_ids), Jsonb(t.metadata), SESSION_STATE_OPEN, t.added_calls,
@@ -186,14 +221,17 @@ class PostgresBackend(StoreBackend):
                 ancestors = [(a, t.parent_session_ids[:d], {}, t.time) for t in batch.sessions
                              for d, a in enumerate(t.parent_session_ids)]  # fmt: skip
                 if ancestors:
-                    self._insert_sessions(ancestors)
+                    self._insert_sessions(db, ancestors)
                 with cursor.copy(f"COPY calls ({CALL_COLUMNS}) FROM STDIN") as copy:
                     for row in batch.calls:
                         copy.write_row(call_values(row))
 
-    def _insert_sessions(self, sessions: list[tuple[str, list[str], dict[str, str], float]]) -> None:
+    @staticmethod
+    def _insert_sessions(
+        db: psycopg.Connection, sessions: list[tuple[str, list[str], dict[str, str], float]]
+    ) -> None:
         """Insert (session_id, parents, metadata, time) rows; existing sessions are left as they are."""
-        with self._writer.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state, outcome,"
                 " error_message, call_count, create_time, update_time) VALUES (%s, %s, %s, %s, %s, 0, '', 0, %s, %s)"
@@ -206,8 +244,7 @@ class PostgresBackend(StoreBackend):
 
     def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
         inserted = []
-        db = self._writer
-        with db.transaction():
+        with self._writing() as db, db.transaction():
             for reward in rewards:
                 cursor = db.execute(
                     "INSERT INTO rewards (reward_id, session_id, body, create_time) VALUES (%s, %s, %s, %s)"
@@ -218,10 +255,9 @@ class PostgresBackend(StoreBackend):
         return inserted
 
     def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
-        db = self._writer
         closed = []
-        with db.transaction():
-            self._insert_sessions([(close.session_id, [], {}, time) for close in closes])
+        with self._writing() as db, db.transaction():
+            self._insert_sessions(db, [(close.session_id, [], {}, time) for close in closes])
             for close in closes:
                 # Locked for update, so a concurrent store process cannot close it too.
                 session = session_from_values(db.execute(
@@ -249,9 +285,8 @@ class PostgresBackend(StoreBackend):
         return closed
 
     def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
-        db = self._writer
         changed = set()
-        with db.transaction():
+        with self._writing() as db, db.transaction():
             for update in updates:
                 (current,) = db.execute(
                     "SELECT metadata FROM sessions WHERE session_id = %s FOR UPDATE", (update.session_id,)
@@ -263,8 +298,7 @@ class PostgresBackend(StoreBackend):
         return changed
 
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
-        db = self._writer
-        with db.transaction():
+        with self._writing() as db, db.transaction():
             doomed = [
                 r[0]
                 for r in db.execute(

@@ -210,11 +210,17 @@ class SqliteBackend(StoreBackend):
     def commit_calls(self, batch: CallBatch) -> None:
         db = self._writer
         with db:
+            # A session first created as an ancestor or by a close takes its parents and
+            # metadata from its own calls; once set, they are never rewritten.
             db.executemany(
                 "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state, outcome,"
                 " error_message, call_count, create_time, update_time) VALUES (?, ?, ?, ?, ?, 0, '', ?, ?, ?)"
                 " ON CONFLICT (session_id) DO UPDATE SET call_count = call_count + excluded.call_count,"
-                " update_time = excluded.update_time",
+                " update_time = excluded.update_time,"
+                " parent_session_id = coalesce(parent_session_id, excluded.parent_session_id),"
+                " parent_session_ids = iif(parent_session_id IS NULL,"
+                " excluded.parent_session_ids, parent_session_ids),"
+                " metadata = iif(json(metadata) = '{}', excluded.metadata, metadata)",
                 [
                     (t.session_id, t.parent_session_ids[-1] if t.parent_session_ids else None,
                      _json(t.parent_session_ids), _json(t.metadata), SESSION_STATE_OPEN, t.added_calls, t.time, t.time)

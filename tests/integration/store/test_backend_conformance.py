@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import threading
 
+import psycopg
 import pytest
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
-from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.runtime.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from parity.services.store.backends import open_backend
+from parity.services.store.backends.postgres import WRITER_APPLICATION_NAME
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     SESSION_STATE_OPEN,
     UNASSIGNED_SESSION,
+    MetadataUpdate,
 )
 from parity.services.store.token_store import TokenStore
 from tests.integration.store.call_factory import conversation, make_call
@@ -134,6 +144,67 @@ async def test_bad_lookups_are_not_found_or_invalid(store: TokenStore) -> None:
         await store.list_calls("s", -1, "", full=False)
 
 
+def one_call(call_id: str = "c1", session_id: str = "s1", **fields) -> llm_call_pb2.LlmCall:
+    return make_call(call_id, session_id, [1], [[2]], **fields)
+
+
+async def test_control_characters_in_ids_are_refused_naming_the_field(store: TokenStore) -> None:
+    await write(store, [one_call("c", "s")])
+    control = "contains the control character"
+    refused_calls = {
+        f"calls[0].call_id {control} U+0000": one_call("c\x00"),
+        # U+001F separates page-token fields: such a session could never be paged through.
+        f"calls[0].session_id {control} U+001F": one_call(session_id="a\x1fb"),
+        f"calls[0].parent_session_ids[1] {control} U+007F": one_call(parents=("root", "mid\x7f")),
+        f"calls[0].trajectory_name {control} U+000A": one_call(trajectory="t\n"),
+        f"calls[0].metadata key 'k\\x00' {control} U+0000": one_call(metadata={"k\x00": "v"}),
+        "calls[0].metadata['k'] contains NUL": one_call(metadata={"k": "v\x00"}),
+    }
+    for message, call in refused_calls.items():
+        with pytest.raises(InvalidArgument, match=re.escape(message)):
+            await write(store, [call])
+    refusals = {
+        "rewards[0].reward_id": lambda: store.write_rewards([reward("r\x00", "s", 1.0)]),
+        "rewards[0].session_id": lambda: store.write_rewards([reward("r", "s\x01", 1.0)]),
+        "rewards[0].call_id": lambda: store.write_rewards([reward("r", "s", 1.0, call_id="\x00")]),
+        "session_id": lambda: store.close_session("s\x00", SUCCEEDED, ""),
+        "error_message": lambda: store.close_session("s", FAILED, "boom\x00"),
+        "updates[0].metadata['k']": lambda: store.update_session_metadata(
+            [MetadataUpdate("s", {"k": "\x00"}, [])]
+        ),
+        "updates[0].remove_keys[0]": lambda: store.update_session_metadata(
+            [MetadataUpdate("s", {}, ["a\tb"])]
+        ),
+        "session_ids[0]": lambda: store.delete_sessions(["s\x00"], None),
+        "parent_session_id": lambda: store.list_sessions(10, "", None, "p\x00"),
+    }
+    for field, refusal in refusals.items():
+        with pytest.raises(InvalidArgument, match=re.escape(field)):
+            await refusal()
+    # Refused alone, never failing the transaction it would have shared.
+    good, bad = await asyncio.gather(
+        write(store, [one_call("ok", "s2", metadata={"note": "line\nbreak\ttab"})]),
+        write(store, [one_call("bad", "s3", metadata={"k": "\x00"})]),
+        return_exceptions=True,
+    )
+    assert isinstance(bad, InvalidArgument) and good.written == 1
+    assert (await store.get_session("s2")).metadata == {"note": "line\nbreak\ttab"}
+    assert (await store.stats()).session_count == 2
+
+
+async def test_ancestors_and_trajectory_names_are_held_to_the_id_rules(store: TokenStore) -> None:
+    too_long = "x" * 257
+    refused = {
+        "calls[0].parent_session_ids[0] is required": one_call(parents=("",)),
+        "calls[0].parent_session_ids[1] is 257 characters": one_call(parents=("r", too_long)),
+        "calls[0].trajectory_name is 257 characters": one_call(trajectory=too_long),
+    }
+    for message, call in refused.items():
+        with pytest.raises(InvalidArgument, match=re.escape(message)):
+            await write(store, [call])
+    assert (await store.stats()).session_count == 0
+
+
 async def test_watch_streams_everything_after_a_cursor_then_tails(store: TokenStore) -> None:
     first = conversation("a", turns=5, prompt_len=10, completion_len=3)
     await write(store, first)
@@ -177,6 +248,28 @@ async def test_sessions_are_created_with_their_ancestors_and_listed(store: Token
     rest, last = await store.list_sessions(2, token, None, None)
     assert len(everything) == 2 and last == "" and {s.session_id for s in everything + rest} == {
         "root", "child", "grandchild", "other"}
+
+
+async def test_a_session_created_implicitly_takes_its_parents_and_metadata_later(
+    store: TokenStore,
+) -> None:
+    # "mid" is first created as an ancestor, "early" by a close: neither knows its parents yet.
+    await write(store, [one_call("k", "kid", parents=("mid",))])
+    await store.close_session("early", FAILED, "crashed before its first call")
+    await write(store, [
+        one_call("m", "mid", parents=("root",), metadata={"task": "t1"}),
+        one_call("e", "early", parents=("root",), metadata={"task": "t2"}),
+    ])  # fmt: skip
+    for session_id, task in (("mid", "t1"), ("early", "t2")):
+        session = await store.get_session(session_id)
+        assert (session.parent_session_ids, session.metadata) == (["root"], {"task": task})
+        assert session.call_count == 1
+    children, _ = await store.list_sessions(100, "", None, "root")
+    assert [s.session_id for s in children] == ["mid", "early"]
+    # Only what is still empty is filled: a later call does not rewrite them.
+    await write(store, [one_call("m2", "mid", parents=("other",), metadata={"task": "t3"})])
+    mid = await store.get_session("mid")
+    assert (mid.parent_session_ids, mid.metadata, mid.call_count) == (["root"], {"task": "t1"}, 2)
 
 
 async def test_close_session_marks_it_complete_once(store: TokenStore) -> None:
@@ -272,6 +365,28 @@ async def test_a_reopened_store_keeps_data_dedup_and_cursors(open_store) -> None
     await second.stop()
 
 
+@pytest.mark.parametrize("backend_url", ["postgresql"], indirect=True)
+async def test_the_postgresql_writer_reconnects_after_losing_its_connection(
+    store: TokenStore, backend_url: str
+) -> None:
+    await write(store, [make_call("before", "s", [1], [[2]])])
+    # What a database restart does to the writer's session, without restarting the cluster.
+    with psycopg.connect(backend_url, autocommit=True) as admin:
+        (pid,) = admin.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            (WRITER_APPLICATION_NAME,),
+        ).fetchone()
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            await asyncio.sleep(0.01)
+    with pytest.raises(Unavailable, match="lost the connection to PostgreSQL"):
+        await asyncio.wait_for(write(store, [make_call("lost", "s", [1], [[2]])]), 10)
+    after = await asyncio.wait_for(write(store, [make_call("after", "s", [1], [[2]])]), 10)
+    assert after.written == 1
+    assert [c.call_id for c in await all_calls(store, "s")] == ["before", "after"]
+
+
 async def test_the_retention_setting_deletes_idle_sessions_in_the_background(backend_url: str) -> None:
     store = TokenStore(open_backend(backend_url), retention_s=1.0)
     await store.start()
@@ -283,5 +398,58 @@ async def test_the_retention_setting_deletes_idle_sessions_in_the_background(bac
         with pytest.raises(NotFound):
             await store.get_session("old")
         assert (await store.get_session("new")).call_count == 1
+    finally:
+        await store.stop()
+
+
+async def test_a_write_cancelled_mid_commit_leaves_the_writer_running(
+    open_store, monkeypatch
+) -> None:
+    store = open_store()
+    await store.start()
+    committing, release = threading.Event(), threading.Event()
+    commit_calls = store.backend.commit_calls
+
+    def held_commit(batch) -> None:
+        committing.set()
+        release.wait(10)
+        commit_calls(batch)
+
+    monkeypatch.setattr(store.backend, "commit_calls", held_commit)
+    # As a client deadline or a server shutdown cancels the RPC's task.
+    cancelled = asyncio.create_task(write(store, [make_call("gone", "s", [1], [[2]])]))
+    assert await asyncio.to_thread(committing.wait, 5)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    release.set()
+    later = await asyncio.wait_for(write(store, [make_call("later", "s", [1], [[2]])]), 5)
+    assert (later.written, (await store.get_session("s")).call_count) == (1, 2)
+    await asyncio.wait_for(store.stop(), 5)
+
+
+# The loop under test is the store's; any one backend shows it.
+@pytest.mark.parametrize("backend_url", ["memory"], indirect=True)
+async def test_retention_goes_on_after_a_failed_pass(backend_url: str, monkeypatch) -> None:
+    store = TokenStore(open_backend(backend_url), retention_s=0.5)
+    delete_sessions = store.backend.delete_sessions
+    passes = 0
+
+    def fails_first(session_ids, updated_before):
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            raise RuntimeError("database is locked")
+        return delete_sessions(session_ids, updated_before)
+
+    monkeypatch.setattr(store.backend, "delete_sessions", fails_first)
+    await store.start()
+    try:
+        await write(store, [make_call("old", "old", [1], [[2]])])
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if (await store.stats()).session_count == 0:
+                break
+        assert passes > 1 and (await store.stats()).session_count == 0
     finally:
         await store.stop()

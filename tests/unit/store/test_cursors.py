@@ -1,7 +1,7 @@
 import contextlib
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from parity.services.runtime import page_tokens
@@ -41,3 +41,24 @@ def test_garbage_is_invalid_argument_never_a_crash(garbage: str) -> None:
     for decode in (lambda t: cursors.decode_cursor(t, "s"), lambda t: page_tokens.decode_page_token(t, "q")):
         with contextlib.suppress(InvalidArgument):
             decode(garbage)
+
+
+# '²' passes str.isdigit() but not int(); '٣' passes int() but str(int) never writes it;
+# the rest are past what a 64-bit key column holds (or int() parses at all).
+@pytest.mark.parametrize("position", ["²", "1²", "٣", str(2**63), "9" * 5000])
+def test_a_position_no_encoder_wrote_is_malformed(position: str) -> None:
+    with pytest.raises(InvalidArgument, match="cursor .* is malformed"):
+        cursors.decode_cursor(page_tokens.encode_fields("c1", "s", position), "s")
+    with pytest.raises(InvalidArgument, match="page_token .* is malformed"):
+        page_tokens.decode_page_token(page_tokens.encode_fields("p1", "q", position), "q")
+
+
+@given(st.text(max_size=25))
+@example("²")
+def test_any_position_decodes_to_its_key_or_is_invalid_argument(position: str) -> None:
+    for decode in (
+        lambda: cursors.decode_cursor(page_tokens.encode_fields("c1", "s", position), "s"),
+        lambda: page_tokens.decode_page_token(page_tokens.encode_fields("p1", "q", position), "q"),
+    ):
+        with contextlib.suppress(InvalidArgument):
+            assert decode() == int(position)
