@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 
 PREFIX = "p1."
 MAX_SLUG_LENGTH = 8192
+# The token store's limit on ids; a slug it would refuse is refused here, before the call is made.
+MAX_ID_LENGTH = 256
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,255}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,7 @@ class SessionRef:
 
 
 def encode(ref: SessionRef) -> str:
-    if not ref.session_id:
-        raise ValueError("session_id must not be empty")
+    check(ref)
     plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata)
     if plain and _PLAIN_ID.fullmatch(ref.session_id) and not ref.session_id.startswith(PREFIX):
         return ref.session_id
@@ -75,4 +77,36 @@ def decode(slug: str) -> SessionRef:
         raise ValueError("session slug 't' must be a string")
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError("session slug 'm' must map strings to strings")
-    return SessionRef(document["s"], tuple(parents), trajectory, metadata)
+    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata)
+    check(ref)
+    return ref
+
+
+def check(ref: SessionRef) -> None:
+    """Raise ValueError if the token store would refuse the session's ids or metadata."""
+    if not ref.session_id:
+        raise ValueError("session_id must not be empty")
+    named = [("session_id", ref.session_id), ("trajectory_name", ref.trajectory_name)]
+    named += [(f"parent_session_ids[{i}]", parent) for i, parent in enumerate(ref.parent_session_ids)]
+    for what, value in named:
+        if len(value) > MAX_ID_LENGTH:
+            raise ValueError(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+        if _CONTROL.search(value):
+            raise ValueError(f"{what} {value[:40]!r} contains a control character")
+    if not all(ref.parent_session_ids):
+        raise ValueError("parent_session_ids must not contain empty ids")
+    if ref.session_id in ref.parent_session_ids:
+        raise ValueError(f"session {ref.session_id!r} cannot be its own ancestor")
+    check_metadata(ref.metadata)
+
+
+def check_metadata(metadata: Mapping[str, str]) -> None:
+    """Keys are held to the id rules; values are free text, but not NUL, which
+    PostgreSQL's JSON cannot hold."""
+    for key, value in metadata.items():
+        if not key or len(key) > MAX_ID_LENGTH:
+            raise ValueError(f"metadata key {key[:40]!r} must be 1 to {MAX_ID_LENGTH} characters")
+        if _CONTROL.search(key):
+            raise ValueError(f"metadata key {key[:40]!r} contains a control character")
+        if "\x00" in value:
+            raise ValueError(f"metadata {key[:40]!r} contains a NUL character")

@@ -8,6 +8,10 @@ out here but committed there is harmless when it is replayed.
 Durability "before" (the default) resolves a call's future once the store or the
 spool holds it, and the agent's response waits for that; "after" answers the agent
 first and loses at most the calls still in memory if ingest itself crashes.
+
+A batch the store refuses as invalid (rather than failing to answer) is split until
+the refused calls are alone; they go to the spool's `refused` table and the rest to
+the store, so one bad call never holds up the calls behind it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,17 @@ log = structlog.get_logger(__name__)
 
 Durability = Literal["before", "after"]
 WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/WriteCalls"
+# Well under any store's message limit, however large single calls are.
+MAX_BATCH_BYTES = 16 << 20
+# The store answered and said no: sending the same calls again cannot succeed.
+_REFUSALS = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE,
+})  # fmt: skip
+
+
+class _StoreUnreachable(Exception):
+    """The store did not answer (down, slow, or unreachable); the calls may be retried."""
 _WRITE_CALLS_FIELD_TAG = b"\x0a"  # field 1 (calls), wire type 2 (length-delimited)
 
 
@@ -79,6 +94,8 @@ class CaptureSink:
         self._room = asyncio.Event()
         self._room.set()
         self._next_replay = 0.0
+        self._write_error: str | None = None
+        self._stopping = False
         self._channel: grpc.aio.Channel | None = None
         self._write: grpc.aio.UnaryUnaryMultiCallable | None = None
         self._task: asyncio.Task[None] | None = None
@@ -97,20 +114,31 @@ class CaptureSink:
     async def stop(self) -> None:
         """Put everything still in memory into the store or the spool, then close."""
         if self._task is not None:
-            while self._pending:
-                await self._move_pending()
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # The task drains what is pending and returns; cancelling it could drop a
+            # batch it has taken but not yet stored.
+            self._stopping = True
+            self._wakeup.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 2 * self.store_timeout_s)
+            except TimeoutError:
+                log.error("calls_lost_on_stop", calls=len(self._pending), spool_error=self._write_error)
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()
         await asyncio.to_thread(self.spool.close)
 
     def check_accepting(self) -> None:
-        """Refuse new work (503) once the spool's disk budget is spent; never drop silently."""
+        """Refuse new work (503) while no call could be kept; never drop silently."""
         if self.spool.full:
             raise openai_errors.unavailable(
                 f"capture spool is full ({self.spool.bytes >> 20} MiB of {self.spool.max_bytes >> 20} MiB) "
                 f"because the token store at {self.store_address} is unreachable; retry later"
+            )
+        if self._write_error is not None and not self.store_reachable:
+            raise openai_errors.unavailable(
+                f"the token store at {self.store_address} is unreachable and the capture spool "
+                f"{self.spool.path} cannot be written ({self._write_error}); retry later"
             )
 
     async def submit(self, call: llm_call_pb2.LlmCall) -> None:
@@ -126,26 +154,54 @@ class CaptureSink:
             await future
 
     async def _run(self) -> None:
-        while True:
-            if self.spool.count:
-                # Calls left from before (a store outage, or a previous run): retry on a timer.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), max(0.0, self._next_replay - time.monotonic()))
-            else:
-                await self._wakeup.wait()
+        while not (self._stopping and not self._pending):
+            if not (self._pending or self._stopping):
+                if self.spool.count:
+                    # Calls left from before (a store outage, or a previous run): retry on a timer.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), max(0.0, self._next_replay - time.monotonic()))
+                else:
+                    await self._wakeup.wait()
             self._wakeup.clear()
-            while self._pending or (self.spool.count and time.monotonic() >= self._next_replay):
-                if self.spool.count and time.monotonic() >= self._next_replay:
-                    await self._replay_spool()
-                if self._pending:
-                    await self._move_pending()
+            try:
+                while self._pending or self._replay_due():
+                    if self._replay_due():
+                        await self._replay_spool()
+                    if self._pending:
+                        await self._move_pending()
+            except Exception as error:  # noqa: BLE001 - the sink must outlive any one failure
+                # Usually the disk under the spool (full, or an I/O error). The calls stay
+                # in memory, and new requests are refused while the store is down too.
+                if self._write_error is None:
+                    log.error("capture_write_failed", spool=str(self.spool.path), exc_info=error)
+                self._write_error = str(error)
+                await asyncio.sleep(self.retry_interval_s)
+
+    def _replay_due(self) -> bool:
+        return bool(self.spool.count) and not self._stopping and time.monotonic() >= self._next_replay
 
     async def _move_pending(self) -> None:
-        batch = [self._pending.popleft() for _ in range(min(self.batch_size, len(self._pending)))]
+        batch, size = [], 0
+        while self._pending and len(batch) < self.batch_size:
+            if batch and size + len(self._pending[0][0]) > MAX_BATCH_BYTES:
+                break
+            batch.append(self._pending.popleft())
+            size += len(batch[-1][0])
         calls = [serialized for serialized, _ in batch]
-        # Behind the spool, or straight to the store if the spool is empty.
-        if self.spool.count or not await self._send(calls):
-            await asyncio.to_thread(self.spool.append, calls)
+        try:
+            # Behind the spool, or straight to the store if the spool is empty.
+            unsent = calls if self.spool.count else await self._deliver(calls)
+            if unsent:
+                await asyncio.to_thread(self.spool.append, unsent)
+        except Exception as error:
+            # Agents still waiting hear it as a 503; every call stays queued, in order.
+            self._pending.extendleft((call, None) for call in reversed(calls))
+            failure = openai_errors.unavailable(f"captured call could not be made durable: {error}")
+            for _, future in batch:
+                if future is not None and not future.done():
+                    future.set_exception(failure)
+            raise
+        self._write_error = None
         for _, future in batch:
             if future is not None and not future.done():
                 future.set_result(None)
@@ -154,26 +210,49 @@ class CaptureSink:
 
     async def _replay_spool(self) -> None:
         while self.spool.count:
-            rows = await asyncio.to_thread(self.spool.oldest, self.batch_size)
-            if not await self._send([call for _, call in rows]):
+            rows = await asyncio.to_thread(self.spool.oldest, self.batch_size, MAX_BATCH_BYTES)
+            unsent = await self._deliver([call for _, call in rows])
+            done = rows[: len(rows) - len(unsent)]
+            if done:
+                await asyncio.to_thread(self.spool.remove_through, done[-1][0], sum(len(c) for _, c in done), len(done))
+                log.info("spool_replayed", calls=len(done), left=self.spool.count)
+            if unsent:
                 return
-            await asyncio.to_thread(
-                self.spool.remove_through, rows[-1][0], sum(len(c) for _, c in rows), len(rows)
-            )
-            log.info("spool_replayed", calls=len(rows), left=self.spool.count)
 
-    async def _send(self, calls: list[bytes]) -> bool:
+    async def _deliver(self, calls: list[bytes]) -> list[bytes]:
+        """Store `calls`, setting aside any the store refuses. Returns the calls not
+        delivered because the store stopped answering: a suffix of `calls`, in order."""
+        try:
+            refusal = await self._send(calls)
+        except _StoreUnreachable:
+            return calls
+        if refusal is None:
+            return []
+        if len(calls) == 1:
+            await asyncio.to_thread(self.spool.refuse, calls[0], refusal)
+            call = llm_call_pb2.LlmCall.FromString(calls[0])
+            log.error("store_refused_call", call_id=call.call_id, session_id=call.session_id, reason=refusal)
+            return []
+        middle = len(calls) // 2
+        unsent = await self._deliver(calls[:middle])
+        return unsent + calls[middle:] if unsent else await self._deliver(calls[middle:])
+
+    async def _send(self, calls: list[bytes]) -> str | None:
+        """None once the store holds the calls, else why it refused them."""
         assert self._write is not None
         try:
             await self._write(encode_write_calls(calls), timeout=self.store_timeout_s)
         except grpc.aio.AioRpcError as error:
+            if error.code() in _REFUSALS:
+                self.store_reachable = True
+                return f"{error.code().name}: {error.details()}"
             if self.store_reachable:
                 log.warning("store_unreachable_spooling", code=error.code().name, error=error.details())
             self.store_reachable = False
             self._next_replay = time.monotonic() + self.retry_interval_s
-            return False
+            raise _StoreUnreachable from error
         if not self.store_reachable:
             log.info("store_reachable_again")
         self.store_reachable = True
         self.stored += len(calls)
-        return True
+        return None

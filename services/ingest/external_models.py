@@ -8,9 +8,10 @@ is configured; the policy path never touches it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,15 @@ import yaml
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture import CHAT, CallRecorder, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.replies import EXTERNAL, SUCCEEDED, JsonReply, Reply, StreamReply
+from parity.services.ingest.replies import (
+    DISCONNECTED,
+    EXTERNAL,
+    SUCCEEDED,
+    UPSTREAM_ERROR,
+    JsonReply,
+    Reply,
+    StreamReply,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -80,15 +89,25 @@ class ExternalModels:
             await sink.submit(call)
             return JsonReply(200, orjson.dumps(response), summary)
 
-        async def relay() -> AsyncIterator[bytes]:
-            async for chunk in result:
-                data = chunk.model_dump()
-                recorder.add_chunk(data)
-                yield b"data: " + orjson.dumps(data) + b"\n\n"
-            call = recorder.to_call(
-                call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
-                outcome=SUCCEEDED, **fields,
-            )  # fmt: skip
+        async def relay() -> AsyncGenerator[bytes, None]:
+            outcome, error_message = DISCONNECTED, ""
+            try:
+                async for chunk in result:
+                    data = chunk.model_dump()
+                    recorder.add_chunk(data)
+                    yield b"data: " + orjson.dumps(data) + b"\n\n"
+                outcome = SUCCEEDED
+            except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
+                outcome, error_message = UPSTREAM_ERROR, f"external model {body['model']!r} failed: {error}"
+                yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
+            finally:
+                call = recorder.to_call(
+                    call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
+                    outcome=outcome, error_message=error_message, **fields,
+                )  # fmt: skip
+                if outcome == DISCONNECTED:
+                    # The agent is gone and this generator is being closed: capture anyway.
+                    asyncio.get_running_loop().create_task(sink.submit(call))
             await sink.submit(call)
             yield b"data: [DONE]\n\n"
 

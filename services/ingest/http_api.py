@@ -11,6 +11,7 @@ path of every rollout, and it needs nothing a framework adds.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,8 @@ from parity.services.ingest.traffic_gate import TrafficGate
 log = structlog.get_logger("parity.ingest.access")
 
 ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
+# Metric labels: every other path is "other", so a client cannot grow the label set.
+ROUTES = frozenset({*ENDPOINTS, "/v1/models", "/health", "/metrics"})
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
 Headers = dict[bytes, bytes]
@@ -62,22 +65,26 @@ class IngestHttpApp:
         headers = dict(scope["headers"])
         summary: dict[str, Any] = {}
         endpoint = ENDPOINTS.get(path)
-        if endpoint is not None and scope["method"] == "POST":
-            # One admission for the whole exchange, streamed body included: a pause for
-            # weight sync waits for this response to finish, never cuts it in half.
-            async with self.gate.admit():
-                status = await self._respond(
-                    send, self._inference(headers, receive, endpoint, slug, summary), summary
-                )
-        else:
-            status = await self._respond(send, self._other(scope, headers, path, slug, summary), summary)
-        seconds = time.perf_counter() - started
-        self.metrics.observe(path, status, seconds)
-        log.info(
-            "request", method=scope["method"], path=path, status=status, latency_ms=round(seconds * 1000, 2), **summary
-        )
+        status = 500
+        try:
+            if endpoint is not None and scope["method"] == "POST":
+                # One admission for the whole exchange, streamed body included: a pause for
+                # weight sync waits for this response to finish, never cuts it in half.
+                async with self.gate.admit():
+                    status = await self._respond(
+                        send, receive, self._inference(headers, receive, endpoint, slug, summary), summary
+                    )
+            else:
+                status = await self._respond(send, receive, self._other(scope, headers, path, slug, summary), summary)
+        finally:
+            seconds = time.perf_counter() - started
+            self.metrics.observe(path if path in ROUTES else "other", status, seconds)
+            log.info(
+                "request", method=scope["method"], path=path, status=status, latency_ms=round(seconds * 1000, 2),
+                **summary,
+            )  # fmt: skip
 
-    async def _respond(self, send: Send, produce: Awaitable[Reply], summary: dict[str, Any]) -> int:
+    async def _respond(self, send: Send, receive: Receive, produce: Awaitable[Reply], summary: dict[str, Any]) -> int:
         """Send the reply `produce` makes, or the error it raised; returns the status sent."""
         try:
             reply = await produce
@@ -94,8 +101,21 @@ class IngestHttpApp:
             await send({"type": "http.response.body", "body": reply.body})
             return reply.status
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        async for event in reply.events:
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+        # The request body is read, so the next message is the agent going away. Sends
+        # to a gone agent are dropped silently, so without this the relay would read
+        # the whole generation for nobody, and a pause would wait for it.
+        gone = asyncio.ensure_future(receive())
+        try:
+            async for event in reply.events:
+                if gone.done():
+                    summary["disconnected"] = True
+                    break
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        finally:
+            gone.cancel()
+            # Closing the relay releases vLLM's stream, which stops the generation, and
+            # records the call with what was generated up to here.
+            await reply.events.aclose()
         await send({"type": "http.response.body", "body": b""})
         return 200
 
@@ -105,7 +125,8 @@ class IngestHttpApp:
         self._authorize(headers)
         body = await self._read_body(headers, receive)
         header = headers.get(b"x-parity-session")
-        reply = await self.proxy.handle(endpoint, body, slug, header.decode() if header else None)
+        # Latin-1, as HTTP defines header bytes; a slug outside ASCII is refused by its own checks.
+        reply = await self.proxy.handle(endpoint, body, slug, header.decode("latin-1") if header else None)
         summary.update(reply.summary)
         return reply
 

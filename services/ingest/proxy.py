@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from parity.services.ingest.replies import (
     Reply,
     StreamReply,
 )
-from parity.services.ingest.upstream import UpstreamClient
+from parity.services.ingest.upstream import UpstreamClient, UpstreamReply
 
 log = structlog.get_logger(__name__)
 
@@ -104,17 +104,29 @@ class Proxy:
         if reply.response.status != 200 or not body.get("stream"):
             try:
                 payload = await reply.response.read()
+                response = orjson.loads(payload) if reply.response.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
+                failure = (
+                    openai_errors.gateway_timeout(f"upstream {reply.replica.name} stalled while answering")
+                    if isinstance(error, TimeoutError)
+                    else openai_errors.bad_gateway(f"upstream {reply.replica.name} sent an unreadable answer: {error!r}")
+                )
+                call = recorder.to_call(
+                    call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=time.time() - started_at,
+                    outcome=UPSTREAM_ERROR, error_message=failure.message, **call_fields,
+                )  # fmt: skip
+                await self.sink.submit(call)
+                raise failure from None
             finally:
-                reply.response.release()
+                reply.release()
             upstream_seconds = time.time() - started_at
-            if reply.response.status != 200:
+            if response is None:
                 call = recorder.to_call(
                     call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
                     outcome=UPSTREAM_ERROR, error_message=payload[:500].decode(errors="replace"), **call_fields,
                 )  # fmt: skip
                 await self.sink.submit(call)
                 return JsonReply(reply.response.status, payload, summary)
-            response = orjson.loads(payload)
             recorder.add_response(response)
             capture.strip(response)
             call = recorder.to_call(
@@ -124,16 +136,16 @@ class Proxy:
             _summarize(summary, call)
             await self.sink.submit(call)
             return JsonReply(200, orjson.dumps(response), summary)
-        return StreamReply(self._relay(reply.response, recorder, capture, call_fields, summary), summary)
+        return StreamReply(self._relay(reply, recorder, capture, call_fields, summary), summary)
 
     async def _relay(
         self,
-        response: aiohttp.ClientResponse,
+        reply: UpstreamReply,
         recorder: CallRecorder,
         capture: CaptureRequest,
         call_fields: dict[str, Any],
         summary: dict[str, Any],
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """Pass SSE events through, recording tokens; hold `[DONE]` until the call is durable.
 
         Events that arrive in one network read go to the agent in one write: under
@@ -143,7 +155,7 @@ class Proxy:
         outcome, error_message, first_byte_at = DISCONNECTED, "", None
         partial = b""
         try:
-            async for data in response.content.iter_any():
+            async for data in reply.response.content.iter_any():
                 payloads, partial = split_sse_data(partial, data)
                 if not payloads:
                     continue
@@ -164,11 +176,12 @@ class Proxy:
                     break
             else:
                 outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
+                yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
             outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
             yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
         finally:
-            response.release()
+            reply.release()
             call = recorder.to_call(
                 call_id=_call_id(), first_byte_at=first_byte_at,
                 upstream_seconds=time.time() - call_fields["started_at"], outcome=outcome,

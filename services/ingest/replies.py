@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ class JsonReply:
 
 @dataclass
 class StreamReply:
-    events: AsyncIterator[bytes]
+    events: AsyncGenerator[bytes, None]
     summary: dict[str, Any]
 
 

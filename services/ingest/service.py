@@ -99,7 +99,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     gate = TrafficGate()
     external = ExternalModels(config.external_models)
     proxy = Proxy(router, upstream, sink, policy, external)
-    metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes, lambda: gate.in_flight)
+    metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes,
+                            lambda: spool.refused_count, lambda: gate.in_flight)  # fmt: skip
     api_keys = {key.strip() for key in config.api_keys.split(",") if key.strip()}
     app = IngestHttpApp(proxy, gate, metrics, api_keys, config.max_body_mb << 20)
     http_server = _EmbeddedUvicorn(

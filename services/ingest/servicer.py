@@ -25,6 +25,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         self.control = control
 
     async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+        self.control.authorize(_bearer(context))
         stats = self.control.stats()
         response = pb.GetStatsResponse(
             request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
@@ -37,6 +38,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def ListReplicas(
         self, request: pb.ListReplicasRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReplicasResponse:
+        self.control.authorize(_bearer(context))
         scope = f"replicas:{request.model}"
         start = decode_page_token(request.page_token, scope)
         limit = page_size(request.page_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from parity.services.ingest import openai_errors
-from parity.session_slug import SessionRef, decode
+from parity.session_slug import SessionRef, check_metadata, decode
 
 UNASSIGNED = SessionRef("unassigned")
 # The body key an agent can set instead of a URL or header: `metadata={"parity_session": ...}`.
@@ -34,4 +34,8 @@ def resolve(path_slug: str | None, header: str | None, body: dict[str, Any]) -> 
             raise openai_errors.bad_request(f"invalid session in {source}: {error}") from None
     merged = dict(session.metadata)
     merged.update((k, v) for k, v in metadata.items() if k != METADATA_SESSION_KEY)
+    try:
+        check_metadata(merged)
+    except ValueError as error:
+        raise openai_errors.bad_request(str(error), "metadata") from None
     return session, merged

@@ -3,11 +3,16 @@
 APSW SQLite in WAL mode with synchronous=FULL: a call in the spool survives a crash
 of ingest or of the machine. Rows are replayed oldest first and deleted only after
 the store has acknowledged them.
+
+A call the store refuses as invalid is not retried forever in front of the others:
+it moves to the `refused` table with the store's reason, where an operator can read
+it (`SELECT reason, call FROM refused`). Capture never drops a call silently.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import apsw
@@ -24,8 +29,13 @@ class Spool:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS refused (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL,"
+            " reason TEXT NOT NULL, refuse_time REAL NOT NULL)"
+        )
         count, size = self._db.execute("SELECT count(*), coalesce(sum(length(call)), 0) FROM spool").fetchall()[0]
         self.count, self.bytes = count, size
+        self.refused_count: int = self._db.execute("SELECT count(*) FROM refused").fetchall()[0][0]
 
     @property
     def full(self) -> bool:
@@ -38,10 +48,27 @@ class Spool:
             self.count += len(calls)
             self.bytes += sum(map(len, calls))
 
-    def oldest(self, limit: int) -> list[tuple[int, bytes]]:
+    def oldest(self, limit: int, max_bytes: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` (seq, call) rows, oldest first, of at most `max_bytes` together
+        unless the oldest alone is larger."""
         with self._lock:
+            last, total = None, 0
+            for seq, size in self._db.execute("SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)):
+                if last is not None and total + size > max_bytes:
+                    break
+                last, total = seq, total + size
+            if last is None:
+                return []
             return [(seq, bytes(call)) for seq, call in self._db.execute(
-                "SELECT seq, call FROM spool ORDER BY seq LIMIT ?", (limit,))]  # fmt: skip
+                "SELECT seq, call FROM spool WHERE seq <= ? ORDER BY seq", (last,))]  # fmt: skip
+
+    def refuse(self, call: bytes, reason: str) -> None:
+        """Durably set aside a call the store will not take."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO refused (call, reason, refuse_time) VALUES (?, ?, ?)", (call, reason, time.time())
+            )
+            self.refused_count += 1
 
     def remove_through(self, seq: int, removed_bytes: int, removed_count: int) -> None:
         """Forget everything up to and including `seq`, once the store holds it."""

@@ -26,6 +26,14 @@ class UpstreamReply:
     response: aiohttp.ClientResponse
     attempts: int
     first_byte_at: float
+    _released: bool = False
+
+    def release(self) -> None:
+        """Hand the connection back once the answer is read (or abandoned); idempotent."""
+        if not self._released:
+            self._released = True
+            self.replica.in_flight -= 1
+            self.response.release()
 
 
 class UpstreamClient:
@@ -53,7 +61,7 @@ class UpstreamClient:
 
     async def post(self, candidates: list[Replica], path: str, body: bytes) -> UpstreamReply:
         """POST to the first replica that answers without a connection error or 5xx.
-        The caller reads and releases `response`."""
+        The caller reads `response`, then calls `release()` on the reply."""
         assert self._session is not None
         last_error = "no attempt made"
         for attempt in range(self.retries + 1):
@@ -62,9 +70,13 @@ class UpstreamClient:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
             replica.request_count += 1
             try:
-                response = await self._session.post(
-                    f"{replica.base_url}{path}", data=body, headers={"Content-Type": "application/json"}
-                )
+                response = await self._post(replica, path, body)
+            except aiohttp.ConnectionTimeoutError as error:
+                # A replica that never accepts is a failed one: move on, as on a refused connection.
+                replica.error_count += 1
+                self.router.mark_failed(replica, f"connect timed out: {error!r}")
+                last_error = f"{replica.name}: connect timed out"
+                continue
             except TimeoutError:
                 # Before the connection errors: aiohttp's socket timeouts are both. A slow
                 # generation is not a failed replica, and retrying it would only double the wait.
@@ -79,10 +91,28 @@ class UpstreamClient:
                 continue
             if response.status >= 500:
                 replica.error_count += 1
-                detail = (await response.text())[:300]
-                response.release()
+                try:
+                    detail = (await response.text(errors="replace"))[:300]
+                except (aiohttp.ClientError, TimeoutError) as error:
+                    detail = f"(body unreadable: {error!r})"
+                finally:
+                    replica.in_flight -= 1
+                    response.release()
                 last_error = f"{replica.name} answered {response.status}: {detail}"
                 log.warning("upstream_5xx", replica=replica.name, status=response.status, attempt=attempt + 1)
                 continue
             return UpstreamReply(replica, response, attempt + 1, time.time())
         raise openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
+
+    async def _post(self, replica: Replica, path: str, body: bytes) -> aiohttp.ClientResponse:
+        """In flight from here until the reply is released: vLLM sends a whole answer's
+        headers only once it is generated."""
+        assert self._session is not None
+        replica.in_flight += 1
+        try:
+            return await self._session.post(
+                f"{replica.base_url}{path}", data=body, headers={"Content-Type": "application/json"}
+            )
+        except BaseException:
+            replica.in_flight -= 1
+            raise

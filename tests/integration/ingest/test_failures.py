@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -46,6 +47,9 @@ def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
     assert_openai_error(post(base, {"model": model}), 400, "messages is required")
     assert_openai_error(post(base, chat("gpt-nope")), 404, "`gpt-nope` does not exist")
     assert_openai_error(post(base, chat(model, metadata={"k": 1})), 400, "metadata")
+    assert_openai_error(post(base, chat(model, metadata={"k": "a\x00b"})), 400, "NUL")
+    too_long = "p1." + base64.urlsafe_b64encode(json.dumps({"s": "x" * 300}).encode()).decode().rstrip("=")
+    assert_openai_error(post(ingest_stack.session_url(too_long), chat(model)), 400, "at most 256")
     assert_openai_error(post(ingest_stack.session_url("bad slug"), chat(model)), 400, "invalid session in URL")
     assert_openai_error(post(base, chat(model), headers={"X-Parity-Session": "p1.!!"}), 400, "X-Parity-Session")
     assert_openai_error(post(base, chat(model, max_tokens=-1)), 400, "max_tokens")  # vLLM's own 400, passed on
@@ -58,9 +62,35 @@ def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
 
 def test_metrics_and_health(ingest_stack, vllm_server) -> None:
     assert httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health").status_code == 200
+    for n in range(3):
+        httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/probe-{n}")
     metrics = httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/metrics").text
     assert 'parity_ingest_requests_total{endpoint="/v1/chat/completions",status="200"}' in metrics
     assert "parity_ingest_request_seconds_bucket" in metrics and "parity_ingest_spool_calls" in metrics
+    assert "parity_ingest_capture_queue_depth" in metrics and "parity_ingest_refused_calls" in metrics
+    # Paths nobody serves share one label: a client cannot grow the label set.
+    assert 'endpoint="other",status="404"' in metrics and "probe-" not in metrics
+
+
+def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, vllm_server) -> None:
+    body = chat(vllm_server.model_name, max_tokens=1500, stream=True, ignore_eos=True)
+    with httpx.stream("POST", f"{ingest_stack.session_url('gone-agent')}/chat/completions", json=body, timeout=60) as reply:
+        lines = reply.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+    # vLLM would take a minute for 1,500 tokens on CPU; the call is recorded once ingest has stopped it.
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            [call] = ingest_stack.calls("gone-agent")
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline
+            time.sleep(0.2)
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
+    assert 0 < len(call.choices[0].token_ids) // 4 < 1500
+    with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
+        [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
+    assert replica.in_flight == 0
 
 
 def test_control_needs_the_admin_token(ingest_stack) -> None:
@@ -72,10 +102,16 @@ def test_control_needs_the_admin_token(ingest_stack) -> None:
         with pytest.raises(grpc.RpcError) as wrong:
             control.PauseTraffic(pb.PauseTrafficRequest(), metadata=(("authorization", "Bearer nope"),))
         assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        stats = control.GetStats(pb.GetStatsRequest())
+        with pytest.raises(grpc.RpcError) as reading:
+            control.GetStats(pb.GetStatsRequest())
+        assert reading.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as listing:
+            control.ListReplicas(pb.ListReplicasRequest())
+        assert listing.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        stats = control.GetStats(pb.GetStatsRequest(), metadata=ADMIN)
         assert stats.captured_call_count >= 0 and not stats.paused
-        replicas = control.ListReplicas(pb.ListReplicasRequest()).replicas
-        assert len(replicas) == 1 and replicas[0].health == 1
+        replicas = control.ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
+        assert len(replicas) == 1 and replicas[0].health == 1 and replicas[0].in_flight == 0
 
 
 def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server) -> None:
@@ -102,7 +138,7 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
         held = threading.Thread(target=request, args=("held", 2))
         held.start()
         time.sleep(1.0)
-        assert "held" not in finished and control.GetStats(pb.GetStatsRequest()).paused
+        assert "held" not in finished and control.GetStats(pb.GetStatsRequest(), metadata=ADMIN).paused
         previous = control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=5), metadata=ADMIN)
         resumed = control.ResumeTraffic(pb.ResumeTrafficRequest(), metadata=ADMIN)
         held.join(60)
@@ -134,7 +170,7 @@ def wait_for_calls(stack, session: str, count: int, timeout: float = 30) -> list
 
 def spool_size(ingest) -> int:
     with grpc.insecure_channel(ingest.address) as channel:
-        return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size
+        return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest(), metadata=ADMIN).spool_size
 
 
 def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, vllm_server, tmp_path) -> None:

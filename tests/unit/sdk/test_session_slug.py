@@ -1,4 +1,6 @@
+import base64
 import contextlib
+import json
 
 import pytest
 from hypothesis import given
@@ -6,14 +8,17 @@ from hypothesis import strategies as st
 
 from parity.session_slug import SessionRef, decode, encode
 
-ids = st.text(min_size=1, max_size=40)
+# Any text the store accepts: no control characters in ids, no NUL in metadata.
+id_text = st.characters(blacklist_categories=("Cc", "Cs"))
+free_text = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+ids = st.text(id_text, min_size=1, max_size=40)
 refs = st.builds(
     SessionRef,
     session_id=ids,
     parent_session_ids=st.lists(ids, max_size=4).map(tuple),
-    trajectory_name=st.text(max_size=20),
-    metadata=st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=4),
-)
+    trajectory_name=st.text(id_text, max_size=20),
+    metadata=st.dictionaries(st.text(id_text, min_size=1, max_size=10), st.text(free_text, max_size=20), max_size=4),
+).filter(lambda ref: ref.session_id not in ref.parent_session_ids)
 
 
 @given(refs)
@@ -40,6 +45,33 @@ def test_a_plain_id_is_its_own_slug() -> None:
 def test_bad_slugs_say_what_is_wrong(slug: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decode(slug)
+
+
+def _packed(document: dict) -> str:
+    return "p1." + base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        (SessionRef("s" * 257), "session_id is 257 characters; at most 256"),
+        (SessionRef("leaf", ("root", "p" * 300)), r"parent_session_ids\[1\] is 300 characters"),
+        (SessionRef("leaf", trajectory_name="t" * 257), "trajectory_name is 257 characters"),
+        (SessionRef("a\x1fb"), "session_id 'a.x1fb' contains a control character"),
+        (SessionRef("leaf", ("root", "")), "empty"),
+        (SessionRef("leaf", ("leaf",)), "cannot be its own ancestor"),
+        (SessionRef("leaf", metadata={"k": "a\x00b"}), "metadata 'k' contains a NUL"),
+        (SessionRef("leaf", metadata={"k\nk": "v"}), "metadata key 'k.nk' contains a control character"),
+        (SessionRef("leaf", metadata={"": "v"}), "metadata key '' must be 1 to 256 characters"),
+    ],
+)
+def test_ids_the_store_would_refuse_are_refused_both_ways(ref: SessionRef, message: str) -> None:
+    """A slug that decodes is one the store accepts: a call never fails only once it is captured."""
+    document = {"s": ref.session_id, "p": list(ref.parent_session_ids), "t": ref.trajectory_name, "m": dict(ref.metadata)}
+    with pytest.raises(ValueError, match=message):
+        encode(ref)
+    with pytest.raises(ValueError, match=message):
+        decode(_packed(document))
 
 
 @given(st.text(max_size=100))
