@@ -56,6 +56,8 @@ class IngestHttpApp:
         self.metrics = metrics
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
+        # OpenAI's model objects carry a creation time; ingest's start stands in for it.
+        self.started_at = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -140,7 +142,9 @@ class IngestHttpApp:
             return JsonReply(200, self.metrics.render(), summary, b"text/plain; version=0.0.4")
         self._authorize(headers)
         if path == "/v1/models" and method == "GET":
-            data = [{"id": m, "object": "model", "owned_by": "parity"} for m in self.proxy.models()]
+            data = [
+                {"id": m, "object": "model", "created": self.started_at, "owned_by": "parity"} for m in self.proxy.models()
+            ]
             return JsonReply(200, orjson.dumps({"object": "list", "data": data}), summary)
         if path in ENDPOINTS:
             raise openai_errors.HttpError(405, f"{path} accepts POST only", "invalid_request_error")

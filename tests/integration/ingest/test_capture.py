@@ -145,6 +145,38 @@ def test_the_agent_sees_what_vllm_would_have_sent(ingest_stack, vllm_server) -> 
     assert proxied["choices"][0]["logprobs"] is None and proxied["prompt_token_ids"] is None
 
 
+def _events(reply: httpx.Response) -> list[dict]:
+    """A stream's chunks, without the fields that differ between any two requests."""
+    lines = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    for chunk in chunks:
+        chunk.pop("id"), chunk.pop("created")
+    return chunks
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("chat/completions", {"messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}),
+        ("completions", {"prompt": "2 + 3 =", "stream": True}),
+        ("completions", {"prompt": "2 + 3 =", "logprobs": 1}),
+    ],
+)
+def test_streams_and_completions_are_what_vllm_would_have_sent(ingest_stack, vllm_server, path, extra) -> None:
+    request = {"model": vllm_server.model_name, "max_tokens": 6, "seed": 7, "temperature": 1.0} | extra
+    direct = httpx.post(f"{vllm_server.openai_base_url}/{path}", json=request, timeout=60)
+    proxied = httpx.post(f"{ingest_stack.base_url}/{path}", json=request, timeout=60)
+    if extra.get("stream"):
+        assert _events(proxied) == _events(direct), "ingest must strip exactly what it added for capture"
+    else:
+        direct_body, proxied_body = direct.json(), proxied.json()
+        for body in (direct_body, proxied_body):
+            body.pop("id"), body.pop("created")
+        # Asked for logprobs: the agent gets them, in vLLM's own format; token ids stay stripped.
+        assert proxied_body == direct_body and proxied_body["choices"][0]["logprobs"]["token_logprobs"]
+
+
 def test_curl_and_langchain_work_unchanged(ingest_stack, vllm_server) -> None:
     from langchain_openai import ChatOpenAI
 

@@ -70,6 +70,8 @@ def test_metrics_and_health(ingest_stack, vllm_server) -> None:
     assert "parity_ingest_capture_queue_depth" in metrics and "parity_ingest_refused_calls" in metrics
     # Paths nobody serves share one label: a client cannot grow the label set.
     assert 'endpoint="other",status="404"' in metrics and "probe-" not in metrics
+    [model] = httpx.get(f"{ingest_stack.base_url}/models").json()["data"]
+    assert model["id"] == vllm_server.model_name and model["object"] == "model" and model["created"] > 0
 
 
 def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, vllm_server) -> None:
@@ -78,14 +80,7 @@ def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, v
         lines = reply.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
     # vLLM would take a minute for 1,500 tokens on CPU; the call is recorded once ingest has stopped it.
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            [call] = ingest_stack.calls("gone-agent")
-            break
-        except grpc.RpcError as error:
-            assert error.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline
-            time.sleep(0.2)
+    [call] = wait_for_calls(ingest_stack, "gone-agent", 1, timeout=20)
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
     assert 0 < len(call.choices[0].token_ids) // 4 < 1500
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
@@ -163,9 +158,16 @@ def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp
 
 def wait_for_calls(stack, session: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
     deadline = time.monotonic() + timeout
-    while len(calls := stack.calls(session)) < count and time.monotonic() < deadline:
+    while True:
+        try:
+            calls = stack.calls(session)
+        except grpc.RpcError as error:
+            # The session does not exist until its first call is stored.
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            calls = []
+        if len(calls) >= count or time.monotonic() > deadline:
+            return calls
         time.sleep(0.2)
-    return calls
 
 
 def spool_size(ingest) -> int:
@@ -212,6 +214,17 @@ def test_answered_calls_survive_a_sigkill_of_ingest(module_services, vllm_server
     restarted, restarted_port = start_ingest(module_services, store.address, vllm_server.base_url, spool_path)
     calls = wait_for_calls(IngestStack(store, restarted, restarted_port, spool_path), "killed", len(sent))
     assert [json.loads(c.request_json).get("user") for c in calls] == sent, "every answered call, in order"
+
+
+def test_durability_after_answers_first_and_still_stores_every_call(module_services, vllm_server, tmp_path) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                     "--durability", "after")  # fmt: skip
+    sent = [f"turn-{turn}" for turn in range(4)]
+    for user in sent:
+        post(f"http://127.0.0.1:{http_port}/sessions/after-1/v1", chat(vllm_server.model_name, user=user)).raise_for_status()
+    calls = wait_for_calls(IngestStack(store, ingest, http_port, tmp_path / "spool.db"), "after-1", len(sent))
+    assert [json.loads(c.request_json).get("user") for c in calls] == sent
 
 
 def test_a_full_spool_refuses_with_503_until_the_store_returns(module_services, vllm_server, tmp_path) -> None:
