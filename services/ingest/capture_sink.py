@@ -187,24 +187,33 @@ class CaptureSink:
                 break
             batch.append(self._pending.popleft())
             size += len(batch[-1][0])
-        calls = [serialized for serialized, _ in batch]
+        unsent = [serialized for serialized, _ in batch]
         try:
             # Behind the spool, or straight to the store if the spool is empty.
-            unsent = calls if self.spool.count else await self._deliver(calls)
+            if not self.spool.count:
+                unsent = await self._deliver(unsent)
             if unsent:
                 await asyncio.to_thread(self.spool.append, unsent)
+                unsent = []
         except Exception as error:
-            # Agents still waiting hear it as a 503; every call stays queued, in order.
-            self._pending.extendleft((call, None) for call in reversed(calls))
+            # What is neither stored nor spooled stays queued, in order, and its agents
+            # still waiting hear a 503; the calls before it are kept and answered.
+            self._pending.extendleft((call, None) for call in reversed(unsent))
             failure = openai_errors.unavailable(f"captured call could not be made durable: {error}")
-            for _, future in batch:
-                if future is not None and not future.done():
-                    future.set_exception(failure)
+            self._settle(batch, len(batch) - len(unsent), failure)
             raise
         self._write_error = None
-        for _, future in batch:
-            if future is not None and not future.done():
+        self._settle(batch, len(batch), None)
+
+    def _settle(self, batch: list[tuple[bytes, asyncio.Future[None] | None]], kept: int, failure: Exception | None) -> None:
+        """Answer the agents waiting on `batch`: the first `kept` calls are durable."""
+        for position, (_, future) in enumerate(batch):
+            if future is None or future.done():
+                continue
+            if position < kept:
                 future.set_result(None)
+            elif failure is not None:
+                future.set_exception(failure)
         if len(self._pending) < self.max_pending:
             self._room.set()
 
