@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -78,6 +78,18 @@ class SessionContents:
     rewards: list[reward_pb2.Reward]
     # In the spliced view, one per call whose prompt came empty.
     splices: list[PromptSplice] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _References:
+    """What decoding full calls needs beyond their own rows, read in their snapshot."""
+
+    # The calls' rows and every row their reference chains pass through.
+    rows: dict[str, CallRow]
+    # Decoded tokens: cached references, then each call as it is decoded.
+    tokens: dict[str, CallTokens]
+    # Where the calls, once decoded, are cached.
+    cache: _LruCache
 
 
 @dataclass
@@ -302,10 +314,11 @@ class TokenStore:
         missing = [key for key in keys if self._tails.get(key) is None]
         if not missing:
             return
-        rows = self.backend.last_trajectory_calls(missing)
-        if rows:
-            for key, call in zip(rows, self._materialize(list(rows.values())), strict=False):
-                self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
+        with self._snapshot() as cache:
+            rows = self.backend.last_trajectory_calls(missing)
+            references = self._references(list(rows.values()), cache)
+        for key, call in zip(rows, self._render(list(rows.values()), references), strict=True):
+            self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
 
     def _commit_rewards(self, requests: list[Sequence[reward_pb2.Reward]]) -> list[Any]:
         now = time.time()
@@ -381,20 +394,34 @@ class TokenStore:
         return deleted
 
     # Reads.
+    # Each read runs in one backend snapshot, with the reference rows its calls splice
+    # against: a delete committing halfway through cannot leave a reference missing.
     async def get_call(self, call_id: str, full: bool) -> llm_call_pb2.LlmCall:
         validation.check_required_id(call_id, "call_id")
-        rows = await asyncio.to_thread(self.backend.get_call_rows, [call_id])
-        if call_id not in rows:
+
+        def read() -> list[llm_call_pb2.LlmCall]:
+            with self._snapshot() as cache:
+                rows = list(self.backend.get_call_rows([call_id]).values())
+                references = self._references(rows, cache) if full else None
+            return self._render(rows, references)
+
+        calls = await asyncio.to_thread(read)
+        if not calls:
             raise NotFound(f"call {call_id!r} does not exist")
-        return (await self._render([rows[call_id]], full))[0]
+        return calls[0]
 
     async def list_calls(
         self, session_id: str, page_size: int, page_token: str, full: bool
     ) -> tuple[list[llm_call_pb2.LlmCall], str]:
-        rows, next_token = await self._session_page(
-            "calls", session_id, page_size, page_token, self.backend.list_call_rows, lambda row: row.seq
-        )
-        return await self._render(rows, full), next_token
+        def read() -> tuple[list[llm_call_pb2.LlmCall], str]:
+            with self._snapshot() as cache:
+                rows, next_token = self._session_page(
+                    "calls", session_id, page_size, page_token, self.backend.list_call_rows, lambda row: row.seq
+                )
+                references = self._references(rows, cache) if full else None
+            return self._render(rows, references), next_token
+
+        return await asyncio.to_thread(read)
 
     async def watch_calls(
         self, cursor: str, full: bool, max_batch_size: int
@@ -402,13 +429,20 @@ class TokenStore:
         """Yields (calls, cursor after them); an empty list is a heartbeat."""
         seq = decode_cursor(cursor, self.backend.store_id)
         limit = page_tokens.page_size(max_batch_size)
+
+        def read(after: int) -> tuple[list[CallRow], list[llm_call_pb2.LlmCall]]:
+            with self._snapshot() as cache:
+                rows = self.backend.call_rows_after(after, limit)
+                references = self._references(rows, cache) if full else None
+            return rows, self._render(rows, references)
+
         last_sent = time.monotonic()
         while True:
             committed = self._committed
-            rows = await asyncio.to_thread(self.backend.call_rows_after, seq, limit)
+            rows, calls = await asyncio.to_thread(read, seq)
             if rows:
                 seq = rows[-1].seq
-                yield await self._render(rows, full), encode_cursor(self.backend.store_id, seq)
+                yield calls, encode_cursor(self.backend.store_id, seq)
                 last_sent = time.monotonic()
                 continue
             # Woken by this process's commits; the poll catches other writers sharing the database.
@@ -453,11 +487,17 @@ class TokenStore:
         validation.check_session_ids(session_ids)
         wanted = list(dict.fromkeys(session_ids))
 
-        def read() -> tuple[dict[str, SessionRow], list[CallRow], list[RewardRow]]:
-            sessions = self.backend.get_sessions(wanted)
-            return sessions, self.backend.session_call_rows(sessions), self.backend.session_reward_rows(sessions)
+        def read() -> tuple[dict[str, SessionRow], list[CallRow], list[RewardRow], list[llm_call_pb2.LlmCall]]:
+            with self._snapshot() as cache:
+                sessions = self.backend.get_sessions(wanted)
+                call_rows = self.backend.session_call_rows(sessions)
+                reward_rows = self.backend.session_reward_rows(sessions)
+                references = self._references(call_rows, cache) if view == "full" else None
+            # The spliced view is built from the rows as they are stored.
+            calls = [] if view == "spliced" else self._render(call_rows, references)
+            return sessions, call_rows, reward_rows, calls
 
-        sessions, call_rows, reward_rows = await asyncio.to_thread(read)
+        sessions, call_rows, reward_rows, calls = await asyncio.to_thread(read)
         contents = {sid: SessionContents(sessions[sid], [], []) for sid in wanted if sid in sessions}
         if view == "spliced":
             for row in call_rows:
@@ -466,19 +506,23 @@ class TokenStore:
                 if splice is not None:
                     contents[call.session_id].splices.append(PromptSplice(*splice))
         else:
-            for call in await self._render(call_rows, view == "full"):
+            for call in calls:
                 contents[call.session_id].calls.append(call)
         for row in reward_rows:
             contents[row.session_id].rewards.append(reward_pb2.Reward.FromString(row.body))
         return list(contents.values()), [sid for sid in wanted if sid not in sessions]
 
     async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:
-        rows, next_token = await self._session_page(
-            "rewards", session_id, page_size, page_token, self.backend.list_reward_rows, lambda row: row.key
-        )
+        def read() -> tuple[list[RewardRow], str]:
+            with self.backend.snapshot():
+                return self._session_page(
+                    "rewards", session_id, page_size, page_token, self.backend.list_reward_rows, lambda row: row.key
+                )
+
+        rows, next_token = await asyncio.to_thread(read)
         return [reward_pb2.Reward.FromString(r.body) for r in rows], next_token
 
-    async def _session_page(
+    def _session_page(
         self,
         kind: str,
         session_id: str,
@@ -492,9 +536,9 @@ class TokenStore:
         scope = f"{kind}:{session_id}"
         after = decode_page_token(page_token, scope)
         limit = page_tokens.page_size(page_size)
-        if after == 0 and await asyncio.to_thread(self.backend.get_session, session_id) is None:
+        if after == 0 and self.backend.get_session(session_id) is None:
             raise NotFound(f"session {session_id!r} does not exist")
-        rows = await asyncio.to_thread(fetch, session_id, after, limit + 1)
+        rows = fetch(session_id, after, limit + 1)
         next_token = encode_page_token(scope, key_of(rows[limit - 1])) if len(rows) > limit else ""
         return rows[:limit], next_token
 
@@ -519,15 +563,19 @@ class TokenStore:
     async def stats(self) -> BackendStats:
         return await asyncio.to_thread(self.backend.stats)
 
-    async def _render(self, rows: list[CallRow], full: bool) -> list[llm_call_pb2.LlmCall]:
-        if not full:
-            return [call_codec.basic_view(row) for row in rows]
-        return await asyncio.to_thread(self._materialize, rows)
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[_LruCache]:
+        """A backend snapshot, and the decoded-call cache to use with it: the one from
+        before the snapshot began. A delete committing meanwhile replaces the store's
+        cache, so calls decoded here from rows it removed stay out of the new one, where
+        a call written later under the same id would read them."""
+        cache = self._recent
+        with self.backend.snapshot():
+            yield cache
 
-    def _materialize(self, rows: list[CallRow]) -> list[llm_call_pb2.LlmCall]:
-        """Full calls for `rows`, fetching and decoding the reference chains they need."""
+    def _references(self, rows: list[CallRow], cache: _LruCache) -> _References:
+        """Fetches the reference chains `rows` need; inside the snapshot `rows` came from."""
         known: dict[str, CallRow] = {row.call_id: row for row in rows}
-        decoded: dict[str, llm_call_pb2.LlmCall] = {}
         tokens: dict[str, CallTokens] = {}
         with self._recent_lock:
             for row in rows:
@@ -535,7 +583,7 @@ class TokenStore:
                 if (
                     row.ref_call_id
                     and row.ref_call_id not in known
-                    and (cached := self._recent.get(row.ref_call_id)) is not None
+                    and (cached := cache.get(row.ref_call_id)) is not None
                 ):
                     tokens[row.ref_call_id] = cached
         # Computed once: a union inside the comprehension would rebuild it per row.
@@ -551,6 +599,14 @@ class TokenStore:
                 r.ref_call_id for r in fetched.values()
                 if r.ref_call_id and r.ref_call_id not in known and r.ref_call_id not in tokens
             }  # fmt: skip
+        return _References(known, tokens, cache)
+
+    def _render(self, rows: list[CallRow], references: _References | None) -> list[llm_call_pb2.LlmCall]:
+        """The basic view of `rows` without references; full calls, decoded, with them."""
+        if references is None:
+            return [call_codec.basic_view(row) for row in rows]
+        known, tokens = references.rows, references.tokens
+        decoded: dict[str, llm_call_pb2.LlmCall] = {}
 
         def decode(call_id: str) -> None:
             # Iterative: walk up to the first decoded (or full) ancestor, then back down.
@@ -568,7 +624,7 @@ class TokenStore:
                 decode(row.call_id)
         with self._recent_lock:
             for row in rows:
-                self._recent.put(row.call_id, tokens[row.call_id])
+                references.cache.put(row.call_id, tokens[row.call_id])
         return [decoded[row.call_id] for row in rows]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 
 from parity.services.store.records import (
     BackendStats,
@@ -56,6 +57,12 @@ class StoreBackend(ABC):
         `updated_before`, with their calls and rewards. Returns (sessions, calls) deleted."""
 
     # Reads.
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Reads this thread makes inside see the store as of one moment, however many
+        statements they take: a write committing meanwhile stays invisible to them.
+        Not nested."""
+
     @abstractmethod
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]: ...
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from parity.services.store.backends.base import StoreBackend
@@ -26,7 +27,8 @@ class MemoryBackend(StoreBackend):
 
     def __init__(self) -> None:
         self.store_id = uuid.uuid4().hex
-        self._lock = threading.Lock()
+        # Reentrant: a snapshot holds it across the reads it contains.
+        self._lock = threading.RLock()
         self._calls: dict[str, CallRow] = {}
         self._calls_by_seq: list[CallRow] = []
         self._sessions: dict[str, SessionRow] = {}
@@ -138,6 +140,12 @@ class MemoryBackend(StoreBackend):
                 del self._sessions[session_id]
             self._closed = [session for session in self._closed if session.session_id not in doomed]
             return len(doomed), calls_before - len(self._calls)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # Every write takes the lock too, so none commits until the reads are done.
+        with self._lock:
+            yield
 
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
         with self._lock:

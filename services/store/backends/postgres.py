@@ -315,6 +315,15 @@ class PostgresBackend(StoreBackend):
         return sessions, calls
 
     # Reads.
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        db = self._reader()
+        # REPEATABLE READ takes one snapshot at the first read and keeps it; read only,
+        # it never fails with a serialization error, and no write waits for it.
+        with db.transaction():
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
         rows = self._reader().execute(f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ANY(%s)", (list(call_ids),))
         return {row.call_id: row for row in map(call_from_values, rows)}

@@ -1,16 +1,16 @@
 """`sqlite:///PATH`: the default backend, on APSW.
 
 WAL mode, so readers (each worker thread has its own connection) never block the
-single writer. Commits are `synchronous=FULL` by default: WriteCalls answers only
-after the WAL is fsynced. Add `?synchronous=NORMAL` to the URL to trade the last
-transactions before a power loss (never a process crash) for throughput.
+single writer, and a read transaction sees one snapshot however long it lasts.
+Commits are `synchronous=FULL` by default: WriteCalls answers only after the WAL is
+fsynced. Add `?synchronous=NORMAL` to the URL to trade the last transactions before
+a power loss (never a process crash) for throughput.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 import uuid
@@ -170,6 +170,10 @@ class SqliteBackend(StoreBackend):
         connection.execute(f"PRAGMA page_size={PAGE_SIZE}")
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute(f"PRAGMA synchronous={self.synchronous}")
+        # Without a limit the WAL file keeps the size of the largest burst between
+        # checkpoints forever; with it, the first commit after a checkpoint truncates it.
+        # At the checkpoint threshold, steady writes reuse the file rather than regrow it.
+        connection.execute(f"PRAGMA journal_size_limit={CHECKPOINT_WAL_BYTES}")
         return connection
 
     def _reader(self) -> apsw.Connection:
@@ -329,6 +333,18 @@ class SqliteBackend(StoreBackend):
         return session_count, call_count
 
     # Reads: any thread, each on its own connection.
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        db = self._reader()
+        # Deferred: the snapshot is taken by the first read and held until the end.
+        db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            # Not COMMIT: it fails while a statement is still pending (after an error
+            # mid-read) and would leave this thread's connection stuck in the snapshot.
+            db.execute("ROLLBACK")
+
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]:
         rows: dict[str, CallRow] = {}
         for chunk in _chunks(list(call_ids)):
@@ -437,19 +453,17 @@ class SqliteBackend(StoreBackend):
         return [session_from_values(v) for v in self._reader().execute(sql, (*params, limit))]
 
     def stats(self) -> BackendStats:
-        db = self._reader()
-        sessions, calls, rewards, tokens = db.execute(
+        # Bytes are the pages in use, not file sizes: the file keeps pages freed by deletes
+        # for later writes to reuse, and the WAL holds copies of pages counted here (a
+        # reader's page count includes pages not yet checkpointed), so either would count
+        # space no data needs.
+        sessions, calls, rewards, tokens, used_bytes = self._reader().execute(
             "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls),"
-            " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls)"
+            " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
+            " ((SELECT page_count FROM pragma_page_count()) - (SELECT freelist_count FROM pragma_freelist_count()))"
+            " * (SELECT page_size FROM pragma_page_size())"
         ).fetchall()[0]
-        return BackendStats(sessions, calls, rewards, tokens, self._bytes_on_disk())
-
-    def _bytes_on_disk(self) -> int:
-        total = 0
-        for suffix in ("", "-wal"):
-            with contextlib.suppress(FileNotFoundError):
-                total += os.path.getsize(f"{self.path}{suffix}")
-        return total
+        return BackendStats(sessions, calls, rewards, tokens, used_bytes)
 
     def close(self) -> None:
         self._closing.set()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import re
 import threading
 
@@ -345,6 +347,98 @@ async def test_store_stats_count_what_is_stored(store: TokenStore) -> None:
     assert (stats.session_count, stats.call_count) == (1, 3)
     assert stats.logical_token_count == (10 + 5) + (17 + 5) + (24 + 5)
 
+
+
+async def test_writes_queued_behind_a_commit_share_the_next_one(store: TokenStore, monkeypatch) -> None:
+    commit_calls = store.backend.commit_calls
+    committing, release = threading.Event(), threading.Event()
+    commits = 0
+
+    def held_commit(batch) -> None:
+        nonlocal commits
+        commits += 1
+        committing.set()
+        release.wait(10)
+        commit_calls(batch)
+
+    monkeypatch.setattr(store.backend, "commit_calls", held_commit)
+    first = asyncio.create_task(write(store, [make_call("first", "s", [0], [[0]])]))
+    assert await asyncio.to_thread(committing.wait, 5)
+    # Each writer repeats the previous one's last call: within one transaction, the
+    # request queued first writes it and the other counts it a duplicate.
+    batches = [[make_call(f"c{w}", "s", [w], [[w]]), make_call(f"c{w + 1}", "s", [w + 1], [[w + 1]])]
+               for w in range(16)]  # fmt: skip
+    writers = [asyncio.create_task(write(store, batch)) for batch in batches]
+    await asyncio.sleep(0)  # each writer runs up to queueing its request
+    release.set()
+    results = await asyncio.gather(first, *writers)
+    assert commits == 2
+    assert [(r.written, r.duplicates) for r in results] == [(1, 0), (2, 0)] + [(1, 1)] * 15
+    expected = [make_call("first", "s", [0], [[0]])] + [batch[0] for batch in batches] + [batches[-1][1]]
+    assert wire(await all_calls(store, "s", page_size=100)) == wire(expected)
+
+
+async def test_a_full_read_racing_a_delete_sees_the_calls_as_they_were(store: TokenStore, monkeypatch) -> None:
+    loop = asyncio.get_running_loop()
+    memory = store.backend.name == "memory"
+    deletes: list[tuple[concurrent.futures.Future, bool]] = []
+
+    def delete_after(name: str) -> None:
+        """The next call of backend method `name` (a read's rows) is followed by a
+        DeleteSessions of the read's session, before the read goes on to fetch the
+        reference rows its calls splice against (or the session's rewards)."""
+        read_rows = getattr(store.backend, name)
+
+        def read_then_delete(*args):
+            rows = read_rows(*args)
+            monkeypatch.setattr(store.backend, name, read_rows)
+            deleted = asyncio.run_coroutine_threadsafe(store.delete_sessions(["s"], None), loop)
+            # The memory backend's snapshot holds the delete off until the read ends.
+            with contextlib.suppress(TimeoutError):
+                deleted.result(timeout=0.2 if memory else 10)
+            deletes.append((deleted, deleted.done()))
+            return rows
+
+        monkeypatch.setattr(store.backend, name, read_then_delete)
+
+    # Each read starts past the session's first calls, so it needs reference rows it
+    # did not list, and returns calls[2:] but for GetCall.
+    async def list_second_page() -> list:
+        _, token = await store.list_calls("s", 2, "", full=False)
+        delete_after("list_call_rows")
+        return (await store.list_calls("s", 100, token, full=True))[0]
+
+    async def get_last() -> list:
+        delete_after("get_call_rows")
+        return [await store.get_call("s-t3", full=True)]
+
+    async def watch_past_two() -> list:
+        stream = store.watch_calls("", full=False, max_batch_size=2)
+        _, cursor = await anext(stream)
+        await stream.aclose()
+        delete_after("call_rows_after")
+        stream = store.watch_calls(cursor, full=True, max_batch_size=100)
+        calls, _ = await anext(stream)
+        await stream.aclose()
+        return calls
+
+    async def batch_get() -> list:
+        delete_after("session_call_rows")
+        (contents,), _ = await store.batch_get_sessions(["s"], "full")
+        assert [r.reward_id for r in contents.rewards] == ["r"]
+        return contents.calls[2:]
+
+    # Listing first: a read must not leave the deleted calls in the cache, where GetCall
+    # of a new call written under the same id as one of them would splice against it.
+    for seed, read in enumerate([list_second_page, get_last, watch_past_two, batch_get]):
+        calls = conversation("s", turns=4, prompt_len=30, completion_len=10, user_len=5, seed=seed)
+        await write(store, calls)
+        await store.write_rewards([reward("r", "s", 1.0)])
+        assert wire(await read()) == wire(calls[3:] if read is get_last else calls[2:]), read.__name__
+        ((deleted, committed_mid_read),) = deletes
+        assert committed_mid_read == (not memory), read.__name__
+        assert await asyncio.wrap_future(deleted) == (1, 4)
+        deletes.clear()
 
 @pytest.mark.parametrize("backend_url", ["sqlite", "postgresql"], indirect=True)
 async def test_a_reopened_store_keeps_data_dedup_and_cursors(open_store) -> None:

@@ -1,0 +1,76 @@
+"""What only the SQLite backend promises: readers never hold up the writer, and the
+space it reports and keeps shrinks back after deletes and checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from parity.services.store.backends import sqlite
+from parity.services.store.backends.sqlite import SqliteBackend
+from parity.services.store.token_store import TokenStore
+from tests.integration.store.call_factory import conversation, make_call
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[TokenStore]:
+    token_store = TokenStore(SqliteBackend(tmp_path / "store.db"))
+    await token_store.start()
+    yield token_store
+    await token_store.stop()
+
+
+async def test_an_open_read_transaction_never_holds_up_writes(store: TokenStore, tmp_path: Path) -> None:
+    await store.write_calls([make_call("before", "s", [1], [[2]])])
+    reader = apsw.Connection(str(tmp_path / "store.db"))
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)]
+        for n in range(5):
+            # Generous: the point is that a write does not wait for the reader to finish.
+            result = await asyncio.wait_for(store.write_calls([make_call(f"c{n}", "s", [1], [[2]])]), 10)
+            assert result.written == 1
+        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)], "the reader keeps its snapshot"
+        reader.execute("COMMIT")
+        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(6,)]
+    finally:
+        reader.close()
+
+
+async def test_reported_bytes_leave_out_pages_freed_by_a_delete(store: TokenStore) -> None:
+    for session in range(20):
+        await store.write_calls(conversation(f"s{session}", turns=5))
+    before = (await store.stats()).bytes_on_disk
+    await store.delete_sessions([f"s{session}" for session in range(18)], None)
+    after = await store.stats()
+    assert after.call_count == 10
+    assert after.bytes_on_disk < before * 0.3
+
+
+async def test_the_wal_is_truncated_back_after_a_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    limit = 256 << 10
+    monkeypatch.setattr(sqlite, "CHECKPOINT_WAL_BYTES", limit)
+    store = TokenStore(SqliteBackend(tmp_path / "store.db"))
+    await store.start()
+    try:
+        rng = random.Random(0)
+        await store.write_calls([
+            make_call(f"big{n}", f"s{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]]) for n in range(300)
+        ])  # fmt: skip
+        wal = tmp_path / "store.db-wal"
+        assert wal.stat().st_size > 4 * limit
+        # The checkpointer copies the WAL into the database within a second; the first
+        # commit after that starts the WAL over and truncates it to the limit.
+        for n in range(100):
+            await store.write_calls([make_call(f"small{n}", "s", [1], [[2]])])
+            if wal.stat().st_size <= limit:
+                break
+            await asyncio.sleep(0.1)
+        assert wal.stat().st_size <= limit
+    finally:
+        await store.stop()
