@@ -79,10 +79,16 @@ def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, v
     with httpx.stream("POST", f"{ingest_stack.session_url('gone-agent')}/chat/completions", json=body, timeout=60) as reply:
         lines = reply.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
-    # vLLM would take a minute for 1,500 tokens on CPU; the call is recorded once ingest has stopped it.
-    [call] = wait_for_calls(ingest_stack, "gone-agent", 1, timeout=20)
-    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
-    assert 0 < len(call.choices[0].token_ids) // 4 < 1500
+    [call] = wait_for_calls(ingest_stack, "gone-agent", 1, timeout=60)
+    timings = call.timings
+    streaming_for = timings.upstream_duration.ToNanoseconds() - timings.time_to_first_token.ToNanoseconds()
+    if call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED:
+        # vLLM merges a stream's pending outputs when its server falls behind, and on 2
+        # busy cores it can send all of them at once: then nothing was left to stop.
+        assert streaming_for < 0.5e9, "the stream was still coming when the agent left, and ran to its end"
+    else:
+        assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
+        assert 0 < len(call.choices[0].token_ids) // 4 < 1500
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
         [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
     assert replica.in_flight == 0
