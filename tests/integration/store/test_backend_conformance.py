@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import re
 import threading
 
@@ -349,30 +350,40 @@ async def test_store_stats_count_what_is_stored(store: TokenStore) -> None:
 
 
 
-async def test_writes_queued_behind_a_commit_share_the_next_one(store: TokenStore, monkeypatch) -> None:
-    commit_calls = store.backend.commit_calls
-    committing, release = threading.Event(), threading.Event()
-    commits = 0
+@dataclasses.dataclass
+class HeldCommits:
+    committing: threading.Event = dataclasses.field(default_factory=threading.Event)
+    release: threading.Event = dataclasses.field(default_factory=threading.Event)
+    count: int = 0
+
+
+def hold_commits(store: TokenStore, monkeypatch) -> HeldCommits:
+    """Make every commit of calls signal `committing`, then wait for `release`."""
+    held, commit_calls = HeldCommits(), store.backend.commit_calls
 
     def held_commit(batch) -> None:
-        nonlocal commits
-        commits += 1
-        committing.set()
-        release.wait(10)
+        held.count += 1
+        held.committing.set()
+        held.release.wait(10)
         commit_calls(batch)
 
     monkeypatch.setattr(store.backend, "commit_calls", held_commit)
+    return held
+
+
+async def test_writes_queued_behind_a_commit_share_the_next_one(store: TokenStore, monkeypatch) -> None:
+    held = hold_commits(store, monkeypatch)
     first = asyncio.create_task(write(store, [make_call("first", "s", [0], [[0]])]))
-    assert await asyncio.to_thread(committing.wait, 5)
+    assert await asyncio.to_thread(held.committing.wait, 5)
     # Each writer repeats the previous one's last call: within one transaction, the
     # request queued first writes it and the other counts it a duplicate.
     batches = [[make_call(f"c{w}", "s", [w], [[w]]), make_call(f"c{w + 1}", "s", [w + 1], [[w + 1]])]
                for w in range(16)]  # fmt: skip
     writers = [asyncio.create_task(write(store, batch)) for batch in batches]
     await asyncio.sleep(0)  # each writer runs up to queueing its request
-    release.set()
+    held.release.set()
     results = await asyncio.gather(first, *writers)
-    assert commits == 2
+    assert held.count == 2
     assert [(r.written, r.duplicates) for r in results] == [(1, 0), (2, 0)] + [(1, 1)] * 15
     expected = [make_call("first", "s", [0], [[0]])] + [batch[0] for batch in batches] + [batches[-1][1]]
     assert wire(await all_calls(store, "s", page_size=100)) == wire(expected)
@@ -501,22 +512,14 @@ async def test_a_write_cancelled_mid_commit_leaves_the_writer_running(
 ) -> None:
     store = open_store()
     await store.start()
-    committing, release = threading.Event(), threading.Event()
-    commit_calls = store.backend.commit_calls
-
-    def held_commit(batch) -> None:
-        committing.set()
-        release.wait(10)
-        commit_calls(batch)
-
-    monkeypatch.setattr(store.backend, "commit_calls", held_commit)
+    held = hold_commits(store, monkeypatch)
     # As a client deadline or a server shutdown cancels the RPC's task.
     cancelled = asyncio.create_task(write(store, [make_call("gone", "s", [1], [[2]])]))
-    assert await asyncio.to_thread(committing.wait, 5)
+    assert await asyncio.to_thread(held.committing.wait, 5)
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    release.set()
+    held.release.set()
     later = await asyncio.wait_for(write(store, [make_call("later", "s", [1], [[2]])]), 5)
     assert (later.written, (await store.get_session("s")).call_count) == (1, 2)
     await asyncio.wait_for(store.stop(), 5)
