@@ -445,12 +445,13 @@ class TokenStore:
                 yield calls, encode_cursor(self.backend.store_id, seq)
                 last_sent = time.monotonic()
                 continue
-            # Woken by this process's commits; the poll catches other writers sharing the database.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
+            # Due only after a read found nothing: a commit that woke the wait is read first.
             if time.monotonic() - last_sent >= self.watch_heartbeat_s:
                 yield [], encode_cursor(self.backend.store_id, seq)
                 last_sent = time.monotonic()
+            # Woken by this process's commits; the poll catches other writers sharing the database.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
 
     async def watch_closed_sessions(
         self, cursor: str, max_batch_size: int
@@ -472,11 +473,11 @@ class TokenStore:
                 yield rows, encode_cursor(self.backend.store_id, close_seq, "closes")
                 last_sent = time.monotonic()
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
             if time.monotonic() - last_sent >= self.watch_heartbeat_s:
                 yield [], encode_cursor(self.backend.store_id, close_seq, "closes")
                 last_sent = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(committed.wait(), timeout=self.watch_poll_s)
 
     async def batch_get_sessions(
         self, session_ids: Sequence[str], view: str
