@@ -27,7 +27,7 @@ import structlog
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
-from parity.services.ingest.spool import Spool
+from parity.services.ingest.spool import Spool, batch_length
 
 log = structlog.get_logger(__name__)
 
@@ -181,12 +181,8 @@ class CaptureSink:
         return bool(self.spool.count) and not self._stopping and time.monotonic() >= self._next_replay
 
     async def _move_pending(self) -> None:
-        batch, size = [], 0
-        while self._pending and len(batch) < self.batch_size:
-            if batch and size + len(self._pending[0][0]) > MAX_BATCH_BYTES:
-                break
-            batch.append(self._pending.popleft())
-            size += len(batch[-1][0])
+        count = batch_length((len(call) for call, _ in self._pending), self.batch_size, MAX_BATCH_BYTES)
+        batch = [self._pending.popleft() for _ in range(count)]
         unsent = [serialized for serialized, _ in batch]
         try:
             # Behind the spool, or straight to the store if the spool is empty.

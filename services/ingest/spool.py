@@ -11,11 +11,24 @@ it (`SELECT reason, call FROM refused`). Capture never drops a call silently.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import apsw
+
+
+def batch_length(sizes: Iterable[int], limit: int, max_bytes: int) -> int:
+    """How many of the calls of these sizes, taken in order, make one batch: at most
+    `limit` calls and `max_bytes` together, but always the first, however large."""
+    count, total = 0, 0
+    for size in itertools.islice(sizes, limit):
+        if count and total + size > max_bytes:
+            break
+        count, total = count + 1, total + size
+    return count
 
 
 class Spool:
@@ -52,15 +65,12 @@ class Spool:
         """Up to `limit` (seq, call) rows, oldest first, of at most `max_bytes` together
         unless the oldest alone is larger."""
         with self._lock:
-            last, total = None, 0
-            for seq, size in self._db.execute("SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)):
-                if last is not None and total + size > max_bytes:
-                    break
-                last, total = seq, total + size
-            if last is None:
+            sizes = self._db.execute("SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            count = batch_length((size for _, size in sizes), limit, max_bytes)
+            if not count:
                 return []
             return [(seq, bytes(call)) for seq, call in self._db.execute(
-                "SELECT seq, call FROM spool WHERE seq <= ? ORDER BY seq", (last,))]  # fmt: skip
+                "SELECT seq, call FROM spool WHERE seq <= ? ORDER BY seq", (sizes[count - 1][0],))]  # fmt: skip
 
     def refuse(self, call: bytes, reason: str) -> None:
         """Durably set aside a call the store will not take."""
