@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.integration.service_fixtures",
     "tests.integration.postgres_fixtures",
     "tests.integration.stack_fixtures",
+    "tests.integration.tcp_relay",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -44,6 +44,8 @@ _REFUSALS = frozenset({
 
 class _StoreUnreachable(Exception):
     """The store did not answer (down, slow, or unreachable); the calls may be retried."""
+
+
 _WRITE_CALLS_FIELD_TAG = b"\x0a"  # field 1 (calls), wire type 2 (length-delimited)
 
 

@@ -70,15 +70,21 @@ class ExternalModels:
         body.pop("metadata", None)
         method = router.acompletion if capture.endpoint == CHAT else router.atext_completion
         summary["replica"] = "litellm"
-        try:
-            result = await method(**body)
-        except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
-            raise openai_errors.bad_gateway(f"external model {body['model']!r} failed: {error}") from None
         recorder = CallRecorder(capture)
         fields = {
             "model": body["model"], "policy_version": 0, "replica": "litellm", "kind": EXTERNAL,
             "started_at": started_at, "attempts": 1, "streamed": bool(body.get("stream")),
         }  # fmt: skip
+        try:
+            result = await method(**body)
+        except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
+            failure = openai_errors.bad_gateway(f"external model {body['model']!r} failed: {error}")
+            call = recorder.to_call(
+                call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
+                outcome=UPSTREAM_ERROR, error_message=failure.message, **fields,
+            )  # fmt: skip
+            await sink.submit(call)
+            raise failure from None
         if not body.get("stream"):
             response = result.model_dump()
             recorder.add_response(response)

@@ -35,7 +35,7 @@ from parity.services.ingest.replies import (
     Reply,
     StreamReply,
 )
-from parity.services.ingest.upstream import UpstreamClient, UpstreamReply
+from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
 
 log = structlog.get_logger(__name__)
 
@@ -94,13 +94,26 @@ class Proxy:
         candidates = self.router.candidates(model, session.session_id)
         capture = CaptureRequest.prepare(endpoint, body, raw_body, session, metadata)
         policy_version = self.policy.version
-        reply = await self.upstream.post(candidates, PATHS[endpoint], orjson.dumps(body))
+        recorder = CallRecorder(capture)
+        try:
+            reply = await self.upstream.post(candidates, PATHS[endpoint], orjson.dumps(body))
+        except UpstreamFailed as failure:
+            # The call is the session's even though no replica answered it: the record
+            # says a step failed, where its absence would look like no step at all.
+            summary["replica"] = failure.replica.name
+            call = recorder.to_call(
+                call_id=_call_id(), model=model, policy_version=policy_version, replica=failure.replica.name,
+                kind=POLICY, started_at=started_at, first_byte_at=None, upstream_seconds=time.time() - started_at,
+                attempts=failure.attempts, outcome=UPSTREAM_ERROR, error_message=failure.message,
+                streamed=summary["stream"],
+            )  # fmt: skip
+            await self.sink.submit(call)
+            raise
         summary["replica"] = reply.replica.name
         call_fields = {
             "model": model, "policy_version": policy_version, "replica": reply.replica.name, "kind": POLICY,
             "started_at": started_at, "attempts": reply.attempts, "streamed": summary["stream"],
         }  # fmt: skip
-        recorder = CallRecorder(capture)
         if reply.response.status != 200 or not body.get("stream"):
             try:
                 payload = await reply.response.read()

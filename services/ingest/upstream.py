@@ -36,6 +36,16 @@ class UpstreamReply:
             self.response.release()
 
 
+class UpstreamFailed(openai_errors.HttpError):
+    """No replica gave an answer to relay: the 502 or 504 the agent gets, with the
+    replica tried last and how many attempts were made, for the call's record."""
+
+    def __init__(self, error: openai_errors.HttpError, replica: Replica, attempts: int) -> None:
+        super().__init__(error.status, error.message, error.error_type)
+        self.replica = replica
+        self.attempts = attempts
+
+
 class UpstreamClient:
     def __init__(
         self, router: ReplicaRouter, *, retries: int = 2, backoff_s: float = 0.05, timeout_s: float = 600.0
@@ -63,7 +73,7 @@ class UpstreamClient:
         """POST to the first replica that answers without a connection error or 5xx.
         The caller reads `response`, then calls `release()` on the reply."""
         assert self._session is not None
-        last_error = "no attempt made"
+        last_error, replica = "no attempt made", candidates[0]
         for attempt in range(self.retries + 1):
             replica = candidates[attempt % len(candidates)]
             if attempt:
@@ -81,9 +91,10 @@ class UpstreamClient:
                 # Before the connection errors: aiohttp's socket timeouts are both. A slow
                 # generation is not a failed replica, and retrying it would only double the wait.
                 replica.error_count += 1
-                raise openai_errors.gateway_timeout(
+                timeout = openai_errors.gateway_timeout(
                     f"upstream {replica.name} did not answer within {self.timeout_s:g} s"
-                ) from None
+                )
+                raise UpstreamFailed(timeout, replica, attempt + 1) from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
                 replica.error_count += 1
                 self.router.mark_failed(replica, f"connection error: {error!r}")
@@ -102,7 +113,8 @@ class UpstreamClient:
                 log.warning("upstream_5xx", replica=replica.name, status=response.status, attempt=attempt + 1)
                 continue
             return UpstreamReply(replica, response, attempt + 1, time.time())
-        raise openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
+        failed = openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
+        raise UpstreamFailed(failed, replica, self.retries + 1)
 
     async def _post(self, replica: Replica, path: str, body: bytes) -> aiohttp.ClientResponse:
         """In flight from here until the reply is released: vLLM sends a whole answer's

@@ -1,0 +1,122 @@
+"""Two replicas of the real vLLM: sessions stick to one, fail over while it is down, and come back.
+
+The second replica is the same vLLM reached through a TCP relay that the test can cut and
+restore, so a replica dies and returns without starting a second vLLM on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import grpc
+import httpx
+import pytest
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.api.ingest.v1 import ingest_service_pb2 as pb
+from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from parity.api.ingest.v1 import replica_pb2
+from parity.services.ingest.replica_router import ReplicaRouter
+from tests.integration.stack_fixtures import ADMIN_TOKEN, IngestStack, start_ingest
+from tests.integration.tcp_relay import TcpRelay
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def replicas(ingest_address: str) -> dict[str, int]:
+    with grpc.insecure_channel(ingest_address) as channel:
+        listed = pb_grpc.IngestServiceStub(channel).ListReplicas(
+            pb.ListReplicasRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),)
+        )
+    return {replica.name: replica.health for replica in listed.replicas}
+
+
+def wait_for_health(ingest_address: str, expected: dict[str, int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while (seen := replicas(ingest_address)) != expected:
+        assert time.monotonic() < deadline, f"replicas {seen}, expected {expected}"
+        time.sleep(0.2)
+
+
+def serve_turn(stack: IngestStack, model: str, sessions: list[str]) -> dict[str, str]:
+    """One call per session; returns the replica each session's new call was captured from."""
+    for session in sessions:
+        reply = httpx.post(f"{stack.base_url}/chat/completions", headers={"X-Parity-Session": session}, timeout=60,
+                           json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})  # fmt: skip
+        assert reply.status_code == 200, reply.text
+    return {session: stack.calls(session)[-1].replica for session in sessions}
+
+
+def test_sessions_stick_to_their_replica_and_fail_over_while_it_is_down(
+    module_services, vllm_server, relay: TcpRelay, tmp_path
+) -> None:
+    direct, relayed = vllm_server.base_url, f"http://127.0.0.1:{relay.port}"
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, f"{direct},{relayed}", tmp_path / "spool.db")
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    healthy, unhealthy = replica_pb2.REPLICA_HEALTH_HEALTHY, replica_pb2.REPLICA_HEALTH_UNHEALTHY
+    direct_name, relayed_name = (url.split("://", 1)[1] for url in (direct, relayed))
+    wait_for_health(ingest.address, {direct_name: healthy, relayed_name: healthy})
+
+    sessions = [f"failover-{i}" for i in range(16)]
+    expected = ReplicaRouter([direct, relayed])
+    for replica in expected.replicas:
+        replica.models, replica.healthy = {vllm_server.model_name}, True
+    home = {s: expected.candidates(vllm_server.model_name, s)[0].name for s in sessions}
+    assert set(home.values()) == {direct_name, relayed_name}, "16 sessions should land on both replicas"
+    assert serve_turn(stack, vllm_server.model_name, sessions) == home
+    assert serve_turn(stack, vllm_server.model_name, sessions) == home, "a session sticks to its replica"
+
+    relay.cut()
+    # Every call still succeeds: the relayed replica's sessions move, the others stay put.
+    assert serve_turn(stack, vllm_server.model_name, sessions) == dict.fromkeys(sessions, direct_name)
+    assert replicas(ingest.address)[relayed_name] == unhealthy
+
+    relay.restore()
+    wait_for_health(ingest.address, {direct_name: healthy, relayed_name: healthy})
+    assert serve_turn(stack, vllm_server.model_name, sessions) == home, "sessions go back once it is healthy"
+
+
+def test_a_replica_dying_mid_answer_gets_a_502_and_the_partial_call_is_recorded(
+    module_services, vllm_server, relay: TcpRelay, tmp_path
+) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
+                                     tmp_path / "spool.db", "--upstream-retries", "1")  # fmt: skip
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1500,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+
+    events: list[dict] = []
+    with httpx.stream("POST", f"{stack.base_url}/chat/completions", json=body, timeout=60,
+                      headers={"X-Parity-Session": "cut-stream"}) as reply:  # fmt: skip
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line.removeprefix("data: ")))
+                if len(events) == 5:
+                    relay.cut()
+            elif line == "data: [DONE]":
+                break
+    assert "upstream" in events[-1]["error"]["message"], events[-1]
+    [call] = stack.calls("cut-stream")
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and "stream" in call.error_message
+    # The tokens the agent was sent, at least, and fewer than a whole answer.
+    streamed = sum(1 for event in events if event.get("choices") and event["choices"][0]["delta"].get("content"))
+    assert 4 <= streamed <= len(call.choices[0].token_ids) // 4 < body["max_tokens"]
+
+    # A non-streamed answer lost with its connection: retried, then a clear 502, and recorded.
+    relay.restore()
+    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    cutter = threading.Timer(0.3, relay.cut)
+    cutter.start()
+    lost = httpx.post(f"{stack.base_url}/chat/completions", json=body | {"stream": False}, timeout=60,
+                      headers={"X-Parity-Session": "cut-answer"})  # fmt: skip
+    cutter.join()
+    assert lost.status_code == 502 and "upstream failed after 2 attempts" in lost.json()["error"]["message"]
+    [call] = stack.calls("cut-answer")
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and call.timings.upstream_attempts == 2
+    assert call.error_message == lost.json()["error"]["message"] and not call.choices
