@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -27,6 +28,8 @@ class TcpRelay:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.truncate_after: int | None = None
+        self._frozen: socket.socket | None = None
+        self._fillers: list[socket.socket] = []
 
     def __enter__(self) -> TcpRelay:
         self._thread.start()
@@ -35,11 +38,32 @@ class TcpRelay:
 
     def __exit__(self, *exc: object) -> None:
         self.cut()
+        self._unfreeze()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
     def restore(self) -> None:
+        self._unfreeze()
         asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(5)
+
+    def freeze(self) -> None:
+        """Cut, then hold the port with a listener that never accepts and whose queue is
+        full: new connections hang unanswered, as to a replica whose host froze."""
+        self.cut()
+        self._frozen = socket.socket()
+        self._frozen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._frozen.bind(("127.0.0.1", self.port))
+        self._frozen.listen(0)
+        for _ in range(2):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", self.port))
+            self._fillers.append(filler)
+
+    def _unfreeze(self) -> None:
+        for held in [*self._fillers, *([self._frozen] if self._frozen else [])]:
+            held.close()
+        self._fillers, self._frozen = [], None
 
     def cut(self) -> None:
         asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(5)

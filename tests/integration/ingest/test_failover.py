@@ -120,3 +120,27 @@ def test_a_replica_dying_mid_answer_gets_a_502_and_the_partial_call_is_recorded(
     [call] = stack.calls("cut-answer")
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and call.timings.upstream_attempts == 2
     assert call.error_message == lost.json()["error"]["message"] and not call.choices
+
+
+def test_a_replica_that_never_accepts_is_failed_over_after_the_connect_timeout(
+    module_services, vllm_server, relay: TcpRelay, tmp_path
+) -> None:
+    direct, relayed = vllm_server.base_url, f"http://127.0.0.1:{relay.port}"
+    store = module_services.start("store", "--url", "memory://")
+    # Health checks far apart, so the request itself meets the frozen replica.
+    ingest, http_port = start_ingest(module_services, store.address, f"{direct},{relayed}", tmp_path / "spool.db",
+                                     "--health-interval-s", "60")  # fmt: skip
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    direct_name, relayed_name = (url.split("://", 1)[1] for url in (direct, relayed))
+    healthy = replica_pb2.REPLICA_HEALTH_HEALTHY
+    wait_for_health(ingest.address, {direct_name: healthy, relayed_name: healthy})
+    expected = ReplicaRouter([direct, relayed])
+    for replica in expected.replicas:
+        replica.models, replica.healthy = {vllm_server.model_name}, True
+    session = next(s for s in (f"frozen-{i}" for i in range(64))
+                   if expected.candidates(vllm_server.model_name, s)[0].name == relayed_name)  # fmt: skip
+
+    relay.freeze()
+    assert serve_turn(stack, vllm_server.model_name, [session]) == {session: direct_name}
+    assert replicas(ingest.address)[relayed_name] == replica_pb2.REPLICA_HEALTH_UNHEALTHY
+    assert "connect timed out" in ingest.log()
