@@ -18,7 +18,8 @@ class TcpRelay:
     """Forwards a local port to `target_port`; `cut()` closes the port and every open
     connection, as a replica that died would; `restore()` listens again on the same port.
     With `truncate_after` set, each connection is reset once that many bytes of answer
-    have passed: an answer broken off midway, however far the reader lags behind."""
+    have passed: an answer broken off midway, however far the reader lags behind. With
+    `stall` set too, the connection stays open there and nothing more passes."""
 
     def __init__(self, target_port: int) -> None:
         self.port = free_port()
@@ -28,6 +29,8 @@ class TcpRelay:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.truncate_after: int | None = None
+        self.stall = False
+        self._cut = asyncio.Event()
         self._frozen: socket.socket | None = None
         self._fillers: list[socket.socket] = []
 
@@ -69,9 +72,11 @@ class TcpRelay:
         asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(5)
 
     async def _listen(self) -> None:
+        self._cut = asyncio.Event()
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_address=True)
 
     async def _close(self) -> None:
+        self._cut.set()
         if self._server is not None:
             self._server.close()
             for writer in list(self._writers):
@@ -95,6 +100,8 @@ class TcpRelay:
                     await writer.drain()
                     passed += len(data)
                     if passed == limit:
+                        if self.stall:
+                            await self._cut.wait()
                         client_writer.transport.abort()
                         upstream_writer.transport.abort()
             writer.transport.abort()

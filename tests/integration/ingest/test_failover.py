@@ -104,9 +104,10 @@ def test_a_replica_dying_mid_answer_gets_a_502_and_the_partial_call_is_recorded(
     assert "upstream" in events[-1]["error"]["message"], events[-1]
     [call] = stack.calls("cut-stream")
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and "stream" in call.error_message
-    # The tokens the agent was sent, at least, and fewer than a whole answer.
-    streamed = sum(1 for event in events if event.get("choices") and event["choices"][0]["delta"].get("content"))
-    assert 4 <= streamed <= len(call.choices[0].token_ids) // 4 < body["max_tokens"]
+    # The tokens the agent was sent, at least, and fewer than a whole answer. Besides the
+    # closing error, the first event (the role) is the only one without a token.
+    token_events = len(events) - 2
+    assert 4 <= token_events <= len(call.choices[0].token_ids) // 4 < body["max_tokens"]
 
     # A non-streamed answer lost with its connection: retried, then a clear 502, and recorded.
     relay.restore()
@@ -144,3 +145,27 @@ def test_a_replica_that_never_accepts_is_failed_over_after_the_connect_timeout(
     assert serve_turn(stack, vllm_server.model_name, [session]) == {session: direct_name}
     assert replicas(ingest.address)[relayed_name] == replica_pb2.REPLICA_HEALTH_UNHEALTHY
     assert "connect timed out" in ingest.log()
+
+
+def test_an_answer_broken_off_or_stalled_midway_is_a_502_or_504_and_recorded(
+    module_services, vllm_server, relay: TcpRelay, tmp_path
+) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
+                                     tmp_path / "spool.db", "--health-interval-s", "60", "--upstream-timeout-s", "5")  # fmt: skip
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
+    assert httpx.post(f"{stack.base_url}/chat/completions", json=body, timeout=60).status_code == 200
+    # Past the headers, well before the end of an answer that carries token ids and logprobs;
+    # for new connections, so the warm-up's kept-alive one goes.
+    relay.truncate_after = 2000
+    relay.cut()
+    relay.restore()
+    for stall, status, reason in ((False, 502, "unreadable answer"), (True, 504, "stalled while answering")):
+        relay.stall = stall
+        reply = httpx.post(f"{stack.base_url}/chat/completions", json=body, timeout=60,
+                           headers={"X-Parity-Session": f"broken-{status}"})  # fmt: skip
+        assert reply.status_code == status and reason in reply.json()["error"]["message"], reply.text
+        [call] = stack.calls(f"broken-{status}")
+        assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and reason in call.error_message
