@@ -52,6 +52,7 @@ def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
     assert_openai_error(post(ingest_stack.session_url(too_long), chat(model)), 400, "at most 256")
     assert_openai_error(post(ingest_stack.session_url("bad slug"), chat(model)), 400, "invalid session in URL")
     assert_openai_error(post(base, chat(model), headers={"X-Parity-Session": "p1.!!"}), 400, "X-Parity-Session")
+    assert_openai_error(post(base, chat(model), headers={"X-Parity-Session": b"\xff\xfe"}), 400, "X-Parity-Session")
     assert_openai_error(post(base, chat(model, max_tokens=-1)), 400, "max_tokens")  # vLLM's own 400, passed on
     assert_openai_error(httpx.get(f"{base}/chat/completions"), 405, "accepts POST only")
     assert_openai_error(httpx.get(f"{base}/nothing-here"), 404, "no route")
