@@ -12,22 +12,27 @@ from tests.integration.tcp_relay import TcpRelay
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_services, vllm_server, tmp_path) -> None:
-    # The judge is LiteLLM's OpenAI-compatible provider pointed at the real vLLM: any
-    # provider LiteLLM supports is configured the same way.
+def judge_stack(module_services, vllm_server, judge_base_url: str, tmp_path) -> IngestStack:
+    """A store and an ingest serving the policy from vLLM and a `judge` through LiteLLM,
+    whose OpenAI-compatible provider points at `judge_base_url`: any provider LiteLLM
+    supports is configured the same way."""
     config = tmp_path / "external.yaml"
     config.write_text(
         "model_list:\n"
         "  - model_name: judge\n"
         "    litellm_params:\n"
         f"      model: openai/{vllm_server.model_name}\n"
-        f"      api_base: {vllm_server.openai_base_url}\n"
+        f"      api_base: {judge_base_url}\n"
         "      api_key: unused\n"
     )
     store = module_services.start("store", "--url", "memory://")
     ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
                                      "--external-models", str(config))  # fmt: skip
-    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    return IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+
+
+def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_services, vllm_server, tmp_path) -> None:
+    stack = judge_stack(module_services, vllm_server, vllm_server.openai_base_url, tmp_path)
     client = openai.OpenAI(base_url=stack.session_url("judged"), api_key="unused", max_retries=0)
     assert {m.id for m in client.models.list().data} == {vllm_server.model_name, "judge"}
     verdict = client.chat.completions.create(model="judge", messages=[{"role": "user", "content": "Score it."}],
@@ -51,19 +56,7 @@ def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_se
 def test_an_external_model_that_fails_is_a_502_and_a_recorded_failed_external_call(
     module_services, vllm_server, relay: TcpRelay, tmp_path
 ) -> None:
-    config = tmp_path / "external.yaml"
-    config.write_text(
-        "model_list:\n"
-        "  - model_name: judge\n"
-        "    litellm_params:\n"
-        f"      model: openai/{vllm_server.model_name}\n"
-        f"      api_base: http://127.0.0.1:{relay.port}/v1\n"
-        "      api_key: unused\n"
-    )
-    store = module_services.start("store", "--url", "memory://")
-    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
-                                     "--external-models", str(config))  # fmt: skip
-    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    stack = judge_stack(module_services, vllm_server, f"http://127.0.0.1:{relay.port}/v1", tmp_path)
     client = openai.OpenAI(base_url=stack.session_url("judge-down"), api_key="unused", max_retries=0)
     relay.cut()
     for stream in (False, True):
