@@ -95,6 +95,10 @@ class Proxy:
         capture = CaptureRequest.prepare(endpoint, body, raw_body, session, metadata)
         policy_version = self.policy.version
         recorder = CallRecorder(capture)
+        call_fields = {
+            "model": model, "policy_version": policy_version, "kind": POLICY, "started_at": started_at,
+            "streamed": summary["stream"],
+        }  # fmt: skip
         try:
             reply = await self.upstream.post(candidates, PATHS[endpoint], orjson.dumps(body))
         except UpstreamFailed as failure:
@@ -102,18 +106,14 @@ class Proxy:
             # says a step failed, where its absence would look like no step at all.
             summary["replica"] = failure.replica.name
             call = recorder.to_call(
-                call_id=_call_id(), model=model, policy_version=policy_version, replica=failure.replica.name,
-                kind=POLICY, started_at=started_at, first_byte_at=None, upstream_seconds=time.time() - started_at,
-                attempts=failure.attempts, outcome=UPSTREAM_ERROR, error_message=failure.message,
-                streamed=summary["stream"],
+                call_id=_call_id(), replica=failure.replica.name, attempts=failure.attempts, first_byte_at=None,
+                upstream_seconds=time.time() - started_at, outcome=UPSTREAM_ERROR, error_message=failure.message,
+                **call_fields,
             )  # fmt: skip
             await self.sink.submit(call)
             raise
         summary["replica"] = reply.replica.name
-        call_fields = {
-            "model": model, "policy_version": policy_version, "replica": reply.replica.name, "kind": POLICY,
-            "started_at": started_at, "attempts": reply.attempts, "streamed": summary["stream"],
-        }  # fmt: skip
+        call_fields |= {"replica": reply.replica.name, "attempts": reply.attempts}
         if reply.response.status != 200 or not body.get("stream"):
             try:
                 payload = await reply.response.read()

@@ -39,6 +39,14 @@ def wait_for_health(ingest_address: str, expected: dict[str, int], timeout: floa
         time.sleep(0.2)
 
 
+def home_replicas(urls: list[str], model: str, sessions: list[str]) -> dict[str, str]:
+    """The replica rendezvous hashing gives each session while every replica is healthy."""
+    router = ReplicaRouter(urls)
+    for replica in router.replicas:
+        replica.models, replica.healthy = {model}, True
+    return {session: router.candidates(model, session)[0].name for session in sessions}
+
+
 def serve_turn(stack: IngestStack, model: str, sessions: list[str]) -> dict[str, str]:
     """One call per session; returns the replica each session's new call was captured from."""
     for session in sessions:
@@ -60,10 +68,7 @@ def test_sessions_stick_to_their_replica_and_fail_over_while_it_is_down(
     wait_for_health(ingest.address, {direct_name: healthy, relayed_name: healthy})
 
     sessions = [f"failover-{i}" for i in range(16)]
-    expected = ReplicaRouter([direct, relayed])
-    for replica in expected.replicas:
-        replica.models, replica.healthy = {vllm_server.model_name}, True
-    home = {s: expected.candidates(vllm_server.model_name, s)[0].name for s in sessions}
+    home = home_replicas([direct, relayed], vllm_server.model_name, sessions)
     assert set(home.values()) == {direct_name, relayed_name}, "16 sessions should land on both replicas"
     assert serve_turn(stack, vllm_server.model_name, sessions) == home
     assert serve_turn(stack, vllm_server.model_name, sessions) == home, "a session sticks to its replica"
@@ -131,11 +136,8 @@ def test_a_replica_that_never_accepts_is_failed_over_after_the_connect_timeout(
     direct_name, relayed_name = (url.split("://", 1)[1] for url in (direct, relayed))
     healthy = replica_pb2.REPLICA_HEALTH_HEALTHY
     wait_for_health(ingest.address, {direct_name: healthy, relayed_name: healthy})
-    expected = ReplicaRouter([direct, relayed])
-    for replica in expected.replicas:
-        replica.models, replica.healthy = {vllm_server.model_name}, True
-    session = next(s for s in (f"frozen-{i}" for i in range(64))
-                   if expected.candidates(vllm_server.model_name, s)[0].name == relayed_name)  # fmt: skip
+    home = home_replicas([direct, relayed], vllm_server.model_name, [f"frozen-{i}" for i in range(64)])
+    session = next(s for s, name in home.items() if name == relayed_name)
 
     relay.freeze()
     assert serve_turn(stack, vllm_server.model_name, [session]) == {session: direct_name}
