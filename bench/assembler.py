@@ -22,13 +22,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
+from scratch import scratch_dir
 
 from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as apb
@@ -188,10 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sessions; finishes in under two minutes")
     args = parser.parse_args(argv)
+    with scratch_dir("assembler") as scratch:
+        return measure(args, scratch)
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> int:
     # Whole batches: a multiple of GROUPS_PER_BATCH groups of GROUP_SIZE sessions.
     per_batch = GROUPS_PER_BATCH * GROUP_SIZE
     counts = {"single-turn": per_batch * (40 if args.quick else 160), "20-turn": per_batch * (4 if args.quick else 16)}
-    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-assembler-"))
     results = [run(workload, count, scratch) for workload, count in counts.items()]
     print(f"trainer subscribes with {GROUPS_PER_BATCH} groups of {GROUP_SIZE} per batch and acknowledges at once")
     header = (f"{'workload':<12}{'sessions':>9}{'calls':>9}{'samples':>9}{'seconds':>9}{'samples/s':>11}"

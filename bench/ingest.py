@@ -34,13 +34,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+from scratch import scratch_dir
 
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 
@@ -238,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
     args = parser.parse_args(argv)
+    with scratch_dir("ingest") as scratch:
+        return measure(args, scratch)
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> int:
     seconds = 3 if args.quick else 10
-    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-ingest-"))
     stub_port, litellm_port = free_port(), free_port()
     processes = Processes(scratch)
     results: dict[tuple[str, bool, int], dict[str, float]] = {}

@@ -22,19 +22,22 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 import grpc
 import numpy as np
+from scratch import scratch_dir
 
 from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
@@ -197,41 +200,52 @@ def db_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
+def run_workload(
+    make: Callable[[int, int], Workload], writers: int, calls_per_writer: int, url: str | None, scratch: Path
+) -> dict[str, Any]:
+    workloads = [make(w, calls_per_writer) for w in range(writers)]
+    # Each workload's databases are deleted once measured, so a run needs disk for one at a time.
+    space = scratch / f"{workloads[0].name}-{writers}"
+    space.mkdir()
+    db_path = space / "parity.db"
+    store = StoreProcess(url or f"sqlite:///{db_path}")
+    try:
+        per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
+        seconds, latencies = asyncio.run(drive_grpc(store.address, per_writer))
+        stats = store.stats()
+    finally:
+        store.stop()
+    # Measured after a clean stop, as for the baseline: SQLite has folded its WAL
+    # into the database file, so both sides count settled bytes.
+    parity_bytes = db_bytes(db_path) if url is None else stats.bytes_on_disk
+    total = sum(len(r) for w in workloads for r in w.requests)
+    base_path = space / "baseline.db"
+    base_seconds, _ = baseline_json_rows(base_path, workloads)
+    result = {
+        "workload": workloads[0].name, "writers": writers, "calls": total,
+        "calls_per_s": total / seconds,
+        "p50_ms": statistics.median(latencies) * 1e3,
+        "p99_ms": float(np.percentile(latencies, 99)) * 1e3,
+        "bytes_per_token": parity_bytes / stats.logical_token_count,
+        "baseline_calls_per_s": total / base_seconds,
+        "baseline_bytes_per_token": db_bytes(base_path) / logical_tokens(workloads),
+        "backend": stats.backend,
+    }  # fmt: skip
+    shutil.rmtree(space)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls; finishes in under two minutes")
     parser.add_argument("--url", default=None, help="store URL (default: a fresh SQLite file per run)")
     args = parser.parse_args(argv)
     calls_per_writer = {1: 4000 if args.quick else 20_000, 16: 500 if args.quick else 2500}
-    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-store-"))
     results = []
-    for make in (single_turn, multi_turn):
-        for writers in (1, 16):
-            workloads = [make(w, calls_per_writer[writers]) for w in range(writers)]
-            db_path = scratch / f"{workloads[0].name}-{writers}.db"
-            store = StoreProcess(args.url or f"sqlite:///{db_path}")
-            try:
-                per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
-                seconds, latencies = asyncio.run(drive_grpc(store.address, per_writer))
-                stats = store.stats()
-            finally:
-                store.stop()
-            # Measured after a clean stop, as for the baseline: SQLite has folded its WAL
-            # into the database file, so both sides count settled bytes.
-            parity_bytes = db_bytes(db_path) if args.url is None else stats.bytes_on_disk
-            total = sum(len(r) for w in workloads for r in w.requests)
-            base_path = scratch / f"baseline-{workloads[0].name}-{writers}.db"
-            base_seconds, _ = baseline_json_rows(base_path, workloads)
-            results.append({
-                "workload": workloads[0].name, "writers": writers, "calls": total,
-                "calls_per_s": total / seconds,
-                "p50_ms": statistics.median(latencies) * 1e3,
-                "p99_ms": float(np.percentile(latencies, 99)) * 1e3,
-                "bytes_per_token": parity_bytes / stats.logical_token_count,
-                "baseline_calls_per_s": total / base_seconds,
-                "baseline_bytes_per_token": db_bytes(base_path) / logical_tokens(workloads),
-                "backend": stats.backend,
-            })  # fmt: skip
+    with scratch_dir("store") as scratch:
+        for make in (single_turn, multi_turn):
+            for writers in (1, 16):
+                results.append(run_workload(make, writers, calls_per_writer[writers], args.url, scratch))
     header = (f"{'workload':<12}{'writers':>8}{'calls':>8}{'parity calls/s':>16}{'p50 ms':>9}{'p99 ms':>9}"
               f"{'parity B/tok':>14}{'JSON calls/s':>14}{'JSON B/tok':>12}{'B/tok ratio':>13}")  # fmt: skip
     print(f"calls of {CALLS_PER_REQUEST} per WriteCalls request; Parity over gRPC, baseline straight into SQLite")
