@@ -173,6 +173,9 @@ class PostgresBackend(StoreBackend):
             self._writer = self._connect(WRITER_APPLICATION_NAME)
         try:
             yield self._writer
+        except psycopg.errors.DiskFull as error:
+            # As on SQLite: the transaction rolled back, and the write succeeds once there is room.
+            raise Unavailable(f"PostgreSQL is out of disk space ({error}); writes resume once space is freed") from None
         except psycopg.OperationalError as error:
             if not self._writer.broken:
                 raise

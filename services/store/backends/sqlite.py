@@ -19,8 +19,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import apsw
+import structlog
 
-from parity.services.runtime.errors import InvalidArgument
+from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.store.backends.base import StoreBackend
 from parity.services.store.backends.sql_schema import (
     CALL_COLUMNS,
@@ -42,6 +43,8 @@ from parity.services.store.records import (
     SessionClose,
     SessionRow,
 )
+
+log = structlog.get_logger(__name__)
 
 # Each entry migrates the schema from version N-1 to N, in one transaction.
 MIGRATIONS: list[list[str]] = [
@@ -146,9 +149,17 @@ class SqliteBackend(StoreBackend):
         try:
             while not self._closing.wait(CHECKPOINT_INTERVAL_S):
                 if wal.exists() and wal.stat().st_size >= CHECKPOINT_WAL_BYTES:
-                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    self._checkpoint(connection)
         finally:
             connection.close()
+
+    def _checkpoint(self, connection: apsw.Connection) -> None:
+        # A checkpoint that fails (a full disk, an I/O error) is tried again next time:
+        # were the thread to end, the WAL would grow without bound from then on.
+        try:
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except apsw.Error as error:
+            log.warning("sqlite_checkpoint_failed", path=str(self.path), error=str(error))
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -204,6 +215,28 @@ class SqliteBackend(StoreBackend):
         return self._writer.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchall()[0][0]
 
     # Writes: only the store's single writer calls these.
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[apsw.Connection]:
+        """One write transaction on the writer's connection. A full disk fails it as
+        UNAVAILABLE, not INTERNAL: it rolled back whole, and the same write succeeds
+        once there is room again (ingest spools meanwhile and replays)."""
+        db = self._writer
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                # SQLite has already rolled back by itself after some errors (a full
+                # disk among them); a second rollback would fail and hide the first error.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except apsw.FullError as error:
+            raise Unavailable(
+                f"the store's disk is full ({self.path}: {error}); writes resume once space is freed"
+            ) from None
+
     def existing_call_ids(self, call_ids: Iterable[str]) -> set[str]:
         found: set[str] = set()
         for chunk in _chunks(list(call_ids)):
@@ -212,8 +245,7 @@ class SqliteBackend(StoreBackend):
         return found
 
     def commit_calls(self, batch: CallBatch) -> None:
-        db = self._writer
-        with db:
+        with self._transaction() as db:
             # A session first created as an ancestor or by a close takes its parents and
             # metadata from its own calls; once set, they are never rewritten.
             db.executemany(
@@ -260,8 +292,7 @@ class SqliteBackend(StoreBackend):
 
     def insert_rewards(self, rewards: list[RewardRow]) -> list[bool]:
         inserted = []
-        db = self._writer
-        with db:
+        with self._transaction() as db:
             for reward in rewards:
                 db.execute(
                     "INSERT INTO rewards (reward_id, session_id, body, create_time) VALUES (?, ?, ?, ?)"
@@ -272,9 +303,8 @@ class SqliteBackend(StoreBackend):
         return inserted
 
     def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
-        db = self._writer
         closed = []
-        with db:
+        with self._transaction() as db:
             self._insert_sessions([(close.session_id, [], {}, time) for close in closes])
             next_seq = db.execute("SELECT value FROM store_counters WHERE name = 'close_seq'").fetchall()[0][0] + 1
             for close in closes:
@@ -296,9 +326,8 @@ class SqliteBackend(StoreBackend):
         return closed  # type: ignore[return-value]
 
     def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
-        db = self._writer
         changed = set()
-        with db:
+        with self._transaction() as db:
             for update in updates:
                 # A JSON merge patch (RFC 7396): a null value removes its key. The
                 # comparison is on minified JSON, so a no-op patch changes nothing.
@@ -313,8 +342,7 @@ class SqliteBackend(StoreBackend):
         return changed
 
     def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
-        db = self._writer
-        with db:
+        with self._transaction() as db:
             db.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (session_id TEXT PRIMARY KEY)")
             db.execute("DELETE FROM doomed")
             db.executemany("INSERT OR IGNORE INTO doomed VALUES (?)", [(s,) for s in session_ids])

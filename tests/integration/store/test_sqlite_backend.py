@@ -1,5 +1,6 @@
-"""What only the SQLite backend promises: readers never hold up the writer, and the
-space it reports and keeps shrinks back after deletes and checkpoints."""
+"""What only the SQLite backend promises: readers never hold up the writer, the
+space it reports and keeps shrinks back after deletes and checkpoints, and a full
+disk fails writes cleanly."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import apsw
 import pytest
 
+from parity.api.common.v1 import llm_call_pb2
+from parity.services.runtime.errors import NotFound, Unavailable
 from parity.services.store.backends import sqlite
 from parity.services.store.backends.sqlite import SqliteBackend
 from parity.services.store.token_store import TokenStore
@@ -74,3 +77,24 @@ async def test_the_wal_is_truncated_back_after_a_checkpoint(tmp_path: Path, monk
         assert wal.stat().st_size <= limit
     finally:
         await store.stop()
+
+
+async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_written(store: TokenStore) -> None:
+    await store.write_calls([make_call("first", "s", [1], [[2]])])
+
+    def big_calls() -> list[llm_call_pb2.LlmCall]:
+        rng = random.Random(0)
+        return [make_call(f"big{n}", f"t{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]]) for n in range(20)]
+
+    # SQLite's own size cap fails a transaction exactly as a full disk does (SQLITE_FULL).
+    writer = store.backend._writer
+    writer.execute(f"PRAGMA max_page_count={writer.execute('PRAGMA page_count').fetchall()[0][0]}")
+    with pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"):
+        await store.write_calls(big_calls())
+    assert (await store.stats()).call_count == 1
+    with pytest.raises(NotFound):
+        await store.get_call("big0", full=False)
+
+    writer.execute("PRAGMA max_page_count=4294967294")
+    assert (await store.write_calls(big_calls())).written == 20
+    assert (await store.stats()).call_count == 21
