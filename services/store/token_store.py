@@ -25,7 +25,12 @@ import structlog
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime import page_tokens
-from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.runtime.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ParityError,
+)
 from parity.services.runtime.page_tokens import decode_page_token, encode_page_token
 from parity.services.store import call_codec, validation
 from parity.services.store.backends.base import StoreBackend
@@ -243,7 +248,13 @@ class TokenStore:
         try:
             results = await asyncio.to_thread(self._run_jobs, jobs)
         except Exception as error:  # noqa: BLE001 - every waiter must hear about it
-            log.error("write_failed", kind=jobs[0].kind, requests=len(jobs), exc_info=error)
+            if isinstance(error, ParityError):
+                # Expected and explained (a full disk, a lost database connection), and
+                # retried by callers while it lasts: a traceback each time would only
+                # fill the log, on what may be the full disk.
+                log.warning("write_failed", kind=jobs[0].kind, requests=len(jobs), error=str(error))
+            else:
+                log.error("write_failed", kind=jobs[0].kind, requests=len(jobs), exc_info=error)
             for job in jobs:
                 _settle(job, error)
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import apsw
 import pytest
+from structlog.testing import capture_logs
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.runtime.errors import NotFound, Unavailable
@@ -89,8 +90,11 @@ async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_w
     # SQLite's own size cap fails a transaction exactly as a full disk does (SQLITE_FULL).
     writer = store.backend._writer
     writer.execute(f"PRAGMA max_page_count={writer.execute('PRAGMA page_count').fetchall()[0][0]}")
-    with pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"):
+    with capture_logs() as logs, pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"):
         await store.write_calls(big_calls())
+    # Callers retry while the disk stays full: one line each time, not a traceback.
+    (failed,) = [entry for entry in logs if entry["event"] == "write_failed"]
+    assert failed["log_level"] == "warning" and "disk is full" in failed["error"] and "exc_info" not in failed
     assert (await store.stats()).call_count == 1
     with pytest.raises(NotFound):
         await store.get_call("big0", full=False)
