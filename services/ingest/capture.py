@@ -8,6 +8,7 @@ the response it would have got from vLLM directly.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +129,6 @@ class CallRecorder:
     def to_call(
         self,
         *,
-        call_id: str,
         model: str,
         policy_version: int,
         replica: str,
@@ -143,7 +143,8 @@ class CallRecorder:
     ) -> llm_call_pb2.LlmCall:
         request, session = self.request, self.request.session
         call = llm_call_pb2.LlmCall(
-            call_id=call_id,
+            # Made here, once per record: a retried write of the same record keeps it, so the store dedupes it.
+            call_id=os.urandom(16).hex(),
             session_id=session.session_id,
             parent_session_ids=session.parent_session_ids,
             trajectory_name=session.trajectory_name,

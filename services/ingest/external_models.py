@@ -80,7 +80,7 @@ class ExternalModels:
         except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
             failure = openai_errors.bad_gateway(f"external model {body['model']!r} failed: {error}")
             call = recorder.to_call(
-                call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
+                first_byte_at=None, upstream_seconds=time.time() - started_at,
                 outcome=UPSTREAM_ERROR, error_message=failure.message, **fields,
             )  # fmt: skip
             await sink.submit(call)
@@ -89,7 +89,7 @@ class ExternalModels:
             response = result.model_dump()
             recorder.add_response(response)
             call = recorder.to_call(
-                call_id=os.urandom(16).hex(), first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
+                first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
                 outcome=SUCCEEDED, **fields,
             )  # fmt: skip
             await sink.submit(call)
@@ -108,7 +108,7 @@ class ExternalModels:
                 yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
             finally:
                 call = recorder.to_call(
-                    call_id=os.urandom(16).hex(), first_byte_at=None, upstream_seconds=time.time() - started_at,
+                    first_byte_at=None, upstream_seconds=time.time() - started_at,
                     outcome=outcome, error_message=error_message, **fields,
                 )  # fmt: skip
                 if outcome == DISCONNECTED:

@@ -10,7 +10,6 @@ is in the store or the spool.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -106,7 +105,7 @@ class Proxy:
             # says a step failed, where its absence would look like no step at all.
             summary["replica"] = failure.replica.name
             call = recorder.to_call(
-                call_id=_call_id(), replica=failure.replica.name, attempts=failure.attempts, first_byte_at=None,
+                replica=failure.replica.name, attempts=failure.attempts, first_byte_at=None,
                 upstream_seconds=time.time() - started_at, outcome=UPSTREAM_ERROR, error_message=failure.message,
                 **call_fields,
             )  # fmt: skip
@@ -125,7 +124,7 @@ class Proxy:
                     else openai_errors.bad_gateway(f"upstream {reply.replica.name} sent an unreadable answer: {error!r}")
                 )
                 call = recorder.to_call(
-                    call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=time.time() - started_at,
+                    first_byte_at=reply.first_byte_at, upstream_seconds=time.time() - started_at,
                     outcome=UPSTREAM_ERROR, error_message=failure.message, **call_fields,
                 )  # fmt: skip
                 await self.sink.submit(call)
@@ -135,7 +134,7 @@ class Proxy:
             upstream_seconds = time.time() - started_at
             if response is None:
                 call = recorder.to_call(
-                    call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
+                    first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
                     outcome=UPSTREAM_ERROR, error_message=payload[:500].decode(errors="replace"), **call_fields,
                 )  # fmt: skip
                 await self.sink.submit(call)
@@ -143,7 +142,7 @@ class Proxy:
             recorder.add_response(response)
             capture.strip(response)
             call = recorder.to_call(
-                call_id=_call_id(), first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
+                first_byte_at=reply.first_byte_at, upstream_seconds=upstream_seconds,
                 outcome=SUCCEEDED, **call_fields,
             )  # fmt: skip
             _summarize(summary, call)
@@ -196,7 +195,7 @@ class Proxy:
         finally:
             reply.release()
             call = recorder.to_call(
-                call_id=_call_id(), first_byte_at=first_byte_at,
+                first_byte_at=first_byte_at,
                 upstream_seconds=time.time() - call_fields["started_at"], outcome=outcome,
                 error_message=error_message, **call_fields,
             )  # fmt: skip
@@ -225,9 +224,6 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
         raise openai_errors.bad_request("request body must be a JSON object")
     return body
 
-
-def _call_id() -> str:
-    return os.urandom(16).hex()
 
 
 def _summarize(summary: dict[str, Any], call: llm_call_pb2.LlmCall) -> None:
