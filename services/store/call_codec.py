@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.store import splice_delta
@@ -15,8 +15,7 @@ MIN_SHARED_PROMPT_BYTES = 64
 _TOKEN_BYTES = 4
 
 
-@dataclass(frozen=True, slots=True)
-class CallTokens:
+class CallTokens(NamedTuple):
     """The parts of a stored call that later calls are spliced against."""
 
     call_id: str
@@ -45,7 +44,7 @@ def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time:
     rest of the encoding together.
     """
     prompt, request = call.prompt_token_ids, call.request_json
-    completions = tuple(choice.token_ids for choice in call.choices)
+    completions = tuple([choice.token_ids for choice in call.choices])
     prompt_splice, ref_choice = Splice(0, 0, prompt), -1
     if ref is not None and ref.depth < MAX_REF_DEPTH:
         ref_choice, prompt_splice = _best_prompt_splice(ref, prompt)

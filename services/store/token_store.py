@@ -306,8 +306,11 @@ class TokenStore:
                 batch.calls.append(row)
                 touch = touches.get(call.session_id)
                 if touch is None:
+                    # Most calls carry neither; copying an empty protobuf container costs more
+                    # than the test.
+                    parents, metadata = call.parent_session_ids, call.metadata
                     touch = touches[call.session_id] = SessionTouch(
-                        call.session_id, list(call.parent_session_ids), dict(call.metadata), 0, now
+                        call.session_id, list(parents) if parents else [], dict(metadata) if metadata else {}, 0, now
                     )
                 touch.added_calls += 1
                 written += 1

@@ -1,0 +1,72 @@
+"""WriteCalls validation: a batch checked whole, and a refusal that names the field.
+
+The batch-wide check only decides whether anything is wrong; these cases hold it to
+refusing everything the call-by-call explanation refuses, wherever the bad call sits.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from parity.api.common.v1 import llm_call_pb2
+from parity.services.runtime.errors import InvalidArgument
+from parity.services.store import validation
+
+
+def call(call_id: str = "c", session_id: str = "s", **fields) -> llm_call_pb2.LlmCall:
+    made = llm_call_pb2.LlmCall(call_id=call_id, session_id=session_id, **({"prompt_token_ids": bytes(8)} | fields))
+    made.choices.add(index=0, token_ids=bytes(8), logprobs=bytes(8))
+    return made
+
+
+def with_choices(*choices: dict) -> llm_call_pb2.LlmCall:
+    made = call()
+    del made.choices[:]
+    for choice in choices:
+        made.choices.add(**choice)
+    return made
+
+
+REFUSED = {
+    "calls[1].call_id is required": call(""),
+    "calls[1].call_id is 257 characters": call("x" * 257),
+    "calls[1].call_id contains the control character U+001F": call("a\x1fb"),
+    "calls[1].session_id is 257 characters": call(session_id="x" * 257),
+    "calls[1].session_id contains the control character U+007F": call(session_id="a\x7f"),
+    "calls[1].parent_session_ids[0] is required": call(parent_session_ids=[""]),
+    "calls[1]: session 's' cannot be its own ancestor": call(parent_session_ids=["root", "s"]),
+    "calls[1].trajectory_name contains the control character U+000A": call(trajectory_name="t\n"),
+    "calls[1].metadata has an empty key": call(metadata={"": "v"}),
+    "calls[1].metadata key 'k\\t' contains": call(metadata={"k\t": "v"}),
+    "calls[1].metadata['k'] contains NUL": call(metadata={"k": "a\x00"}),
+    "calls[1].prompt_token_ids must be packed int32": call(prompt_token_ids=bytes(6)),
+    "calls[1].choices[1]: duplicate choice index": with_choices({"index": 1}, {"index": 1}),
+    "calls[1].choices[0].token_ids must be packed int32": with_choices({"token_ids": bytes(5)}),
+    "calls[1].choices[0]: 1 logprobs for 2 tokens": with_choices({"token_ids": bytes(8), "logprobs": bytes(4)}),
+}
+
+
+@pytest.mark.parametrize("message", REFUSED)
+def test_a_bad_call_among_good_ones_is_refused_naming_its_field(message: str) -> None:
+    batch = [call("good-1", "s1"), REFUSED[message], call("good-2", "s2")]
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        validation.check_calls(batch)
+
+
+def test_a_good_batch_passes_and_gets_the_unassigned_session() -> None:
+    batch = [
+        call("a", "", metadata={"note": "line\nbreak"}),
+        call("b", "child", parent_session_ids=["root"], trajectory_name="solver"),
+        with_choices({"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": bytes(8), "logprobs": bytes(8)}),
+        call("x" * 256, "y" * 256),
+    ]
+    validation.check_calls(batch)
+    assert batch[0].session_id == "unassigned"
+
+
+def test_an_empty_batch_passes_and_an_oversized_one_is_refused() -> None:
+    validation.check_calls([])
+    with pytest.raises(InvalidArgument, match="at most 1000 calls, got 1001"):
+        validation.check_calls([call(str(i)) for i in range(1001)])
