@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,6 +153,9 @@ class VllmServer:
         self.config = config
         self.log_path = config.log_path or _temporary_log_path()
         self._process: subprocess.Popen[bytes] | None = None
+        # vLLM's processes talk over ZeroMQ sockets it creates in the temp directory
+        # and never removes (7 files per start); a private one goes away on stop().
+        self.temp_dir: Path | None = None
 
     @property
     def base_url(self) -> str:
@@ -173,16 +177,21 @@ class VllmServer:
     def start(self) -> None:
         if not self.config.python.exists():
             raise FileNotFoundError(f"no vLLM interpreter at {self.config.python}")
-        with self.log_path.open("ab") as log_file:
-            # A new session makes vLLM the leader of its own process group, so stop() reaches
-            # the engine-core and worker processes it forks, and a Ctrl-C meant for us skips it.
-            self._process = subprocess.Popen(
-                self.config.command(),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=self.config.environment(),
-                start_new_session=True,
-            )
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="parity-vllm-"))
+        try:
+            with self.log_path.open("ab") as log_file:
+                # A new session makes vLLM the leader of its own process group, so stop() reaches
+                # the engine-core and worker processes it forks, and a Ctrl-C meant for us skips it.
+                self._process = subprocess.Popen(
+                    self.config.command(),
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=self.config.environment() | {"TMPDIR": str(self.temp_dir)},
+                    start_new_session=True,
+                )
+        except BaseException:
+            self._remove_temp_dir()
+            raise
         log.info(
             "vllm starting",
             pid=self._process.pid,
@@ -227,7 +236,13 @@ class VllmServer:
                 process.wait()
         # The engine core can outlive the API server it belongs to, holding memory and the port.
         _signal_group(process.pid, signal.SIGKILL)
+        self._remove_temp_dir()
         log.info("vllm stopped", pid=process.pid, returncode=process.returncode)
+
+    def _remove_temp_dir(self) -> None:
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
 
     def log_tail(self) -> str:
         with self.log_path.open("rb") as log_file:

@@ -264,6 +264,10 @@ def test_a_dying_upstream_gets_502_and_timeouts_504(module_services, tiny_model_
         base = f"http://127.0.0.1:{http_port}/v1"
         assert post(base, chat("doomed")).status_code == 200
         assert_openai_error(post(f"http://127.0.0.1:{slow_port}/v1", chat("doomed", max_tokens=400)), 504, "did not answer")
+        # vLLM's ZeroMQ sockets, which it never removes, go in a directory of its own.
+        temp_dir = doomed.temp_dir
+        assert temp_dir is not None and any(temp_dir.iterdir())
+    assert not temp_dir.exists()
     assert_openai_error(post(base, chat("doomed")), 502, "upstream failed after 2 attempts")
     # Unhealthy now, but still its model's only replica: tried again, not refused outright.
     assert_openai_error(post(base, chat("doomed")), 502, "Connect call failed")
