@@ -12,6 +12,7 @@ wrk keeps every connection busy, so latency there is queueing at saturation; a
 paced run (each connection waits a random 10 to 30 ms between requests) measures
 what ingest adds to a request's latency when it is not saturated. Both are repeated at 32 connections with
 durability "after", which answers before the call is in the store or the spool.
+Each load starts once every process of the setups is idle again (see wait_idle).
 
 A last run against real vLLM with the small model runs agents through ingest side by
 side with agents that call vLLM directly. vLLM's CPU worker gets its own cores and
@@ -51,6 +52,10 @@ MODEL = "bench-model"
 # model on 2 CPU cores a call is then ~0.5 s, which is still far less than a real
 # model's, so the overhead measured here is an upper bound.
 AGENT_TOKENS = 200
+# Before each load, the processes under test must have used less than this share of
+# one core over the last window.
+IDLE_WINDOW_S = 0.5
+IDLE_CPU_SHARE = 0.1
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
         "max_tokens": 32}  # fmt: skip
 
@@ -106,6 +111,22 @@ class Processes:
             time.sleep(0.2)
         return f"http://127.0.0.1:{http_port}/v1"
 
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Wait until none of these processes is busy. A proxy works on after wrk stops,
+        through the requests wrk gave up waiting for (LiteLLM's proxy keeps a core busy
+        for over 10 s after 3 s of 256 streams), and would take that core from whatever
+        is measured next."""
+        groups = {process.pid for process in self.running}
+        deadline = time.monotonic() + timeout
+        used = _cpu_seconds(groups)
+        while time.monotonic() < deadline:
+            time.sleep(IDLE_WINDOW_S)
+            now = _cpu_seconds(groups)
+            if now - used < IDLE_WINDOW_S * IDLE_CPU_SHARE:
+                return
+            used = now
+        print(f"warning: the setups were still busy after {timeout:.0f} s; measuring anyway", file=sys.stderr)
+
     def stop(self) -> None:
         for process in reversed(self.running):
             with contextlib.suppress(ProcessLookupError):
@@ -115,6 +136,22 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
         self.running.clear()
+
+
+def _cpu_seconds(process_groups: set[int]) -> float:
+    """CPU time used so far by every process in the given process groups."""
+    ticks = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # exited since the scan began
+            continue
+        if int(fields[2]) in process_groups:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path, auth: str = "",
@@ -243,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> int:
-    seconds = 3 if args.quick else 10
+    seconds = 2 if args.quick else 10
     stub_port, litellm_port = free_port(), free_port()
     processes = Processes(scratch)
     results: dict[tuple[str, bool, int], dict[str, float]] = {}
@@ -272,17 +309,22 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             "parity": (f"{parity_url}/chat/completions", ""),
             "litellm": (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", "sk-bench"),
         }
+
+        def load(url: str, connections: int, stream: bool = False, auth: str = "", pace_ms: int = 0) -> dict[str, float]:
+            processes.wait_idle()
+            return wrk(url, connections, seconds, stream, scratch, auth, pace_ms)
+
         for stream in (False, True):
             for connections in (1, 32, 256):
                 for setup, (url, auth) in targets.items():
-                    results[setup, stream, connections] = wrk(url, connections, seconds, stream, scratch, auth)
+                    results[setup, stream, connections] = load(url, connections, stream, auth)
         for setup in ("direct", "parity"):
             # 32 connections each waiting 20 ms on average between requests: ~1,500 req/s offered, below saturation.
-            paced[setup] = wrk(targets[setup][0], 32, seconds, False, scratch, pace_ms=20)
+            paced[setup] = load(targets[setup][0], 32, pace_ms=20)
         # Durability "after": the agent is answered before its call is in the store or the spool.
         after_url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', durability='after')}/chat/completions"
-        results["parity_after", False, 32] = wrk(after_url, 32, seconds, False, scratch)
-        paced["parity_after"] = wrk(after_url, 32, seconds, False, scratch, pace_ms=20)
+        results["parity_after", False, 32] = load(after_url, 32)
+        paced["parity_after"] = load(after_url, 32, pace_ms=20)
     finally:
         processes.stop()
     overhead = real_vllm_overhead(scratch / "vllm", rounds=3 if args.quick else 10, agents=6, turns=3)
