@@ -224,16 +224,13 @@ async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: s
     return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
 
 
-def real_vllm_overhead(scratch: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
+def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
     """Capture's overhead on agents' wall time on real vLLM. Three groups of agents run
     side by side: direct; direct but asking for what ingest asks for (token ids and
     logprobs); and through ingest with capture. The middle group splits capture's cost:
     what vLLM spends producing token ids and logprobs, and what the proxy adds on top.
     Each overhead is the median over rounds of the groups' ratio."""
     scratch.mkdir(parents=True, exist_ok=True)
-    model_dir = scratch / "model"
-    subprocess.run([PYTHON, "-m", "parity.cli", "model", "generate", "--out", str(model_dir)], check=True,
-                   capture_output=True)  # fmt: skip
     vllm_port = free_port()
     processes = Processes(scratch)
     layout = cpu_layout(vllm_python())
@@ -285,6 +282,11 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
     processes = Processes(scratch)
     results: dict[tuple[str, bool, int], dict[str, float]] = {}
     paced: dict[str, dict[str, float]] = {}
+    # The small model for the real-vLLM run is made while the setups start, rather
+    # than after the loads: it takes 5 to 15 s.
+    model_dir, model_log = scratch / "model", scratch / "model-generate.log"
+    generating = subprocess.Popen([PYTHON, "-m", "parity.cli", "model", "generate", "--out", str(model_dir)],
+                                  stdout=model_log.open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     try:
         processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
                         f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
@@ -309,6 +311,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             "parity": (f"{parity_url}/chat/completions", ""),
             "litellm": (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", "sk-bench"),
         }
+        if generating.wait() != 0:
+            raise SystemExit(f"the small model could not be made; see {model_log}")
 
         def load(url: str, connections: int, stream: bool = False, auth: str = "", pace_ms: int = 0) -> dict[str, float]:
             processes.wait_idle()
@@ -326,8 +330,10 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         results["parity_after", False, 32] = load(after_url, 32)
         paced["parity_after"] = load(after_url, 32, pace_ms=20)
     finally:
+        generating.kill()  # Only if something failed before it finished.
+        generating.wait()
         processes.stop()
-    overhead = real_vllm_overhead(scratch / "vllm", rounds=3 if args.quick else 10, agents=6, turns=3)
+    overhead = real_vllm_overhead(scratch / "vllm", model_dir, rounds=3 if args.quick else 10, agents=6, turns=3)
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
           f"{'+p50 ms':>9} | {'litellm rps':>12}{'p50 ms':>9} | {'parity/litellm':>15}")  # fmt: skip
