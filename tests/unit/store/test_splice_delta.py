@@ -29,3 +29,17 @@ def test_unit_keeps_cuts_on_token_boundaries(base_ids, target_ids) -> None:
 def test_decode_rejects_a_splice_longer_than_its_base() -> None:
     with pytest.raises(ValueError, match="needs 5 bytes"):
         splice_delta.decode(b"abc", splice_delta.Splice(3, 2, b""))
+
+
+def _naive_prefix_len(a: bytes, b: bytes) -> int:
+    length = 0
+    while length < min(len(a), len(b)) and a[length] == b[length]:
+        length += 1
+    return length
+
+
+@given(st.binary(max_size=64), st.binary(max_size=32), st.binary(max_size=32))
+def test_shared_prefix_and_suffix_are_the_longest_there_are(shared: bytes, left: bytes, right: bytes) -> None:
+    a, b = shared + left, shared + right
+    assert splice_delta.common_prefix_len(a, b) == _naive_prefix_len(a, b)
+    assert splice_delta.common_suffix_len(a[::-1], b[::-1], len(a)) == _naive_prefix_len(a, b)
