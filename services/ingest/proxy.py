@@ -225,7 +225,6 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
     return body
 
 
-
 def _summarize(summary: dict[str, Any], call: llm_call_pb2.LlmCall) -> None:
     summary["prompt_tokens"] = call.usage.prompt_tokens
     summary["completion_tokens"] = call.usage.completion_tokens
