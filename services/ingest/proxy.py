@@ -15,7 +15,6 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 import structlog
 
@@ -35,6 +34,7 @@ from parity.services.ingest.replies import (
     StreamReply,
 )
 from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
+from parity.services.ingest.upstream_http import UpstreamConnectionError
 
 log = structlog.get_logger(__name__)
 
@@ -117,7 +117,7 @@ class Proxy:
             try:
                 payload = await reply.response.read()
                 response = orjson.loads(payload) if reply.response.status == 200 else None
-            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
+            except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError) as error:
                 failure = (
                     openai_errors.gateway_timeout(f"upstream {reply.replica.name} stalled while answering")
                     if isinstance(error, TimeoutError)
@@ -167,7 +167,7 @@ class Proxy:
         outcome, error_message, first_byte_at = DISCONNECTED, "", None
         partial = b""
         try:
-            async for data in reply.response.content.iter_any():
+            async for data in reply.response.iter_chunks():
                 payloads, partial = split_sse_data(partial, data)
                 if not payloads:
                     continue
@@ -189,7 +189,7 @@ class Proxy:
             else:
                 outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
                 yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
+        except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError) as error:
             outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
             yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
         finally:

@@ -27,6 +27,7 @@ from parity.services.ingest.servicer import IngestServicer
 from parity.services.ingest.spool import Spool
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream import UpstreamClient
+from parity.services.ingest.upstream_http import Origin
 from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
@@ -72,6 +73,11 @@ class IngestConfig(ServerConfig):
                 raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.upstream_retries < 0:
             raise InvalidArgument(f"upstream_retries must be >= 0, got {self.upstream_retries}")
+        for url in self.upstream_urls:
+            try:
+                Origin.parse(url)
+            except ValueError as error:
+                raise InvalidArgument(f"upstreams: {error}") from None
 
     @property
     def upstream_urls(self) -> list[str]:
@@ -115,7 +121,6 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
 
     async def start() -> None:
         await router.start()
-        await upstream.start()
         await sink.start()
         serving.append(asyncio.create_task(http_server.serve(), name="ingest-http"))
         while not http_server.started:

@@ -11,11 +11,16 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import aiohttp
 import structlog
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.replica_router import Replica, ReplicaRouter
+from parity.services.ingest.upstream_http import (
+    UpstreamConnectionError,
+    UpstreamConnectTimeout,
+    UpstreamPool,
+    UpstreamResponse,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +28,7 @@ log = structlog.get_logger(__name__)
 @dataclass
 class UpstreamReply:
     replica: Replica
-    response: aiohttp.ClientResponse
+    response: UpstreamResponse
     attempts: int
     first_byte_at: float
     _released: bool = False
@@ -54,25 +59,16 @@ class UpstreamClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            # No total limit: a long generation streams for minutes. A stall between
-            # bytes, or a replica that never accepts, is what times out.
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=self.timeout_s),
-            skip_auto_headers=("User-Agent",),
-        )
+        # No total limit: a long generation streams for minutes. A stall between
+        # bytes, or a replica that never accepts, is what times out.
+        self._pool = UpstreamPool(connect_timeout_s=5.0, read_timeout_s=timeout_s)
 
     async def stop(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._pool.close()
 
     async def post(self, candidates: list[Replica], path: str, body: bytes) -> UpstreamReply:
         """POST to the first replica that answers without a connection error or 5xx.
         The caller reads `response`, then calls `release()` on the reply."""
-        assert self._session is not None
         last_error, replica = "no attempt made", candidates[0]
         for attempt in range(self.retries + 1):
             replica = candidates[attempt % len(candidates)]
@@ -81,30 +77,29 @@ class UpstreamClient:
             replica.request_count += 1
             try:
                 response = await self._post(replica, path, body)
-            except aiohttp.ConnectionTimeoutError as error:
+            except UpstreamConnectTimeout as error:
                 # A replica that never accepts is a failed one: move on, as on a refused connection.
                 replica.error_count += 1
                 self.router.mark_failed(replica, f"connect timed out: {error!r}")
-                last_error = f"{replica.name}: connect timed out"
+                last_error = f"{replica.name}: {error}"
                 continue
             except TimeoutError:
-                # Before the connection errors: aiohttp's socket timeouts are both. A slow
-                # generation is not a failed replica, and retrying it would only double the wait.
+                # A slow generation is not a failed replica, and retrying it would only double the wait.
                 replica.error_count += 1
                 timeout = openai_errors.gateway_timeout(
                     f"upstream {replica.name} did not answer within {self.timeout_s:g} s"
                 )
                 raise UpstreamFailed(timeout, replica, attempt + 1) from None
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
+            except UpstreamConnectionError as error:
                 replica.error_count += 1
-                self.router.mark_failed(replica, f"connection error: {error!r}")
-                last_error = f"{replica.name}: {error!r}"
+                self.router.mark_failed(replica, f"connection error: {error}")
+                last_error = f"{replica.name}: {error}"
                 continue
             if response.status >= 500:
                 replica.error_count += 1
                 try:
-                    detail = (await response.text(errors="replace"))[:300]
-                except (aiohttp.ClientError, TimeoutError) as error:
+                    detail = (await response.read())[:300].decode(errors="replace")
+                except (UpstreamConnectionError, TimeoutError) as error:
                     detail = f"(body unreadable: {error!r})"
                 finally:
                     replica.in_flight -= 1
@@ -116,18 +111,12 @@ class UpstreamClient:
         failed = openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
         raise UpstreamFailed(failed, replica, self.retries + 1)
 
-    async def _post(self, replica: Replica, path: str, body: bytes) -> aiohttp.ClientResponse:
+    async def _post(self, replica: Replica, path: str, body: bytes) -> UpstreamResponse:
         """In flight from here until the reply is released: vLLM sends a whole answer's
         headers only once it is generated."""
-        assert self._session is not None
         replica.in_flight += 1
         try:
-            # aiohttp's sock_read also bounds the wait for the headers, but under load it
-            # was seen to let a 1 s wait through a 0.05 s limit; this bound is exact.
-            async with asyncio.timeout(self.timeout_s):
-                return await self._session.post(
-                    f"{replica.base_url}{path}", data=body, headers={"Content-Type": "application/json"}
-                )
+            return await self._pool.post(replica.base_url, path, body)
         except BaseException:
             replica.in_flight -= 1
             raise

@@ -270,4 +270,4 @@ def test_a_dying_upstream_gets_502_and_timeouts_504(module_services, tiny_model_
     assert not temp_dir.exists()
     assert_openai_error(post(base, chat("doomed")), 502, "upstream failed after 2 attempts")
     # Unhealthy now, but still its model's only replica: tried again, not refused outright.
-    assert_openai_error(post(base, chat("doomed")), 502, "Connect call failed")
+    assert_openai_error(post(base, chat("doomed")), 502, "Connection refused")
