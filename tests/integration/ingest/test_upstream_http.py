@@ -29,6 +29,16 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(length)
 
 
+def answer_and_close(answer: bytes) -> Handler:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    return handler
+
+
 async def scripted_server(handler: Handler) -> tuple[asyncio.Server, str]:
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -141,13 +151,9 @@ async def test_streams_arrive_in_pieces_and_a_slow_reader_pauses_the_socket() ->
 
 
 async def test_a_body_that_ends_with_the_connection_is_read_whole_and_the_connection_dropped() -> None:
-    async def http10(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b"y" * 100_000)
-        await writer.drain()
-        writer.close()
-
-    server, base_url = await scripted_server(http10)
+    server, base_url = await scripted_server(
+        answer_and_close(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b"y" * 100_000)
+    )
     pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
     assert await post_and_read(pool, base_url) == (200, b"y" * 100_000)
     assert pool.idle_connections() == 0
@@ -156,13 +162,7 @@ async def test_a_body_that_ends_with_the_connection_is_read_whole_and_the_connec
 
 
 async def test_a_connection_lost_mid_answer_is_an_error_not_a_short_answer() -> None:
-    async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"z" * 10)
-        await writer.drain()
-        writer.close()
-
-    server, base_url = await scripted_server(cut_short)
+    server, base_url = await scripted_server(answer_and_close(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"z" * 10))
     pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
     with pytest.raises(UpstreamConnectionError, match="closed the connection"):
         await post_and_read(pool, base_url)
@@ -171,12 +171,7 @@ async def test_a_connection_lost_mid_answer_is_an_error_not_a_short_answer() -> 
 
 
 async def test_a_malformed_answer_is_an_error() -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"SMTP ready\r\n\r\n")
-        await writer.drain()
-
-    server, base_url = await scripted_server(garbage)
+    server, base_url = await scripted_server(answer_and_close(b"SMTP ready\r\n\r\n"))
     pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
     with pytest.raises(UpstreamConnectionError, match="malformed HTTP answer"):
         await post_and_read(pool, base_url)
