@@ -50,6 +50,11 @@ class Origin:
     tls: bool
     path_prefix: str
 
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
     @classmethod
     def parse(cls, base_url: str) -> Origin:
         parts = urlsplit(base_url)
@@ -144,7 +149,7 @@ class _Connection(asyncio.Protocol):
     async def request(self, head: bytes, body: bytes) -> UpstreamResponse:
         assert self.transport is not None
         loop = asyncio.get_running_loop()
-        self._response = UpstreamResponse(self)
+        response = self._response = UpstreamResponse(self)
         self._headers = loop.create_future()
         self._got_bytes = self._length_known = self._until_eof = self._keep_alive = False
         try:
@@ -152,10 +157,12 @@ class _Connection(asyncio.Protocol):
             async with asyncio.timeout(self.pool.read_timeout_s):
                 await self._headers
         except BaseException:
-            # The replica may still answer; nothing else can use this connection.
+            # The replica may still answer; nothing else can use this connection. Nobody
+            # waits on this answer any more, so the close need not report to it.
+            self._response = self._headers = None
             self.close()
             raise
-        return self._response
+        return response
 
     @property
     def got_bytes(self) -> bool:
@@ -166,7 +173,7 @@ class _Connection(asyncio.Protocol):
         self._headers = None
         if reusable and self._keep_alive and not self.closed:
             self.resume_reading()
-            self.pool._put_back(self)
+            self.pool.put_back(self)
         else:
             self.close()
 
@@ -258,7 +265,7 @@ class UpstreamPool:
         if origin is None:
             origin = self._origins[base_url] = Origin.parse(base_url)
         head = (
-            f"POST {origin.path_prefix}{path} HTTP/1.1\r\nHost: {origin.host}:{origin.port}\r\n"
+            f"POST {origin.path_prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
         connection = self._take_idle(origin)
@@ -291,7 +298,7 @@ class UpstreamPool:
             connection.close()
         return None
 
-    def _put_back(self, connection: _Connection) -> None:
+    def put_back(self, connection: _Connection) -> None:
         now = connection.idle_since = time.monotonic()
         idle = self._idle.setdefault(connection.origin, [])
         # The oldest idle connections are the first the replica closes or lets expire.

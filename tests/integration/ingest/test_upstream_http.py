@@ -216,3 +216,4 @@ def test_upstream_urls_must_be_http_with_a_host(url: str) -> None:
 def test_origins_keep_the_path_prefix_and_default_ports() -> None:
     assert Origin.parse("https://replica.internal/vllm/") == Origin("replica.internal", 443, True, "/vllm")
     assert Origin.parse("http://10.0.0.5:8100") == Origin("10.0.0.5", 8100, False, "")
+    assert Origin.parse("http://[::1]:8100").host_header == "[::1]:8100"
