@@ -138,7 +138,9 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._response: UpstreamResponse | None = None
         self._headers: asyncio.Future[None] | None = None
-        self._got_bytes = False
+        # Whether the current request got any answer: one that got none, on a reused
+        # connection, can be sent again.
+        self.got_bytes = False
         self._paused = False
         # An answer with neither a length nor chunks ends when the connection does.
         self._length_known = False
@@ -151,7 +153,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         response = self._response = UpstreamResponse(self)
         self._headers = loop.create_future()
-        self._got_bytes = self._length_known = self._until_eof = self._keep_alive = False
+        self.got_bytes = self._length_known = self._until_eof = self._keep_alive = False
         try:
             self.transport.writelines((head, body))
             async with asyncio.timeout(self.pool.read_timeout_s):
@@ -163,10 +165,6 @@ class _Connection(asyncio.Protocol):
             self.close()
             raise
         return response
-
-    @property
-    def got_bytes(self) -> bool:
-        return self._got_bytes
 
     def finish(self, reusable: bool) -> None:
         self._response = None
@@ -198,7 +196,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._got_bytes = True
+        self.got_bytes = True
         if self._response is None:
             # Nothing was asked: a replica that talks out of turn is not one to reuse.
             self.close()

@@ -75,8 +75,9 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
             return False
         choices = call.choices
         for choice in choices:
-            token_bytes = len(choice.token_ids)
-            if token_bytes % 4 or (choice.logprobs and len(choice.logprobs) != token_bytes):
+            # Each read of a bytes field copies it: read each once.
+            token_bytes, logprob_bytes = len(choice.token_ids), len(choice.logprobs)
+            if token_bytes % 4 or (logprob_bytes and logprob_bytes != token_bytes):
                 return False
         if len(choices) > 1 and len({choice.index for choice in choices}) != len(choices):
             return False
