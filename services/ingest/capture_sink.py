@@ -5,6 +5,12 @@ spool, new calls join the spool behind it, and the spool drains oldest first onc
 the store answers again. The store deduplicates by call id, so a batch that timed
 out here but committed there is harmless when it is replayed.
 
+Batches go over one long-lived StreamWriteCalls stream, one at a time: on 2 cores a
+unary WriteCalls cost the store about 0.4 ms of CPU per batch in gRPC alone, against
+0.17 ms for a message on an open stream, and with a batch or two in flight per store
+commit that setup sat on every agent's wait. A stream that fails or goes quiet is
+dropped, and the next batch opens a new one.
+
 Durability "before" (the default) resolves a call's future once the store or the
 spool holds it, and the agent's response waits for that; "after" answers the agent
 first and loses at most the calls still in memory if ingest itself crashes.
@@ -20,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from typing import Literal
+from typing import Literal, NoReturn
 
 import grpc
 import structlog
@@ -32,7 +38,7 @@ from parity.services.ingest.spool import Spool, batch_length
 log = structlog.get_logger(__name__)
 
 Durability = Literal["before", "after"]
-WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/WriteCalls"
+STREAM_WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/StreamWriteCalls"
 # Well under any store's message limit, however large single calls are.
 MAX_BATCH_BYTES = 16 << 20
 # The store answered and said no: sending the same calls again cannot succeed.
@@ -46,12 +52,16 @@ class _StoreUnreachable(Exception):
     """The store did not answer (down, slow, or unreachable); the calls may be retried."""
 
 
+class _StreamEnded(Exception):
+    """The store closed the write stream without an error, before answering a batch."""
+
+
 _WRITE_CALLS_FIELD_TAG = b"\x0a"  # field 1 (calls), wire type 2 (length-delimited)
 
 
 def encode_write_calls(serialized_calls: list[bytes]) -> bytes:
-    """A serialized WriteCallsRequest built from already-serialized calls, without a copy
-    through message objects. The same bytes go to the store and, on failure, the spool."""
+    """A serialized StreamWriteCallsRequest (or WriteCallsRequest: the same fields) built
+    from already-serialized calls, without a copy through message objects."""
     parts = []
     for call in serialized_calls:
         parts.append(_WRITE_CALLS_FIELD_TAG)
@@ -99,7 +109,8 @@ class CaptureSink:
         self._write_error: str | None = None
         self._stopping = False
         self._channel: grpc.aio.Channel | None = None
-        self._write: grpc.aio.UnaryUnaryMultiCallable | None = None
+        self._open_stream: grpc.aio.StreamStreamMultiCallable | None = None
+        self._stream: grpc.aio.StreamStreamCall | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -110,7 +121,7 @@ class CaptureSink:
         self._channel = grpc.aio.insecure_channel(
             self.store_address, options=[("grpc.max_send_message_length", 64 << 20)]
         )
-        self._write = self._channel.unary_unary(WRITE_CALLS)
+        self._open_stream = self._channel.stream_stream(STREAM_WRITE_CALLS)
         self._task = asyncio.create_task(self._run(), name="capture-sink")
 
     async def stop(self) -> None:
@@ -126,6 +137,11 @@ class CaptureSink:
                 log.error("calls_lost_on_stop", calls=len(self._pending), spool_error=self._write_error)
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
+        if self._stream is not None:
+            # Ended from this side, so the store logs the stream as finished, not cancelled.
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
+                await asyncio.wait_for(self._stream.done_writing(), self.store_timeout_s)
+                await asyncio.wait_for(self._stream.code(), self.store_timeout_s)
         if self._channel is not None:
             await self._channel.close()
         await asyncio.to_thread(self.spool.close)
@@ -246,20 +262,42 @@ class CaptureSink:
 
     async def _send(self, calls: list[bytes]) -> str | None:
         """None once the store holds the calls, else why it refused them."""
-        assert self._write is not None
         try:
-            await self._write(encode_write_calls(calls), timeout=self.store_timeout_s)
+            await asyncio.wait_for(self._write_on_stream(encode_write_calls(calls)), self.store_timeout_s)
         except grpc.aio.AioRpcError as error:
+            self._drop_stream()
             if error.code() in _REFUSALS:
                 self.store_reachable = True
                 return f"{error.code().name}: {error.details()}"
-            if self.store_reachable:
-                log.warning("store_unreachable_spooling", code=error.code().name, error=error.details())
-            self.store_reachable = False
-            self._next_replay = time.monotonic() + self.retry_interval_s
-            raise _StoreUnreachable from error
+            self._unreachable(error.code().name, error.details() or "")
+        except (TimeoutError, _StreamEnded, asyncio.InvalidStateError) as error:
+            self._drop_stream()
+            self._unreachable(type(error).__name__, str(error) or f"no answer within {self.store_timeout_s} s")
         if not self.store_reachable:
             log.info("store_reachable_again")
         self.store_reachable = True
         self.stored += len(calls)
         return None
+
+    async def _write_on_stream(self, request: bytes) -> None:
+        if self._stream is not None and self._stream.done():
+            # Ended by the store since the last batch (it shut down, and may be back).
+            self._stream = None
+        if self._stream is None:
+            assert self._open_stream is not None
+            self._stream = self._open_stream()
+        await self._stream.write(request)
+        if await self._stream.read() is grpc.aio.EOF:
+            raise _StreamEnded("the store ended the write stream without answering")
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
+    def _unreachable(self, code: str, details: str) -> NoReturn:
+        if self.store_reachable:
+            log.warning("store_unreachable_spooling", code=code, error=details)
+        self.store_reachable = False
+        self._next_replay = time.monotonic() + self.retry_interval_s
+        raise _StoreUnreachable(details)

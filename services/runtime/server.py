@@ -28,12 +28,17 @@ log = structlog.get_logger(__name__)
 @dataclass(frozen=True)
 class ServiceBinding:
     """One gRPC service to serve: its full proto name, how to register its servicer, and
-    what its domain object needs done before the first RPC and after the last."""
+    what its domain object needs done before the first RPC and after the last.
+
+    `on_drain` runs as shutdown begins, before in-flight RPCs get the grace period: a
+    stream that only waits for its client's next message ends there, rather than
+    holding the whole grace period open."""
 
     full_name: str
     add_to_server: Callable[[grpc.aio.Server], None]
     on_start: Callable[[], Awaitable[None]] | None = None
     on_stop: Callable[[], Awaitable[None]] | None = None
+    on_drain: Callable[[], None] | None = None
 
 
 class GrpcServer:
@@ -83,6 +88,9 @@ class GrpcServer:
         if self._server is None:
             return
         await self._health.enter_graceful_shutdown()
+        for binding in self.bindings:
+            if binding.on_drain is not None:
+                binding.on_drain()
         await self._server.stop(self.config.shutdown_grace_s)
         for binding in reversed(self.bindings):
             if binding.on_stop is not None:

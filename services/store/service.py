@@ -54,6 +54,7 @@ def build_bindings(config: StoreConfig) -> list[ServiceBinding]:
             lambda server: store_service_pb2_grpc.add_TokenStoreServiceServicer_to_server(servicer, server),
             on_start=store.start,
             on_stop=store.stop,
+            on_drain=servicer.drain,
         )
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -36,10 +37,43 @@ _READ_VIEWS = {pb.CALL_VIEW_FULL: "full", pb.CALL_VIEW_SPLICED: "spliced"}
 class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     def __init__(self, store: TokenStore) -> None:
         self.store = store
+        self._draining: asyncio.Future[None] | None = None
 
     async def WriteCalls(self, request: pb.WriteCallsRequest, context: grpc.aio.ServicerContext) -> pb.WriteCallsResponse:
         result = await self.store.write_calls(request.calls)
         return pb.WriteCallsResponse(written_count=result.written, duplicate_count=result.duplicates)
+
+    async def StreamWriteCalls(
+        self, request_iterator: AsyncIterator[pb.StreamWriteCallsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamWriteCallsResponse]:
+        # One request at a time: a refused one raises here and ends the stream before
+        # any request behind it is read.
+        while (request := await self._next_unless_draining(context)) is not None:
+            result = await self.store.write_calls(request.calls)
+            yield pb.StreamWriteCallsResponse(written_count=result.written, duplicate_count=result.duplicates)
+
+    async def _next_unless_draining(self, context: grpc.aio.ServicerContext) -> pb.StreamWriteCallsRequest | None:
+        """The stream's next request; None at its end, or once shutdown has begun. A
+        write stream mostly waits for its client's next batch, and would otherwise hold
+        shutdown for the whole grace period; its client opens a new one on the next store."""
+        read = asyncio.ensure_future(context.read())
+        await asyncio.wait((read, self._drained()), return_when=asyncio.FIRST_COMPLETED)
+        if not read.done():
+            read.cancel()
+            return None
+        request = read.result()
+        return None if request is grpc.aio.EOF else request
+
+    def _drained(self) -> asyncio.Future[None]:
+        if self._draining is None:
+            self._draining = asyncio.get_running_loop().create_future()
+        return self._draining
+
+    def drain(self) -> None:
+        """Shutdown has begun: end the watches, and the write streams waiting for their next batch."""
+        self.store.drain()
+        if not self._drained().done():
+            self._drained().set_result(None)
 
     async def GetCall(self, request: pb.GetCallRequest, context: grpc.aio.ServicerContext) -> pb.GetCallResponse:
         full = request.view != pb.CALL_VIEW_BASIC

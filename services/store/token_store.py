@@ -146,6 +146,7 @@ class TokenStore:
         self._recent_lock = threading.Lock()
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._committed = asyncio.Event()
+        self._draining = False
         self._tasks: list[asyncio.Task[None]] = []
 
     # Lifecycle.
@@ -153,6 +154,12 @@ class TokenStore:
         self._tasks.append(asyncio.create_task(self._write_loop(), name="token-store-writer"))
         if self.retention_s:
             self._tasks.append(asyncio.create_task(self._retention_loop(), name="token-store-retention"))
+
+    def drain(self) -> None:
+        """Shutdown has begun: end the watches, whose clients resume from their cursors,
+        rather than hold the server's grace period open."""
+        self._draining = True
+        self._committed.set()
 
     async def stop(self) -> None:
         """Finish every queued write, then release the backend."""
@@ -451,7 +458,7 @@ class TokenStore:
             return rows, self._render(rows, references)
 
         last_sent = time.monotonic()
-        while True:
+        while not self._draining:
             committed = self._committed
             rows, calls = await asyncio.to_thread(read, seq)
             if rows:
@@ -476,7 +483,7 @@ class TokenStore:
         limit = page_tokens.page_size(max_batch_size)
         last_sent = time.monotonic()
         full_page = False
-        while True:
+        while not self._draining:
             committed = self._committed
             rows = await asyncio.to_thread(self.backend.sessions_closed_after, close_seq, limit)
             if rows or full_page:

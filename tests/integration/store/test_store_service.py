@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 
 import grpc
 import pytest
@@ -38,6 +39,47 @@ def test_write_and_read_over_grpc(store_stub) -> None:
     assert list(watched.calls) == calls and watched.cursor
     stats = stub.GetStoreStats(pb.GetStoreStatsRequest())
     assert (stats.backend, stats.call_count) == ("sqlite", 4) and stats.bytes_per_token > 0
+
+
+def test_a_write_stream_answers_each_batch_in_order_and_stops_at_a_refused_one(store_stub) -> None:
+    stub, _ = store_stub
+    first, second, after = conversation("a", turns=2), conversation("b", turns=1), conversation("c", turns=1)
+    replies = stub.StreamWriteCalls(iter([
+        pb.StreamWriteCallsRequest(calls=first),
+        pb.StreamWriteCallsRequest(calls=[first[1], *second]),
+    ]))  # fmt: skip
+    assert [(r.written_count, r.duplicate_count) for r in replies] == [(2, 0), (1, 1)]
+    assert list(stub.ListCalls(pb.ListCallsRequest(session_id="a", view=pb.CALL_VIEW_FULL)).calls) == first
+
+    torn = make_call("torn", "t", [1, 2], [[3]])
+    torn.prompt_token_ids = b"\x01\x02\x03"
+    replies = stub.StreamWriteCalls(iter([
+        pb.StreamWriteCallsRequest(calls=conversation("before", turns=1)),
+        pb.StreamWriteCallsRequest(calls=[torn]),
+        pb.StreamWriteCallsRequest(calls=after),
+    ]))  # fmt: skip
+    assert next(replies).written_count == 1
+    error = status_of(next, replies)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].prompt_token_ids" in error.details()
+    assert status_of(stub.GetCall, pb.GetCallRequest(call_id=after[0].call_id)).code() == grpc.StatusCode.NOT_FOUND
+    assert stub.GetStoreStats(pb.GetStoreStatsRequest()).call_count == 4
+
+
+def test_open_write_and_watch_streams_do_not_hold_shutdown(start_service, tmp_path) -> None:
+    # Shutdown grace far longer than terminate() waits before SIGKILL: the store exits
+    # cleanly only if it ends the streams waiting on their clients or on new commits.
+    service = start_service("store", "--url", f"sqlite:///{tmp_path}/store.db", "--shutdown-grace-s", "120")
+    batches: queue.Queue[pb.StreamWriteCallsRequest | None] = queue.Queue()
+    batches.put(pb.StreamWriteCallsRequest(calls=conversation("s", turns=1)))
+    with grpc.insecure_channel(service.address) as channel:
+        stub = pb_grpc.TokenStoreServiceStub(channel)
+        replies = stub.StreamWriteCalls(iter(batches.get, None))
+        assert next(replies).written_count == 1
+        watch = stub.WatchCalls(pb.WatchCallsRequest())
+        assert len(next(watch).calls) == 1
+        assert service.terminate(timeout=60) == 0
+        assert list(replies) == [] and list(watch) == [], "the streams ended without an error"
+        batches.put(None)
 
 
 def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_stub) -> None:

@@ -38,6 +38,20 @@ class WriteCallsResponse(_message.Message):
     duplicate_count: int
     def __init__(self, written_count: _Optional[int] = ..., duplicate_count: _Optional[int] = ...) -> None: ...
 
+class StreamWriteCallsRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[_llm_call_pb2.LlmCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ...) -> None: ...
+
+class StreamWriteCallsResponse(_message.Message):
+    __slots__ = ("written_count", "duplicate_count")
+    WRITTEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    written_count: int
+    duplicate_count: int
+    def __init__(self, written_count: _Optional[int] = ..., duplicate_count: _Optional[int] = ...) -> None: ...
+
 class GetCallRequest(_message.Message):
     __slots__ = ("call_id", "view")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]

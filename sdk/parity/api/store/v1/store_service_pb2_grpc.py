@@ -41,6 +41,11 @@ class TokenStoreServiceStub:
                 request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsResponse.FromString,
                 _registered_method=True)
+        self.StreamWriteCalls = channel.stream_stream(
+                '/parity.api.store.v1.TokenStoreService/StreamWriteCalls',
+                request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsResponse.FromString,
+                _registered_method=True)
         self.GetCall = channel.unary_unary(
                 '/parity.api.store.v1.TokenStoreService/GetCall',
                 request_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.GetCallRequest.SerializeToString,
@@ -116,6 +121,17 @@ class TokenStoreServiceServicer:
     def WriteCalls(self, request, context):
         """WriteCalls stores a batch of calls atomically and returns once the batch
         is durable. Idempotent by call id: a retried batch writes nothing twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamWriteCalls(self, request_iterator, context):
+        """StreamWriteCalls is WriteCalls over one long-lived stream, for a client that
+        writes batch after batch (ingest): it saves setting up a call per batch. The
+        store writes the requests in order and answers each once it is durable. A
+        refused request ends the stream with its status: the requests before it are
+        written, and none after it is.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -227,6 +243,11 @@ def add_TokenStoreServiceServicer_to_server(servicer, server):
                     request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsRequest.FromString,
                     response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsResponse.SerializeToString,
             ),
+            'StreamWriteCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamWriteCalls,
+                    request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsResponse.SerializeToString,
+            ),
             'GetCall': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCall,
                     request_deserializer=parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.GetCallRequest.FromString,
@@ -322,6 +343,33 @@ class TokenStoreService:
             '/parity.api.store.v1.TokenStoreService/WriteCalls',
             parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsRequest.SerializeToString,
             parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.WriteCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamWriteCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/parity.api.store.v1.TokenStoreService/StreamWriteCalls',
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsRequest.SerializeToString,
+            parity_dot_api_dot_store_dot_v1_dot_store__service__pb2.StreamWriteCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,
