@@ -171,6 +171,13 @@ class CaptureSink:
         if future is not None:
             await future
 
+    def submit_nowait(self, call: llm_call_pb2.LlmCall) -> None:
+        """Queue a call that nothing waits on: one whose agent went away mid-stream. It
+        may pass `max_pending` by the streams closing at that moment, rather than be lost."""
+        self._pending.append((call.SerializeToString(), None))
+        self.captured += 1
+        self._wakeup.set()
+
     async def _run(self) -> None:
         while not (self._stopping and not self._pending):
             if not (self._pending or self._stopping):

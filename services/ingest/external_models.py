@@ -8,7 +8,6 @@ is configured; the policy path never touches it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import AsyncGenerator
@@ -97,23 +96,26 @@ class ExternalModels:
 
         async def relay() -> AsyncGenerator[bytes, None]:
             outcome, error_message = DISCONNECTED, ""
+            # As in the policy relay: closed before its end, it records the call on the way out.
+            ran_to_end = False
             try:
                 async for chunk in result:
                     data = chunk.model_dump()
                     recorder.add_chunk(data)
                     yield b"data: " + orjson.dumps(data) + b"\n\n"
                 outcome = SUCCEEDED
+                ran_to_end = True
             except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
                 outcome, error_message = UPSTREAM_ERROR, f"external model {body['model']!r} failed: {error}"
                 yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
+                ran_to_end = True
             finally:
                 call = recorder.to_call(
                     first_byte_at=None, upstream_seconds=time.time() - started_at,
                     outcome=outcome, error_message=error_message, **fields,
                 )  # fmt: skip
-                if outcome == DISCONNECTED:
-                    # The agent is gone and this generator is being closed: capture anyway.
-                    asyncio.get_running_loop().create_task(sink.submit(call))
+                if not ran_to_end:
+                    sink.submit_nowait(call)
             await sink.submit(call)
             yield b"data: [DONE]\n\n"
 

@@ -105,15 +105,21 @@ class IngestHttpApp:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # The request body is read, so the next message is the agent going away. Sends
         # to a gone agent are dropped silently, so without this the relay would read
-        # the whole generation for nobody, and a pause would wait for it.
+        # the whole generation for nobody, and a pause would wait for it. A relay
+        # waiting on a silent vLLM (its server behind, merging outputs) is stopped at
+        # once, not at vLLM's next output, which may be the end of the generation.
         gone = asyncio.ensure_future(receive())
+        if reply.abandon is not None:
+            abandon = reply.abandon
+            gone.add_done_callback(lambda done: None if done.cancelled() else abandon())
         try:
             async for event in reply.events:
                 if gone.done():
-                    summary["disconnected"] = True
                     break
                 await send({"type": "http.response.body", "body": event, "more_body": True})
         finally:
+            if gone.done():
+                summary["disconnected"] = True
             gone.cancel()
             # Closing the relay releases vLLM's stream, which stops the generation, and
             # records the call with what was generated up to here.

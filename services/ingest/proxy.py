@@ -9,7 +9,6 @@ is in the store or the spool.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from parity.services.ingest.replies import (
     StreamReply,
 )
 from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
-from parity.services.ingest.upstream_http import UpstreamConnectionError
+from parity.services.ingest.upstream_http import UpstreamAbandoned, UpstreamConnectionError
 
 log = structlog.get_logger(__name__)
 
@@ -148,7 +147,7 @@ class Proxy:
             _summarize(summary, call)
             await self.sink.submit(call)
             return JsonReply(200, orjson.dumps(response), summary)
-        return StreamReply(self._relay(reply, recorder, capture, call_fields, summary), summary)
+        return StreamReply(self._relay(reply, recorder, capture, call_fields, summary), summary, reply.response.abandon)
 
     async def _relay(
         self,
@@ -166,6 +165,10 @@ class Proxy:
         """
         outcome, error_message, first_byte_at = DISCONNECTED, "", None
         partial = b""
+        # Until the stream has run its course here, the agent leaving closes this
+        # generator at whichever yield it is held; the call is then recorded on the way
+        # out, whatever the outcome so far (the last events may have held `[DONE]`).
+        ran_to_end = False
         try:
             async for data in reply.response.iter_chunks():
                 payloads, partial = split_sse_data(partial, data)
@@ -189,9 +192,14 @@ class Proxy:
             else:
                 outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
                 yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
+            ran_to_end = True
+        except UpstreamAbandoned:
+            # The agent went away while vLLM was silent: recorded as disconnected, below.
+            return
         except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError) as error:
             outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
             yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
+            ran_to_end = True
         finally:
             reply.release()
             call = recorder.to_call(
@@ -200,9 +208,8 @@ class Proxy:
                 error_message=error_message, **call_fields,
             )  # fmt: skip
             _summarize(summary, call)
-            if outcome == DISCONNECTED:
-                # The agent is gone and this generator is being closed: capture anyway.
-                asyncio.get_running_loop().create_task(self.sink.submit(call))
+            if not ran_to_end:
+                self.sink.submit_nowait(call)
         await self.sink.submit(call)
         yield b"data: [DONE]\n\n"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,9 @@ class JsonReply:
 class StreamReply:
     events: AsyncGenerator[bytes, None]
     summary: dict[str, Any]
+    # Stops the stream at once when the agent goes away, even while `events` waits on
+    # a silent upstream; `events` then ends, having recorded the call as disconnected.
+    abandon: Callable[[], None] | None = None
 
 
 Reply = JsonReply | StreamReply

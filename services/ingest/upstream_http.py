@@ -33,6 +33,10 @@ import httptools
 _PAUSE_BYTES = 1 << 20
 
 
+class UpstreamAbandoned(Exception):
+    """The answer's reader gave up on it (its agent went away) while waiting for more."""
+
+
 class UpstreamConnectionError(Exception):
     """The connection failed, or broke before the whole answer arrived."""
 
@@ -99,6 +103,12 @@ class UpstreamResponse:
             self._readable.clear()
             async with asyncio.timeout(timeout_s):
                 await self._readable.wait()
+
+    def abandon(self) -> None:
+        """Stop the answer now, wherever it is: a read waiting for more raises
+        UpstreamAbandoned, and the connection closes, which tells the replica to stop."""
+        self._end(UpstreamAbandoned())
+        self.release()
 
     def release(self) -> None:
         """Give the connection back for reuse if the answer was read to its end and the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,20 @@ class IngestStack:
         with grpc.insecure_channel(self.store.address) as channel:
             stub = store_grpc.TokenStoreServiceStub(channel)
             return list(stub.ListCalls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls)
+
+    def wait_for_calls(self, session_id: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
+        """The session's calls once it has `count` of them, or what it has at the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                calls = self.calls(session_id)
+            except grpc.RpcError as error:
+                # The session does not exist until its first call is stored.
+                assert error.code() == grpc.StatusCode.NOT_FOUND
+                calls = []
+            if len(calls) >= count or time.monotonic() > deadline:
+                return calls
+            time.sleep(0.2)
 
 
 def start_ingest(

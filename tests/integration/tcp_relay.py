@@ -19,7 +19,9 @@ class TcpRelay:
     connection, as a replica that died would; `restore()` listens again on the same port.
     With `truncate_after` set, each connection is reset once that many bytes of answer
     have passed: an answer broken off midway, however far the reader lags behind. With
-    `stall` set too, the connection stays open there and nothing more passes."""
+    `stall` set too, the connection stays open there and nothing more passes. With
+    `hold_answers` set, a streamed answer passes in one write once its `[DONE]` has
+    come, as from a server that fell behind and sends its merged outputs at once."""
 
     def __init__(self, target_port: int) -> None:
         self.port = free_port()
@@ -30,6 +32,7 @@ class TcpRelay:
         self._writers: set[asyncio.StreamWriter] = set()
         self.truncate_after: int | None = None
         self.stall = False
+        self.hold_answers = False
         self._cut = asyncio.Event()
         self._frozen: socket.socket | None = None
         self._fillers: list[socket.socket] = []
@@ -92,10 +95,17 @@ class TcpRelay:
             return
         self._writers |= {client_writer, upstream_writer}
 
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int | None) -> None:
-            passed = 0
+        async def pipe(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int | None, hold: bool = False
+        ) -> None:
+            passed, held = 0, b""
             with contextlib.suppress(ConnectionError):
                 while data := await reader.read(1 << 16 if limit is None else min(1 << 16, limit - passed)):
+                    if hold:
+                        held += data
+                        if b"data: [DONE]" not in held:
+                            continue
+                        data, held = held, b""
                     writer.write(data)
                     await writer.drain()
                     passed += len(data)
@@ -107,7 +117,8 @@ class TcpRelay:
             writer.transport.abort()
 
         await asyncio.gather(
-            pipe(client_reader, upstream_writer, None), pipe(upstream_reader, client_writer, self.truncate_after)
+            pipe(client_reader, upstream_writer, None),
+            pipe(upstream_reader, client_writer, self.truncate_after, self.hold_answers),
         )
         self._writers -= {client_writer, upstream_writer}
 

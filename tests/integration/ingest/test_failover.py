@@ -6,18 +6,27 @@ restore, so a replica dies and returns without starting a second vLLM on a 2-cor
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import grpc
 import httpx
+import orjson
 import pytest
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.api.ingest.v1 import replica_pb2
+from parity.services.ingest.capture import CHAT
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.proxy import PolicyState, Proxy
 from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.replies import StreamReply
+from parity.services.ingest.spool import Spool
+from parity.services.ingest.upstream import UpstreamClient
 from tests.integration.stack_fixtures import ADMIN_TOKEN, IngestStack, start_ingest
 from tests.integration.tcp_relay import TcpRelay
 
@@ -168,3 +177,68 @@ def test_an_answer_broken_off_or_stalled_midway_is_a_502_or_504_and_recorded(
         assert reply.status_code == status and reason in reply.json()["error"]["message"], reply.text
         [call] = stack.calls(f"broken-{status}")
         assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and reason in call.error_message
+
+
+def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
+    module_services, vllm_server, relay: TcpRelay, tmp_path
+) -> None:
+    # The answer stops passing after its first events, as when vLLM's server falls behind
+    # and holds its outputs back: the agent leaving must end the stream then, not at the
+    # next output or at the upstream timeout.
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
+                                     tmp_path / "spool.db", "--health-interval-s", "60", "--upstream-timeout-s", "300")  # fmt: skip
+    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    relay.truncate_after, relay.stall = 3000, True
+    body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    with httpx.stream("POST", f"{stack.session_url('left')}/chat/completions", json=body, timeout=60) as reply:
+        # Held, so the connection stays open until the agent leaves: a dropped line
+        # iterator closes it as soon as the generator is collected.
+        lines = reply.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        # Ingest reads what passed before the stall, and then waits on a silent upstream.
+        time.sleep(1)
+    [call] = stack.wait_for_calls("left", 1, timeout=60)
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, call.error_message
+    assert 0 < len(call.choices[0].token_ids) // 4 < 1000
+    with grpc.insecure_channel(ingest.address) as channel:
+        [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(
+            pb.ListReplicasRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),)
+        ).replicas
+    assert replica.in_flight == 0
+
+
+def test_a_stream_closed_at_its_last_events_is_still_recorded(module_services, vllm_server, relay: TcpRelay, tmp_path) -> None:
+    # The whole answer, [DONE] included, reaches ingest in one read, and the agent leaves
+    # before [DONE] reaches it: the relay is closed at the yield of the last events, with
+    # the call already complete but not yet submitted.
+    store = module_services.start("store", "--url", "memory://")
+    body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+
+    async def leave_before_done() -> None:
+        router = ReplicaRouter([f"http://127.0.0.1:{relay.port}"], health_interval_s=60)
+        await router.start()
+        # After the health check, which is no stream and would wait for a [DONE] forever.
+        relay.hold_answers = True
+        upstream = UpstreamClient(router)
+        sink = CaptureSink(store.address, Spool(tmp_path / "spool.db", 1 << 30))
+        await sink.start()
+        try:
+            reply = await Proxy(router, upstream, sink, PolicyState(), ExternalModels()).handle(
+                CHAT, orjson.dumps(body), "closed-late", None
+            )
+            assert isinstance(reply, StreamReply)
+            assert b'"finish_reason":"length"' in await anext(reply.events), "the answer came in one piece"
+            await reply.events.aclose()
+        finally:
+            await sink.stop()
+            await upstream.stop()
+            await router.stop()
+
+    asyncio.run(leave_before_done())
+    stack = IngestStack(store, store, 0, tmp_path / "spool.db")
+    [call] = stack.wait_for_calls("closed-late", 1)
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED and len(call.choices[0].token_ids) == 8 * 4

@@ -80,7 +80,7 @@ def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, v
     with httpx.stream("POST", f"{ingest_stack.session_url('gone-agent')}/chat/completions", json=body, timeout=60) as reply:
         lines = reply.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
-    [call] = wait_for_calls(ingest_stack, "gone-agent", 1, timeout=60)
+    [call] = ingest_stack.wait_for_calls("gone-agent", 1, timeout=60)
     timings = call.timings
     streaming_for = timings.upstream_duration.ToNanoseconds() - timings.time_to_first_token.ToNanoseconds()
     if call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED:
@@ -130,7 +130,11 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
         control = pb_grpc.IngestServiceStub(channel)
         in_flight = threading.Thread(target=request, args=("in_flight", 1500))
         in_flight.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        # Paused once the request is at vLLM, however long a fresh client takes to send it.
+        while control.ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas[0].in_flight == 0:
+            assert time.monotonic() < deadline, "the request never reached vLLM"
+            time.sleep(0.05)
         paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"), metadata=ADMIN)
         paused_at = time.monotonic()
         in_flight.join(60)
@@ -163,20 +167,6 @@ def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp
     assert ok.status_code == 200
 
 
-def wait_for_calls(stack, session: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            calls = stack.calls(session)
-        except grpc.RpcError as error:
-            # The session does not exist until its first call is stored.
-            assert error.code() == grpc.StatusCode.NOT_FOUND
-            calls = []
-        if len(calls) >= count or time.monotonic() > deadline:
-            return calls
-        time.sleep(0.2)
-
-
 def spool_size(ingest) -> int:
     with grpc.insecure_channel(ingest.address) as channel:
         return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest(), metadata=ADMIN).spool_size
@@ -189,7 +179,7 @@ def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, 
                                      "--store-timeout-s", "1")  # fmt: skip
     session_url = f"http://127.0.0.1:{http_port}/sessions/outage/v1"
     post(session_url, chat(vllm_server.model_name, max_tokens=2)).raise_for_status()
-    assert len(wait_for_calls(IngestStack(store, ingest, http_port, tmp_path / "spool.db"), "outage", 1)) == 1
+    assert len(IngestStack(store, ingest, http_port, tmp_path / "spool.db").wait_for_calls("outage", 1)) == 1
     store.terminate()
     sent = []
     for turn in range(6):
@@ -198,7 +188,7 @@ def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, 
         sent.append(f"turn-{turn}")
     assert spool_size(ingest) == 6
     restarted = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
-    calls = wait_for_calls(IngestStack(restarted, ingest, http_port, tmp_path / "spool.db"), "outage", 7)
+    calls = IngestStack(restarted, ingest, http_port, tmp_path / "spool.db").wait_for_calls("outage", 7)
     assert [json.loads(c.request_json).get("user") for c in calls[1:]] == sent, "replayed, in capture order"
     deadline = time.monotonic() + 10  # the spool deletes a batch just after the store acknowledges it
     while spool_size(ingest) and time.monotonic() < deadline:
@@ -219,7 +209,7 @@ def test_answered_calls_survive_a_sigkill_of_ingest(module_services, vllm_server
     ingest.process.wait()
     store = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
     restarted, restarted_port = start_ingest(module_services, store.address, vllm_server.base_url, spool_path)
-    calls = wait_for_calls(IngestStack(store, restarted, restarted_port, spool_path), "killed", len(sent))
+    calls = IngestStack(store, restarted, restarted_port, spool_path).wait_for_calls("killed", len(sent))
     assert [json.loads(c.request_json).get("user") for c in calls] == sent, "every answered call, in order"
 
 
@@ -230,7 +220,7 @@ def test_durability_after_answers_first_and_still_stores_every_call(module_servi
     sent = [f"turn-{turn}" for turn in range(4)]
     for user in sent:
         post(f"http://127.0.0.1:{http_port}/sessions/after-1/v1", chat(vllm_server.model_name, user=user)).raise_for_status()
-    calls = wait_for_calls(IngestStack(store, ingest, http_port, tmp_path / "spool.db"), "after-1", len(sent))
+    calls = IngestStack(store, ingest, http_port, tmp_path / "spool.db").wait_for_calls("after-1", len(sent))
     assert [json.loads(c.request_json).get("user") for c in calls] == sent
 
 
