@@ -107,6 +107,9 @@ class UpstreamResponse:
     def abandon(self) -> None:
         """Stop the answer now, wherever it is: a read waiting for more raises
         UpstreamAbandoned, and the connection closes, which tells the replica to stop."""
+        if self._complete or self._error is not None:
+            # Nothing more will come; its reader finishes it and releases it as usual.
+            return
         self._end(UpstreamAbandoned())
         self.release()
 

@@ -57,9 +57,14 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         write stream mostly waits for its client's next batch, and would otherwise hold
         shutdown for the whole grace period; its client opens a new one on the next store."""
         read = asyncio.ensure_future(context.read())
-        await asyncio.wait((read, self._drained()), return_when=asyncio.FIRST_COMPLETED)
-        if not read.done():
-            read.cancel()
+        try:
+            await asyncio.wait((read, self._drained()), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Drained, or the RPC itself cancelled: no read is left behind.
+            drained = not read.done()
+            if drained:
+                read.cancel()
+        if drained:
             return None
         request = read.result()
         return None if request is grpc.aio.EOF else request

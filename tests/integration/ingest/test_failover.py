@@ -154,14 +154,20 @@ def test_a_replica_that_never_accepts_is_failed_over_after_the_connect_timeout(
     assert "connect timed out" in ingest.log()
 
 
+def relayed_stack(module_services, relay: TcpRelay, tmp_path, upstream_timeout_s: float) -> IngestStack:
+    """A store and an ingest whose one replica is the relay, healthy, checked once a minute."""
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
+                                     tmp_path / "spool.db", "--health-interval-s", "60",
+                                     "--upstream-timeout-s", str(upstream_timeout_s))  # fmt: skip
+    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    return IngestStack(store, ingest, http_port, tmp_path / "spool.db")
+
+
 def test_an_answer_broken_off_or_stalled_midway_is_a_502_or_504_and_recorded(
     module_services, vllm_server, relay: TcpRelay, tmp_path
 ) -> None:
-    store = module_services.start("store", "--url", "memory://")
-    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
-                                     tmp_path / "spool.db", "--health-interval-s", "60", "--upstream-timeout-s", "5")  # fmt: skip
-    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
-    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    stack = relayed_stack(module_services, relay, tmp_path, upstream_timeout_s=5)
     body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
             "ignore_eos": True}  # fmt: skip
     assert httpx.post(f"{stack.base_url}/chat/completions", json=body, timeout=60).status_code == 200
@@ -185,11 +191,7 @@ def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
     # The answer stops passing after its first events, as when vLLM's server falls behind
     # and holds its outputs back: the agent leaving must end the stream then, not at the
     # next output or at the upstream timeout.
-    store = module_services.start("store", "--url", "memory://")
-    ingest, http_port = start_ingest(module_services, store.address, f"http://127.0.0.1:{relay.port}",
-                                     tmp_path / "spool.db", "--health-interval-s", "60", "--upstream-timeout-s", "300")  # fmt: skip
-    stack = IngestStack(store, ingest, http_port, tmp_path / "spool.db")
-    wait_for_health(ingest.address, {f"127.0.0.1:{relay.port}": replica_pb2.REPLICA_HEALTH_HEALTHY})
+    stack = relayed_stack(module_services, relay, tmp_path, upstream_timeout_s=300)
     relay.truncate_after, relay.stall = 3000, True
     body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000,
             "ignore_eos": True, "stream": True}  # fmt: skip
@@ -203,7 +205,7 @@ def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
     [call] = stack.wait_for_calls("left", 1, timeout=60)
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, call.error_message
     assert 0 < len(call.choices[0].token_ids) // 4 < 1000
-    with grpc.insecure_channel(ingest.address) as channel:
+    with grpc.insecure_channel(stack.ingest.address) as channel:
         [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(
             pb.ListReplicasRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),)
         ).replicas
