@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from parity.chat_client import get_async_chat_client, get_chat_client
     from parity.clients import RPCError
     from parity.config import configure, current_config
+    from parity.flushing import FlushError, aflush, flush
     from parity.rewards import areward, reward
     from parity.session_slug import SessionRef
     from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
@@ -30,6 +31,9 @@ _EXPORTS = {
     "RPCError": "parity.clients",
     "configure": "parity.config",
     "current_config": "parity.config",
+    "FlushError": "parity.flushing",
+    "aflush": "parity.flushing",
+    "flush": "parity.flushing",
     "areward": "parity.rewards",
     "reward": "parity.rewards",
     "SessionRef": "parity.session_slug",
@@ -55,13 +59,16 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "FlushError",
     "RPCError",
     "SessionRef",
     "TrajectoryView",
+    "aflush",
     "areward",
     "configure",
     "current_config",
     "current_session",
+    "flush",
     "get_async_chat_client",
     "get_chat_client",
     "reward",

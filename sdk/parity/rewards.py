@@ -10,6 +10,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import reward_pb2
 from parity.clients import AssemblerClient
 from parity.config import current_config
+from parity.flushing import flush
 from parity.sessions import current_session
 
 
@@ -25,6 +26,10 @@ def reward(
     `step` is the step's position in the trajectory (0 for its first LLM call) or the
     call id. Returns the reward id; passing the same `reward_id` again is a no-op, so
     retrying is safe. Raises parity.RPCError if the assembler refuses it.
+
+    Waits first until ingest has stored every call made so far (`parity.flush()`), so
+    a reward sent right after an answer finds the session or call it names; raises
+    parity.FlushError if that cannot be confirmed.
     """
     ref = current_session()
     if ref is None:
@@ -47,6 +52,7 @@ def reward(
         if step < 0:
             raise ValueError(f"step must be a non-negative index or a call id, got {step}")
         message.step_index = step
+    flush()
     client = AssemblerClient(current_config().assembler_address)
     return client.report_reward(assembler_pb.ReportRewardRequest(reward=message)).reward_id or message.reward_id
 

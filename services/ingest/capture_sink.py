@@ -15,6 +15,10 @@ Durability "before" (the default) resolves a call's future once the store or the
 spool holds it, and the agent's response waits for that; "after" answers the agent
 first and loses at most the calls still in memory if ingest itself crashes.
 
+`flush()` waits until every call captured so far is in the store: the barrier an
+agent passes before it reports a reward or closes a session, which the store would
+refuse, or assemble without some calls, if they had not arrived yet.
+
 A batch the store refuses as invalid (rather than failing to answer) is split until
 the refused calls are alone; they go to the spool's `refused` table and the rest to
 the store, so one bad call never holds up the calls behind it.
@@ -100,6 +104,9 @@ class CaptureSink:
         self.retry_interval_s = retry_interval_s
         self.captured = 0
         self.stored = 0
+        # Calls taken from memory, in capture order, and stored, refused or spooled.
+        self._moved = 0
+        self._progress = asyncio.Event()
         self.store_reachable = True
         self._pending: deque[tuple[bytes, asyncio.Future[None] | None]] = deque()
         self._wakeup = asyncio.Event()
@@ -178,6 +185,34 @@ class CaptureSink:
         self.captured += 1
         self._wakeup.set()
 
+    async def flush(self, timeout_s: float) -> int:
+        """Wait until every call captured so far is in the store (or set aside as refused
+        by it); returns how many calls were captured. An UNAVAILABLE HttpError if that
+        takes longer than `timeout_s`."""
+        through = self.captured
+        deadline = time.monotonic() + timeout_s
+        # The sink moves calls in capture order and the spool drains before anything
+        # newer, so once `through` calls have left memory and the spool is empty, every
+        # one of them has reached the store.
+        while self._moved < through or self.spool.count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                where = (
+                    f"{self.spool.count} calls wait in the spool while the token store at {self.store_address} is unreachable"
+                    if self.spool.count
+                    else f"they are still on their way to the token store at {self.store_address}"
+                )
+                raise openai_errors.unavailable(
+                    f"the calls captured before this flush are not all stored after {timeout_s:g} s: {where}; retry later"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
+        return through
+
+    def _notify_progress(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
     async def _run(self) -> None:
         while not (self._stopping and not self._pending):
             if not (self._pending or self._stopping):
@@ -228,6 +263,8 @@ class CaptureSink:
 
     def _settle(self, batch: list[tuple[bytes, asyncio.Future[None] | None]], kept: int, failure: Exception | None) -> None:
         """Answer the agents waiting on `batch`: the first `kept` calls are durable."""
+        self._moved += kept
+        self._notify_progress()
         for position, (_, future) in enumerate(batch):
             if future is None or future.done():
                 continue
@@ -246,6 +283,7 @@ class CaptureSink:
             if done:
                 await asyncio.to_thread(self.spool.remove_through, done[-1][0], sum(len(c) for _, c in done), len(done))
                 log.info("spool_replayed", calls=len(done), left=self.spool.count)
+                self._notify_progress()
             if unsent:
                 return
 

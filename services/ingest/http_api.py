@@ -3,7 +3,7 @@
     POST /v1/chat/completions        POST /sessions/{slug}/v1/chat/completions
     POST /v1/completions             POST /sessions/{slug}/v1/completions
     GET  /v1/models                  GET  /sessions/{slug}/v1/models
-    GET  /health                     GET  /metrics
+    POST /parity/v1/flush            GET  /health            GET  /metrics
 
 Written against ASGI directly rather than a web framework: ingest is on the hot
 path of every rollout, and it needs nothing a framework adds.
@@ -23,15 +23,18 @@ import structlog
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture import CHAT, COMPLETIONS
 from parity.services.ingest.metrics import IngestMetrics
-from parity.services.ingest.proxy import Proxy
+from parity.services.ingest.proxy import Proxy, parse_json_object
 from parity.services.ingest.replies import JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
 
 log = structlog.get_logger("parity.ingest.access")
 
 ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
+FLUSH = "/parity/v1/flush"
+DEFAULT_FLUSH_TIMEOUT_S = 30.0
+MAX_FLUSH_TIMEOUT_S = 600.0
 # Metric labels: every other path is "other", so a client cannot grow the label set.
-ROUTES = frozenset({*ENDPOINTS, "/v1/models", "/health", "/metrics"})
+ROUTES = frozenset({*ENDPOINTS, FLUSH, "/v1/models", "/health", "/metrics"})
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
 Headers = dict[bytes, bytes]
@@ -77,7 +80,7 @@ class IngestHttpApp:
                         send, receive, self._inference(headers, receive, endpoint, slug, summary), summary
                     )
             else:
-                status = await self._respond(send, receive, self._other(scope, headers, path, slug, summary), summary)
+                status = await self._respond(send, receive, self._other(scope, headers, receive, path, slug, summary), summary)
         finally:
             seconds = time.perf_counter() - started
             self.metrics.observe(path if path in ROUTES else "other", status, seconds)
@@ -139,7 +142,7 @@ class IngestHttpApp:
         return reply
 
     async def _other(
-        self, scope: Scope, headers: Headers, path: str, slug: str | None, summary: dict[str, Any]
+        self, scope: Scope, headers: Headers, receive: Receive, path: str, slug: str | None, summary: dict[str, Any]
     ) -> Reply:
         method = scope["method"]
         if path == "/health" and slug is None:
@@ -147,6 +150,12 @@ class IngestHttpApp:
         if path == "/metrics" and slug is None:
             return JsonReply(200, self.metrics.render(), summary, b"text/plain; version=0.0.4")
         self._authorize(headers)
+        if path == FLUSH and slug is None:
+            if method != "POST":
+                raise openai_errors.HttpError(405, f"{FLUSH} accepts POST only", "invalid_request_error")
+            timeout_s = flush_timeout(await self._read_body(headers, receive))
+            captured = await self.proxy.sink.flush(timeout_s)
+            return JsonReply(200, orjson.dumps({"object": "parity.flush", "captured": captured}), summary)
         if path == "/v1/models" and method == "GET":
             data = [
                 {"id": m, "object": "model", "created": self.started_at, "owned_by": "parity"} for m in self.proxy.models()
@@ -178,3 +187,18 @@ class IngestHttpApp:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+def flush_timeout(body: bytes) -> float:
+    """The `timeout_s` of a flush request's optional JSON body."""
+    if not body.strip():
+        return DEFAULT_FLUSH_TIMEOUT_S
+    request = parse_json_object(body)
+    if request.keys() - {"timeout_s"}:
+        raise openai_errors.bad_request('a flush request body holds at most "timeout_s"')
+    timeout_s = request.get("timeout_s", DEFAULT_FLUSH_TIMEOUT_S)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_FLUSH_TIMEOUT_S:
+        raise openai_errors.bad_request(
+            f"timeout_s must be a number of seconds in (0, {MAX_FLUSH_TIMEOUT_S:g}], got {timeout_s!r}", "timeout_s"
+        )
+    return float(timeout_s)

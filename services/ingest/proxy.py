@@ -67,7 +67,7 @@ class Proxy:
 
     async def handle(self, endpoint: int, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
         started_at = time.time()
-        body = _parse(raw_body)
+        body = parse_json_object(raw_body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
@@ -222,7 +222,7 @@ def split_sse_data(partial: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return [line[6:].strip() for line in lines if line.startswith(b"data: ")], rest
 
 
-def _parse(raw_body: bytes) -> dict[str, Any]:
+def parse_json_object(raw_body: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw_body)
     except orjson.JSONDecodeError as error:

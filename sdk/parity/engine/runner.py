@@ -6,17 +6,21 @@ runs in a session named `{run}-{task}-r{rollout}-a{attempt}`; when the rollout e
 engine closes its sessions with the assembler, with the outcome, the returned
 reward, the rollout as the episode and the task as the group, so the assembler
 knows the episode ended and which rollouts to compare. A rollout that raises or times out is closed as failed or timed out:
-it is recorded, never trained on silently, and retried up to `retries` times.
+it is recorded, never trained on silently, and retried up to `retries` times. So is one
+whose calls ingest cannot confirm are in the store (`parity.flush()`) before its close.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,12 +31,16 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import session_pb2
 from parity.clients import AssemblerClient, RPCError
 from parity.config import current_config
+from parity.flushing import flush
 from parity.sessions import session
 
 log = structlog.get_logger(__name__)
 
 Agent = Callable[[dict[str, Any]], float | None | Awaitable[float | None]]
 Outcome = Literal["succeeded", "failed", "timed_out"]
+# Threads beyond `concurrency`: a sync agent past its timeout keeps its thread, and the
+# rollout taking its place should not queue behind it.
+SPARE_THREADS = 4
 _OUTCOMES = {
     "succeeded": session_pb2.SESSION_OUTCOME_SUCCEEDED,
     "failed": session_pb2.SESSION_OUTCOME_FAILED,
@@ -97,10 +105,13 @@ class AgentEngine:
         ]
         limit = asyncio.Semaphore(self.config.concurrency)
         progress = tqdm(total=len(jobs), desc="rollouts", unit="rollout", disable=not self.config.progress)
+        # Sync agents, flushes and closes run here, not in asyncio's default executor,
+        # whose min(32, cores + 4) threads would cap `concurrency` (at 6 on 2 cores).
+        threads = ThreadPoolExecutor(self.config.concurrency + SPARE_THREADS, thread_name_prefix="parity-rollout")
 
         async def run_job(task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
             async with limit:
-                attempts = await self._rollout(task_id, f"{run_id}-{task_id}", task, rollout)
+                attempts = await self._rollout(threads, task_id, f"{run_id}-{task_id}", task, rollout)
             progress.update(1)
             failed = sum(a.outcome != "succeeded" for a in attempts)
             progress.set_postfix(failed_attempts=failed, refresh=False)
@@ -110,23 +121,27 @@ class AgentEngine:
             per_job = await asyncio.gather(*(run_job(*job) for job in jobs))
         finally:
             progress.close()
+            # Without waiting: a sync agent past its timeout may never return.
+            threads.shutdown(wait=False)
         return [attempt for attempts in per_job for attempt in attempts]
 
-    async def _rollout(self, task_id: str, group_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
+    async def _rollout(
+        self, threads: ThreadPoolExecutor, task_id: str, group_id: str, task: dict[str, Any], rollout: int
+    ) -> list[RolloutResult]:
         attempts = []
         for attempt in range(self.config.retries + 1):
-            result = await self._attempt(task_id, group_id, task, rollout, attempt)
+            result = await self._attempt(threads, task_id, group_id, task, rollout, attempt)
             attempts.append(result)
             if result.outcome == "succeeded":
                 break
         # All attempts share the rollout's episode, and close together once the last one
         # ends: the assembler never batches the group while a retry is still running.
         for result in attempts:
-            await asyncio.to_thread(self._close, result, f"{group_id}-r{rollout}")
+            await _in_thread(threads, self._close, result, f"{group_id}-r{rollout}")
         return attempts
 
     async def _attempt(
-        self, task_id: str, group_id: str, task: dict[str, Any], rollout: int, attempt: int
+        self, threads: ThreadPoolExecutor, task_id: str, group_id: str, task: dict[str, Any], rollout: int, attempt: int
     ) -> RolloutResult:
         session_id = f"{group_id}-r{rollout}-a{attempt}"
         started = time.monotonic()
@@ -135,8 +150,11 @@ class AgentEngine:
         error = ""
         async with session(session_id, task=task_id, rollout=str(rollout), attempt=str(attempt)):
             try:
-                returned = await asyncio.wait_for(self._call(task), self.config.timeout_s)
+                returned = await asyncio.wait_for(self._call(threads, task), self.config.timeout_s)
                 reward = _as_reward(returned)
+                # Before the close: the assembler builds the rollout from the calls in the
+                # store, and ingest may still hold the last ones.
+                await _in_thread(threads, flush)
             except TimeoutError:
                 outcome, error = "timed_out", f"rollout exceeded {self.config.timeout_s:g} s"
             except Exception as failure:  # noqa: BLE001 - the agent's failure is the rollout's outcome
@@ -146,11 +164,10 @@ class AgentEngine:
             task_id, group_id, rollout, attempt, session_id, outcome, reward, error, time.monotonic() - started
         )
 
-    async def _call(self, task: dict[str, Any]) -> Any:
+    async def _call(self, threads: ThreadPoolExecutor, task: dict[str, Any]) -> Any:
         if self._is_async:
             return await self.agent(task)  # type: ignore[misc]
-        # to_thread copies the context: the session goes into the agent's thread.
-        return await asyncio.to_thread(self.agent, task)
+        return await _in_thread(threads, self.agent, task)
 
     def _close(self, result: RolloutResult, episode_id: str) -> None:
         request = assembler_pb.CloseSessionRequest(
@@ -164,6 +181,13 @@ class AgentEngine:
         except RPCError as failure:
             # Loud, not fatal: the other rollouts still run; the session stays open in the store.
             log.error("close_session_failed", session_id=result.session_id, error=str(failure))
+
+
+async def _in_thread(threads: ThreadPoolExecutor, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` in one of the run's threads, with the current context: the
+    session goes into the agent's thread, as with asyncio.to_thread."""
+    call = functools.partial(contextvars.copy_context().run, function, *args)
+    return await asyncio.get_running_loop().run_in_executor(threads, call)
 
 
 def _as_reward(returned: Any) -> float | None:

@@ -58,6 +58,12 @@ def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
     assert_openai_error(httpx.get(f"{base}/nothing-here"), 404, "no route")
     huge = json.dumps(chat(model, padding="x" * (33 << 20))).encode()
     assert_openai_error(post(base, huge), 413, "at most")
+    flush = f"http://127.0.0.1:{ingest_stack.http_port}/parity/v1/flush"
+    assert_openai_error(httpx.post(flush, content=b"{"), 400, "not valid JSON")
+    assert_openai_error(httpx.post(flush, json={"timeout_s": 0}), 400, "timeout_s must be")
+    assert_openai_error(httpx.post(flush, json={"timeout_s": "5"}), 400, "timeout_s must be")
+    assert_openai_error(httpx.post(flush, json={"timeout": 5}), 400, "at most \"timeout_s\"")
+    assert_openai_error(httpx.get(flush), 405, "accepts POST only")
     assert post(base, chat(model)).status_code == 200, "the process stays up after all of that"
 
 
@@ -167,6 +173,10 @@ def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp
     assert_openai_error(httpx.get(f"{base}/models"), 401, "API key")
     ok = post(base, chat(vllm_server.model_name), headers={"Authorization": "Bearer key-b"})
     assert ok.status_code == 200
+    flush = f"http://127.0.0.1:{http_port}/parity/v1/flush"
+    assert_openai_error(httpx.post(flush), 401, "API key")
+    flushed = httpx.post(flush, headers={"Authorization": "Bearer key-a"}, timeout=60)
+    assert flushed.json() == {"object": "parity.flush", "captured": 1}, "the answered call is stored"
 
 
 def spool_size(ingest) -> int:

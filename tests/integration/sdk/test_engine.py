@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -45,3 +46,17 @@ def test_failures_and_timeouts_are_recorded_retried_and_closed(full_stack, vllm_
     for session_id, outcome in expected.items():
         session = store.get_session(store_pb.GetSessionRequest(session_id=session_id)).session
         assert (session.state, session.outcome) == (CLOSED, outcome), session_id
+
+
+def test_sync_agents_run_as_many_at_once_as_concurrency_allows(full_stack) -> None:
+    # More than asyncio's default executor has threads on any machine (at most 32).
+    concurrency = 40
+    together = threading.Barrier(concurrency, timeout=60)
+
+    def agent(task: dict) -> float:
+        together.wait()  # breaks, failing every rollout, unless all of them run at once
+        return 1.0
+
+    tasks = [{"id": f"together-{n}"} for n in range(concurrency)]
+    results = engine.run(agent, tasks, rollouts_per_task=1, concurrency=concurrency, retries=0, progress=False)
+    assert [r.outcome for r in results] == ["succeeded"] * concurrency, {r.error for r in results}
