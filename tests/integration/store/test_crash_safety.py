@@ -17,6 +17,10 @@ from tests.integration.store.call_factory import conversation
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 WRITERS = 8
+# Kill only once this many batches are acknowledged: a fixed sleep let a slow CI machine
+# reach the kill with a handful of batches written.
+ACKED_BEFORE_KILL = 40
+ACK_DEADLINE_S = 60.0
 
 
 def _write_until_killed(address: str, writer: int, acked: list, attempted: list, stop: threading.Event) -> None:
@@ -48,13 +52,15 @@ def test_sigkill_mid_write_keeps_every_acknowledged_batch(start_service, tmp_pat
     ]
     for thread in writers:
         thread.start()
-    time.sleep(2.0)
+    deadline = time.monotonic() + ACK_DEADLINE_S
+    while len(acked) < ACKED_BEFORE_KILL and time.monotonic() < deadline:
+        time.sleep(0.05)
     victim.process.send_signal(signal.SIGKILL)
     victim.process.wait()
     stop.set()
     for thread in writers:
         thread.join(30)
-    assert len(acked) > 20, "the store should have acknowledged plenty of batches before the kill"
+    assert len(acked) >= ACKED_BEFORE_KILL, "the store should have acknowledged plenty of batches before the kill"
     assert len(attempted) > len(acked), "the kill should land while writes are in flight"
 
     if backend == "sqlite":
