@@ -69,6 +69,7 @@ def test_bad_input_gets_openai_style_4xx(ingest_stack, vllm_server) -> None:
 
 def test_metrics_and_health(ingest_stack, vllm_server) -> None:
     assert httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health").status_code == 200
+    assert post(ingest_stack.base_url, chat(vllm_server.model_name)).status_code == 200
     for n in range(3):
         httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/probe-{n}")
     metrics = httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/metrics").text
@@ -128,21 +129,25 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
     base, model = ingest_stack.base_url, vllm_server.model_name
     finished: dict[str, float] = {}
     bodies: dict[str, str] = {}
+    streaming = threading.Event()
 
     def request(name: str, max_tokens: int) -> None:
-        response = post(base, chat(model, max_tokens=max_tokens, stream=True, ignore_eos=True))
-        bodies[name] = response.text
+        body = chat(model, max_tokens=max_tokens, stream=True, ignore_eos=True)
+        with httpx.stream("POST", f"{base}/chat/completions", json=body, timeout=60) as response:
+            chunks = []
+            for chunk in response.iter_text():
+                chunks.append(chunk)
+                streaming.set()
+        bodies[name] = "".join(chunks)
         finished[name] = time.monotonic()
 
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
         control = pb_grpc.IngestServiceStub(channel)
         in_flight = threading.Thread(target=request, args=("in_flight", 1500))
         in_flight.start()
-        deadline = time.monotonic() + 30
-        # Paused once the request is at vLLM, however long a fresh client takes to send it.
-        while control.ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas[0].in_flight == 0:
-            assert time.monotonic() < deadline, "the request never reached vLLM"
-            time.sleep(0.05)
+        # Paused once vLLM is streaming the answer, however long a fresh client takes to send it.
+        assert streaming.wait(60), "the request never got an answer from vLLM"
+        assert control.ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas[0].in_flight == 1
         paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"), metadata=ADMIN)
         paused_at = time.monotonic()
         in_flight.join(60)
