@@ -1,6 +1,8 @@
 """Benchmark: what ingest adds on the request path, against direct calls and LiteLLM's proxy.
 
-    .venv/bin/python bench/ingest.py [--quick]          (needs `apt-get install wrk`)
+    .venv/bin/python bench/ingest.py [--quick]
+
+Needs wrk (`apt-get install wrk`) and LiteLLM's proxy (`.venv/bin/pip install -e '.[bench]'`).
 
 Three setups in front of the same fast vLLM-shaped stub (bench/fake_upstream.py),
 loaded by wrk, non-streaming and streaming, at 1, 32 and 256 connections:
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
 import re
@@ -41,6 +44,7 @@ from typing import Any
 
 import httpx
 import openai
+from packaging.requirements import Requirement
 from scratch import scratch_dir
 
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
@@ -268,10 +272,28 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
 
+def check_tools() -> None:
+    """Say what is missing before minutes of setup, not as a baseline that dies mid-run."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    missing = []
+    for spec in importlib.metadata.requires("litellm") or []:
+        requirement = Requirement(spec)
+        if requirement.marker is None or not requirement.marker.evaluate({"extra": "proxy"}):
+            continue
+        try:
+            importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement.name)
+    if missing:
+        raise SystemExit(f"LiteLLM's proxy lacks {', '.join(missing)}: .venv/bin/pip install -e '.[bench]'")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
     args = parser.parse_args(argv)
+    check_tools()
     with scratch_dir("ingest") as scratch:
         return measure(args, scratch)
 
