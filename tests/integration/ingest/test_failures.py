@@ -84,21 +84,25 @@ def test_metrics_and_health(ingest_stack, vllm_server) -> None:
 
 def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, vllm_server) -> None:
     body = chat(vllm_server.model_name, max_tokens=1500, stream=True, ignore_eos=True)
-    with httpx.stream("POST", f"{ingest_stack.session_url('gone-agent')}/chat/completions", json=body, timeout=60) as reply:
-        events = (line for line in reply.iter_lines() if line.startswith("data: "))
-        # The role's event, then two tokens': ingest stops vLLM as soon as the agent
-        # leaves, so leaving after the first would record no token at all.
-        assert [next(events) for _ in range(3)]
-    [call] = ingest_stack.wait_for_calls("gone-agent", 1, timeout=60)
-    timings = call.timings
-    streaming_for = timings.upstream_duration.ToNanoseconds() - timings.time_to_first_token.ToNanoseconds()
-    if call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED:
-        # vLLM merges a stream's pending outputs when its server falls behind, and on 2
-        # busy cores it can send all of them at once: then nothing was left to stop.
-        assert streaming_for < 0.5e9, "the stream was still coming when the agent left, and ran to its end"
-    else:
-        assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
-        assert 0 < len(call.choices[0].token_ids) // 4 < 1500
+    # On busy cores the agent can get its first events only as the stream ends (vLLM
+    # merges pending outputs when its server falls behind, and sends them at once):
+    # then nothing was left to stop, and the scenario is tried again.
+    for attempt in range(3):
+        session_url = ingest_stack.session_url(f"gone-agent-{attempt}")
+        with httpx.stream("POST", f"{session_url}/chat/completions", json=body, timeout=60) as reply:
+            events = (line for line in reply.iter_lines() if line.startswith("data: "))
+            # The role's event, then two tokens': ingest stops vLLM as soon as the agent
+            # leaves, so leaving after the first would record no token at all.
+            assert [next(events) for _ in range(3)]
+        left_at = time.time()
+        [call] = ingest_stack.wait_for_calls(f"gone-agent-{attempt}", 1, timeout=60)
+        if call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED:
+            break
+        assert call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED
+        ended_at = call.timings.start_time.ToNanoseconds() + call.timings.upstream_duration.ToNanoseconds()
+        assert ended_at < (left_at + 0.5) * 1e9, "the stream was still coming when the agent left, and ran to its end"
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, "every stream ended before its agent left"
+    assert 0 < len(call.choices[0].token_ids) // 4 < 1500
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
         [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
     assert replica.in_flight == 0
