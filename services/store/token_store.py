@@ -47,6 +47,7 @@ from parity.services.store.records import (
     SessionRow,
     SessionTouch,
 )
+from parity.services.store.writer_thread import WriterThread
 
 log = structlog.get_logger(__name__)
 
@@ -145,6 +146,7 @@ class TokenStore:
         self._recent = _LruCache(trajectory_cache_size)
         self._recent_lock = threading.Lock()
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._writer = WriterThread("token-store-writer")
         self._committed = asyncio.Event()
         self._draining = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -167,6 +169,7 @@ class TokenStore:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self.backend.close)
 
     async def _retention_loop(self) -> None:
@@ -253,7 +256,7 @@ class TokenStore:
 
     async def _run_group(self, jobs: list[_Job]) -> None:
         try:
-            results = await asyncio.to_thread(self._run_jobs, jobs)
+            results = await self._writer.run(self._run_jobs, jobs)
         except Exception as error:  # noqa: BLE001 - every waiter must hear about it
             if isinstance(error, ParityError):
                 # Expected and explained (a full disk, a lost database connection), and
@@ -274,7 +277,7 @@ class TokenStore:
                 self._queue.task_done()
 
     def _run_jobs(self, jobs: list[_Job]) -> list[Any]:
-        """Runs in a worker thread: one transaction for the group. Returns one result
+        """Runs on the writer thread: one transaction for the group. Returns one result
         per job, or the error that refused that job alone."""
         kind, payloads = jobs[0].kind, [job.payload for job in jobs]
         if kind == "calls":
