@@ -308,7 +308,10 @@ class CaptureSink:
     async def _send(self, calls: list[bytes]) -> str | None:
         """None once the store holds the calls, else why it refused them."""
         try:
-            await asyncio.wait_for(self._write_on_stream(encode_write_calls(calls)), self.store_timeout_s)
+            # asyncio.timeout rather than wait_for, which on Python 3.11 runs the write
+            # in a task of its own: one more task and loop turn for every batch.
+            async with asyncio.timeout(self.store_timeout_s):
+                await self._write_on_stream(encode_write_calls(calls))
         except grpc.aio.AioRpcError as error:
             self._drop_stream()
             if error.code() in _REFUSALS:
