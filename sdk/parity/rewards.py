@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import uuid
 
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import reward_pb2
 from parity.clients import AssemblerClient
 from parity.config import current_config
 from parity.flushing import flush
+from parity.ids import new_id
 from parity.sessions import current_session
 
 
@@ -38,7 +38,7 @@ def reward(
     if not math.isfinite(value):
         raise ValueError(f"reward must be a finite number, got {value}")
     message = reward_pb2.Reward(
-        reward_id=reward_id or uuid.uuid4().hex,
+        reward_id=reward_id or new_id(),
         session_id=ref.session_id,
         trajectory_name=ref.trajectory_name,
         level=reward_pb2.REWARD_LEVEL_TRAJECTORY if step is None else reward_pb2.REWARD_LEVEL_STEP,

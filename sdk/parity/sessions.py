@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from parity import session_slug
 from parity.config import current_config
+from parity.ids import new_id
 from parity.session_slug import SessionRef
 
 P = ParamSpec("P")
@@ -62,7 +62,7 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
     def _open(self) -> SessionRef:
         parent = _current.get()
         self.ref = SessionRef(
-            session_id=self.session_id or uuid.uuid4().hex,
+            session_id=self.session_id or new_id(),
             parent_session_ids=(*parent.parent_session_ids, parent.session_id) if parent else (),
             trajectory_name=self.trajectory if self.trajectory is not None else "",
             metadata={**(parent.metadata if parent else {}), **self.metadata},
@@ -102,7 +102,7 @@ class TrajectoryView:
 def _trajectory_ref(name: str) -> SessionRef:
     parent = _current.get()
     if parent is None:
-        return SessionRef(uuid.uuid4().hex, trajectory_name=name)
+        return SessionRef(new_id(), trajectory_name=name)
     return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import structlog
 
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.ids import new_id
 from parity.services.assembler import session_marks
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
 from parity.services.assembler.batches import Batch, BatchPlan, ConsumerLedger, summarize
@@ -228,7 +228,7 @@ class Assembler:
     async def report_reward(self, reward: reward_pb2.Reward) -> str:
         if not reward.reward_id:
             # Assigned here, so the store's retries and ours write it once.
-            reward.reward_id = uuid.uuid4().hex
+            reward.reward_id = new_id()
         reward.source = reward.source or "sdk"
         rollout = self.rollouts.get(reward.session_id)
         if rollout is not None and (rollout.batch is not None or rollout.filtered):

@@ -8,7 +8,6 @@ the response it would have got from vLLM directly.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import orjson
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.ids import new_id
 from parity.session_slug import SessionRef
 
 CHAT = llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS
@@ -144,7 +144,7 @@ class CallRecorder:
         request, session = self.request, self.request.session
         call = llm_call_pb2.LlmCall(
             # Made here, once per record: a retried write of the same record keeps it, so the store dedupes it.
-            call_id=os.urandom(16).hex(),
+            call_id=new_id(),
             session_id=session.session_id,
             parent_session_ids=session.parent_session_ids,
             trajectory_name=session.trajectory_name,

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 import structlog
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.ids import new_id
 from parity.services.runtime import page_tokens
 from parity.services.runtime.errors import (
     FailedPrecondition,
@@ -363,7 +363,7 @@ class TokenStore:
                 stored = reward_pb2.Reward()
                 stored.CopyFrom(reward)
                 if not stored.reward_id:
-                    stored.reward_id = uuid.uuid4().hex
+                    stored.reward_id = new_id()
                 if not stored.HasField("create_time"):
                     stored.create_time.FromNanoseconds(int(now * 1e9))
                 rows.append(RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+import uuid
 
 import httpx
 import openai
@@ -42,6 +44,7 @@ def ids(packed: bytes) -> list[int]:
 
 
 def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm_server, tokenizer) -> None:
+    sent_ms = time.time_ns() // 1_000_000
     response = client(ingest_stack.session_url("exact-1")).chat.completions.create(
         model=vllm_server.model_name, messages=MESSAGES, max_tokens=12, n=2, logprobs=True,
         extra_body={"return_token_ids": True},
@@ -57,6 +60,8 @@ def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm
         )
         assert recorded.text == choice.message.content and recorded.finish_reason == choice.finish_reason
     assert call.model == vllm_server.model_name and call.replica and call.outcome == 1
+    # A time-ordered id (UUIDv7), so the store's call_id index grows at its right edge.
+    assert uuid.UUID(call.call_id).version == 7 and int(call.call_id[:12], 16) >= sent_ms
     assert json.loads(call.request_json)["messages"] == MESSAGES, "the request is kept as the agent sent it"
     assert call.timings.upstream_attempts == 1 and call.usage.completion_tokens == sum(
         len(c.model_extra["token_ids"]) for c in response.choices)
