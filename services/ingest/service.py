@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from parity.services.ingest.capture_sink import CaptureSink
 from parity.services.ingest.control import IngestControl
 from parity.services.ingest.external_models import ExternalModels
 from parity.services.ingest.http_api import IngestHttpApp
+from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.proxy import PolicyState, Proxy
 from parity.services.ingest.replica_router import ReplicaRouter
@@ -85,11 +87,23 @@ class IngestConfig(ServerConfig):
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn inside a process whose runtime already handles SIGTERM and SIGINT."""
+    """uvicorn inside a process whose runtime already handles SIGTERM and SIGINT, on a
+    listener that accepts every waiting connection at once (see http_listener.py)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+
+        def create_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        self.servers = [HttpListener.bind(config.host, config.port, config.backlog, create_protocol)]  # type: ignore[list-item]
+        self.started = True
 
 
 def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
