@@ -44,6 +44,7 @@ class HttpListener:
     def bind(
         cls, host: str, port: int, backlog: int, protocol_factory: Callable[[], asyncio.Protocol]
     ) -> HttpListener:
+        """Listen on the first address `host` resolves to (an IP address resolves to itself)."""
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:

@@ -139,7 +139,9 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         serving.append(asyncio.create_task(http_server.serve(), name="ingest-http"))
         while not http_server.started:
             if serving[0].done():
-                raise Unavailable(f"cannot serve HTTP on {config.host}:{config.http_port}")
+                reason = serving[0].exception() if not serving[0].cancelled() else "cancelled"
+                await stop()
+                raise Unavailable(f"cannot serve HTTP on {config.host}:{config.http_port}: {reason}")
             await asyncio.sleep(0.01)
         log.info("http_listening", address=f"http://{config.host}:{config.http_port}", upstreams=config.upstream_urls,
                  durability=config.durability)  # fmt: skip
