@@ -95,6 +95,9 @@ class _EmbeddedUvicorn(uvicorn.Server):
         yield
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn's own startup for a host and port, with HttpListener in place of
+        # loop.create_server; it builds the protocol from uvicorn's internals, which
+        # is why pyproject pins uvicorn exactly.
         config = self.config
 
         def create_protocol() -> asyncio.Protocol:
