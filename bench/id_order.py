@@ -26,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 from scratch import scratch_dir
-from store import StoreProcess, drive_grpc
+from store import VOCAB, StoreProcess, drive_grpc, llm_call
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.ids import new_id
@@ -37,7 +36,6 @@ FILL_REQUEST_CALLS = 1000
 FILL_WRITERS = 8
 MEASURE_REQUEST_CALLS = 256  # ingest's --capture-batch-size default
 MEASURE_REQUESTS = 40
-VOCAB = 50_000
 
 
 def random_id() -> str:
@@ -51,14 +49,8 @@ def small_call(make_id: Callable[[], str]) -> llm_call_pb2.LlmCall:
 
 
 def full_call(make_id: Callable[[], str], rng: np.random.Generator) -> llm_call_pb2.LlmCall:
-    call = llm_call_pb2.LlmCall(
-        call_id=make_id(), session_id=make_id(), model="policy", replica="vllm-0",
-        request_json=b'{"model": "policy", "messages": [{"role": "user", "content": "' + b"word " * 300 + b'"}]}',
-        prompt_token_ids=tokens.pack_token_ids(rng.integers(0, VOCAB, 300)),
-    )  # fmt: skip
-    call.choices.add(index=0, token_ids=tokens.pack_token_ids(rng.integers(0, VOCAB, 200)), finish_reason="stop",
-                     logprobs=tokens.pack_floats(-rng.exponential(0.5, 200)), text="w " * 200)  # fmt: skip
-    return call
+    prompt, completion = rng.integers(0, VOCAB, 300), rng.integers(0, VOCAB, 200)
+    return llm_call(make_id(), make_id(), prompt, completion, [{"role": "user", "content": "word " * 300}])
 
 
 def requests(make_call: Callable[[], llm_call_pb2.LlmCall], calls: int, per_request: int) -> list[bytes]:

@@ -56,7 +56,7 @@ class Workload:
     requests: list[list[llm_call_pb2.LlmCall]]
 
 
-def _call(call_id: str, session: str, prompt: np.ndarray, completion: np.ndarray, messages: list) -> llm_call_pb2.LlmCall:
+def llm_call(call_id: str, session: str, prompt: np.ndarray, completion: np.ndarray, messages: list) -> llm_call_pb2.LlmCall:
     call = llm_call_pb2.LlmCall(
         call_id=call_id, session_id=session, model="policy", policy_version=1, replica="vllm-0",
         request_json=json.dumps({"model": "policy", "messages": messages, "temperature": 1.0, "max_tokens": 256}).encode(),
@@ -78,7 +78,7 @@ def _words(rng: random.Random, n_tokens: int) -> str:
 def single_turn(writer: int, calls: int) -> Workload:
     rng, np_rng = random.Random(writer), np.random.default_rng(writer)
     made = [
-        _call(f"w{writer}-c{i}", f"w{writer}-s{i}", np_rng.integers(0, VOCAB, 300), np_rng.integers(0, VOCAB, 200),
+        llm_call(f"w{writer}-c{i}", f"w{writer}-s{i}", np_rng.integers(0, VOCAB, 300), np_rng.integers(0, VOCAB, 200),
               [{"role": "user", "content": _words(rng, 300)}])
         for i in range(calls)
     ]  # fmt: skip
@@ -96,7 +96,7 @@ def multi_turn(writer: int, calls: int, turns: int = 20) -> Workload:
         row = []
         for s in range(sessions):
             completion = np_rng.integers(0, VOCAB, 200)
-            row.append(_call(f"w{writer}-s{s}-t{turn}", f"w{writer}-s{s}", prompts[s], completion, list(messages[s])))
+            row.append(llm_call(f"w{writer}-s{s}-t{turn}", f"w{writer}-s{s}", prompts[s], completion, list(messages[s])))
             user = np_rng.integers(0, VOCAB, 30)
             prompts[s] = np.concatenate([prompts[s], completion, user])
             messages[s] = messages[s] + [{"role": "assistant", "content": _words(rng, 200)},
