@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from parity.services.runtime.allocator import keep_freed_memory
 from parity.services.runtime.config import ServerConfig, add_config_arguments, config_from_args
 from parity.services.runtime.errors import ParityError
 from parity.services.runtime.server import GrpcServer, ServiceBinding
@@ -46,6 +47,7 @@ class ServiceDefinition:
             structlog.get_logger(__name__).error("invalid_config", service=self.name, error=str(error))
             return 2
         configure_logging(config.log_level, config.log_format, service=self.name)  # type: ignore[arg-type]
+        keep_freed_memory()
         try:
             server = GrpcServer(config, self.build_bindings(config))
             _run(server.serve_until_signalled())
