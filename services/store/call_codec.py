@@ -35,9 +35,12 @@ class CallTokens(NamedTuple):
         )
 
 
-def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time: float) -> tuple[CallRow, CallTokens]:
+def encode_call(
+    call: llm_call_pb2.LlmCall, call_id: str, trajectory: tuple[str, str], ref: CallTokens | None, create_time: float
+) -> tuple[CallRow, CallTokens]:
     """The row for `call`, spliced against `ref` when its prompt extends ref's tokens, and
-    the call's own tokens for the next call to splice against.
+    the call's own tokens for the next call to splice against. `call_id` and `trajectory`
+    (session id, trajectory name) are the call's own, read once by the caller.
 
     Consumes `call`: its prompt and request fields are moved into the row. Putting
     them back would copy them into the message again, which costs more than the
@@ -54,9 +57,9 @@ def encode_call(call: llm_call_pb2.LlmCall, ref: CallTokens | None, create_time:
     call.ClearField("request_json")
     depth = ref.depth + 1 if ref else 0
     row = CallRow(
-        call_id=call.call_id,
-        session_id=call.session_id,
-        trajectory_name=call.trajectory_name,
+        call_id=call_id,
+        session_id=trajectory[0],
+        trajectory_name=trajectory[1],
         body=call.SerializeToString(),
         prompt=prompt_splice,
         request=splice_delta.encode(ref.request, request) if ref else Splice(0, 0, request),

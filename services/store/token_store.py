@@ -295,32 +295,34 @@ class TokenStore:
 
     def _commit_calls(self, requests: list[Sequence[llm_call_pb2.LlmCall]]) -> list[WriteResult]:
         now = time.time()
-        existing = self.backend.existing_call_ids(c.call_id for calls in requests for c in calls)
+        # Each read of a message's field builds a new string: read each call's ids once.
+        requests_ids = [[(call, call.call_id, call.session_id, call.trajectory_name) for call in calls] for calls in requests]
+        existing = self.backend.existing_call_ids(call_id for calls in requests_ids for _, call_id, _, _ in calls)
         self._load_tails(
-            {(c.session_id, c.trajectory_name) for calls in requests for c in calls if c.call_id not in existing}
+            {(session_id, name) for calls in requests_ids for _, call_id, session_id, name in calls if call_id not in existing}
         )
         batch = CallBatch()
         touches: dict[str, SessionTouch] = {}
         # Tails as they will be once this batch commits; published only after it does.
         pending_tails: dict[tuple[str, str], CallTokens] = {}
         results = []
-        for calls in requests:
+        for calls in requests_ids:
             written = 0
-            for call in calls:
-                if call.call_id in existing:
+            for call, call_id, session_id, name in calls:
+                if call_id in existing:
                     continue
-                existing.add(call.call_id)
-                key = (call.session_id, call.trajectory_name)
+                existing.add(call_id)
+                key = (session_id, name)
                 ref = pending_tails.get(key) or self._tails.get(key)
-                row, pending_tails[key] = call_codec.encode_call(call, ref, now)
+                row, pending_tails[key] = call_codec.encode_call(call, call_id, key, ref, now)
                 batch.calls.append(row)
-                touch = touches.get(call.session_id)
+                touch = touches.get(session_id)
                 if touch is None:
                     # Most calls carry neither; copying an empty protobuf container costs more
                     # than the test.
                     parents, metadata = call.parent_session_ids, call.metadata
-                    touch = touches[call.session_id] = SessionTouch(
-                        call.session_id, list(parents) if parents else [], dict(metadata) if metadata else {}, 0, now
+                    touch = touches[session_id] = SessionTouch(
+                        session_id, list(parents) if parents else [], dict(metadata) if metadata else {}, 0, now
                     )
                 touch.added_calls += 1
                 written += 1
