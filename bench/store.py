@@ -10,11 +10,13 @@ through its gRPC API with requests serialized ahead of time, so the client is no
 what is measured. Each writer sends its batches over one StreamWriteCalls stream,
 waiting for each answer before the next batch, as ingest does; the single-turn
 workload at 16 writers is also run over unary WriteCalls. That workload, the
-headline, runs three times and reports the median run: this machine's speed drifts by
-a fifth from one minute to the next. The baseline, in the same run, is the layout peer projects use:
-one JSON row per call holding the full prompt and completion (rLLM's traces table
-is one example), written straight into SQLite with the same durability (WAL,
-synchronous=FULL) and no network hop at all.
+headline, runs three times and reports the median run: the development machine's
+speed drifts by a fifth from one minute to the next.
+
+The baseline, in the same run, is the layout peer projects use: one JSON row per call
+holding the full prompt and completion (rLLM's traces table is one example), written
+straight into SQLite with the same durability (WAL, synchronous=FULL) and no network
+hop at all.
 
 The last line printed is one JSON object with the headline numbers.
 """
