@@ -150,14 +150,27 @@ def test_the_agent_sees_what_vllm_would_have_sent(ingest_stack, vllm_server) -> 
     assert proxied["choices"][0]["logprobs"] is None and proxied["prompt_token_ids"] is None
 
 
-def _events(reply: httpx.Response) -> list[dict]:
-    """A stream's chunks, without the fields that differ between any two requests."""
+def _stream(reply: httpx.Response) -> dict:
+    """What a stream says, however vLLM cut it into chunks: as timing falls, a chunk holds
+    one token or several, and the finish reason comes with the last token or alone. Every
+    field of every chunk is kept, apart from those that differ between any two requests;
+    the text is joined per choice."""
     lines = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
-    chunks = [json.loads(line) for line in lines[:-1]]
-    for chunk in chunks:
+    texts: dict[int, str] = {}
+    fields: set[tuple[str, str]] = set()
+    for chunk in (json.loads(line) for line in lines[:-1]):
         chunk.pop("id"), chunk.pop("created")
-    return chunks
+        for choice in chunk.pop("choices"):
+            delta = choice.pop("delta", {})
+            text = choice.pop("text", None) or delta.pop("content", None) or ""
+            texts[choice["index"]] = texts.get(choice["index"], "") + text
+            fields |= {(f"choice.{key}", json.dumps(value)) for key, value in choice.items() if key != "finish_reason"}
+            fields |= {(f"delta.{key}", json.dumps(value)) for key, value in delta.items()}
+            if choice["finish_reason"] is not None:
+                fields.add(("finish_reason", choice["finish_reason"]))
+        fields |= {(key, json.dumps(value, sort_keys=True)) for key, value in chunk.items()}
+    return {"texts": texts, "fields": fields}
 
 
 @pytest.mark.parametrize(
@@ -173,7 +186,7 @@ def test_streams_and_completions_are_what_vllm_would_have_sent(ingest_stack, vll
     direct = httpx.post(f"{vllm_server.openai_base_url}/{path}", json=request, timeout=60)
     proxied = httpx.post(f"{ingest_stack.base_url}/{path}", json=request, timeout=60)
     if extra.get("stream"):
-        assert _events(proxied) == _events(direct), "ingest must strip exactly what it added for capture"
+        assert _stream(proxied) == _stream(direct), "ingest must strip exactly what it added for capture"
     else:
         direct_body, proxied_body = direct.json(), proxied.json()
         for body in (direct_body, proxied_body):
