@@ -84,7 +84,7 @@ def _words(rng: random.Random, n_tokens: int) -> str:
 
 
 def single_turn(writer: int, calls: int, run: str = "") -> Workload:
-    """`run` prefixes every id, so that runs against one database (--url) write new calls."""
+    """`run` prefixes every id, so that rows written to one database (--url) write new calls."""
     rng, np_rng = random.Random(writer), np.random.default_rng(writer)
     made = [
         llm_call(f"{run}w{writer}-c{i}", f"{run}w{writer}-s{i}", np_rng.integers(0, VOCAB, 300), np_rng.integers(0, VOCAB, 200),
@@ -229,17 +229,17 @@ def run_workload(
     rpc: str = "stream",
     runs: int = 1,
 ) -> dict[str, Any]:
-    """Write the workload to a fresh store `runs` times and report the median run."""
+    """Write the workload to a fresh store `runs` times (only without --url) and report the median run."""
     space = scratch / f"{make.__name__}-{writers}-{rpc}"
     space.mkdir()
     db_path = space / "parity.db"
+    # A store given by --url keeps what earlier rows wrote (and runs only once per row):
+    # each row's ids take a prefix of their own, or they would count as duplicates.
+    tag = f"{make.__name__[0]}{writers}{rpc[0]}-" if url else ""
+    workloads = [make(w, calls_per_writer, tag) for w in range(writers)]
+    per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
     measured = []
-    for run in range(runs):
-        # A fresh SQLite file per run takes the same ids each time; a store given by --url
-        # keeps earlier runs' calls, and would count these as duplicates.
-        tag = f"{make.__name__[0]}{writers}{rpc[0]}{run}-" if url else ""
-        workloads = [make(w, calls_per_writer, tag) for w in range(writers)]
-        per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
+    for _ in range(runs):
         # Each run's database is deleted before the next, so a run needs disk for one at a time.
         for path in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
             path.unlink(missing_ok=True)
