@@ -17,8 +17,8 @@ durability "after", which answers before the call is in the store or the spool.
 Each load starts once every process of the setups is idle again (see wait_idle).
 
 A last run against real vLLM with the small model runs agents through ingest side by
-side with agents that call vLLM directly. vLLM's CPU worker gets its own cores and
-everything else stays off them, as a CPU host should be laid out.
+side with agents that call vLLM directly. vLLM's CPU worker and engine core get their
+own cores and everything else stays off them, as a CPU host should be laid out.
 
 The last line printed is one JSON object with the headline numbers.
 """
@@ -241,9 +241,9 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
     own_cpus = os.sched_getaffinity(0)
     try:
         processes.start("vllm", [PYTHON, "-m", "parity.cli", "vllm", "serve", "--model", str(model_dir), "--port",
-                                 str(vllm_port), "--served-model-name", "tiny"],
-                        f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300,
-                        env={"VLLM_CPU_OMP_THREADS_BIND": layout.worker_bind} if layout else None)  # fmt: skip
+                                 str(vllm_port), "--served-model-name", "tiny",
+                                 *(["--worker-cpus", layout.worker_bind] if layout else [])],
+                        f"http://127.0.0.1:{vllm_port}/v1/models", timeout=300)  # fmt: skip
         if layout:
             # As `parity up` lays a CPU host out. Inherited by ingest and the store, started
             # next; the agents run in this process.
@@ -268,7 +268,7 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             "overhead_pct": overhead_pct("parity", "direct"),
             "vllm_capture_params_pct": overhead_pct("direct_capture_params", "direct"),
             "proxy_overhead_pct": overhead_pct("parity", "direct_capture_params"),
-            "placement": f"vLLM's worker on cores {layout.worker_bind}; ingest, store and agents on "
+            "placement": f"vLLM's worker and engine core on cores {layout.worker_bind}; ingest, store and agents on "
             f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
 

@@ -24,6 +24,12 @@ from typing import Self
 import httpx
 import structlog
 
+from parity.services.inference.engine_core_placement import (
+    engine_core_pids,
+    parse_cpu_list,
+    place_process,
+)
+
 log = structlog.get_logger(__name__)
 
 REPO_VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
@@ -52,6 +58,7 @@ class CpuLayout:
     vLLM's CPU backend pins its worker threads to cores, and anything the scheduler puts
     on those cores slows every token: on 2 cores, agents through an unpinned ingest took
     20% longer than direct ones, and 2 to 7% longer with ingest kept off the worker's core.
+    vLLM's engine core goes on the worker's cores too (see engine_core_placement).
     """
 
     worker: tuple[int, ...]
@@ -100,7 +107,8 @@ class VllmLaunchConfig:
     log_path: Path | None = None
     """Where vLLM's stdout and stderr go; a temporary file when None."""
     worker_cpus: str | None = None
-    """VLLM_CPU_OMP_THREADS_BIND for the CPU backend (see CpuLayout); vLLM's choice when None."""
+    """VLLM_CPU_OMP_THREADS_BIND for the CPU backend (see CpuLayout); vLLM's choice when None.
+    When set, the engine core is placed on the same cores (see engine_core_placement)."""
     startup_timeout_s: float = 180.0
     extra_args: list[str] = field(default_factory=list)
 
@@ -211,9 +219,23 @@ class VllmServer:
                 if self._answers(client):
                     elapsed = time.monotonic() - started
                     log.info("vllm healthy", base_url=self.base_url, startup_s=round(elapsed, 1))
+                    self._place_engine_core()
                     return elapsed
                 time.sleep(0.5)
         raise TimeoutError(f"vLLM not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def _place_engine_core(self) -> None:
+        """Put the engine core on the worker's cores, once it has started (by /health)."""
+        cores = parse_cpu_list(self.config.worker_cpus) if self.config.worker_cpus else None
+        if cores is None or self._process is None:
+            return
+        pids = engine_core_pids(self._process.pid)
+        if not pids:
+            log.warning("vllm engine core not found; it stays where the scheduler puts it", pid=self._process.pid)
+            return
+        for pid in pids:
+            place_process(pid, cores)
+        log.info("vllm engine core placed on the worker's cores", pids=pids, cores=sorted(cores))
 
     def wait(self) -> int:
         """Block until the process exits on its own; returns its exit code."""
@@ -290,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         "Arguments not listed here are passed to vLLM unchanged."
     )
     parser.add_argument("--model", type=Path, required=True, help="model directory")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--served-model-name")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
+    parser.add_argument("--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2")
     args, extra_args = parser.parse_known_args(argv)
     config = VllmLaunchConfig(
         model_path=args.model,
@@ -305,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         max_model_len=args.max_model_len,
         seed=args.seed,
         log_path=args.log_path,
+        worker_cpus=args.worker_cpus,
         extra_args=extra_args,
     )
     # SIGTERM takes the same path as Ctrl-C, so the context manager stops vLLM either way. SIGINT

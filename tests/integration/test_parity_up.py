@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from parity.services.inference.engine_core_placement import engine_core_pids
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import SERVICES, grpcurl
@@ -66,12 +67,17 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
 
 
 def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) -> None:
-    """With vLLM's CPU build on several cores, its worker binds every core but the last,
-    and the services that serve while it generates run on the last; the trainer keeps all."""
+    """With vLLM's CPU build on several cores, its worker and engine core have every core
+    but the last, and the services that serve while it generates run on the last; the
+    trainer keeps all."""
     layout = cpu_layout(vllm_python())
     if layout is None:  # vLLM's GPU build, or one core: nothing to lay out
         return
     assert f"VLLM_CPU_OMP_THREADS_BIND={layout.worker_bind!r}" in vllm_log.read_text()
+    (engine_core,) = engine_core_pids(stack_pid)
+    assert {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{engine_core}/task")} == {
+        frozenset(layout.worker)
+    }
     children = Path(f"/proc/{stack_pid}/task/{stack_pid}/children").read_text().split()
     services = {}
     for pid in map(int, children):

@@ -1,0 +1,69 @@
+"""Finding vLLM's engine core below its API server and moving it onto the worker's cores."""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from parity.services.inference.engine_core_placement import (
+    descendants,
+    engine_core_pids,
+    parse_cpu_list,
+    place_process,
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "cores"),
+    [("0", {0}), ("0,2", {0, 2}), ("0-3", {0, 1, 2, 3}), ("0-1|4-5", {0, 1, 4, 5}), (" 1 , 3 ", {1, 3})],
+)
+def test_cpu_lists_as_vllm_takes_them(spec: str, cores: set[int]) -> None:
+    assert parse_cpu_list(spec) == cores
+
+
+@pytest.mark.parametrize("spec", ["auto", "all", "", "0-", "a,b"])
+def test_symbolic_or_broken_values_name_no_cores(spec: str) -> None:
+    assert parse_cpu_list(spec) is None
+
+
+@pytest.fixture
+def server_like_tree() -> Iterator[subprocess.Popen[bytes]]:
+    """A parent that starts an engine core (titled as vLLM titles it) and another child,
+    like vLLM's API server starts its engine core and a resource tracker."""
+    script = "exec -a VLLM::EngineCore sleep 60 & sleep 60 & wait"
+    parent = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    try:
+        yield parent
+    finally:
+        os.killpg(parent.pid, 9)
+        parent.wait()
+
+
+def _wait_for_children(pid: int, count: int) -> list[int]:
+    for _ in range(200):
+        if len(found := descendants(pid)) >= count:
+            return found
+        time.sleep(0.01)
+    raise AssertionError(f"{pid} has {descendants(pid)} below it, not {count}")
+
+
+def test_finds_only_the_engine_core_below_the_server(server_like_tree: subprocess.Popen[bytes]) -> None:
+    children = _wait_for_children(server_like_tree.pid, 2)
+    (engine_core,) = engine_core_pids(server_like_tree.pid)
+    (other,) = set(children) - {engine_core}
+    assert Path(f"/proc/{engine_core}/cmdline").read_bytes().startswith(b"VLLM::EngineCore\0")
+    assert engine_core_pids(other) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="core affinity is Linux's")
+def test_placement_moves_every_thread(server_like_tree: subprocess.Popen[bytes]) -> None:
+    _wait_for_children(server_like_tree.pid, 2)
+    (engine_core,) = engine_core_pids(server_like_tree.pid)
+    one_core = frozenset({min(os.sched_getaffinity(0))})
+    place_process(engine_core, one_core)
+    for task in os.listdir(f"/proc/{engine_core}/task"):
+        assert os.sched_getaffinity(int(task)) == one_core
