@@ -233,8 +233,12 @@ class VllmServer:
         if not pids:
             log.warning("vllm engine core not found; it stays where the scheduler puts it", pid=self._process.pid)
             return
-        for pid in pids:
-            place_process(pid, cores)
+        try:
+            for pid in pids:
+                place_process(pid, cores)
+        except OSError as error:  # cores outside this host's cpuset, or the engine core gone
+            log.warning("vllm engine core left where the scheduler puts it", pids=pids, error=str(error))
+            return
         log.info("vllm engine core placed on the worker's cores", pids=pids, cores=sorted(cores))
 
     def wait(self) -> int:

@@ -15,6 +15,7 @@ from parity.services.inference.engine_core_placement import (
     parse_cpu_list,
     place_process,
 )
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 
 
 @pytest.mark.parametrize(
@@ -67,3 +68,31 @@ def test_placement_moves_every_thread(server_like_tree: subprocess.Popen[bytes])
     place_process(engine_core, one_core)
     for task in os.listdir(f"/proc/{engine_core}/task"):
         assert os.sched_getaffinity(int(task)) == one_core
+
+
+def _launched(tree: subprocess.Popen[bytes], tmp_path: Path, worker_cpus: str) -> VllmServer:
+    """A launcher whose vLLM is `tree`, as it is once vLLM answers."""
+    config = VllmLaunchConfig(model_path=tmp_path, port=1, log_path=tmp_path / "vllm.log", worker_cpus=worker_cpus)
+    server = VllmServer(config)
+    server._process = tree
+    _wait_for_children(tree.pid, 2)
+    return server
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="core affinity is Linux's")
+def test_the_launcher_places_the_engine_core_on_the_worker_cpus(
+    server_like_tree: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    core = min(os.sched_getaffinity(0))
+    _launched(server_like_tree, tmp_path, str(core))._place_engine_core()
+    (engine_core,) = engine_core_pids(server_like_tree.pid)
+    assert os.sched_getaffinity(engine_core) == {core}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="core affinity is Linux's")
+def test_cores_this_host_lacks_leave_the_engine_core_where_it_was(
+    server_like_tree: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    _launched(server_like_tree, tmp_path, "4000-4001")._place_engine_core()
+    (engine_core,) = engine_core_pids(server_like_tree.pid)
+    assert os.sched_getaffinity(engine_core) == os.sched_getaffinity(0)
