@@ -32,6 +32,7 @@ from parity.services.store.backends.sql_schema import (
     reward_from_values,
     session_from_values,
 )
+from parity.services.store.backends.wal_checkpointer import WalCheckpointer
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     SESSION_STATE_OPEN,
@@ -115,7 +116,6 @@ _MAX_SQL_VARIABLES = 500
 # indexes): with 64 KB pages, ingest's small steady commits wrote ~50 MB/s of WAL
 # and stalled every fsync on the disk for hundreds of milliseconds.
 PAGE_SIZE = 4096
-CHECKPOINT_INTERVAL_S = 0.5
 CHECKPOINT_WAL_BYTES = 16 << 20
 
 
@@ -129,37 +129,13 @@ class SqliteBackend(StoreBackend):
         self.synchronous = synchronous
         path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = self._connect()
-        # Checkpoints run beside the writer, not inside its commits: an automatic one
-        # copies the whole WAL (tens of MB under load) while every writer waits.
-        self._writer.execute("PRAGMA wal_autocheckpoint=0")
         self._migrate()
         self.store_id = self._meta("store_id")
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
-        self._closing = threading.Event()
-        self._checkpointer = threading.Thread(target=self._checkpoint_forever, name="sqlite-checkpoint", daemon=True)
-        self._checkpointer.start()
-
-    def _checkpoint_forever(self) -> None:
-        """PASSIVE checkpoints never block the writer or readers; they copy what they can.
-        Only past a WAL size, so small commits do not share the disk with a checkpoint's fsync."""
-        connection = self._connect()
-        wal = Path(f"{self.path}-wal")
-        try:
-            while not self._closing.wait(CHECKPOINT_INTERVAL_S):
-                if wal.exists() and wal.stat().st_size >= CHECKPOINT_WAL_BYTES:
-                    self._checkpoint(connection)
-        finally:
-            connection.close()
-
-    def _checkpoint(self, connection: apsw.Connection) -> None:
-        # A checkpoint that fails (a full disk, an I/O error) is tried again next time:
-        # were the thread to end, the WAL would grow without bound from then on.
-        try:
-            connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except apsw.Error as error:
-            log.warning("sqlite_checkpoint_failed", path=str(self.path), error=str(error))
+        self._checkpointer = WalCheckpointer(path, self._connect, PAGE_SIZE, CHECKPOINT_WAL_BYTES)
+        self._checkpointer.watch(self._writer)
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -494,8 +470,7 @@ class SqliteBackend(StoreBackend):
         return BackendStats(sessions, calls, rewards, tokens, used_bytes)
 
     def close(self) -> None:
-        self._closing.set()
-        self._checkpointer.join()
+        self._checkpointer.close()
         with self._readers_lock:
             for connection in self._readers:
                 connection.close()

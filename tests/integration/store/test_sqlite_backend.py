@@ -1,5 +1,6 @@
 """What only the SQLite backend promises: readers never hold up the writer, the
-space it reports and keeps shrinks back after deletes and checkpoints, and a full
+space it reports and keeps shrinks back after deletes and checkpoints, the WAL stays
+bounded under writes that never pause, and a full
 disk fails writes cleanly."""
 
 from __future__ import annotations
@@ -56,28 +57,75 @@ async def test_reported_bytes_leave_out_pages_freed_by_a_delete(store: TokenStor
     assert after.bytes_on_disk < before * 0.3
 
 
-async def test_the_wal_is_truncated_back_after_a_checkpoint(tmp_path: Path, monkeypatch) -> None:
-    limit = 256 << 10
-    monkeypatch.setattr(sqlite, "CHECKPOINT_WAL_BYTES", limit)
-    store = TokenStore(SqliteBackend(tmp_path / "store.db"))
-    await store.start()
+WAL_LIMIT = 256 << 10
+
+
+@pytest.fixture
+async def small_wal_store(tmp_path: Path, monkeypatch) -> AsyncIterator[TokenStore]:
+    """A store that checkpoints its WAL past WAL_LIMIT; the WAL is at tmp_path/store.db-wal."""
+    monkeypatch.setattr(sqlite, "CHECKPOINT_WAL_BYTES", WAL_LIMIT)
+    token_store = TokenStore(SqliteBackend(tmp_path / "store.db"))
+    await token_store.start()
+    yield token_store
+    await token_store.stop()
+
+
+def random_prompt(rng: random.Random, length: int) -> list[int]:
+    # Random, so that no prompt shares a prefix the store would keep only once.
+    return [rng.randrange(50_000) for _ in range(length)]
+
+
+async def test_the_wal_is_truncated_back_after_a_checkpoint(small_wal_store: TokenStore, tmp_path: Path) -> None:
+    rng = random.Random(0)
+    await small_wal_store.write_calls([make_call(f"big{n}", f"s{n}", random_prompt(rng, 2000), [[1]]) for n in range(300)])
+    wal = tmp_path / "store.db-wal"
+    assert wal.stat().st_size > 4 * WAL_LIMIT
+    # The checkpointer copies the WAL into the database within a second; the first
+    # commit after that starts the WAL over and truncates it to the limit.
+    for n in range(100):
+        await small_wal_store.write_calls([make_call(f"small{n}", "s", [1], [[2]])])
+        if wal.stat().st_size <= WAL_LIMIT:
+            break
+        await asyncio.sleep(0.1)
+    assert wal.stat().st_size <= WAL_LIMIT
+
+
+async def test_the_wal_stays_bounded_under_writes_that_never_pause(small_wal_store: TokenStore, tmp_path: Path) -> None:
+    # SQLite starts the WAL over only after a checkpoint that copied all of it; with a
+    # commit landing during every checkpoint, it would grow for as long as the load lasts.
+    wal = tmp_path / "store.db-wal"
+    rng = random.Random(0)
+    largest = 0
+    for n in range(1000):
+        await small_wal_store.write_calls([make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])])
+        largest = max(largest, wal.stat().st_size)
+    assert (await small_wal_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, "the load wrote many times the limit"
+    # Commits go on while the checkpointer works, so the WAL overshoots its limit by those.
+    assert largest <= 3 * WAL_LIMIT
+
+
+async def test_a_reader_on_an_old_snapshot_delays_the_wal_starting_over_until_it_ends(
+    small_wal_store: TokenStore, tmp_path: Path
+) -> None:
+    wal = tmp_path / "store.db-wal"
+    rng = random.Random(0)
+
+    async def write(count: int, prefix: str) -> None:
+        for n in range(count):
+            await small_wal_store.write_calls([make_call(f"{prefix}{n}", "s", random_prompt(rng, 500), [[1]])])
+
+    await write(1, "first")
+    reader = apsw.Connection(str(tmp_path / "store.db"))
     try:
-        rng = random.Random(0)
-        await store.write_calls([
-            make_call(f"big{n}", f"s{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]]) for n in range(300)
-        ])  # fmt: skip
-        wal = tmp_path / "store.db-wal"
-        assert wal.stat().st_size > 4 * limit
-        # The checkpointer copies the WAL into the database within a second; the first
-        # commit after that starts the WAL over and truncates it to the limit.
-        for n in range(100):
-            await store.write_calls([make_call(f"small{n}", "s", [1], [[2]])])
-            if wal.stat().st_size <= limit:
-                break
-            await asyncio.sleep(0.1)
-        assert wal.stat().st_size <= limit
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)]
+        await write(300, "held")
+        assert wal.stat().st_size > 3 * WAL_LIMIT, "nothing past the reader's snapshot can be copied"
+        reader.execute("COMMIT")
+        await write(300, "after")
+        assert wal.stat().st_size <= 3 * WAL_LIMIT
     finally:
-        await store.stop()
+        reader.close()
 
 
 async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_written(store: TokenStore) -> None:
