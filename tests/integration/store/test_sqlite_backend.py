@@ -1,7 +1,6 @@
 """What only the SQLite backend promises: readers never hold up the writer, the
 space it reports and keeps shrinks back after deletes and checkpoints, the WAL stays
-bounded under writes that never pause, and a full
-disk fails writes cleanly."""
+bounded under writes that never pause, and a full disk fails writes cleanly."""
 
 from __future__ import annotations
 
