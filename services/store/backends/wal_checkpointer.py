@@ -86,8 +86,8 @@ class WalCheckpointer:
                     self._closing.wait(_RETRY_INTERVAL_S)
                 # Each pass copies what the one before left, so they close in on the end.
                 for _ in range(_PASSIVE_PASSES):
-                    frames, copied = self._run(connection, "PASSIVE")
-                    if frames - copied <= _WRITER_FINISHES_AT_FRAMES:
+                    left = self._run(connection, "PASSIVE")
+                    if left is None or left <= _WRITER_FINISHES_AT_FRAMES:
                         break
                 self._due.clear()
                 handed_over_at = self._restarts
@@ -95,13 +95,13 @@ class WalCheckpointer:
         finally:
             connection.close()
 
-    def _run(self, connection: apsw.Connection, mode: str) -> tuple[int, int]:
-        """(frames in the WAL, frames copied into the database)."""
-        # A checkpoint that fails (a full disk, an I/O error) is tried again by the next
-        # commit: were the thread to end, the WAL would grow without bound from then on.
+    def _run(self, connection: apsw.Connection, mode: str) -> int | None:
+        """The frames left in the WAL that the checkpoint did not copy; None if it failed."""
+        # A checkpoint that fails (a full disk, an I/O error) is tried again after a
+        # later commit: were the thread to end, the WAL would grow without bound.
         try:
             _, frames, copied = connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0]
         except apsw.Error as error:
             log.warning("sqlite_checkpoint_failed", path=str(self._path), error=str(error))
-            return 0, -1
-        return frames, copied
+            return None
+        return frames - copied
