@@ -84,7 +84,7 @@ def _words(rng: random.Random, n_tokens: int) -> str:
 
 
 def single_turn(writer: int, calls: int, run: str = "") -> Workload:
-    """`run` prefixes every id, so that rows written to one database (--url) write new calls."""
+    """`run` prefixes every id, so that each table row run against one database (--url) writes new calls."""
     rng, np_rng = random.Random(writer), np.random.default_rng(writer)
     made = [
         llm_call(f"{run}w{writer}-c{i}", f"{run}w{writer}-s{i}", np_rng.integers(0, VOCAB, 300), np_rng.integers(0, VOCAB, 200),
