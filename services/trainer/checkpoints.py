@@ -1,7 +1,7 @@
 """Checkpoints on disk: one folder per checkpoint holding the backend's state and the run's.
 
 Layout: `<checkpoint_dir>/<run_id>/step-000012/` with the weights (safetensors, so
-vLLM could serve them), `optimizer.pt`, `metrics.jsonl` and `checkpoint.json`
+vLLM could serve them), the backend's optimizer state, `metrics.jsonl` and `checkpoint.json`
 (run id, step, policy version, settings, consumed batch ids). A folder is written
 under a temporary name and renamed, so a crash never leaves half a checkpoint.
 """

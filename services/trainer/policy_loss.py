@@ -49,42 +49,55 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch
     return chosen, entropy
 
 
-def _actor_config(settings: LossSettings, rows: int) -> ActorConfig:
-    return ActorConfig(
+def _actor_config(settings: LossSettings, rows: int, global_batch: dict[str, float] | None) -> ActorConfig:
+    config = ActorConfig(
         strategy="fsdp", clip_ratio=settings.clip_ratio, ppo_mini_batch_size=rows, rollout_n=1,
         ppo_micro_batch_size_per_gpu=rows, use_dynamic_bsz=False, loss_agg_mode=settings.loss_agg_mode,
     )  # fmt: skip
+    config.global_batch_info.update(global_batch or {})
+    return config
 
 
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
-    batch: TrainingBatch,
+    response_mask: torch.Tensor,
+    rollout_logprobs: torch.Tensor,
     settings: LossSettings,
     ref_logprobs: torch.Tensor | None = None,
+    global_batch: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip loss with TIS weights (and a KL penalty when kl_coef > 0), plus its metrics."""
-    mask = batch.response_mask
+    """PPO-clip loss with TIS weights (and a KL penalty when kl_coef > 0), plus its metrics.
+
+    All tensors are (rows, length-1) in `TrainingBatch`'s shifted layout. `global_batch`
+    (verl's `dp_size`, `batch_num_tokens`, `global_batch_size`) normalises a micro-batch's
+    loss by the whole batch across data-parallel ranks, so summed micro-batch gradients
+    equal the full batch's; without it the loss is this batch's own mean.
+    """
+    mask = response_mask
     weights, is_metrics = compute_rollout_correction_weights(
-        log_ratio=(old_logprobs - batch.rollout_logprobs) * mask, response_mask=mask,
+        log_ratio=(old_logprobs - rollout_logprobs) * mask, response_mask=mask,
         rollout_is="token", rollout_is_threshold=settings.tis_cap,
     )  # fmt: skip
+    config = _actor_config(settings, int(mask.shape[0]), global_batch)
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     loss, pg_metrics = loss_fn(
         old_log_prob=old_logprobs, log_prob=logprobs, advantages=advantages, response_mask=mask,
-        loss_agg_mode=settings.loss_agg_mode, config=_actor_config(settings, batch.size), rollout_is_weights=weights,
+        loss_agg_mode=settings.loss_agg_mode, config=config, rollout_is_weights=weights,
     )  # fmt: skip
     metrics = {
         "policy_loss": float(loss.detach()),
         "clip_fraction": pg_metrics["actor/pg_clipfrac"],
         "ppo_kl": pg_metrics["actor/ppo_kl"],
         "tis_weight_mean": float(is_metrics.get("rollout_is_mean", float("nan"))),
-        "rollout_logprob_diff": float(verl_F.masked_mean((old_logprobs - batch.rollout_logprobs).abs(), mask)),
+        "rollout_logprob_diff": float(verl_F.masked_mean((old_logprobs - rollout_logprobs).abs(), mask)),
     }
     if ref_logprobs is not None and settings.kl_coef > 0:
         kl = core_algos.kl_penalty(logprobs, ref_logprobs, "low_var_kl")
-        kl_loss = core_algos.agg_loss(loss_mat=kl, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode)
+        kl_loss = core_algos.agg_loss(
+            loss_mat=kl, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode, **config.global_batch_info
+        )
         loss = loss + settings.kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())
     return loss, metrics

@@ -26,7 +26,7 @@ BACKENDS = {
     run_pb2.TRAINING_BACKEND_CPU: "cpu",
 }
 # Overrides the CPU path understands; any other key is refused rather than ignored.
-KNOWN_OVERRIDES = {"ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed"}
+KNOWN_OVERRIDES = {"ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class RunSettings:
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
     loss_agg_mode: str = field(default="token-mean", metadata={"help": "verl agg_loss mode"})
     seed: int = field(default=0, metadata={"help": "torch seed of the run"})
+    micro_batch_tokens: int = field(
+        default=16384, metadata={"help": "fsdp backend: tokens per micro-batch on each GPU (bounds activation memory)"}
+    )
 
     def __post_init__(self) -> None:
         if self.total_steps < 1 or self.groups_per_batch < 1:
@@ -60,6 +63,8 @@ class RunSettings:
             raise InvalidArgument("need learning_rate > 0, 0 < clip_ratio < 1, kl_coef >= 0, tis_cap >= 1")
         if self.max_policy_lag < 0 or self.checkpoint_interval < 0 or self.ppo_epochs < 1 or self.max_grad_norm <= 0:
             raise InvalidArgument("need max_policy_lag >= 0, checkpoint_interval >= 0, ppo_epochs >= 1, max_grad_norm > 0")
+        if self.micro_batch_tokens < 1:
+            raise InvalidArgument("need micro_batch_tokens >= 1")
         if self.loss_agg_mode not in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
             raise InvalidArgument(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
 
@@ -72,7 +77,10 @@ class RunSettings:
             raise InvalidArgument(f"unknown overrides {sorted(unknown)}; known: {sorted(KNOWN_OVERRIDES)}")
         overrides: dict[str, object] = {}
         try:
-            for key, kind in (("ppo_epochs", int), ("max_grad_norm", float), ("seed", int), ("loss_agg_mode", str)):
+            for key, kind in (
+                ("ppo_epochs", int), ("max_grad_norm", float), ("seed", int), ("loss_agg_mode", str),
+                ("micro_batch_tokens", int),
+            ):  # fmt: skip
                 if key in config.overrides:
                     overrides[key] = kind(config.overrides[key])
         except ValueError as error:
@@ -108,7 +116,8 @@ class RunSettings:
             tis_cap=self.tis_cap, max_policy_lag=self.max_policy_lag, checkpoint_dir=str(self.checkpoint_dir),
             checkpoint_interval=self.checkpoint_interval,
             overrides={"ppo_epochs": str(self.ppo_epochs), "max_grad_norm": repr(self.max_grad_norm),
-                       "loss_agg_mode": self.loss_agg_mode, "seed": str(self.seed)},
+                       "loss_agg_mode": self.loss_agg_mode, "seed": str(self.seed),
+                       "micro_batch_tokens": str(self.micro_batch_tokens)},
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.run_settings import RunSettings
 
 
 def select_backend(settings: RunSettings) -> TrainingBackend:
-    """`cpu`, `fsdp`, or `auto`: fsdp when torch sees a GPU, else cpu."""
+    """`cpu`, `fsdp`, or `auto`: fsdp when torch sees a GPU, else the cpu loop; fsdp runs on CPU too."""
     import torch
 
     name = settings.backend
@@ -18,8 +17,6 @@ def select_backend(settings: RunSettings) -> TrainingBackend:
         from parity.services.trainer.backends.cpu import CpuBackend
 
         return CpuBackend(settings)
-    if not torch.cuda.is_available():
-        raise FailedPrecondition("the fsdp backend needs a CUDA GPU; use backend cpu on this machine")
     from parity.services.trainer.backends.fsdp import FsdpBackend
 
     return FsdpBackend(settings)

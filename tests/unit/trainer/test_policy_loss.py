@@ -28,6 +28,10 @@ def test_grpo_advantages_are_relative_within_each_group() -> None:
     assert advantages[2, 0] > 0 and advantages[4, 0] < 0
 
 
+def tokens_of(batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    return batch.response_mask, batch.rollout_logprobs
+
+
 def test_rloo_and_reinforce_plus_plus_are_available() -> None:
     batch = batch_of([1.0, 0.0, 1.0, 0.0], ["a", "a", "b", "b"])
     for name in ("rloo", "reinforce_plus_plus"):
@@ -38,7 +42,7 @@ def test_rloo_and_reinforce_plus_plus_are_available() -> None:
 def test_gradient_raises_the_logprob_of_positive_advantage_tokens() -> None:
     batch = batch_of([1.0, 0.0], ["a", "a"])
     logprobs = torch.full((2, 3), -1.0, requires_grad=True)
-    loss, metrics = policy_loss(logprobs, logprobs.detach(), compute_advantages(batch, "grpo"), batch, SETTINGS)
+    loss, metrics = policy_loss(logprobs, logprobs.detach(), compute_advantages(batch, "grpo"), *tokens_of(batch), SETTINGS)
     loss.backward()
     assert (logprobs.grad[0] < 0).all() and (logprobs.grad[1] > 0).all()
     assert metrics["clip_fraction"] == 0.0
@@ -50,8 +54,8 @@ def test_truncated_importance_weights_cap_stale_tokens() -> None:
     logprobs = torch.full((2, 3), -1.0, requires_grad=True)
     fresh = batch_of([1.0, 0.0], ["a", "a"])
     advantages = compute_advantages(batch, "grpo")
-    capped, metrics = policy_loss(logprobs, logprobs.detach(), advantages, batch, SETTINGS)
-    uncorrected, _ = policy_loss(logprobs, logprobs.detach(), advantages, fresh, SETTINGS)
+    capped, metrics = policy_loss(logprobs, logprobs.detach(), advantages, *tokens_of(batch), SETTINGS)
+    uncorrected, _ = policy_loss(logprobs, logprobs.detach(), advantages, *tokens_of(fresh), SETTINGS)
     assert metrics["tis_weight_mean"] == SETTINGS.tis_cap
     assert torch.isclose(capped, uncorrected * SETTINGS.tis_cap)
 
@@ -60,6 +64,24 @@ def test_kl_penalty_is_added_against_the_reference() -> None:
     batch = batch_of([1.0, 0.0], ["a", "a"])
     logprobs = torch.full((2, 3), -1.0)
     settings = LossSettings(0.2, 2.0, 0.5, "token-mean")
-    loss, metrics = policy_loss(logprobs, logprobs, compute_advantages(batch, "grpo"), batch, settings, logprobs - 0.5)
+    advantages = compute_advantages(batch, "grpo")
+    loss, metrics = policy_loss(logprobs, logprobs, advantages, *tokens_of(batch), settings, logprobs - 0.5)
     assert metrics["kl"] > 0
     assert torch.isclose(loss, torch.tensor(metrics["policy_loss"] + 0.5 * metrics["kl"]))
+
+
+def test_global_batch_info_normalises_a_micro_batch_by_the_whole_batch() -> None:
+    # Two micro-batches of one row each, normalised by the batch's 6 tokens, add up to the full batch's loss.
+    batch = batch_of([1.0, 0.0], ["a", "a"])
+    logprobs = torch.full((2, 3), -1.0)
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.5, 0.5]])
+    whole, _ = policy_loss(logprobs, logprobs, advantages, *tokens_of(batch), SETTINGS)
+    shares = [
+        policy_loss(
+            logprobs[rows], logprobs[rows], advantages[rows], batch.response_mask[rows], batch.rollout_logprobs[rows],
+            SETTINGS, global_batch={"dp_size": 1, "batch_num_tokens": 6, "global_batch_size": 2},
+        )[0]
+        for rows in (slice(0, 1), slice(1, 2))
+    ]  # fmt: skip
+    assert torch.isclose(sum(shares), whole)
+    assert not torch.isclose(shares[0], whole)
