@@ -25,8 +25,10 @@ BACKENDS = {
     run_pb2.TRAINING_BACKEND_FSDP: "fsdp",
     run_pb2.TRAINING_BACKEND_CPU: "cpu",
 }
-# Overrides the CPU path understands; any other key is refused rather than ignored.
-KNOWN_OVERRIDES = {"ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens"}
+# `RunConfig.overrides` keys the trainer understands; any other key is refused rather than ignored.
+KNOWN_OVERRIDES = {
+    "ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens", "ray_nodes", "ray_workers_per_node",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class RunSettings:
     micro_batch_tokens: int = field(
         default=16384, metadata={"help": "fsdp backend: tokens per micro-batch on each GPU (bounds activation memory)"}
     )
+    ray_workers_per_node: int = field(
+        default=0, metadata={"help": "fsdp backend: training ranks per node as Ray actors; 0 trains in this process"}
+    )
+    ray_nodes: int = field(default=1, metadata={"help": "fsdp backend: nodes of the Ray cluster to place ranks on"})
 
     def __post_init__(self) -> None:
         if self.total_steps < 1 or self.groups_per_batch < 1:
@@ -63,8 +69,10 @@ class RunSettings:
             raise InvalidArgument("need learning_rate > 0, 0 < clip_ratio < 1, kl_coef >= 0, tis_cap >= 1")
         if self.max_policy_lag < 0 or self.checkpoint_interval < 0 or self.ppo_epochs < 1 or self.max_grad_norm <= 0:
             raise InvalidArgument("need max_policy_lag >= 0, checkpoint_interval >= 0, ppo_epochs >= 1, max_grad_norm > 0")
-        if self.micro_batch_tokens < 1:
-            raise InvalidArgument("need micro_batch_tokens >= 1")
+        if self.micro_batch_tokens < 1 or self.ray_workers_per_node < 0 or self.ray_nodes < 1:
+            raise InvalidArgument("need micro_batch_tokens >= 1, ray_workers_per_node >= 0, ray_nodes >= 1")
+        if self.ray_workers_per_node and self.backend == "cpu":
+            raise InvalidArgument("ray_workers_per_node places fsdp ranks; the cpu backend trains in this process")
         if self.loss_agg_mode not in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
             raise InvalidArgument(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
 
@@ -79,7 +87,7 @@ class RunSettings:
         try:
             for key, kind in (
                 ("ppo_epochs", int), ("max_grad_norm", float), ("seed", int), ("loss_agg_mode", str),
-                ("micro_batch_tokens", int),
+                ("micro_batch_tokens", int), ("ray_workers_per_node", int), ("ray_nodes", int),
             ):  # fmt: skip
                 if key in config.overrides:
                     overrides[key] = kind(config.overrides[key])
@@ -117,7 +125,8 @@ class RunSettings:
             checkpoint_interval=self.checkpoint_interval,
             overrides={"ppo_epochs": str(self.ppo_epochs), "max_grad_norm": repr(self.max_grad_norm),
                        "loss_agg_mode": self.loss_agg_mode, "seed": str(self.seed),
-                       "micro_batch_tokens": str(self.micro_batch_tokens)},
+                       "micro_batch_tokens": str(self.micro_batch_tokens),
+                       "ray_workers_per_node": str(self.ray_workers_per_node), "ray_nodes": str(self.ray_nodes)},
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:

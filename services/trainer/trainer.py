@@ -204,6 +204,11 @@ class Trainer:
         final = RunState.FAILED
         try:
             with self._policy_lock:
+                if self._backend is not None:
+                    # The last run's policy stays until a new run replaces it (SaveCheckpoint and
+                    # SyncWeights use it); its Ray actors must give their GPUs back first.
+                    self._backend.close()
+                    self._backend = None
                 backend = select_backend(settings)
                 if resume is not None:
                     backend.load_state(resume.path)

@@ -42,3 +42,6 @@ class TrainingBackend(ABC):
     @abstractmethod
     def load_state(self, directory: Path) -> None:
         """Restore what save_state wrote."""
+
+    def close(self) -> None:  # noqa: B027 - most backends hold nothing beyond themselves
+        """Release what outlives this object (Ray actors and the GPUs they hold); a no-op by default."""

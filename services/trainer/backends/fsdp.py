@@ -6,11 +6,15 @@ worker builds the FSDP2-wrapped model and optimizer, packs each batch into neste
 loss function it is given, clips and steps, and saves sharded checkpoints. Parity gives
 it `policy_loss`, the same loss as the plain loop, through `_EngineLoss`.
 
-The trainer process is rank 0 of a torch.distributed group: a lone process makes a
-one-rank group itself (NCCL on a GPU; gloo on CPU, where `verl_cpu_platform` supplies
-the device layer verl lacks); `torchrun --nproc-per-node N -m parity.cli trainer serve`
-gives every GPU of a node a shard. Past one node, verl's Ray worker groups place these
-same workers (see docs/trainer.md).
+Where the ranks run:
+
+- by default, in the trainer process: a one-rank torch.distributed group (NCCL on a
+  GPU; gloo on CPU, where `verl_cpu_platform` supplies the device layer verl lacks);
+- with `ray_workers_per_node` > 0, as a verl `RayWorkerGroup` of `PolicyWorker` actors,
+  `ray_workers_per_node` on each of `ray_nodes` nodes of the Ray cluster at
+  `$RAY_ADDRESS` (or a local one): the trainer is verl's single controller, each
+  actor one FSDP rank holding one GPU. Batches are split across ranks and the loss
+  normalised by the whole batch, so the update does not depend on the rank count.
 
 Batches keep `TrainingBatch`'s shifted layout: verl's prompt is each sequence's first
 token and its response the rest, so the engine's response-aligned log-probs line up
@@ -28,7 +32,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.batch_tensors import TrainingBatch
@@ -36,7 +39,6 @@ from parity.services.trainer.policy_loss import LossSettings, compute_advantages
 from parity.services.trainer.run_settings import RunSettings
 
 ENGINE_CHECKPOINT = "engine"
-_FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 # Metrics that are a micro-batch's share of a batch total (the loss is normalised by the
 # whole batch's tokens); the others are per-micro-batch means.
@@ -52,7 +54,7 @@ def _free_port() -> int:
 def _ensure_process_group(on_gpu: bool) -> None:
     if dist.is_initialized():
         return
-    # torchrun sets these for each rank; a lone trainer process is a one-rank group.
+    # The engine runs in this process as a one-rank group; an outer launcher may have set these.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     os.environ.setdefault("RANK", "0")
@@ -96,19 +98,39 @@ class FsdpBackend(TrainingBackend):
 
     def __init__(self, settings: RunSettings) -> None:
         super().__init__(settings)
-        on_gpu = torch.cuda.is_available()
-        if not on_gpu:
-            from parity.services.trainer.backends.verl_cpu_platform import install
+        self.on_gpu = torch.cuda.is_available()
+        # Imported first: on a machine without a GPU it installs verl's CPU platform.
+        from parity.services.trainer.backends import verl_worker  # noqa: F401
 
-            install()
-        _ensure_process_group(on_gpu)
+        self.pool = self._ray_pool() if settings.ray_workers_per_node else None
+        if self.pool is None:
+            _ensure_process_group(self.on_gpu)
         torch.manual_seed(settings.seed)
         self.policy = self._worker(forward_only=False)
         self.policy.set_loss_fn(_EngineLoss(self.loss_settings))
         # verl shards a forward-only engine with FSDP2's CPU offload, which needs an accelerator;
         # on CPU the reference is a training engine that is never stepped.
-        self.reference = self._worker(forward_only=on_gpu) if settings.kl_coef > 0 else None
+        self.reference = self._worker(forward_only=self.on_gpu) if settings.kl_coef > 0 else None
+        self.ranks = self.policy.world_size if self.pool is not None else dist.get_world_size()
         self.steps = 0
+
+    def _ray_pool(self) -> Any:
+        import ray
+        from verl.single_controller.ray import RayResourcePool
+
+        settings = self.settings
+        # One bundle per rank: a GPU each, and a CPU for each actor on it (the reference
+        # policy, when there is one, is colocated with the policy rank holding the same shard).
+        colocated = 2 if settings.kl_coef > 0 else 1
+        if not ray.is_initialized():
+            address = os.environ.get("RAY_ADDRESS")
+            # A local cluster counts one logical CPU per core; the actors mostly wait on each other.
+            cpus = None if address else max(os.cpu_count() or 1, settings.ray_workers_per_node * colocated)
+            ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=True)
+        return RayResourcePool(
+            process_on_nodes=[settings.ray_workers_per_node] * settings.ray_nodes, use_gpu=self.on_gpu,
+            max_colocate_count=colocated,
+        )  # fmt: skip
 
     def _worker(self, forward_only: bool) -> Any:
         from verl.trainer.config import CheckpointConfig
@@ -118,7 +140,8 @@ class FsdpBackend(TrainingBackend):
             HFModelConfig,
             TrainingWorkerConfig,
         )
-        from verl.workers.engine_workers import TrainingWorker
+
+        from parity.services.trainer.backends.verl_worker import PolicyWorker
 
         settings = self.settings
         # sdpa: flash-attn is an optional extra verl does not require; without remove-padding the
@@ -134,12 +157,20 @@ class FsdpBackend(TrainingBackend):
             infer_max_token_len_per_gpu=settings.micro_batch_tokens,
         )  # fmt: skip
         optimizer = FSDPOptimizerConfig(lr=settings.learning_rate, weight_decay=0.0, clip_grad=settings.max_grad_norm)
-        worker = TrainingWorker(
-            TrainingWorkerConfig(
-                model_type="language_model", model_config=model, engine_config=engine,
-                optimizer_config=optimizer, checkpoint_config=CheckpointConfig(),
+        config = TrainingWorkerConfig(
+            model_type="language_model", model_config=model, engine_config=engine,
+            optimizer_config=optimizer, checkpoint_config=CheckpointConfig(),
+        )  # fmt: skip
+        if self.pool is None:
+            worker = PolicyWorker(config)
+        else:
+            import ray
+            from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+
+            worker = RayWorkerGroup(
+                resource_pool=self.pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(PolicyWorker), config=config),
+                device_name="cuda" if self.on_gpu else "cpu",
             )  # fmt: skip
-        )
         worker.reset()
         return worker
 
@@ -147,10 +178,12 @@ class FsdpBackend(TrainingBackend):
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
-        data = _tensordict(ids, attention, torch.ones(ids.shape[0], ids.shape[1] - 1))
+        rows = ids.shape[0]
+        ids, attention, ones = _pad_rows(self.ranks, ids, attention, torch.ones(rows, ids.shape[1] - 1))
+        data = _tensordict(ids, attention, ones)
         tu.assign_non_tensor(data, compute_loss=False, calculate_entropy=False, temperature=1.0)
-        output = worker.infer_batch(data)
-        return no_padding_2_padding(tu.get(output, "log_probs"), data).float().cpu()
+        output = _resolved(worker.infer_batch(data))
+        return no_padding_2_padding(tu.get(output, "log_probs"), data)[:rows].float().cpu()
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         from verl.utils import tensordict_utils as tu
@@ -158,15 +191,19 @@ class FsdpBackend(TrainingBackend):
         started = time.perf_counter()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
         # The weights before this update are the PPO "old" policy.
-        extra = {"advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
-        extra["old_log_probs"] = self._logprobs(self.policy, batch.input_ids, batch.attention_mask)
+        per_token = {"advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
+        per_token["old_log_probs"] = self._logprobs(self.policy, batch.input_ids, batch.attention_mask)
         if self.reference is not None:
-            extra["ref_log_prob"] = self._logprobs(self.reference, batch.input_ids, batch.attention_mask)
+            per_token["ref_log_prob"] = self._logprobs(self.reference, batch.input_ids, batch.attention_mask)
+        names = list(per_token)
+        ids, attention, mask, *values = _pad_rows(
+            self.ranks, batch.input_ids, batch.attention_mask, batch.response_mask, *per_token.values()
+        )
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
-            data = _tensordict(batch.input_ids, batch.attention_mask, batch.response_mask, **extra)
+            data = _tensordict(ids, attention, mask, **dict(zip(names, values, strict=True)))
             tu.assign_non_tensor(data, global_batch_size=batch.size, temperature=1.0, calculate_entropy=True)
-            output = tu.get(self.policy.train_batch(data), "metrics")
+            output = tu.get(_resolved(self.policy.train_batch(data)), "metrics")
             grad_norm = float(output["grad_norm"])
             if not math.isfinite(grad_norm):
                 # verl's engine has already skipped the optimizer step.
@@ -185,12 +222,8 @@ class FsdpBackend(TrainingBackend):
         return self._logprobs(self.policy, ids, torch.ones_like(ids))[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:
-        module = self.policy.engine.module
-        state = get_model_state_dict(module, options=_FULL_ON_CPU)
-        if dist.get_rank() == 0:
-            directory.mkdir(parents=True, exist_ok=True)
-            module.save_pretrained(directory, state_dict=state, safe_serialization=True)
-        dist.barrier()
+        # With Ray workers on several nodes, rank 0 writes: `directory` must be on storage it shares with vLLM.
+        self.policy.save_hf_weights(str(directory))
 
     def save_state(self, directory: Path) -> None:
         self.save_weights(directory)
@@ -199,6 +232,43 @@ class FsdpBackend(TrainingBackend):
 
     def load_state(self, directory: Path) -> None:
         self.policy.load_checkpoint(str(directory / ENGINE_CHECKPOINT))
+
+    def close(self) -> None:
+        if self.pool is None:
+            return
+        import ray
+        from ray.util import remove_placement_group
+
+        for group in (self.policy, self.reference):
+            for actor in group.workers if group is not None else []:
+                ray.kill(actor)
+        for placement in self.pool.pgs or []:
+            remove_placement_group(placement)
+
+
+def _resolved(output: Any) -> Any:
+    """A Ray worker group answers with a future (verl dispatches non-blocking); a local worker with the value."""
+    from tensordict import TensorDictBase
+
+    return output if isinstance(output, TensorDictBase) else output.get()
+
+
+def _pad_rows(multiple: int, ids: torch.Tensor, attention: torch.Tensor, *per_token: torch.Tensor) -> list[torch.Tensor]:
+    """Add rows until the count divides among the ranks: two real tokens each, nothing to learn from.
+
+    verl splits a batch into equal shares per data-parallel rank. A filler row has an
+    empty response mask, so it adds no tokens to the loss or its normaliser.
+    """
+    missing = -ids.shape[0] % multiple
+    if not missing:
+        return [ids, attention, *per_token]
+    filler_ids = torch.zeros(missing, ids.shape[1], dtype=ids.dtype)
+    filler_ids[:, :2] = ids[0, :2]
+    filler_attention = torch.zeros(missing, attention.shape[1], dtype=attention.dtype)
+    filler_attention[:, :2] = 1
+    padded = [torch.cat([ids, filler_ids]), torch.cat([attention, filler_attention])]
+    padded += [torch.cat([t, torch.zeros(missing, *t.shape[1:], dtype=t.dtype)]) for t in per_token]
+    return padded
 
 
 def _tensordict(ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor, **extra: torch.Tensor) -> Any:

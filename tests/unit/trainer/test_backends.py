@@ -110,3 +110,30 @@ def test_every_backend_applies_the_same_update(model_dir) -> None:
         assert np.isclose(cpu_metrics[key], fsdp_metrics[key], rtol=1e-3, atol=1e-6), key
     assert cpu_metrics["clip_fraction"] > 0 and fsdp_metrics["clip_fraction"] > 0 and cpu_metrics["kl"] > 0
     assert np.allclose(cpu_probe, fsdp_probe, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_fsdp_ranks_on_ray_workers_apply_the_same_update(model_dir, tmp_path) -> None:
+    # Ray actors (two on CPU, one per GPU) split the batch (and a one-row probe, padded to
+    # a row per rank) and must agree with one process.
+    workers = torch.cuda.device_count() or 2
+    settings = dict(learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8, ray_workers_per_node=workers)
+    probe = [1, 2, 3, 100, 100, 7, 8, 200]
+    single = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", **{**settings, "ray_workers_per_node": 0}))
+    ranks = select_backend(RunSettings(model_dir, 10, 1, backend="fsdp", **settings))
+    try:
+        assert ranks.ranks == workers
+        expected, metrics = single.train_step(ragged_batch()), ranks.train_step(ragged_batch())
+        for key in ("policy_loss", "kl", "grad_norm", "loss"):
+            assert np.isclose(expected[key], metrics[key], rtol=1e-3, atol=1e-6), key
+        assert np.allclose(single.probe_logprobs(probe), ranks.probe_logprobs(probe), atol=1e-4)
+        ranks.save_state(tmp_path / "state")
+        assert (tmp_path / "state" / "model.safetensors").exists() and (tmp_path / "state" / "engine").is_dir()
+        ranks.close()
+        # The actors and their placement are gone: the same ranks can be placed again.
+        again = select_backend(RunSettings(model_dir, 10, 1, backend="fsdp", **settings))
+        again.close()
+    finally:
+        import ray
+
+        ray.shutdown()

@@ -1,0 +1,46 @@
+"""verl's `TrainingWorker`, as each rank of the fsdp backend runs it, in this process or as a Ray actor.
+
+Importing this module on a machine without a GPU installs Parity's CPU platform for
+verl first: verl resolves its platform when its engine module is imported, and a Ray
+actor is a fresh process that imports this module to unpickle its class. The one
+addition to verl's worker is `save_hf_weights`, which gathers the sharded policy into
+one Hugging Face checkpoint that vLLM's `reload_weights` reads, written by rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    from parity.services.trainer.backends.verl_cpu_platform import install
+
+    install()
+
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
+from verl.single_controller.base.decorator import Dispatch, register  # noqa: E402
+from verl.workers.engine_workers import TrainingWorker  # noqa: E402
+
+_FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class PolicyWorker(TrainingWorker):
+    def __init__(self, config) -> None:
+        if not torch.cuda.is_available() and not dist.is_initialized():
+            # verl would ask for "cpu:gloo,<device>:<backend>", which on CPU names gloo twice.
+            # Ray gave this actor its rank and the group's address in the environment.
+            dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        super().__init__(config)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_hf_weights(self, directory: str) -> None:
+        """Every rank contributes its shards; rank 0 writes config and safetensors into `directory`."""
+        module = self.engine.module
+        state = get_model_state_dict(module, options=_FULL_ON_CPU)
+        if dist.get_rank() == 0:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            module.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        dist.barrier()
