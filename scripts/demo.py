@@ -106,6 +106,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--backend", choices=("cpu", "fsdp", "auto"), default="auto")
+    parser.add_argument(
+        "--ray-workers-per-node", type=int, default=0, help="fsdp: training ranks as Ray actors (one per GPU); 0: in the trainer"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     shutil.rmtree(args.data_dir, ignore_errors=True)
@@ -128,6 +131,7 @@ def main() -> int:
             model_path=str(model_path), total_steps=args.steps, groups_per_batch=args.groups_per_batch,
             learning_rate=args.learning_rate, backend=backend, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
             advantage_estimator=run_pb2.ADVANTAGE_ESTIMATOR_GRPO, checkpoint_interval=10,
+            overrides={"ray_workers_per_node": str(args.ray_workers_per_node)} if args.ray_workers_per_node else {},
         ))).run  # fmt: skip
         print(f"training run {run.run_id}: {args.steps} steps of {args.groups_per_batch} tasks x "
               f"{args.rollouts_per_task} rollouts", flush=True)  # fmt: skip
