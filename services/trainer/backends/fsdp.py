@@ -54,7 +54,7 @@ def _free_port() -> int:
 def _ensure_process_group(on_gpu: bool) -> None:
     if dist.is_initialized():
         return
-    # The engine runs in this process as a one-rank group; an outer launcher may have set these.
+    # The engine runs in this process as a one-rank group, on a free port so trainers on one host do not collide.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     os.environ.setdefault("RANK", "0")
