@@ -6,13 +6,17 @@ from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.run_settings import RunSettings
 
 
-def select_backend(settings: RunSettings) -> TrainingBackend:
-    """`cpu`, `fsdp`, or `auto`: fsdp when torch sees a GPU, else the cpu loop; fsdp runs on CPU too."""
+def backend_name(settings: RunSettings) -> str:
+    """`cpu` or `fsdp`; `auto` is fsdp when torch sees a GPU or Ray workers are asked for, else the cpu loop."""
     import torch
 
-    name = settings.backend
-    if name == "auto":
-        name = "fsdp" if torch.cuda.is_available() else "cpu"
+    if settings.backend != "auto":
+        return settings.backend
+    return "fsdp" if torch.cuda.is_available() or settings.ray_workers_per_node else "cpu"
+
+
+def select_backend(settings: RunSettings) -> TrainingBackend:
+    name = backend_name(settings)
     if name == "cpu":
         from parity.services.trainer.backends.cpu import CpuBackend
 
@@ -22,4 +26,4 @@ def select_backend(settings: RunSettings) -> TrainingBackend:
     return FsdpBackend(settings)
 
 
-__all__ = ["TrainingBackend", "select_backend"]
+__all__ = ["TrainingBackend", "backend_name", "select_backend"]

@@ -36,3 +36,17 @@ def test_round_trips_through_proto_and_json() -> None:
 def test_refuses_bad_configs(config) -> None:
     with pytest.raises(InvalidArgument):
         RunSettings.from_proto(config)
+
+
+def test_ray_workers_choose_the_engine_and_refuse_the_plain_loop(tmp_path) -> None:
+    from parity.services.trainer.backends import backend_name
+
+    assert backend_name(RunSettings(tmp_path, 10, 1, ray_workers_per_node=2)) == "fsdp"
+    assert backend_name(RunSettings(tmp_path, 10, 1, backend="fsdp")) == "fsdp"
+    with pytest.raises(InvalidArgument, match="ray_workers_per_node"):
+        RunSettings(tmp_path, 10, 1, backend="cpu", ray_workers_per_node=2)
+    with pytest.raises(InvalidArgument):
+        RunSettings(tmp_path, 10, 1, backend="fsdp", ray_workers_per_node=-1)
+    config = RunSettings(tmp_path, 10, 1, ray_workers_per_node=2, micro_batch_tokens=4096).to_proto()
+    assert RunSettings.from_proto(config).ray_workers_per_node == 2
+    assert RunSettings.from_proto(config).micro_batch_tokens == 4096
