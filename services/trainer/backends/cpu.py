@@ -28,7 +28,6 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 class CpuBackend(TrainingBackend):
     name = "cpu"
-    device = torch.device("cpu")
 
     def __init__(self, settings: RunSettings) -> None:
         super().__init__(settings)
