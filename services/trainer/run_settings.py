@@ -25,9 +25,10 @@ BACKENDS = {
     run_pb2.TRAINING_BACKEND_FSDP: "fsdp",
     run_pb2.TRAINING_BACKEND_CPU: "cpu",
 }
-# `RunConfig.overrides` keys the trainer understands; any other key is refused rather than ignored.
-KNOWN_OVERRIDES = {
-    "ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens", "ray_nodes", "ray_workers_per_node",
+# `RunConfig.overrides` keys the trainer understands, with their types; any other key is refused rather than ignored.
+OVERRIDE_TYPES: dict[str, type] = {
+    "ppo_epochs": int, "max_grad_norm": float, "loss_agg_mode": str, "seed": int,
+    "micro_batch_tokens": int, "ray_workers_per_node": int, "ray_nodes": int,
 }  # fmt: skip
 
 
@@ -80,17 +81,11 @@ class RunSettings:
     def from_proto(cls, config: run_pb2.RunConfig, default_checkpoint_dir: Path = Path("checkpoints")) -> RunSettings:
         if not config.model_path:
             raise InvalidArgument("model_path is required")
-        unknown = set(config.overrides) - KNOWN_OVERRIDES
+        unknown = set(config.overrides) - set(OVERRIDE_TYPES)
         if unknown:
-            raise InvalidArgument(f"unknown overrides {sorted(unknown)}; known: {sorted(KNOWN_OVERRIDES)}")
-        overrides: dict[str, object] = {}
+            raise InvalidArgument(f"unknown overrides {sorted(unknown)}; known: {sorted(OVERRIDE_TYPES)}")
         try:
-            for key, kind in (
-                ("ppo_epochs", int), ("max_grad_norm", float), ("seed", int), ("loss_agg_mode", str),
-                ("micro_batch_tokens", int), ("ray_workers_per_node", int), ("ray_nodes", int),
-            ):  # fmt: skip
-                if key in config.overrides:
-                    overrides[key] = kind(config.overrides[key])
+            overrides = {key: OVERRIDE_TYPES[key](value) for key, value in config.overrides.items()}
         except ValueError as error:
             raise InvalidArgument(f"bad override value: {error}") from None
         optional = {
@@ -123,10 +118,7 @@ class RunSettings:
             learning_rate=self.learning_rate, clip_ratio=self.clip_ratio, kl_coef=self.kl_coef,
             tis_cap=self.tis_cap, max_policy_lag=self.max_policy_lag, checkpoint_dir=str(self.checkpoint_dir),
             checkpoint_interval=self.checkpoint_interval,
-            overrides={"ppo_epochs": str(self.ppo_epochs), "max_grad_norm": repr(self.max_grad_norm),
-                       "loss_agg_mode": self.loss_agg_mode, "seed": str(self.seed),
-                       "micro_batch_tokens": str(self.micro_batch_tokens),
-                       "ray_workers_per_node": str(self.ray_workers_per_node), "ray_nodes": str(self.ray_nodes)},
+            overrides={key: str(getattr(self, key)) for key in OVERRIDE_TYPES},
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
