@@ -201,6 +201,7 @@ class FsdpBackend(TrainingBackend):
         )
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
+            # A fresh tensordict each epoch: verl's worker writes its own keys into the one it trains on.
             data = _tensordict(ids, attention, mask, **dict(zip(names, values, strict=True)))
             tu.assign_non_tensor(data, global_batch_size=batch.size, temperature=1.0, calculate_entropy=True)
             output = tu.get(_resolved(self.policy.train_batch(data)), "metrics")
