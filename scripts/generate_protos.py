@@ -102,8 +102,8 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         lines.append("")
         if method.server_streaming:
             lines += [
-                f"    def {_snake(method.name)}(self, request: pb.{request}) -> Iterator[pb.{response}]:",
-                f'        return self._stream("{method.name}", request)',
+                f"    def {_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None) -> Iterator[pb.{response}]:",
+                f'        return self._stream("{method.name}", request, timeout_s)',
             ]
         else:
             lines += [

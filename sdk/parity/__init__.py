@@ -2,6 +2,8 @@
 
     import parity
 
+    parity.train(solve, "tasks.jsonl", steps=30)  # the whole run; see docs/training.md
+
     client = parity.get_chat_client()          # the official OpenAI client, via ingest
     with parity.session(task="add-2-3"):
         answer = client.chat.completions.create(model="policy", messages=[...])
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from parity.rewards import areward, reward
     from parity.session_slug import SessionRef
     from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
+    from parity.training import StackAddresses, Trainer, TrainResult, TrainSettings, train
 
 # Imported on first use: the services live under `parity.services`, and importing
 # the openai client there for nothing cost 0.8 s at start and a heap every garbage
@@ -42,6 +45,11 @@ _EXPORTS = {
     "session": "parity.sessions",
     "session_url": "parity.sessions",
     "trajectory": "parity.sessions",
+    "StackAddresses": "parity.training.settings",
+    "Trainer": "parity.training.trainer",
+    "TrainResult": "parity.training.result",
+    "TrainSettings": "parity.training.settings",
+    "train": "parity.training.trainer",
 }
 
 
@@ -62,6 +70,10 @@ __all__ = [
     "FlushError",
     "RPCError",
     "SessionRef",
+    "StackAddresses",
+    "TrainResult",
+    "TrainSettings",
+    "Trainer",
     "TrajectoryView",
     "aflush",
     "areward",
@@ -74,5 +86,6 @@ __all__ = [
     "reward",
     "session",
     "session_url",
+    "train",
     "trajectory",
 ]

@@ -2,6 +2,7 @@
 
     parity store|ingest|assembler|trainer serve [flags]   run one gRPC service
     parity up [flags]                                      run the whole stack on this machine
+    parity train [flags]                                   train an agent on its tasks, end to end
     parity model generate --out DIR                        write the small test model
     parity vllm serve --model DIR                          run one vLLM replica
 
@@ -60,6 +61,7 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
 # Commands whose module owns its own argument parsing; imported only when they run.
 DELEGATED_COMMANDS = {
     ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer and vLLM locally"),
+    ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
     ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
     ("assembler", "retokenization-report"): (

@@ -4,7 +4,8 @@ The active session lives in a context variable, so it follows the code that open
 it: into nested sessions, across `await`, into tasks created inside it, and into
 threads started with a copied context (the agent engine does this for sync agents).
 Calls carry it to ingest through the base URL, so nothing inside an agent framework
-needs to know about Parity.
+needs to know about Parity. A process started for one session (an agent command of
+`parity train`) finds it in `$PARITY_SESSION`, the session's slug.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,12 +27,17 @@ from parity.session_slug import SessionRef
 P = ParamSpec("P")
 R = TypeVar("R")
 
+SESSION_ENV = "PARITY_SESSION"
 _current: contextvars.ContextVar[SessionRef | None] = contextvars.ContextVar("parity_session", default=None)
 
 
 def current_session() -> SessionRef | None:
-    """The session calls made here belong to, or None outside any session."""
-    return _current.get()
+    """The session calls made here belong to: the innermost open one, else the one named by
+    $PARITY_SESSION, else None."""
+    ref = _current.get()
+    if ref is None and os.environ.get(SESSION_ENV):
+        return session_slug.decode(os.environ[SESSION_ENV])
+    return ref
 
 
 def session_url(ingest_url: str | None = None) -> str:
@@ -38,7 +45,7 @@ def session_url(ingest_url: str | None = None) -> str:
     (LangChain, the OpenAI Agents SDK, litellm clients, subprocess agents in any language).
     Outside a session it is ingest's plain /v1 (calls land in the unassigned session)."""
     root = (ingest_url or current_config().ingest_url).rstrip("/")
-    ref = _current.get()
+    ref = current_session()
     return f"{root}/sessions/{session_slug.encode(ref)}/v1" if ref else f"{root}/v1"
 
 
@@ -60,7 +67,7 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
         self._token: contextvars.Token[SessionRef | None] | None = None
 
     def _open(self) -> SessionRef:
-        parent = _current.get()
+        parent = current_session()
         self.ref = SessionRef(
             session_id=self.session_id or new_id(),
             parent_session_ids=(*parent.parent_session_ids, parent.session_id) if parent else (),
@@ -100,7 +107,7 @@ class TrajectoryView:
 
 
 def _trajectory_ref(name: str) -> SessionRef:
-    parent = _current.get()
+    parent = current_session()
     if parent is None:
         return SessionRef(new_id(), trajectory_name=name)
     return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata)

@@ -59,6 +59,7 @@ class AssemblySettings:
 @dataclass
 class AssemblerStats:
     closed_sessions: int = 0
+    validation_sessions: int = 0
     delivered_batches: int = 0
     acknowledged_batches: int = 0
     delivered_samples: int = 0
@@ -134,6 +135,10 @@ class Assembler:
         self.rollouts[rollout.session_id] = rollout
         self.closed.append(rollout)
         self.stats.closed_sessions += 1
+        if rollout.validation:
+            self.stats.validation_sessions += 1
+            self._queue_scoring(rollout)
+            return
         group = self.groups.get(rollout.group_id)
         if group is None:
             group = self.groups[rollout.group_id] = self._pending[rollout.group_id] = Group(rollout.group_id)
@@ -150,6 +155,9 @@ class Assembler:
             log.info("late_rollout", session_id=rollout.session_id, group_id=group.group_id)
         group.rollouts.append(rollout)
         group.last_join = time.monotonic()
+        self._queue_scoring(rollout)
+
+    def _queue_scoring(self, rollout: Rollout) -> None:
         skip_scoring = rollout.failed and self.settings.filters.drop_failed_rollouts
         if self.scorers and not rollout.filtered and rollout.batch is None and not skip_scoring:
             self._to_score.put_nowait(rollout)
@@ -247,7 +255,7 @@ class Assembler:
 
     async def close_session(
         self, session_id: str, outcome: int, error_message: str, *, reward: float | None, group_id: str,
-        episode_id: str, group_size: int,
+        episode_id: str, group_size: int, validation: bool = False,
     ) -> session_pb2.Session:  # fmt: skip
         for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id)):
             if len(value) > MAX_ID_LENGTH:
@@ -263,6 +271,8 @@ class Assembler:
             metadata[session_marks.GROUP_ID] = group_id
         if group_size:
             metadata[session_marks.GROUP_SIZE] = str(group_size)
+        if validation:
+            metadata[session_marks.VALIDATION] = "true"
         self._closing.add(session_id)
         try:
             session = await self.store.close_session(session_id, outcome, error_message, metadata)

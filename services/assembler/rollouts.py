@@ -41,6 +41,8 @@ class Rollout:
     error: str = ""
     # Whether the reward function and judge have scored it (or there are none).
     scored: bool = False
+    # A validation rollout: scored and listed, never grouped or batched.
+    validation: bool = False
 
     @property
     def failed(self) -> bool:
@@ -63,6 +65,7 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         call_count=session.call_count,
         filtered=metadata.get(session_marks.FILTERED, ""),
         error=metadata.get(session_marks.ERROR, ""),
+        validation=metadata.get(session_marks.VALIDATION) == "true",
     )
     problems = []
     size = metadata.get(session_marks.GROUP_SIZE, "0")

@@ -83,6 +83,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             request.session_id, request.outcome, request.error_message,
             reward=request.reward if request.HasField("reward") else None,
             group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
+            validation=request.validation,
         )  # fmt: skip
         return pb.CloseSessionResponse(session=session)
 
@@ -136,6 +137,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             delivered_sample_count=stats.delivered_samples,
             filtered_counts=dict(stats.filtered),
             error_counts=dict(stats.errors),
+            validation_session_count=stats.validation_sessions,
         )
 
 

@@ -2,7 +2,8 @@
 store alone after a restart.
 
 Every key is under `parity.`. CloseSession records the rollout's place
-(`parity.group_id`, `parity.episode_id`, `parity.group_size`); the batch feed records
+(`parity.group_id`, `parity.episode_id`, `parity.group_size`, and `parity.validation`
+for a rollout never to be trained on); the batch feed records
 delivery and acknowledgement (`parity.batch`); filters and scoring record why a
 rollout was dropped (`parity.filtered`, with the message in `parity.error`).
 """
@@ -18,6 +19,8 @@ GROUP_SIZE = "parity.group_size"
 BATCH = "parity.batch"
 FILTERED = "parity.filtered"
 ERROR = "parity.error"
+# "true" on validation rollouts, which are kept and scored but never batched.
+VALIDATION = "parity.validation"
 RESERVED_PREFIX = "parity."
 
 

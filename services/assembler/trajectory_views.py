@@ -38,6 +38,8 @@ class TrajectoryView:
 def rollout_state(assembler: Assembler, rollout: Rollout | None) -> tuple[int, str]:
     if rollout is None:
         return _STATE.TRAJECTORY_STATE_OPEN, ""
+    if rollout.validation:
+        return _STATE.TRAJECTORY_STATE_VALIDATION, ""
     if rollout.filtered:
         return _STATE.TRAJECTORY_STATE_FILTERED, rollout.error or rollout.filtered
     if rollout.batch is not None:

@@ -105,7 +105,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def StartRun(self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext) -> pb.StartRunResponse:
         default_root = self.trainer.deployment.work_dir / "checkpoints"
         settings = RunSettings.from_proto(request.config, default_root) if request.HasField("config") else None
-        run = await asyncio.to_thread(self.trainer.start_run, settings, request.resume_checkpoint_id)
+        run = await asyncio.to_thread(self.trainer.start_run, settings, request.resume_checkpoint_id, request.run_id)
         return pb.StartRunResponse(run=run_to_proto(run))
 
     async def PauseRun(self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext) -> pb.PauseRunResponse:
@@ -139,3 +139,9 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         if start + size < len(found):
             response.next_page_token = page_tokens.encode_page_token(scope, start + size)
         return response
+
+    async def ExportPolicy(self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext) -> pb.ExportPolicyResponse:
+        path, checkpoint = await asyncio.to_thread(
+            self.trainer.export_policy, request.output_dir, request.checkpoint_id
+        )
+        return pb.ExportPolicyResponse(path=str(path), checkpoint=checkpoint_to_proto(checkpoint))

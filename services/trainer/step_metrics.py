@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity.training.plot import plot_rewards
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -61,28 +63,4 @@ class MetricsLog:
 
 def plot_run(records: list[StepRecord], path: Path, title: str) -> Path:
     """A PNG of mean reward (with its std band) and policy loss per step."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers; must precede pyplot
-    import matplotlib.pyplot as plt
-
-    steps = [r.step for r in records]
-    reward = [r.values.get("reward_mean", float("nan")) for r in records]
-    spread = [r.values.get("reward_std", 0.0) for r in records]
-    loss = [r.values.get("policy_loss", float("nan")) for r in records]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    top.plot(steps, reward, marker="o", color="tab:green")
-    top.fill_between(steps, [m - s for m, s in zip(reward, spread, strict=True)], [m + s for m, s in zip(reward, spread, strict=True)],
-                     color="tab:green", alpha=0.15)  # fmt: skip
-    top.set_ylabel("reward (mean ± std)")
-    top.set_title(title)
-    top.grid(alpha=0.3)
-    bottom.plot(steps, loss, marker="o", color="tab:red")
-    bottom.set_ylabel("policy loss")
-    bottom.set_xlabel("step")
-    bottom.grid(alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return plot_rewards([r.step for r in records], [r.values for r in records], path, title)

@@ -13,6 +13,7 @@ FAILED with a checkpoint of the trained weights, from which StartRun resumes.
 from __future__ import annotations
 
 import enum
+import re
 import secrets
 import threading
 import time
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import IngestClient, RPCError
 from parity.services.runtime.errors import (
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     ParityError,
@@ -36,6 +38,7 @@ from parity.services.trainer.backends import TrainingBackend, select_backend
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.step_metrics import MetricsLog, plot_run
@@ -44,6 +47,8 @@ from parity.services.trainer.weight_sync import SyncFailed, SyncResult, WeightSy
 log = structlog.get_logger(__name__)
 
 PLOT_FILE = "reward_loss.png"
+# A run id names a folder under the checkpoint root, so it is kept to what every file system takes.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class RunState(enum.Enum):
@@ -114,7 +119,7 @@ class Trainer:
     def status(self) -> tuple[RunStatus | None, SyncResult | None]:
         return (replace(self._run) if self._run else None), self.last_sync
 
-    def start_run(self, settings: RunSettings | None, resume_checkpoint_id: str = "") -> RunStatus:
+    def start_run(self, settings: RunSettings | None, resume_checkpoint_id: str = "", run_id: str = "") -> RunStatus:
         if self._run is not None and self._run.state.active:
             raise FailedPrecondition(f"run {self._run.run_id} is {self._run.state.value}; stop it first")
         resume: CheckpointInfo | None = None
@@ -132,7 +137,7 @@ class Trainer:
             run = RunStatus(resume.run_id, settings, step=resume.step, policy_version=resume.policy_version)
             self.metrics.reset(MetricsLog.read_jsonl(resume.path / checkpoints.METRICS))
         else:
-            run = RunStatus(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}", settings)
+            run = RunStatus(self._new_run_id(settings, run_id), settings)
             self.metrics.reset()
         self._run = run
         self._stop.clear()
@@ -174,6 +179,23 @@ class Trainer:
 
     def list_checkpoints(self, run_id: str = "") -> list[CheckpointInfo]:
         return checkpoints.list_checkpoints(self._checkpoint_root(), run_id)
+
+    def export_policy(self, output_dir: str, checkpoint_id: str = "") -> tuple[Path, CheckpointInfo]:
+        """Write a checkpoint's policy (the latest of the current run by default) as a model folder."""
+        if not output_dir.strip():
+            raise InvalidArgument("output_dir is required")
+        root = self._checkpoint_root()
+        if checkpoint_id:
+            checkpoint = checkpoints.find_checkpoint(root, checkpoint_id)
+        else:
+            run = self._require_run()
+            latest = checkpoints.list_checkpoints(root, run.run_id)
+            if not latest:
+                raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
+            checkpoint = latest[0]
+        path = export_policy(checkpoint, Path(output_dir))
+        log.info("policy_exported", checkpoint_id=checkpoint.checkpoint_id, path=str(path))
+        return path, checkpoint
 
     def sync_weights(self, verify: bool = True) -> SyncResult:
         run = self._require_run()
@@ -331,6 +353,18 @@ class Trainer:
     def _set_state(self, run: RunStatus, state: RunState) -> None:
         run.state = state
         run.update_time = time.time()
+
+    @staticmethod
+    def _new_run_id(settings: RunSettings, requested: str) -> str:
+        if not requested:
+            return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        if not RUN_ID.fullmatch(requested):
+            raise InvalidArgument(
+                f"run_id {requested!r} must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        if checkpoints.list_checkpoints(settings.checkpoint_dir, requested):
+            raise AlreadyExists(f"run {requested!r} has checkpoints under {settings.checkpoint_dir}; resume it instead")
+        return requested
 
     def _checkpoint_root(self) -> Path:
         return self._run.settings.checkpoint_dir if self._run else self.deployment.work_dir / "checkpoints"

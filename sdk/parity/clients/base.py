@@ -67,9 +67,10 @@ class ServiceClient:
                 time.sleep(random.uniform(0, min(2.0, self.backoff_s * 2**attempt)))
         raise AssertionError("unreachable")
 
-    def _stream(self, method: str, request: Any) -> Iterator[Any]:
-        """A server stream with errors as RPCError. Not retried: resume from your cursor."""
+    def _stream(self, method: str, request: Any, timeout_s: float | None = None) -> Iterator[Any]:
+        """A server stream with errors as RPCError. Not retried: resume from your cursor.
+        `timeout_s` bounds the whole stream (DEADLINE_EXCEEDED past it); None: no deadline."""
         try:
-            yield from getattr(self._stub, method)(request, metadata=self.metadata or None)
+            yield from getattr(self._stub, method)(request, timeout=timeout_s, metadata=self.metadata or None)
         except grpc.RpcError as error:
             raise RPCError.from_grpc(error, method) from None

@@ -64,6 +64,8 @@ class EngineConfig:
     """Prefix of every session and group of a run; a fresh one per run when None, so
     running the same tasks again (the next epoch) never mixes with the last run."""
     progress: bool = True
+    validation: bool = False
+    """Close every rollout as validation: captured and kept, never trained on."""
 
     def __post_init__(self) -> None:
         if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
@@ -173,6 +175,7 @@ class AgentEngine:
         request = assembler_pb.CloseSessionRequest(
             session_id=result.session_id, outcome=_OUTCOMES[result.outcome], error_message=result.error[:2000],
             group_id=result.group_id, episode_id=episode_id, group_size=self.config.rollouts_per_task,
+            validation=self.config.validation,
         )  # fmt: skip
         if result.reward is not None:
             request.reward = result.reward

@@ -33,7 +33,7 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class CloseSessionRequest(_message.Message):
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
@@ -48,7 +49,8 @@ class CloseSessionRequest(_message.Message):
     group_id: str
     episode_id: str
     group_size: int
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ...) -> None: ...
+    validation: bool
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: _Optional[bool] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)
@@ -137,7 +139,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("closed_session_count", "pending_group_count", "delivered_batch_count", "acknowledged_batch_count", "delivered_sample_count", "filtered_counts", "error_counts")
+    __slots__ = ("closed_session_count", "pending_group_count", "delivered_batch_count", "acknowledged_batch_count", "delivered_sample_count", "filtered_counts", "error_counts", "validation_session_count")
     class FilteredCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +161,7 @@ class GetStatsResponse(_message.Message):
     DELIVERED_SAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
     FILTERED_COUNTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
     closed_session_count: int
     pending_group_count: int
     delivered_batch_count: int
@@ -166,4 +169,5 @@ class GetStatsResponse(_message.Message):
     delivered_sample_count: int
     filtered_counts: _containers.ScalarMap[str, int]
     error_counts: _containers.ScalarMap[str, int]
-    def __init__(self, closed_session_count: _Optional[int] = ..., pending_group_count: _Optional[int] = ..., delivered_batch_count: _Optional[int] = ..., acknowledged_batch_count: _Optional[int] = ..., delivered_sample_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., error_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    validation_session_count: int
+    def __init__(self, closed_session_count: _Optional[int] = ..., pending_group_count: _Optional[int] = ..., delivered_batch_count: _Optional[int] = ..., acknowledged_batch_count: _Optional[int] = ..., delivered_sample_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., error_counts: _Optional[_Mapping[str, int]] = ..., validation_session_count: _Optional[int] = ...) -> None: ...

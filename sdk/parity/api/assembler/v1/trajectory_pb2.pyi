@@ -17,12 +17,14 @@ class TrajectoryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRAJECTORY_STATE_READY: _ClassVar[TrajectoryState]
     TRAJECTORY_STATE_TRAINED: _ClassVar[TrajectoryState]
     TRAJECTORY_STATE_FILTERED: _ClassVar[TrajectoryState]
+    TRAJECTORY_STATE_VALIDATION: _ClassVar[TrajectoryState]
 TRAJECTORY_STATE_UNSPECIFIED: TrajectoryState
 TRAJECTORY_STATE_OPEN: TrajectoryState
 TRAJECTORY_STATE_PENDING: TrajectoryState
 TRAJECTORY_STATE_READY: TrajectoryState
 TRAJECTORY_STATE_TRAINED: TrajectoryState
 TRAJECTORY_STATE_FILTERED: TrajectoryState
+TRAJECTORY_STATE_VALIDATION: TrajectoryState
 
 class Step(_message.Message):
     __slots__ = ("call_id", "step_index", "prompt_token_count", "completion_token_count", "reward", "has_reward")

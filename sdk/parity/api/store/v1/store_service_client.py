@@ -25,8 +25,8 @@ class TokenStoreClient(ServiceClient):
     def list_calls(self, request: pb.ListCallsRequest, timeout_s: float | None = None) -> pb.ListCallsResponse:
         return self._unary("ListCalls", request, timeout_s)
 
-    def watch_calls(self, request: pb.WatchCallsRequest) -> Iterator[pb.WatchCallsResponse]:
-        return self._stream("WatchCalls", request)
+    def watch_calls(self, request: pb.WatchCallsRequest, timeout_s: float | None = None) -> Iterator[pb.WatchCallsResponse]:
+        return self._stream("WatchCalls", request, timeout_s)
 
     def write_rewards(self, request: pb.WriteRewardsRequest, timeout_s: float | None = None) -> pb.WriteRewardsResponse:
         return self._unary("WriteRewards", request, timeout_s)
@@ -43,8 +43,8 @@ class TokenStoreClient(ServiceClient):
     def close_session(self, request: pb.CloseSessionRequest, timeout_s: float | None = None) -> pb.CloseSessionResponse:
         return self._unary("CloseSession", request, timeout_s)
 
-    def watch_closed_sessions(self, request: pb.WatchClosedSessionsRequest) -> Iterator[pb.WatchClosedSessionsResponse]:
-        return self._stream("WatchClosedSessions", request)
+    def watch_closed_sessions(self, request: pb.WatchClosedSessionsRequest, timeout_s: float | None = None) -> Iterator[pb.WatchClosedSessionsResponse]:
+        return self._stream("WatchClosedSessions", request, timeout_s)
 
     def batch_get_sessions(self, request: pb.BatchGetSessionsRequest, timeout_s: float | None = None) -> pb.BatchGetSessionsResponse:
         return self._unary("BatchGetSessions", request, timeout_s)

@@ -19,8 +19,8 @@ class TrainerClient(ServiceClient):
     def get_status(self, request: pb.GetStatusRequest, timeout_s: float | None = None) -> pb.GetStatusResponse:
         return self._unary("GetStatus", request, timeout_s)
 
-    def stream_metrics(self, request: pb.StreamMetricsRequest) -> Iterator[pb.StreamMetricsResponse]:
-        return self._stream("StreamMetrics", request)
+    def stream_metrics(self, request: pb.StreamMetricsRequest, timeout_s: float | None = None) -> Iterator[pb.StreamMetricsResponse]:
+        return self._stream("StreamMetrics", request, timeout_s)
 
     def sync_weights(self, request: pb.SyncWeightsRequest, timeout_s: float | None = None) -> pb.SyncWeightsResponse:
         return self._unary("SyncWeights", request, timeout_s)
@@ -42,3 +42,6 @@ class TrainerClient(ServiceClient):
 
     def list_checkpoints(self, request: pb.ListCheckpointsRequest, timeout_s: float | None = None) -> pb.ListCheckpointsResponse:
         return self._unary("ListCheckpoints", request, timeout_s)
+
+    def export_policy(self, request: pb.ExportPolicyRequest, timeout_s: float | None = None) -> pb.ExportPolicyResponse:
+        return self._unary("ExportPolicy", request, timeout_s)

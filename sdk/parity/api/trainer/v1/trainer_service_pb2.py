@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from parity.api.trainer.v1 import run_pb2 as parity_dot_api_dot_trainer_dot_v1_dot_run__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+parity/api/trainer/v1/trainer_service.proto\x12\x15parity.api.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fparity/api/trainer/v1/run.proto\"\x12\n\x10GetStatusRequest\"{\n\x11GetStatusResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\x12=\n\tlast_sync\x18\x02 \x01(\x0b\x32*.parity.api.trainer.v1.SyncWeightsResponse\")\n\x14StreamMetricsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x05\"L\n\x15StreamMetricsResponse\x12\x33\n\x07metrics\x18\x01 \x01(\x0b\x32\".parity.api.trainer.v1.StepMetrics\"\xc4\x01\n\x0bStepMetrics\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x05\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x06values\x18\x04 \x03(\x0b\x32..parity.api.trainer.v1.StepMetrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"/\n\x12SyncWeightsRequest\x12\x19\n\x11skip_verification\x18\x01 \x01(\x08\"\xee\x01\n\x13SyncWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x34\n\x08replicas\x18\x02 \x03(\x0b\x32\".parity.api.trainer.v1.ReplicaSync\x12\x18\n\x10max_logprob_diff\x18\x03 \x01(\x01\x12<\n\tdurations\x18\x04 \x01(\x0b\x32).parity.api.trainer.v1.SyncPhaseDurations\x12\x31\n\rcomplete_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x0bReplicaSync\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x10\n\x08verified\x18\x02 \x01(\x08\x12\x18\n\x10max_logprob_diff\x18\x03 \x01(\x01\x12\x15\n\rerror_message\x18\x04 \x01(\t\"\xe7\x01\n\x12SyncPhaseDurations\x12(\n\x05pause\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04push\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06verify\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06resume\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05total\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"a\n\x0fStartRunRequest\x12\x30\n\x06\x63onfig\x18\x01 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12\x1c\n\x14resume_checkpoint_id\x18\x02 \x01(\t\";\n\x10StartRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x11\n\x0fPauseRunRequest\";\n\x10PauseRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x12\n\x10ResumeRunRequest\"<\n\x11ResumeRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x10\n\x0eStopRunRequest\"q\n\x0fStopRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\x12\x35\n\ncheckpoint\x18\x02 \x01(\x0b\x32!.parity.api.trainer.v1.Checkpoint\"\x17\n\x15SaveCheckpointRequest\"O\n\x16SaveCheckpointResponse\x12\x35\n\ncheckpoint\x18\x01 \x01(\x0b\x32!.parity.api.trainer.v1.Checkpoint\"O\n\x16ListCheckpointsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\"j\n\x17ListCheckpointsResponse\x12\x36\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32!.parity.api.trainer.v1.Checkpoint\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xb7\x07\n\x0eTrainerService\x12\x63\n\tGetStatus\x12\'.parity.api.trainer.v1.GetStatusRequest\x1a(.parity.api.trainer.v1.GetStatusResponse\"\x03\x90\x02\x01\x12q\n\rStreamMetrics\x12+.parity.api.trainer.v1.StreamMetricsRequest\x1a,.parity.api.trainer.v1.StreamMetricsResponse\"\x03\x90\x02\x01\x30\x01\x12\x64\n\x0bSyncWeights\x12).parity.api.trainer.v1.SyncWeightsRequest\x1a*.parity.api.trainer.v1.SyncWeightsResponse\x12[\n\x08StartRun\x12&.parity.api.trainer.v1.StartRunRequest\x1a\'.parity.api.trainer.v1.StartRunResponse\x12`\n\x08PauseRun\x12&.parity.api.trainer.v1.PauseRunRequest\x1a\'.parity.api.trainer.v1.PauseRunResponse\"\x03\x90\x02\x02\x12\x63\n\tResumeRun\x12\'.parity.api.trainer.v1.ResumeRunRequest\x1a(.parity.api.trainer.v1.ResumeRunResponse\"\x03\x90\x02\x02\x12]\n\x07StopRun\x12%.parity.api.trainer.v1.StopRunRequest\x1a&.parity.api.trainer.v1.StopRunResponse\"\x03\x90\x02\x02\x12m\n\x0eSaveCheckpoint\x12,.parity.api.trainer.v1.SaveCheckpointRequest\x1a-.parity.api.trainer.v1.SaveCheckpointResponse\x12u\n\x0fListCheckpoints\x12-.parity.api.trainer.v1.ListCheckpointsRequest\x1a..parity.api.trainer.v1.ListCheckpointsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+parity/api/trainer/v1/trainer_service.proto\x12\x15parity.api.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fparity/api/trainer/v1/run.proto\"\x12\n\x10GetStatusRequest\"{\n\x11GetStatusResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\x12=\n\tlast_sync\x18\x02 \x01(\x0b\x32*.parity.api.trainer.v1.SyncWeightsResponse\")\n\x14StreamMetricsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x05\"L\n\x15StreamMetricsResponse\x12\x33\n\x07metrics\x18\x01 \x01(\x0b\x32\".parity.api.trainer.v1.StepMetrics\"\xc4\x01\n\x0bStepMetrics\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x05\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x06values\x18\x04 \x03(\x0b\x32..parity.api.trainer.v1.StepMetrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"/\n\x12SyncWeightsRequest\x12\x19\n\x11skip_verification\x18\x01 \x01(\x08\"\xee\x01\n\x13SyncWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x34\n\x08replicas\x18\x02 \x03(\x0b\x32\".parity.api.trainer.v1.ReplicaSync\x12\x18\n\x10max_logprob_diff\x18\x03 \x01(\x01\x12<\n\tdurations\x18\x04 \x01(\x0b\x32).parity.api.trainer.v1.SyncPhaseDurations\x12\x31\n\rcomplete_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x0bReplicaSync\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x10\n\x08verified\x18\x02 \x01(\x08\x12\x18\n\x10max_logprob_diff\x18\x03 \x01(\x01\x12\x15\n\rerror_message\x18\x04 \x01(\t\"\xe7\x01\n\x12SyncPhaseDurations\x12(\n\x05pause\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04push\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06verify\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06resume\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05total\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"q\n\x0fStartRunRequest\x12\x30\n\x06\x63onfig\x18\x01 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12\x1c\n\x14resume_checkpoint_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\";\n\x10StartRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x11\n\x0fPauseRunRequest\";\n\x10PauseRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x12\n\x10ResumeRunRequest\"<\n\x11ResumeRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\"\x10\n\x0eStopRunRequest\"q\n\x0fStopRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.parity.api.trainer.v1.Run\x12\x35\n\ncheckpoint\x18\x02 \x01(\x0b\x32!.parity.api.trainer.v1.Checkpoint\"\x17\n\x15SaveCheckpointRequest\"O\n\x16SaveCheckpointResponse\x12\x35\n\ncheckpoint\x18\x01 \x01(\x0b\x32!.parity.api.trainer.v1.Checkpoint\"O\n\x16ListCheckpointsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\"j\n\x17ListCheckpointsResponse\x12\x36\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32!.parity.api.trainer.v1.Checkpoint\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"@\n\x13\x45xportPolicyRequest\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x12\n\noutput_dir\x18\x02 \x01(\t\"[\n\x14\x45xportPolicyResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x35\n\ncheckpoint\x18\x02 \x01(\x0b\x32!.parity.api.trainer.v1.Checkpoint2\xa5\x08\n\x0eTrainerService\x12\x63\n\tGetStatus\x12\'.parity.api.trainer.v1.GetStatusRequest\x1a(.parity.api.trainer.v1.GetStatusResponse\"\x03\x90\x02\x01\x12q\n\rStreamMetrics\x12+.parity.api.trainer.v1.StreamMetricsRequest\x1a,.parity.api.trainer.v1.StreamMetricsResponse\"\x03\x90\x02\x01\x30\x01\x12\x64\n\x0bSyncWeights\x12).parity.api.trainer.v1.SyncWeightsRequest\x1a*.parity.api.trainer.v1.SyncWeightsResponse\x12[\n\x08StartRun\x12&.parity.api.trainer.v1.StartRunRequest\x1a\'.parity.api.trainer.v1.StartRunResponse\x12`\n\x08PauseRun\x12&.parity.api.trainer.v1.PauseRunRequest\x1a\'.parity.api.trainer.v1.PauseRunResponse\"\x03\x90\x02\x02\x12\x63\n\tResumeRun\x12\'.parity.api.trainer.v1.ResumeRunRequest\x1a(.parity.api.trainer.v1.ResumeRunResponse\"\x03\x90\x02\x02\x12]\n\x07StopRun\x12%.parity.api.trainer.v1.StopRunRequest\x1a&.parity.api.trainer.v1.StopRunResponse\"\x03\x90\x02\x02\x12m\n\x0eSaveCheckpoint\x12,.parity.api.trainer.v1.SaveCheckpointRequest\x1a-.parity.api.trainer.v1.SaveCheckpointResponse\x12u\n\x0fListCheckpoints\x12-.parity.api.trainer.v1.ListCheckpointsRequest\x1a..parity.api.trainer.v1.ListCheckpointsResponse\"\x03\x90\x02\x01\x12l\n\x0c\x45xportPolicy\x12*.parity.api.trainer.v1.ExportPolicyRequest\x1a+.parity.api.trainer.v1.ExportPolicyResponse\"\x03\x90\x02\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,6 +48,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAINERSERVICE'].methods_by_name['StopRun']._serialized_options = b'\220\002\002'
   _globals['_TRAINERSERVICE'].methods_by_name['ListCheckpoints']._loaded_options = None
   _globals['_TRAINERSERVICE'].methods_by_name['ListCheckpoints']._serialized_options = b'\220\002\001'
+  _globals['_TRAINERSERVICE'].methods_by_name['ExportPolicy']._loaded_options = None
+  _globals['_TRAINERSERVICE'].methods_by_name['ExportPolicy']._serialized_options = b'\220\002\002'
   _globals['_GETSTATUSREQUEST']._serialized_start=168
   _globals['_GETSTATUSREQUEST']._serialized_end=186
   _globals['_GETSTATUSRESPONSE']._serialized_start=188
@@ -69,29 +71,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYNCPHASEDURATIONS']._serialized_start=1023
   _globals['_SYNCPHASEDURATIONS']._serialized_end=1254
   _globals['_STARTRUNREQUEST']._serialized_start=1256
-  _globals['_STARTRUNREQUEST']._serialized_end=1353
-  _globals['_STARTRUNRESPONSE']._serialized_start=1355
-  _globals['_STARTRUNRESPONSE']._serialized_end=1414
-  _globals['_PAUSERUNREQUEST']._serialized_start=1416
-  _globals['_PAUSERUNREQUEST']._serialized_end=1433
-  _globals['_PAUSERUNRESPONSE']._serialized_start=1435
-  _globals['_PAUSERUNRESPONSE']._serialized_end=1494
-  _globals['_RESUMERUNREQUEST']._serialized_start=1496
-  _globals['_RESUMERUNREQUEST']._serialized_end=1514
-  _globals['_RESUMERUNRESPONSE']._serialized_start=1516
-  _globals['_RESUMERUNRESPONSE']._serialized_end=1576
-  _globals['_STOPRUNREQUEST']._serialized_start=1578
-  _globals['_STOPRUNREQUEST']._serialized_end=1594
-  _globals['_STOPRUNRESPONSE']._serialized_start=1596
-  _globals['_STOPRUNRESPONSE']._serialized_end=1709
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1711
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1734
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=1736
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=1815
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=1817
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=1896
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=1898
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=2004
-  _globals['_TRAINERSERVICE']._serialized_start=2007
-  _globals['_TRAINERSERVICE']._serialized_end=2958
+  _globals['_STARTRUNREQUEST']._serialized_end=1369
+  _globals['_STARTRUNRESPONSE']._serialized_start=1371
+  _globals['_STARTRUNRESPONSE']._serialized_end=1430
+  _globals['_PAUSERUNREQUEST']._serialized_start=1432
+  _globals['_PAUSERUNREQUEST']._serialized_end=1449
+  _globals['_PAUSERUNRESPONSE']._serialized_start=1451
+  _globals['_PAUSERUNRESPONSE']._serialized_end=1510
+  _globals['_RESUMERUNREQUEST']._serialized_start=1512
+  _globals['_RESUMERUNREQUEST']._serialized_end=1530
+  _globals['_RESUMERUNRESPONSE']._serialized_start=1532
+  _globals['_RESUMERUNRESPONSE']._serialized_end=1592
+  _globals['_STOPRUNREQUEST']._serialized_start=1594
+  _globals['_STOPRUNREQUEST']._serialized_end=1610
+  _globals['_STOPRUNRESPONSE']._serialized_start=1612
+  _globals['_STOPRUNRESPONSE']._serialized_end=1725
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1727
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1750
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=1752
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=1831
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=1833
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=1912
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=1914
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=2020
+  _globals['_EXPORTPOLICYREQUEST']._serialized_start=2022
+  _globals['_EXPORTPOLICYREQUEST']._serialized_end=2086
+  _globals['_EXPORTPOLICYRESPONSE']._serialized_start=2088
+  _globals['_EXPORTPOLICYRESPONSE']._serialized_end=2179
+  _globals['_TRAINERSERVICE']._serialized_start=2182
+  _globals['_TRAINERSERVICE']._serialized_end=3243
 # @@protoc_insertion_point(module_scope)

@@ -101,12 +101,14 @@ class SyncPhaseDurations(_message.Message):
     def __init__(self, pause: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., push: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("config", "resume_checkpoint_id")
+    __slots__ = ("config", "resume_checkpoint_id", "run_id")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     RESUME_CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     config: _run_pb2.RunConfig
     resume_checkpoint_id: str
-    def __init__(self, config: _Optional[_Union[_run_pb2.RunConfig, _Mapping]] = ..., resume_checkpoint_id: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, config: _Optional[_Union[_run_pb2.RunConfig, _Mapping]] = ..., resume_checkpoint_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -173,3 +175,19 @@ class ListCheckpointsResponse(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[_run_pb2.Checkpoint]
     next_page_token: str
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[_run_pb2.Checkpoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ExportPolicyRequest(_message.Message):
+    __slots__ = ("checkpoint_id", "output_dir")
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_id: str
+    output_dir: str
+    def __init__(self, checkpoint_id: _Optional[str] = ..., output_dir: _Optional[str] = ...) -> None: ...
+
+class ExportPolicyResponse(_message.Message):
+    __slots__ = ("path", "checkpoint")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    checkpoint: _run_pb2.Checkpoint
+    def __init__(self, path: _Optional[str] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...

@@ -81,6 +81,11 @@ class TrainerServiceStub:
                 request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsResponse.FromString,
                 _registered_method=True)
+        self.ExportPolicy = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/ExportPolicy',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class TrainerServiceServicer:
@@ -153,6 +158,15 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportPolicy(self, request, context):
+        """ExportPolicy writes a checkpoint's policy as a Hugging Face model folder
+        (weights, config, tokenizer) that vLLM and transformers load as they are.
+        NOT_FOUND for an unknown checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +214,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.ListCheckpoints,
                     request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsRequest.FromString,
                     response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'ExportPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportPolicy,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -447,6 +466,33 @@ class TrainerService:
             '/parity.api.trainer.v1.TrainerService/ListCheckpoints',
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsRequest.SerializeToString,
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/ExportPolicy',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,130 @@
+"""The embedded stack: `parity up` on free ports for one run, stopped when the run ends.
+
+It is the same `parity up` a user runs by hand (store, ingest, assembler, trainer and
+vLLM, each its own process), so a run trained this way exercises what a deployment
+runs. Its state lives in RUN_DIR/stack: the store, the logs and, when no model is
+named, the small generated model, so resuming a run finds everything it left.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity.training.settings import StackAddresses
+
+SERVICES = ("store", "ingest", "assembler", "trainer")
+READY_LINE = "Press Ctrl-C"
+STOP_GRACE_S = 120.0
+_PR_SET_PDEATHSIG = 1
+
+
+class StackError(RuntimeError):
+    """The local stack did not come up, or went down."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalStack:
+    data_dir: Path
+    model: Path | None
+    """None: `parity up` generates the small model into DATA_DIR/model."""
+
+    def __post_init__(self) -> None:
+        self.ports = {name: free_port() for name in (*SERVICES, "vllm", "http")}
+        self.process: subprocess.Popen[str] | None = None
+        self._output: deque[str] = deque(maxlen=40)
+
+    @property
+    def model_path(self) -> Path:
+        return (self.model or self.data_dir / "model").resolve()
+
+    @property
+    def addresses(self) -> StackAddresses:
+        return StackAddresses(
+            ingest_url=f"http://127.0.0.1:{self.ports['http']}", assembler=f"127.0.0.1:{self.ports['assembler']}",
+            trainer=f"127.0.0.1:{self.ports['trainer']}", store=f"127.0.0.1:{self.ports['store']}",
+        )  # fmt: skip
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def start(self, timeout_s: float, cancelled: threading.Event | None = None) -> None:
+        """Returns once agents can call; raises StackError with `parity up`'s last words if it exits first."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(self.data_dir)]
+        command += ["--model", str(self.model)] if self.model else []
+        command += [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
+        with (self.log_dir / "up.log").open("ab") as stderr:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                # Its own session: Ctrl-C reaches `parity train`, which stops the run before the
+                # stack; the death signal takes the stack down if `parity train` is killed.
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        ready = threading.Event()
+        reader = threading.Thread(target=self._read_output, args=(ready,), name="parity-up-output", daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout_s
+        while not ready.wait(0.2):
+            if self.process.poll() is not None:
+                reader.join(2)
+                raise StackError(self._failure(f"parity up exited with code {self.process.returncode}"))
+            if cancelled is not None and cancelled.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() > deadline:
+                raise StackError(self._failure(f"the stack was not up after {timeout_s:g} s"))
+
+    def raise_if_down(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise StackError(self._failure(f"parity up exited with code {self.process.returncode}"))
+
+    def stop(self) -> int | None:
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        return process.returncode
+
+    def _read_output(self, ready: threading.Event) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self._output.append(line.rstrip())
+            if line.startswith(READY_LINE):
+                ready.set()
+
+    def _failure(self, reason: str) -> str:
+        said = "\n".join(self._output) or "(nothing on stdout)"
+        return f"{reason}; logs in {self.log_dir}. Its output:\n{said}\nLast of up.log:\n{_tail(self.log_dir / 'up.log')}"
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(none)"

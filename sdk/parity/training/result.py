@@ -1,0 +1,58 @@
+"""What a run hands back: each step's numbers, and the run's outcome as one JSON object."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    values: dict[str, float]
+    """The trainer's step metrics: reward_mean, policy_loss, sync_max_logprob_diff, ..."""
+    failed_rollouts: int = 0
+
+    @property
+    def reward(self) -> float:
+        return self.values.get("reward_mean", math.nan)
+
+
+@dataclass
+class TrainResult:
+    """The last line `parity train` prints, as JSON."""
+
+    run_id: str
+    state: str
+    """completed, stopped or failed."""
+    steps: int
+    error: str = ""
+    reward_first: float | None = None
+    reward_last: float | None = None
+    val_reward_before: float | None = None
+    val_reward_after: float | None = None
+    max_sync_logprob_diff: float | None = None
+    plot: str = ""
+    run_dir: str = ""
+    exported_model: str = ""
+    serve_command: str = ""
+    checkpoint: str = ""
+    """The latest checkpoint; `parity train --resume RUN_ID` continues from it."""
+    resume_command: str = ""
+    wall_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "completed"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        extra = data.pop("extra")
+        return {key: _finite(value) for key, value in {**data, **extra}.items()}
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: an undefined number is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -1,0 +1,248 @@
+"""What `parity train` and `parity.train()` take: one typed settings object.
+
+Every field is a keyword of `parity.train()`, a flag of `parity train` of the same
+name (`rollouts_per_task` is `--rollouts-per-task`) and a key of the TOML file
+(`--config train.toml`); a flag overrides the file. The deployed mesh's addresses are
+the `[stack]` table, or `--stack ingest=URL,assembler=HOST:PORT,trainer=HOST:PORT`.
+docs/training.md's reference table is generated from the help text here
+(`python -m parity.training.reference`), and a test keeps it in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
+BACKENDS = ("auto", "cpu", "fsdp")
+MODES = ("sync", "async")
+WANDB_MODES = ("auto", "online", "offline")
+_IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; `key` names it, so the caller can say where it was set."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, group: str = "") -> Any:
+    """A settings field with the help text the CLI, the TOML reference and the docs show."""
+    return field(default=default, metadata={"help": help, "choices": choices, "group": group})
+
+
+@dataclass(frozen=True)
+class StackAddresses:
+    """A deployed mesh that `parity train` uses instead of starting its own."""
+
+    ingest_url: str = setting("", "ingest's HTTP root, e.g. http://ingest.internal:8000")
+    assembler: str = setting("", "the assembler's gRPC address, HOST:PORT")
+    trainer: str = setting("", "the trainer's gRPC address, HOST:PORT")
+    store: str = setting("", "the token store's gRPC address, HOST:PORT (optional)")
+
+    def __post_init__(self) -> None:
+        for name in ("ingest_url", "assembler", "trainer"):
+            if not getattr(self, name):
+                raise SettingsError(f"stack.{name}", "is required when a deployed stack is named")
+        if not self.ingest_url.startswith(("http://", "https://")):
+            raise SettingsError("stack.ingest_url", f"must be an http(s) URL, got {self.ingest_url!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> StackAddresses:
+        """`ingest=http://h:8000,assembler=h:50053,trainer=h:50054[,store=h:50051]`."""
+        known = {f.name for f in dataclasses.fields(cls)} | {"ingest"}
+        values: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, equals, value = part.partition("=")
+            if not equals or name.strip() not in known:
+                raise SettingsError("stack", f"expected NAME=ADDRESS with NAME one of ingest, assembler, trainer, store; got {part!r}")
+            values["ingest_url" if name.strip() == "ingest" else name.strip()] = value.strip()
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    # What to train.
+    agent: str = setting("", "the agent, as pkg.module:function (sync or async; takes the task dict, returns a float reward or None)", group="agent")
+    agent_command: str = setting("", "an agent in any language: a command run once per rollout (see docs/training.md)", group="agent")
+    reward: str = setting("", "pkg.module:function scoring an agent command's output: reward(task, stdout) -> float", group="agent")
+    tasks: str = setting("", "training tasks: a .jsonl or .parquet file, or a Hugging Face datasets folder; each row has an id", group="data")
+    val_tasks: str = setting("", "validation tasks, in the same formats; none: no validation", group="data")
+    model: str = setting("", "the Hugging Face model folder to train; empty: the small generated model", group="data")
+    # How long.
+    steps: int | None = setting(None, "update steps; set this or epochs", group="schedule")
+    epochs: float | None = setting(None, "passes over the tasks (default 1 when steps is not set)", group="schedule")
+    groups_per_batch: int = setting(4, "tasks per training batch", group="schedule")
+    rollouts_per_task: int = setting(8, "rollouts of each task; they are compared with each other (GRPO groups)", group="schedule")
+    # Sampling: the trainer fills these into each task as task["max_tokens"] and task["temperature"].
+    max_tokens: int = setting(256, "max_tokens the agent is asked to use for its rollouts", group="sampling")
+    temperature: float = setting(1.0, "sampling temperature for rollouts", group="sampling")
+    # Validation.
+    val_every: int = setting(0, "validate every N steps, besides before training and at the end; 0: only then", group="validation")
+    val_samples: int = setting(1, "rollouts per validation task (the n of pass@k)", group="validation")
+    val_max_tokens: int | None = setting(None, "max_tokens for validation (default: max_tokens)", group="validation")
+    val_temperature: float | None = setting(None, "temperature for validation (default: temperature)", group="validation")
+    val_pass_threshold: float = setting(1.0, "a validation rollout passes (for pass@k) when its reward is at least this", group="validation")
+    # The update.
+    learning_rate: float = setting(1e-6, "AdamW learning rate", group="optimization")
+    advantage_estimator: str = setting("grpo", "verl's advantage estimator", choices=ADVANTAGE_ESTIMATORS, group="optimization")
+    backend: str = setting("auto", "cpu (a plain torch loop), fsdp (verl's FSDP engine), or auto (fsdp on a GPU)", choices=BACKENDS, group="optimization")
+    mode: str = setting("sync", "sync: rollouts wait for each update; async: they run on, at most max_policy_lag versions behind", choices=MODES, group="optimization")
+    max_policy_lag: int = setting(1, "async mode: policy versions a sample may lag the trainer", group="optimization")
+    kl_coef: float = setting(0.0, "KL penalty against the starting policy; 0 turns it off", group="optimization")
+    clip_ratio: float = setting(0.2, "PPO clip range", group="optimization")
+    ppo_epochs: int = setting(1, "passes over each batch", group="optimization")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
+    seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
+    checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
+    # The agent engine.
+    concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
+    rollout_timeout_s: float = setting(300.0, "wall time one rollout may take", group="rollouts")
+    retries: int = setting(1, "extra attempts for a rollout that fails or times out", group="rollouts")
+    # Output.
+    output_dir: str = setting("runs", "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model", group="output")
+    run_id: str = setting("", "the run's name; empty: run-DATE-TIME-XXXX", group="output")
+    resume: str = setting("", "continue the stopped or failed run of this id, from its latest checkpoint", group="output")
+    export: bool = setting(True, "write the trained policy to RUN_DIR/model at the end", group="output")
+    wandb: str = setting("", "also log to this Weights & Biases project", group="output")
+    wandb_mode: str = setting("auto", "auto: online when WANDB_API_KEY is set, else offline", choices=WANDB_MODES, group="output")
+    progress: bool = setting(True, "show a progress bar", group="output")
+    # Where it runs.
+    stack: StackAddresses | None = setting(None, "a deployed mesh to use instead of starting one: ingest=URL,assembler=ADDR,trainer=ADDR[,store=ADDR]", group="stack")
+    startup_timeout_s: float = setting(900.0, "time the local stack may take to come up", group="stack")
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if self.agent and self.agent_command:
+            raise SettingsError("agent", "name one of agent (pkg.module:function) and agent_command, not both")
+        for key in ("agent", "reward"):
+            value = getattr(self, key)
+            if value and not _IMPORT_PATH.fullmatch(value):
+                raise SettingsError(key, f"must be pkg.module:function, got {value!r}")
+        if self.reward and not self.agent_command:
+            raise SettingsError("reward", "scores an agent_command's output; a Python agent returns its reward")
+        if self.steps is not None and self.epochs is not None:
+            raise SettingsError("steps", "set steps or epochs, not both")
+        positive = ("steps", "groups_per_batch", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens",
+                    "ppo_epochs")  # fmt: skip
+        for key in positive:
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise SettingsError(key, f"must be at least 1, got {value}")
+        non_negative = ("val_every", "max_policy_lag", "checkpoint_interval", "concurrency", "retries", "kl_coef",
+                        "temperature", "val_temperature")  # fmt: skip
+        for key in non_negative:
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise SettingsError(key, f"must not be negative, got {value}")
+        for key in ("epochs", "learning_rate", "rollout_timeout_s", "startup_timeout_s", "max_grad_norm"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise SettingsError(key, f"must be greater than 0, got {value}")
+        if not 0 < self.clip_ratio < 1:
+            raise SettingsError("clip_ratio", f"must be between 0 and 1, got {self.clip_ratio}")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise SettingsError(f.name, f"must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+        for key in ("run_id", "resume"):
+            value = getattr(self, key)
+            if value and not _RUN_ID.fullmatch(value):
+                raise SettingsError(key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}")
+
+    # Derived values, so callers never re-implement a default.
+    @property
+    def rollout_concurrency(self) -> int:
+        return self.concurrency or self.groups_per_batch * self.rollouts_per_task
+
+    @property
+    def validation_max_tokens(self) -> int:
+        return self.val_max_tokens or self.max_tokens
+
+    @property
+    def validation_temperature(self) -> float:
+        return self.temperature if self.val_temperature is None else self.val_temperature
+
+    def total_steps(self, task_count: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        return max(1, math.ceil(task_count * (self.epochs or 1.0) / self.groups_per_batch))
+
+    def replace(self, **changes: Any) -> TrainSettings:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainSettings:
+        values = dict(data)
+        if values.get("stack"):
+            values["stack"] = StackAddresses(**values["stack"])
+        return cls(**values)
+
+
+def settings_fields(cls: type = TrainSettings) -> list[dataclasses.Field[Any]]:
+    return list(dataclasses.fields(cls))
+
+
+def field_types(cls: type = TrainSettings) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def value_kind(annotation: Any) -> type:
+    """The scalar type of a field: `int | None` is int."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return kinds[0]
+    return annotation
+
+
+def coerce(key: str, value: Any, annotation: Any) -> Any:
+    """A value from a TOML file, checked against the field's type (TOML already typed it)."""
+    kind = value_kind(annotation)
+    if value is None:
+        return None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    raise SettingsError(key, f"must be {names[kind]}, got {value!r} ({_toml_type(value)})")
+
+
+def _toml_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _check_types(settings: TrainSettings) -> None:
+    """Keyword arguments of parity.train() get the same checks as a TOML file's values."""
+    hints = field_types(type(settings))
+    for f in dataclasses.fields(settings):
+        if f.name == "stack":
+            value = getattr(settings, f.name)
+            if value is not None and not isinstance(value, StackAddresses):
+                raise SettingsError("stack", "must be StackAddresses (or a [stack] table, or NAME=ADDRESS pairs)")
+            continue
+        object.__setattr__(settings, f.name, coerce(f.name, getattr(settings, f.name), hints[f.name]))
