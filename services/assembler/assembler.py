@@ -112,7 +112,10 @@ class Assembler:
     async def wait(self, changed: asyncio.Event) -> None:
         """Until `changed` fires or the next idle group is due for release."""
         now = time.monotonic()
-        due = min((g.ready_at(self.settings.group_idle_s) for g in self._pending.values()), default=now + _MAX_WAIT_S)
+        # Only groups still short of their idle release need a timer; a ready group changes with a close or a score,
+        # which notify, and a ready group of another run must not turn this into a busy loop.
+        due = min((at for g in self._pending.values() if (at := g.ready_at(self.settings.group_idle_s)) > now),
+                  default=now + _MAX_WAIT_S)  # fmt: skip
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), timeout=min(max(due - now, 0.01), _MAX_WAIT_S))
 
@@ -255,9 +258,10 @@ class Assembler:
 
     async def close_session(
         self, session_id: str, outcome: int, error_message: str, *, reward: float | None, group_id: str,
-        episode_id: str, group_size: int, validation: bool = False,
+        episode_id: str, group_size: int, validation: bool = False, run_id: str = "",
     ) -> session_pb2.Session:  # fmt: skip
-        for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id)):
+        for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id),
+                            ("run_id", run_id)):  # fmt: skip
             if len(value) > MAX_ID_LENGTH:
                 raise InvalidArgument(f"{name} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
         if not session_id:
@@ -273,6 +277,8 @@ class Assembler:
             metadata[session_marks.GROUP_SIZE] = str(group_size)
         if validation:
             metadata[session_marks.VALIDATION] = "true"
+        if run_id:
+            metadata[session_marks.RUN_ID] = run_id
         self._closing.add(session_id)
         try:
             session = await self.store.close_session(session_id, outcome, error_message, metadata)
@@ -315,11 +321,13 @@ class Assembler:
             return None
         return Staleness(feed.policy_version, lag)
 
-    def _ready_groups(self, limit: int) -> list[Group]:
-        """Up to `limit` groups ready to batch, oldest first."""
+    def _ready_groups(self, limit: int, run_id: str) -> list[Group]:
+        """Up to `limit` groups ready to batch, oldest first; with `run_id`, that run's and those of no run."""
         now, settings = time.monotonic(), self.settings
         ready = []
         for group in self._pending.values():
+            if run_id and group.run_id not in ("", run_id):
+                continue
             if group.is_ready(now, settings.group_size, settings.group_idle_s) and all(
                 r.scored and r.session_id not in self._closing for r in group.rollouts
             ):
@@ -334,7 +342,7 @@ class Assembler:
         wanted = feed.subscription.groups_per_batch
         async with self._formation:
             # Twice what is wanted, so groups a filter drops can be replaced in one pass.
-            ready = self._ready_groups(2 * wanted)
+            ready = self._ready_groups(2 * wanted, feed.subscription.run_id)
             if len(ready) < wanted:
                 return None
             staleness = self._staleness(feed)

@@ -30,6 +30,7 @@ class Subscription:
     max_unacked_batches: int
     policy_version: int | None
     max_policy_lag: int | None
+    run_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.consumer_id:

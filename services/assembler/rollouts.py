@@ -43,6 +43,8 @@ class Rollout:
     scored: bool = False
     # A validation rollout: scored and listed, never grouped or batched.
     validation: bool = False
+    # The training run it is for; empty for any.
+    run_id: str = ""
 
     @property
     def failed(self) -> bool:
@@ -66,6 +68,7 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         filtered=metadata.get(session_marks.FILTERED, ""),
         error=metadata.get(session_marks.ERROR, ""),
         validation=metadata.get(session_marks.VALIDATION) == "true",
+        run_id=metadata.get(session_marks.RUN_ID, ""),
     )
     problems = []
     size = metadata.get(session_marks.GROUP_SIZE, "0")
@@ -102,6 +105,10 @@ class Group:
 
     def episode_count(self) -> int:
         return len({r.episode_id for r in self.rollouts})
+
+    @property
+    def run_id(self) -> str:
+        return self.rollouts[0].run_id if self.rollouts else ""
 
     def is_ready(self, now: float, default_size: int, idle_s: float) -> bool:
         """Every expected episode has closed, or none has joined for idle_s seconds."""

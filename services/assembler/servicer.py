@@ -83,7 +83,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             request.session_id, request.outcome, request.error_message,
             reward=request.reward if request.HasField("reward") else None,
             group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
-            validation=request.validation,
+            validation=request.validation, run_id=request.run_id,
         )  # fmt: skip
         return pb.CloseSessionResponse(session=session)
 
@@ -116,6 +116,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             subscribe.consumer_id, subscribe.groups_per_batch, subscribe.max_unacked_batches or 1,
             subscribe.policy_version if subscribe.HasField("policy_version") else None,
             subscribe.max_policy_lag if subscribe.HasField("max_policy_lag") else None,
+            subscribe.run_id,
         ))  # fmt: skip
         acks = asyncio.create_task(_forward_acks(request_iterator, feed))
         try:

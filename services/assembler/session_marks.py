@@ -21,6 +21,8 @@ FILTERED = "parity.filtered"
 ERROR = "parity.error"
 # "true" on validation rollouts, which are kept and scored but never batched.
 VALIDATION = "parity.validation"
+# The training run a rollout is for; a feed for another run leaves it alone.
+RUN_ID = "parity.run_id"
 RESERVED_PREFIX = "parity."
 
 

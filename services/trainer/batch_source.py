@@ -38,6 +38,8 @@ class FeedSubscription:
     max_unacked_batches: int = 1
     max_policy_lag: int | None = None
     """Set in async mode: the assembler drops samples more than this many versions behind."""
+    run_id: str = ""
+    """The run being trained: groups closed for other runs are not batched for it."""
 
 
 class BatchSource:
@@ -67,6 +69,7 @@ class BatchSource:
         subscribe = pb.BatchSubscription(
             consumer_id=self.subscription.consumer_id, groups_per_batch=self.subscription.groups_per_batch,
             max_unacked_batches=self.subscription.max_unacked_batches, policy_version=self._policy_version(),
+            run_id=self.subscription.run_id,
         )  # fmt: skip
         if self.subscription.max_policy_lag is not None:
             subscribe.max_policy_lag = self.subscription.max_policy_lag

@@ -218,6 +218,7 @@ class Trainer:
             FeedSubscription(
                 self.deployment.consumer_id, settings.groups_per_batch,
                 max_policy_lag=settings.max_policy_lag if settings.rollout_mode == "async" else None,
+                run_id=run.run_id,
             ),
             policy_version=lambda: run.policy_version,
             max_message_bytes=self.deployment.max_message_bytes,

@@ -66,6 +66,8 @@ class EngineConfig:
     progress: bool = True
     validation: bool = False
     """Close every rollout as validation: captured and kept, never trained on."""
+    training_run: str = ""
+    """The trainer run these rollouts are for: the assembler batches them for that run only."""
 
     def __post_init__(self) -> None:
         if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
@@ -175,7 +177,7 @@ class AgentEngine:
         request = assembler_pb.CloseSessionRequest(
             session_id=result.session_id, outcome=_OUTCOMES[result.outcome], error_message=result.error[:2000],
             group_id=result.group_id, episode_id=episode_id, group_size=self.config.rollouts_per_task,
-            validation=self.config.validation,
+            validation=self.config.validation, run_id=self.config.training_run,
         )  # fmt: skip
         if result.reward is not None:
             request.reward = result.reward

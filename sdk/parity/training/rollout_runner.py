@@ -30,8 +30,11 @@ class Sampling:
 
 
 class RolloutRunner:
-    def __init__(self, agent: Agent, assembler: AssemblerClient, *, concurrency: int, timeout_s: float, retries: int) -> None:
+    def __init__(
+        self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int
+    ) -> None:
         self.agent = agent
+        self.run_id = run_id
         self.assembler = assembler
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -50,7 +53,7 @@ class RolloutRunner:
                    "temperature": sampling.temperature} for task in tasks]  # fmt: skip
         config = EngineConfig(
             rollouts_per_task=rollouts_per_task, concurrency=self.concurrency, timeout_s=self.timeout_s,
-            retries=self.retries, run_id=prefix, progress=False, validation=validation,
+            retries=self.retries, run_id=prefix, progress=False, validation=validation, training_run=self.run_id,
         )  # fmt: skip
         engine = AgentEngine(self.agent, config, assembler=self.assembler)
         future = asyncio.run_coroutine_threadsafe(engine.arun(filled), self._loop)

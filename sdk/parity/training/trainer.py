@@ -161,7 +161,7 @@ class Trainer:
             request.run_id = self.run_id
         self._trainer.start_run(request)
         self._runner = RolloutRunner(
-            self.agent, self._assembler, concurrency=self.settings.rollout_concurrency,
+            self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
             timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
         )  # fmt: skip
         self.state = "running"

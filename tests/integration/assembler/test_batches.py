@@ -119,3 +119,37 @@ def test_bad_input_gets_a_clear_error_and_the_rest_keeps_working(start_stack) ->
     assert stats.error_counts["unknown_session"] == 1 and stats.error_counts["malformed_metadata"] == 1
     view = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="malformed")).trajectory
     assert view.state == trajectory_pb2.TRAJECTORY_STATE_FILTERED and "parity.group_size" in view.filter_reason
+
+
+def test_validation_rollouts_are_kept_and_never_batched(start_stack) -> None:
+    stack = start_stack()
+    for name, reward in (("val-a", 1.0), ("val-b", 0.0)):
+        stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=len(name) + int(reward)))
+        stack.close(name, group_id="val-task", group_size=2, reward=reward, validation=True)
+    rollout(stack, "train-a", "train-task", 1.0, seed=1)
+    rollout(stack, "train-b", "train-task", 0.0, seed=2)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    batch = trainer.next()
+    assert list(batch.group_ids) == ["train-task"]
+    assert trainer.nothing_within(1.0), "validation rollouts never make a batch"
+    stats = stack.stub.GetStats(pb.GetStatsRequest())
+    assert stats.validation_session_count == 2 and stats.pending_group_count == 0
+    view = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="val-a")).trajectory
+    assert view.state == trajectory_pb2.TRAJECTORY_STATE_VALIDATION and view.has_reward and view.reward == 1.0
+    trainer.stop()
+
+
+def test_a_feed_for_one_run_leaves_another_runs_groups_alone(start_stack) -> None:
+    stack = start_stack()
+    for run, seed in (("run-old", 1), ("run-new", 3), ("", 5)):
+        group = f"{run or 'any'}-task"
+        for offset, reward in ((0, 1.0), (1, 0.0)):
+            name = f"{group}-{offset}"
+            stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed + offset))
+            stack.close(name, group_id=group, group_size=2, reward=reward, run_id=run)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=2, run_id="run-new")
+    batch = trainer.next()
+    assert sorted(batch.group_ids) == ["any-task", "run-new-task"]
+    assert stack.stub.GetStats(pb.GetStatsRequest()).pending_group_count == 1
+    trainer.ack(batch.batch_id)
+    trainer.stop()

@@ -33,7 +33,7 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class CloseSessionRequest(_message.Message):
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
@@ -50,7 +51,8 @@ class CloseSessionRequest(_message.Message):
     episode_id: str
     group_size: int
     validation: bool
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: _Optional[bool] = ...) -> None: ...
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: _Optional[bool] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)
@@ -107,18 +109,20 @@ class StreamBatchesRequest(_message.Message):
     def __init__(self, subscribe: _Optional[_Union[BatchSubscription, _Mapping]] = ..., ack: _Optional[_Union[BatchAck, _Mapping]] = ...) -> None: ...
 
 class BatchSubscription(_message.Message):
-    __slots__ = ("consumer_id", "groups_per_batch", "max_unacked_batches", "policy_version", "max_policy_lag")
+    __slots__ = ("consumer_id", "groups_per_batch", "max_unacked_batches", "policy_version", "max_policy_lag", "run_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUPS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
     MAX_UNACKED_BATCHES_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_POLICY_LAG_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: str
     groups_per_batch: int
     max_unacked_batches: int
     policy_version: int
     max_policy_lag: int
-    def __init__(self, consumer_id: _Optional[str] = ..., groups_per_batch: _Optional[int] = ..., max_unacked_batches: _Optional[int] = ..., policy_version: _Optional[int] = ..., max_policy_lag: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, consumer_id: _Optional[str] = ..., groups_per_batch: _Optional[int] = ..., max_unacked_batches: _Optional[int] = ..., policy_version: _Optional[int] = ..., max_policy_lag: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class BatchAck(_message.Message):
     __slots__ = ("batch_id", "policy_version")
