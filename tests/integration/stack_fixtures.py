@@ -13,8 +13,10 @@ import pytest
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
 
 ADMIN_TOKEN = "test-admin-token"
 
@@ -91,3 +93,53 @@ def full_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory) 
                      store_address=store.address)  # fmt: skip
     yield FullStack(store, ingest, http_port, data / "spool.db", assembler)
     parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")})
+
+
+@dataclass
+class TrainingStack:
+    """Every service of a deployment around a vLLM of its own, as `parity train --stack` reaches one."""
+
+    vllm: VllmServer
+    store: RunningService
+    assembler: RunningService
+    ingest: RunningService
+    trainer: RunningService
+    http_port: int
+
+    @property
+    def addresses(self):
+        from parity.training import StackAddresses
+
+        return StackAddresses(f"http://127.0.0.1:{self.http_port}", self.assembler.address, self.trainer.address,
+                              self.store.address)  # fmt: skip
+
+
+def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path) -> TrainingStack:
+    store = launcher.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+    assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
+                               "--shutdown-grace-s", "0.5")  # fmt: skip
+    ingest, http_port = start_ingest(launcher, store.address, vllm.base_url, data / "spool.db")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PARITY_INGEST_ADMIN_TOKEN", ADMIN_TOKEN)
+        trainer = launcher.start(
+            "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
+            "--replicas", vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
+        )  # fmt: skip
+    return TrainingStack(vllm, store, assembler, ingest, trainer, http_port)
+
+
+@pytest.fixture(scope="module")
+def own_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+    """A vLLM for one module's training runs: training rewrites the served weights, so the session's shared
+    vLLM is left alone."""
+    config = VllmLaunchConfig(
+        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
+        log_path=tmp_path_factory.mktemp("own-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
+    )  # fmt: skip
+    with VllmServer(config) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def deployed_stack(module_services: ServiceLauncher, own_vllm, tmp_path_factory) -> TrainingStack:
+    return start_training_stack(module_services, own_vllm, tmp_path_factory.mktemp("deployed-stack"))

@@ -1,0 +1,132 @@
+"""`parity.train()` against a deployed stack (every service its own process, real vLLM): a two-turn
+agent of the test's own trains, validates, exports; a run that fails ends at once with its reason."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import parity
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.assembler.v1 import trajectory_pb2
+from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.clients import AssemblerClient, StoreClient
+from parity.training import StackAddresses
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+TASKS = [{"id": f"t{n}", "prompt": prompt} for n, prompt in enumerate(
+    ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."])]  # fmt: skip
+VAL_TASKS = [{"id": "v0", "prompt": "Describe a small box."}, {"id": "v1", "prompt": "Tell me about the team."}]
+
+
+def word_start_share(token_texts: list[str]) -> float:
+    return sum(text.startswith(" ") for text in token_texts) / max(1, len(token_texts))
+
+
+async def two_turn_agent(task: dict[str, Any]) -> float:
+    """Asks, hears back, asks again in the same conversation; rewarded on both replies."""
+    client = parity.get_async_chat_client()
+    messages = [{"role": "user", "content": task["prompt"]}]
+    shares = []
+    for follow_up in ("Say more.", None):
+        reply = await client.chat.completions.create(
+            model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
+            logprobs=True,
+        )  # fmt: skip
+        shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
+        if follow_up:
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                         {"role": "user", "content": follow_up}]  # fmt: skip
+    return sum(shares) / len(shares)
+
+
+def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(deployed_stack, tmp_path) -> None:
+    model = deployed_stack.vllm.config.model_path
+    result = parity.train(
+        two_turn_agent, TASKS, val_tasks=VAL_TASKS, model=model, stack=deployed_stack.addresses, steps=3,
+        groups_per_batch=2, rollouts_per_task=4, max_tokens=8, learning_rate=3e-3, val_samples=2,
+        output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert result.state == "completed", result.error
+    assert result.steps == 3 and result.max_sync_logprob_diff < 1e-4
+    assert result.val_reward_before is not None and result.val_reward_after is not None
+    run_dir = tmp_path / "runs" / result.run_id
+    assert result.run_dir == str(run_dir) and result.plot.endswith("reward.png")
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in records] == [("validation", 0), ("train", 1), ("train", 2), ("train", 3),
+                                                         ("validation", 3)]  # fmt: skip
+    assert all("pass@1" in r and "pass@2" in r for r in records if r["kind"] == "validation")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/reward_mean")] == [1, 2, 3]
+    assert [e.step for e in events.Scalars("validation/reward")] == [0, 3]
+
+    # Every rollout's two calls are one merged, token-exact sample; validation sessions were never trained on.
+    assembler = AssemblerClient(deployed_stack.assembler.address)
+    trained = assembler.list_trajectories(assembler_pb.ListTrajectoriesRequest(page_size=1000)).trajectories
+    ours = [t for t in trained if t.session_id.startswith(result.run_id)]
+    validation = [t for t in ours if "-v0" in t.session_id]
+    training = [t for t in ours if "-s0" in t.session_id]
+    assert len(validation) == 2 * len(VAL_TASKS) * 2 and len(training) >= 3 * 2 * 4
+    assert {t.state for t in validation} == {trajectory_pb2.TRAJECTORY_STATE_VALIDATION}
+    # Both turns are in each trajectory; they train as one sequence unless re-rendering the reply's text gave
+    # other ids than the sampled ones (a random model's replies often do), which splits it, counted.
+    views = [assembler.get_trajectory(assembler_pb.GetTrajectoryRequest(
+        session_id=t.session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL)).trajectory for t in training]  # fmt: skip
+    assert all(len(v.steps) == 2 and len(v.samples) == 1 + v.split_count for v in views)
+    assert any(v.split_count == 0 for v in views)
+    store = StoreClient(deployed_stack.store.address)
+    session = store.get_session(store_pb.GetSessionRequest(session_id=validation[0].session_id)).session
+    assert session.metadata["parity.validation"] == "true"
+
+    # The exported folder is the policy vLLM serves: the same logprobs, from transformers, on a chat.
+    exported = result.exported_model
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    chat = [{"role": "user", "content": TASKS[0]["prompt"]}]
+    prompt = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"])
+    reply = httpx.post(f"{deployed_stack.vllm.base_url}/v1/completions", json={
+        "model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 1.0, "return_token_ids": True,
+    }, timeout=60).json()["choices"][0]  # fmt: skip
+    sequence = prompt + reply["token_ids"]
+    scored = httpx.post(f"{deployed_stack.vllm.base_url}/v1/completions", json={
+        "model": "tiny", "prompt": sequence, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
+    }, timeout=60).json()["choices"][0]["prompt_logprobs"]  # fmt: skip
+    served = np.array([entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)])
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)(torch.tensor([sequence])).logits[0, :-1]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    assert np.max(np.abs(served - expected)) < 1e-4
+    assert result.serve_command == f"parity vllm serve --model {exported}"
+
+
+def test_a_run_whose_sync_fails_ends_at_once_with_the_reason_and_its_checkpoint(
+    deployed_stack, module_services, tmp_path
+) -> None:
+    # A trainer whose replica is gone: its run's first weight sync cannot land.
+    dead_replica = f"http://127.0.0.1:{free_port()}"
+    trainer = module_services.start(
+        "trainer", "--assembler-address", deployed_stack.assembler.address, "--replicas", dead_replica,
+        "--work-dir", str(tmp_path / "trainer"), "--consumer-id", "failing-trainer",
+    )  # fmt: skip
+    stack = StackAddresses(deployed_stack.addresses.ingest_url, deployed_stack.assembler.address, trainer.address)
+    started = time.monotonic()
+    result = parity.train(
+        two_turn_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=stack, steps=3, groups_per_batch=2,
+        rollouts_per_task=2, max_tokens=8, output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert time.monotonic() - started < 60
+    assert result.state == "failed"
+    assert dead_replica in result.error and "resumable from checkpoint" in result.error
+    assert result.checkpoint == f"{result.run_id}/step-000000"
+    assert result.resume_command.startswith(f"parity train --resume {result.run_id}")
