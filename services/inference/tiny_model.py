@@ -95,6 +95,9 @@ class TinyModelSpec:
     num_hidden_layers: int = 2
     intermediate_size: int = 256
     max_position_embeddings: int = 4096
+    tie_embeddings: bool = False
+    """Share one matrix between the input embeddings and the output head, as most small open
+    models do (Qwen2.5 0.5B-3B, Llama 3.2 1B/3B, Gemma); the checkpoint then holds no lm_head."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -208,9 +211,7 @@ def build_model(spec: TinyModelSpec, eos_token_id: int, pad_token_id: int) -> Qw
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_key_value_heads,
         max_position_embeddings=spec.max_position_embeddings,
-        # Untied, so a weight update to the output head never silently moves the embeddings
-        # (and reloading weights into vLLM covers both tensors).
-        tie_word_embeddings=False,
+        tie_word_embeddings=spec.tie_embeddings,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         dtype="float32",
@@ -246,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model to")
     parser.add_argument("--seed", type=int, default=0, help="seed for the weights")
+    parser.add_argument(
+        "--tie-embeddings", action="store_true", help="one matrix for the input embeddings and the output head"
+    )
     args = parser.parse_args(argv)
-    print(generate_tiny_model(args.out, TinyModelSpec(seed=args.seed)))
+    print(generate_tiny_model(args.out, TinyModelSpec(seed=args.seed, tie_embeddings=args.tie_embeddings)))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Session fixtures: the tiny model, and one real vLLM server serving it on a free port."""
+"""Session fixtures: the tiny model (untied and tied), and one real vLLM server serving it on a free port."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.services.inference.tiny_model import generate_tiny_model
+from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     REPO_VLLM_PYTHON,
     VllmLaunchConfig,
@@ -30,6 +30,12 @@ MISSING_INFERENCE_ENV = (
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with its output head tied to its input embeddings, as most small open models have it."""
+    return generate_tiny_model(tmp_path_factory.mktemp("tied_model"), TinyModelSpec(tie_embeddings=True))
 
 
 @pytest.fixture(scope="session")

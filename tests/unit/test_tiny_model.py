@@ -71,6 +71,18 @@ def test_loads_as_float32_qwen2_with_head_dim_64_and_untied_embeddings(model_dir
     assert not torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
 
 
+def test_tied_embeddings_share_one_matrix_as_in_small_hub_models(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    tied = generate_tiny_model(tmp_path, TinyModelSpec(tie_embeddings=True))
+    model = AutoModelForCausalLM.from_pretrained(tied)
+
+    assert model.config.tie_word_embeddings is True
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    # Like Qwen2.5-0.5B's checkpoint: the embeddings only.
+    assert "lm_head.weight" not in load_file(tied / "model.safetensors")
+
+
 def test_tokenizer_fills_the_vocabulary_and_ends_turns_with_im_end(
     model_dir: Path, tokenizer: PreTrainedTokenizerBase
 ) -> None:

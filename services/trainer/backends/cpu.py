@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 from verl.utils import torch_functional as verl_F
 
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.backends.pushed_weights import save_pushed_weights
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.policy_loss import compute_advantages, policy_loss, token_logprobs
 from parity.services.trainer.run_settings import RunSettings
@@ -83,8 +84,7 @@ class CpuBackend(TrainingBackend):
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(directory, safe_serialization=True)
+        save_pushed_weights(self.model, directory)
 
     def save_state(self, directory: Path) -> None:
         self.save_weights(directory)

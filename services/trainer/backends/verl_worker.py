@@ -24,6 +24,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from verl.single_controller.base.decorator import Dispatch, register  # noqa: E402
 from verl.workers.engine_workers import TrainingWorker  # noqa: E402
 
+from parity.services.trainer.backends.pushed_weights import save_pushed_weights  # noqa: E402
+
 _FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
@@ -41,6 +43,5 @@ class PolicyWorker(TrainingWorker):
         module = self.engine.module
         state = get_model_state_dict(module, options=_FULL_ON_CPU)
         if dist.get_rank() == 0:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            module.save_pretrained(directory, state_dict=state, safe_serialization=True)
+            save_pushed_weights(module, Path(directory), state)
         dist.barrier()

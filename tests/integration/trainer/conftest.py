@@ -4,7 +4,9 @@ session's shared vLLM is left alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -25,13 +27,20 @@ class TrainingStack:
     http_port: int
 
 
-@pytest.fixture(scope="module")
-def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+@contextmanager
+def serving(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, dtype: str = "float32") -> Iterator[VllmServer]:
+    """A vLLM of its own serving `model_dir` as "tiny", in `dtype`."""
     config = VllmLaunchConfig(
-        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
+        model_path=model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny", dtype=dtype,
         log_path=tmp_path_factory.mktemp("trainer-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )  # fmt: skip
     with VllmServer(config) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+    with serving(tiny_model_dir, tmp_path_factory) as server:
         yield server
 
 

@@ -1,17 +1,23 @@
-"""Weight sync against a real vLLM: the push lands and verifies, and a replica that keeps old
-weights is caught by the probe."""
+"""Weight sync against a real vLLM: every push lands and verifies, on a model whose output head
+is tied to its input embeddings as on one that is not, and a replica that keeps old weights is
+caught by the probe."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from parity.services.inference.vllm_launcher import VllmServer
+from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.cpu import CpuBackend
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import SyncFailed, WeightSync, probe_tokens
+from tests.integration.trainer.conftest import serving
 from tests.unit.trainer.test_backends import rewarded_batch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -25,7 +31,38 @@ class IgnoresReloads(VllmReplica):
         return None
 
 
-def test_pushed_weights_verify_and_stale_ones_are_refused(trainer_vllm, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def tied_vllm(tied_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+    with serving(tied_model_dir, tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture(params=["untied", "tied"])
+def served(request) -> VllmServer:
+    return request.getfixturevalue("tied_vllm" if request.param == "tied" else "trainer_vllm")
+
+
+@pytest.mark.parametrize("name", ["cpu", "fsdp"])
+def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tmp_path) -> None:
+    backend = select_backend(RunSettings(served.config.model_path, 10, 1, backend=name, learning_rate=1e-2))
+    replica = VllmReplica(served.base_url)
+    probe = probe_tokens(1024)
+    sync = WeightSync([replica], tmp_path / "weights", probe)
+    # The server may hold an earlier test's weights: start from the model's own.
+    sync.sync(backend, policy_version=0)
+    for version in range(1, 4):
+        before = np.array(replica.prompt_logprobs(probe))
+        backend.train_step(rewarded_batch(100, 200))
+        result = sync.sync(backend, policy_version=version)
+        after = np.array(replica.prompt_logprobs(probe))
+        # Verified, and far inside the float32 tolerance (about 1e-6 measured).
+        assert result.verified and result.max_logprob_diff < 1e-4
+        # vLLM serves the update itself: its logprobs moved, onto the trainer's.
+        assert np.max(np.abs(after - before)) > 1e-2
+        assert np.max(np.abs(after - np.array(backend.probe_logprobs(probe)))) < 1e-4
+
+
+def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(trainer_vllm, tmp_path) -> None:
     backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
     backend.train_step(rewarded_batch(100, 200))
     sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024))
@@ -37,3 +74,6 @@ def test_pushed_weights_verify_and_stale_ones_are_refused(trainer_vllm, tmp_path
     stale = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024))
     with pytest.raises(SyncFailed, match="probe logprobs differ by"):
         stale.sync(backend, policy_version=2)
+    # A tolerance above the difference lets it through.
+    lenient = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), tolerance=10.0)
+    assert lenient.sync(backend, policy_version=2).verified
