@@ -3,7 +3,7 @@
 #
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), buf (.tools)
 #   make test    the whole test suite (creates the environments first)
-#   make demo    the main job: bring the stack up and train an agent end to end
+#   make demo    the main job: `parity train` on examples/speak_in_words (stack, training, validation, export)
 #   make protos  regenerate sdk/parity/api from protos/
 
 PYTHON ?= python3
@@ -45,7 +45,7 @@ test: env
 	$(VENV)/bin/python -m pytest
 
 demo: env
-	$(VENV)/bin/python scripts/demo.py
+	$(VENV)/bin/python -m parity.cli train --config examples/speak_in_words/train.toml --output-dir .parity/runs
 
 protos: $(VENV)/.installed
 	$(VENV)/bin/python scripts/generate_protos.py

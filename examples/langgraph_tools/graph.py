@@ -25,8 +25,8 @@ class AgentState(TypedDict):
     model_calls: int
 
 
-def build_graph(base_url: str, model: str, api_key: str = "unused"):
-    llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=48, temperature=1.0)
+def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: int = 48, temperature: float = 1.0):
+    llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=max_tokens, temperature=temperature)
     # Ask for the tool on every turn but the last, so each episode feeds tool results back.
     with_tool = llm.bind_tools([calculator], tool_choice={"type": "function", "function": {"name": "calculator"}})
 

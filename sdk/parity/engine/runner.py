@@ -93,7 +93,8 @@ class AgentEngine:
         self.agent = agent
         self.config = config
         self.assembler = assembler or AssemblerClient(current_config().assembler_address)
-        self._is_async = inspect.iscoroutinefunction(agent)
+        # An object whose __call__ is async (a configured agent class) is an async agent too.
+        self._is_async = inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(type(agent).__call__)
 
     def run(self, tasks: Iterable[Mapping[str, Any]]) -> list[RolloutResult]:
         """Run every rollout; for scripts. From async code, await `arun`."""

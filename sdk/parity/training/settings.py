@@ -103,6 +103,7 @@ class TrainSettings:
     ppo_epochs: int = setting(1, "passes over each batch", group="optimization")
     max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
+    ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     # The agent engine.
     concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
@@ -139,7 +140,7 @@ class TrainSettings:
             if value is not None and value < 1:
                 raise SettingsError(key, f"must be at least 1, got {value}")
         non_negative = ("val_every", "max_policy_lag", "checkpoint_interval", "concurrency", "retries", "kl_coef",
-                        "temperature", "val_temperature")  # fmt: skip
+                        "temperature", "val_temperature", "ray_workers_per_node")  # fmt: skip
         for key in non_negative:
             value = getattr(self, key)
             if value is not None and value < 0:

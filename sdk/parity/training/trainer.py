@@ -80,6 +80,10 @@ class RunEnded(RuntimeError):
         self.step = step
 
 
+class AgentFailing(RunEnded):
+    """Every rollout fails: the run cannot get data, so it ends rather than retry forever."""
+
+
 class Trainer:
     def __init__(
         self,
@@ -122,6 +126,8 @@ class Trainer:
         self._previous_config = parity.current_config()
         self._task_order = self._task_stream()
         self._served_model = ""
+        self._failures_in_a_row = 0
+        self._last_failure = ""
         self._started = time.monotonic()
         self.state = "created"
         self.error = ""
@@ -187,6 +193,7 @@ class Trainer:
             if run.step > target or (run.step == target and run.state not in (run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_FAILED)):
                 break
             self._raise_if_ended(status, futures)
+            self._raise_if_agent_failing(futures)
             if self.settings.mode == "async" or not any(not f.done() for f in futures):
                 idle_since = self._top_up(runner, futures, status, idle_since, target)
             time.sleep(POLL_S)
@@ -268,9 +275,9 @@ class Trainer:
             self.state = "stopped"
 
     def fail(self, error: BaseException) -> TrainResult:
-        """The result of a run that ended on `error` (a failed run, a stack that went down)."""
-        if self._runner is not None:
-            self._runner.cancel_all()
+        """The result of a run that ended on `error` (a failed run, a stack that went down); a trainer run
+        still going is stopped first, so it leaves a checkpoint to resume from."""
+        self.stop()
         self.state = getattr(error, "state", "failed")
         self.error = str(error)
         return self._result("")
@@ -317,7 +324,8 @@ class Trainer:
             # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
             checkpoint_dir=str(self.run_dir / "checkpoints") if self._stack is not None else "",
             checkpoint_interval=s.checkpoint_interval,
-            overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed)},
+            overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed),
+                       **({"ray_workers_per_node": str(s.ray_workers_per_node)} if s.ray_workers_per_node else {})},
         )  # fmt: skip
 
     def _resume_checkpoint(self) -> run_pb2.Checkpoint:
@@ -392,7 +400,27 @@ class Trainer:
     def _roll_out(self, runner: RolloutRunner, tasks: list[dict[str, Any]], step: int) -> concurrent.futures.Future[list[RolloutResult]]:
         sampling = Sampling(self._served_model, self.settings.max_tokens, self.settings.temperature)
         prefix = f"{self.run_id}-s{step:05d}-{secrets.token_hex(2)}"
-        return runner.submit(tasks, prefix=prefix, rollouts_per_task=self.settings.rollouts_per_task, sampling=sampling)
+        future = runner.submit(tasks, prefix=prefix, rollouts_per_task=self.settings.rollouts_per_task, sampling=sampling)
+        future.add_done_callback(self._count_failures)
+        return future
+
+    def _count_failures(self, future: concurrent.futures.Future[list[RolloutResult]]) -> None:
+        for result in _results(future) if not future.cancelled() else []:
+            final = result.attempt == self.settings.retries or result.outcome == "succeeded"
+            if result.outcome == "succeeded":
+                self._failures_in_a_row = 0
+            elif final:
+                self._failures_in_a_row += 1
+                self._last_failure = result.error
+
+    def _raise_if_agent_failing(self, futures: Sequence[concurrent.futures.Future[Any]]) -> None:
+        """A whole batch's worth of rollouts failed in a row: no batch can form, so say why and end."""
+        limit = self.settings.groups_per_batch * self.settings.rollouts_per_task
+        if self._failures_in_a_row >= limit:
+            for future in futures:
+                future.cancel()
+            raise AgentFailing("failed", f"the agent failed {self._failures_in_a_row} rollouts in a row; "
+                                         f"the last: {self._last_failure}", self.step_index)  # fmt: skip
 
     def _step_metrics(self, step: int) -> dict[str, float]:
         assert self._trainer is not None
@@ -556,7 +584,7 @@ def _resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) ->
         if not saved.exists():
             raise SettingsError("resume", f"no run {resume!r} in {output_dir.resolve()} (no {SETTINGS_FILE})")
         base = TrainSettings.from_json(json.loads(saved.read_text()))
-        return base.replace(**values, resume=resume)
+        return base.replace(**(values | {"resume": resume}))
     return (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
 
 

@@ -1,4 +1,5 @@
-"""The three examples, run by the agent engine against the real stack and vLLM."""
+"""The three examples, each trained from its own TOML file for a few steps against a deployed stack
+and real vLLM, with what each one exists to show checked on what was captured."""
 
 from __future__ import annotations
 
@@ -7,14 +8,32 @@ from pathlib import Path
 
 import pytest
 
-from examples import math_agent, solver_judge
-from examples.langgraph_tools import run as langgraph_run
+import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
+from parity.training.config_file import load_file
+from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+EXAMPLES = REPO_ROOT / "examples"
 CLOSED, SUCCEEDED = 2, 1
+
+
+def train_example(stack, name: str, tmp_path: Path, **overrides) -> parity.TrainResult:
+    """The example's own config, shortened to a couple of small steps on the test's stack."""
+    values, _ = load_file(EXAMPLES / name / "train.toml")
+    values |= {"steps": 2, "groups_per_batch": 2, "rollouts_per_task": 2, "val_samples": 1, "progress": False,
+               "stack": stack.addresses, "model": str(stack.vllm.config.model_path),
+               "output_dir": str(tmp_path / "runs"), **overrides}  # fmt: skip
+    result = parity.train(**values)
+    assert result.state == "completed", result.error
+    return result
+
+
+def rollout_sessions(stack, run_id: str) -> list[pb.Trajectory]:
+    listed = AssemblerClient(stack.assembler.address).list_trajectories(pb.ListTrajectoriesRequest(page_size=1000))
+    return [t for t in listed.trajectories if t.session_id.startswith(f"{run_id}-s")]
 
 
 def trajectory(stack, session_id: str, name: str = "") -> pb.Trajectory:
@@ -22,39 +41,41 @@ def trajectory(stack, session_id: str, name: str = "") -> pb.Trajectory:
     return AssemblerClient(stack.assembler.address).get_trajectory(request).trajectory
 
 
-def test_math_agent_rollouts_are_captured_closed_and_rewarded(full_stack, vllm_server) -> None:
-    results = math_agent.main(["--model", vllm_server.model_name, "--tasks", "3", "--rollouts", "2"])
-    assert len(results) == 6 and all(r.outcome == "succeeded" for r in results)
-    store = StoreClient(full_stack.store.address)
-    for result in results:
-        session = store.get_session(store_pb.GetSessionRequest(session_id=result.session_id)).session
+def test_math_agent_trains_with_validation_and_every_rollout_is_captured_closed_and_rewarded(deployed_stack, tmp_path) -> None:
+    result = train_example(deployed_stack, "math", tmp_path, val_every=1)
+    assert result.val_reward_before is not None and result.val_reward_after is not None
+    store = StoreClient(deployed_stack.store.address)
+    sessions = rollout_sessions(deployed_stack, result.run_id)
+    assert len(sessions) >= 2 * 2 * 2
+    for view in sessions[:4]:
+        session = store.get_session(store_pb.GetSessionRequest(session_id=view.session_id)).session
         assert (session.state, session.outcome, session.call_count) == (CLOSED, SUCCEEDED, 1)
-        assert session.metadata["task"] == result.task_id
-        traj = trajectory(full_stack, result.session_id)
-        assert traj.has_reward and traj.reward == result.reward and traj.group_id == result.group_id
+        assert session.metadata["parity.run_id"] == result.run_id
+        assert view.has_reward and view.reward in (0.0, 1.0)
 
 
-def test_solver_judge_has_two_trajectories_and_step_rewards(full_stack, vllm_server) -> None:
-    results = solver_judge.main(["--model", vllm_server.model_name, "--tasks", "2", "--rollouts", "2"])
-    assert len(results) == 4 and all(r.outcome == "succeeded" and r.reward is None for r in results)
-    for result in results:
-        solver = trajectory(full_stack, result.session_id, "solver")
+def test_solver_judge_has_two_trajectories_and_step_rewards(deployed_stack, tmp_path) -> None:
+    result = train_example(deployed_stack, "solver_judge", tmp_path)
+    sessions = {t.session_id for t in rollout_sessions(deployed_stack, result.run_id)}
+    assert sessions
+    for session_id in sorted(sessions)[:4]:
+        solver = trajectory(deployed_stack, session_id, "solver")
         assert len(solver.steps) == 2 and all(step.has_reward for step in solver.steps)
-        judge = trajectory(full_stack, result.session_id, "judge")
+        judge = trajectory(deployed_stack, session_id, "judge")
         assert len(judge.steps) == 1 and judge.has_reward
 
 
-def test_langgraph_agent_feeds_tool_results_back_with_no_parity_inside(full_stack, vllm_server) -> None:
-    graph_source = Path(langgraph_run.__file__).with_name("graph.py").read_text()
+def test_langgraph_agent_feeds_tool_results_back_with_no_parity_inside(deployed_stack, tmp_path) -> None:
+    graph_source = (EXAMPLES / "langgraph_tools" / "graph.py").read_text()
     assert "parity" not in graph_source, "the graph must be configured by URL alone"
-    results = langgraph_run.main(["--model", vllm_server.model_name, "--tasks", "2", "--rollouts", "2"])
-    assert all(r.outcome == "succeeded" for r in results)
-    for result in results:
-        calls = full_stack.calls(result.session_id)
+    result = train_example(deployed_stack, "langgraph_tools", tmp_path)
+    store = StoreClient(deployed_stack.store.address)
+    for view in rollout_sessions(deployed_stack, result.run_id)[:4]:
+        calls = store.list_calls(store_pb.ListCallsRequest(session_id=view.session_id, view=store_pb.CALL_VIEW_FULL)).calls
         assert len(calls) >= 2, "each episode makes several LLM calls"
         turns = [json.loads(call.request_json)["messages"] for call in calls]
         detail = [(c.outcome, c.error_message[:200], len(m)) for c, m in zip(calls, turns, strict=True)]
         assert all(len(later) > len(earlier) for earlier, later in zip(turns, turns[1:], strict=False)), detail
         fed_back = [m for messages in turns for m in messages if m["role"] in ("tool", "user")][1:]
         assert fed_back, "tool results (or, for a malformed call, the error) are fed back"
-        assert trajectory(full_stack, result.session_id).has_reward
+        assert view.has_reward

@@ -130,3 +130,18 @@ def test_a_run_whose_sync_fails_ends_at_once_with_the_reason_and_its_checkpoint(
     assert dead_replica in result.error and "resumable from checkpoint" in result.error
     assert result.checkpoint == f"{result.run_id}/step-000000"
     assert result.resume_command.startswith(f"parity train --resume {result.run_id}")
+
+
+def test_an_agent_that_always_fails_ends_the_run_with_its_error(deployed_stack, tmp_path) -> None:
+    async def broken_agent(task: dict[str, Any]) -> float:
+        raise ValueError(f"no tool for {task['id']}")
+
+    started = time.monotonic()
+    result = parity.train(
+        broken_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=3,
+        groups_per_batch=2, rollouts_per_task=2, retries=0, output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert time.monotonic() - started < 60
+    assert result.state == "failed" and result.steps == 0
+    assert "the agent failed 4 rollouts in a row; the last: ValueError: no tool for t" in result.error
+    assert result.checkpoint == f"{result.run_id}/step-000000"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from parity.training.agents import AgentError, CommandFailed, load_callable, parse_command, reward_from_output
+from parity.training.agents import (
+    AgentError,
+    CommandFailed,
+    load_callable,
+    parse_command,
+    reward_from_output,
+)
 
 
 def test_an_import_path_names_a_function_or_a_method() -> None:

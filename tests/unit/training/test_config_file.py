@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from parity.training.cli import build_parser, main
-from parity.training.config_file import ConfigError, SettingsSources, build_settings, key_line, load_file
+from parity.training.config_file import (
+    ConfigError,
+    SettingsSources,
+    build_settings,
+    key_line,
+    load_file,
+)
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings, settings_fields
 
 

@@ -1,0 +1,91 @@
+"""`parity train` as a user runs it: a TOML file, an agent written in Node.js, the local stack it brings up
+itself, Ctrl-C in the middle, and `--resume` to finish the run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+# An agent in another language: one chat call through its session's base URL, its reward on stdout.
+NODE_AGENT = """
+import { readFileSync } from "node:fs";
+const task = JSON.parse(process.env.PARITY_TASK);
+if (JSON.parse(readFileSync(0, "utf8")).id !== task.id) process.exit(3);  // the task comes on stdin too
+const response = await fetch(`${process.env.OPENAI_BASE_URL}/chat/completions`, {
+  method: "POST",
+  headers: { "content-type": "application/json", authorization: `Bearer ${process.env.OPENAI_API_KEY}` },
+  body: JSON.stringify({ model: task.model, messages: [{ role: "user", content: task.prompt }],
+                         max_tokens: task.max_tokens, temperature: task.temperature, logprobs: true }),
+});
+const tokens = (await response.json()).choices[0].logprobs.content.map((entry) => entry.token);
+console.log(`said ${tokens.length} tokens`);
+console.log(JSON.stringify({ reward: tokens.filter((t) => t.startsWith(" ")).length / Math.max(1, tokens.length) }));
+"""
+CONFIG = """
+agent_command = "node {agent}"
+tasks = "tasks.jsonl"
+steps = 5
+groups_per_batch = 2
+rollouts_per_task = 4
+max_tokens = 8
+learning_rate = 3e-3
+checkpoint_interval = 1
+"""
+
+
+def parity_train(*args: str, stderr: Path) -> subprocess.Popen[str]:
+    with stderr.open("a") as log:
+        return subprocess.Popen([sys.executable, "-m", "parity.cli", "train", "--no-progress", *args],
+                                stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT)  # fmt: skip
+
+
+def train_steps(metrics: Path) -> list[int]:
+    if not metrics.exists():
+        return []
+    return [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "train"]
+
+
+def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_path) -> None:
+    (tmp_path / "agent.mjs").write_text(NODE_AGENT)
+    prompts = ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps({"id": f"t{n}", "prompt": p}) + "\n"
+                                                  for n, p in enumerate(prompts)))  # fmt: skip
+    config = tmp_path / "train.toml"
+    config.write_text(CONFIG.format(agent=tmp_path / "agent.mjs"))
+    runs, log = tmp_path / "runs", tmp_path / "stderr.log"
+    metrics = runs / "node-run" / "metrics.jsonl"
+
+    first = parity_train("--config", str(config), "--output-dir", str(runs), "--run-id", "node-run", stderr=log)
+    deadline = time.monotonic() + 600
+    while len(train_steps(metrics)) < 2:
+        assert first.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no two steps in time"
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)
+    stdout, _ = first.communicate(timeout=300)
+    assert first.returncode == 130, log.read_text()[-3000:]
+    stopped = json.loads(stdout.strip().splitlines()[-1])
+    assert stopped["state"] == "stopped" and stopped["checkpoint"].startswith("node-run/step-")
+    assert stopped["resume_command"].startswith("parity train --resume node-run")
+    stopped_at = int(stopped["checkpoint"].rsplit("-", 1)[1])
+    assert 2 <= stopped_at < 5
+
+    second = parity_train("--resume", "node-run", "--output-dir", str(runs), stderr=log)
+    stdout, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, log.read_text()[-3000:]
+    finished = json.loads(stdout.strip().splitlines()[-1])
+    assert finished["state"] == "completed" and finished["steps"] == 5, finished
+    # The resumed run picked up at its checkpoint: every step is recorded once.
+    assert train_steps(metrics) == [1, 2, 3, 4, 5]
+    assert (Path(finished["exported_model"]) / "model.safetensors").exists()
+    assert Path(finished["plot"]).exists()
