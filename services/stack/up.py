@@ -27,6 +27,7 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from parity.services.inference.vllm_launcher import (
+    SERVED_DTYPES,
     VllmExitedError,
     VllmLaunchConfig,
     VllmServer,
@@ -140,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})")
     parser.add_argument("--vllm-port", type=int, default=DEFAULT_VLLM_PORT, help="vLLM HTTP port")
     parser.add_argument(
+        "--vllm-dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM serves in (default float32)"
+    )
+    parser.add_argument(
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})"
     )
     parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
@@ -171,6 +175,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         host=args.host,
         port=args.vllm_port,
         served_model_name=args.served_model_name or model_path.name,
+        dtype=args.vllm_dtype,
         log_path=data_dir / "logs" / "vllm.log",
     )
     layout = cpu_layout(config.python)

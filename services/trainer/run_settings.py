@@ -28,8 +28,10 @@ BACKENDS = {
 # `RunConfig.overrides` keys the trainer understands, with their types; any other key is refused rather than ignored.
 OVERRIDE_TYPES: dict[str, type] = {
     "ppo_epochs": int, "max_grad_norm": float, "loss_agg_mode": str, "seed": int,
-    "micro_batch_tokens": int, "ray_workers_per_node": int, "ray_nodes": int,
+    "micro_batch_tokens": int, "ray_workers_per_node": int, "ray_nodes": int, "dtype": str,
 }  # fmt: skip
+# Compute dtypes a run may train in; the master weights and optimizer state stay float32.
+TRAINING_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class RunSettings:
         default=0, metadata={"help": "fsdp backend: training ranks per node as Ray actors; 0 trains in this process"}
     )
     ray_nodes: int = field(default=1, metadata={"help": "fsdp backend: nodes of the Ray cluster to place ranks on"})
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "forward and backward dtype, float32 or bfloat16; weights and optimizer stay float32"},
+    )
 
     def __post_init__(self) -> None:
         if self.total_steps < 1 or self.groups_per_batch < 1:
@@ -74,6 +80,8 @@ class RunSettings:
             raise InvalidArgument("need micro_batch_tokens >= 1, ray_workers_per_node >= 0, ray_nodes >= 1")
         if self.ray_workers_per_node and self.backend == "cpu":
             raise InvalidArgument("ray_workers_per_node places fsdp ranks; the cpu backend trains in this process")
+        if self.dtype not in TRAINING_DTYPES:
+            raise InvalidArgument(f"unknown dtype {self.dtype!r}; known: {list(TRAINING_DTYPES)}")
         if self.loss_agg_mode not in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
             raise InvalidArgument(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
 

@@ -28,14 +28,18 @@ class TrainerConfig(ServerConfig):
     replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
     work_dir: str = setting(".parity/trainer", "where pushed weights (and, by default, checkpoints) are written")
     consumer_id: str = setting("trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it")
-    sync_tolerance: float = setting(1e-3, "largest logprob difference on the probe a verified replica may show")
+    sync_tolerance: float = setting(
+        0.0,
+        "largest logprob difference on the probe a verified replica may show; "
+        "0 derives it from the dtypes the run and each replica compute in (1e-3 for float32 on both sides)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.assembler_address or not self.consumer_id:
             raise InvalidArgument("assembler_address and consumer_id are required")
-        if self.sync_tolerance <= 0:
-            raise InvalidArgument("sync_tolerance must be > 0")
+        if self.sync_tolerance < 0:
+            raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
         if self.ingest_address and not os.environ.get(ADMIN_TOKEN_ENV):
             raise InvalidArgument(f"pausing ingest needs its admin token in ${ADMIN_TOKEN_ENV}")
 

@@ -2,8 +2,10 @@
 
 Verification scores a fixed probe sequence on each replica and on the trainer's own
 forward pass; a replica whose logprobs differ by more than the tolerance fails the
-sync. Traffic resumes either way (held agents must not hang), but a failed sync
-raises `SyncFailed` and the run stops: it never trains on against stale weights.
+sync. Unless one is set, the tolerance follows from the dtypes the trainer and the
+replica compute in (see `probe_tolerance`). Traffic resumes either way (held agents
+must not hang), but a failed sync raises `SyncFailed` and the run stops: it never
+trains on against stale weights.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import IngestClient, RPCError
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 
 log = structlog.get_logger(__name__)
@@ -40,6 +43,7 @@ class ReplicaResult:
     verified: bool
     max_logprob_diff: float
     error: str = ""
+    tolerance: float = float("nan")
 
 
 @dataclass
@@ -68,7 +72,8 @@ class WeightSync:
     replicas: Sequence[VllmReplica]
     weights_dir: Path
     probe: list[int]
-    tolerance: float = 1e-3
+    tolerance: float = 0.0
+    """Largest probe difference a verified replica may show; 0 derives it per replica from the dtypes."""
     ingest: IngestClient | None = None
     """None when no ingest fronts the replicas (tests, offline use): nothing to pause or version."""
     drain_timeout_s: float = 120.0
@@ -109,6 +114,7 @@ class WeightSync:
             durations["total"] = time.perf_counter() - started
         log.info(
             "weights_synced", policy_version=policy_version, max_logprob_diff=result.max_logprob_diff,
+            tolerance=min((r.tolerance for r in result.replicas), default=None),
             **{f"{name}_s": round(value, 3) for name, value in durations.items()},
         )  # fmt: skip
         return result
@@ -122,15 +128,16 @@ class WeightSync:
             if outcome.error:
                 continue
             try:
+                outcome.tolerance = self.tolerance or probe_tolerance(backend.settings.dtype, replica.served_dtype())
                 served = np.array(replica.prompt_logprobs(self.probe))
-            except ReplicaError as error:
+            except (ReplicaError, ValueError) as error:
                 outcome.error = str(error)
                 continue
             outcome.max_logprob_diff = float(np.max(np.abs(served - expected)))
-            outcome.verified = outcome.max_logprob_diff <= self.tolerance
+            outcome.verified = outcome.max_logprob_diff <= outcome.tolerance
             if not outcome.verified:
                 outcome.error = (
-                    f"probe logprobs differ by {outcome.max_logprob_diff:.3g} (tolerance {self.tolerance:g}); "
+                    f"probe logprobs differ by {outcome.max_logprob_diff:.3g} (tolerance {outcome.tolerance:g}); "
                     "the replica is not serving the trainer's weights"
                 )
 

@@ -1,4 +1,9 @@
-"""The plain-loop path: one Hugging Face model trained in this process, float32, on CPU.
+"""The plain-loop path: one Hugging Face model trained in this process, on CPU.
+
+Weights and AdamW state are float32. With `dtype` bfloat16 each forward runs on a
+bfloat16 cast of the weights and the gradients flow back to the float32 ones, as
+FSDP's mixed precision (`param_dtype` bf16) does in the `fsdp` backend, so both
+backends compute the same numbers and the probe sees what a bf16 vLLM serves.
 
 verl's FSDP engine runs on CPU too (the `fsdp` backend, through `verl_cpu_platform`);
 `auto` picks this loop on a machine without a GPU because it skips the engine's
@@ -15,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.func import functional_call
 from transformers import AutoModelForCausalLM
 from verl.utils import torch_functional as verl_F
 
@@ -33,14 +39,22 @@ class CpuBackend(TrainingBackend):
     def __init__(self, settings: RunSettings) -> None:
         super().__init__(settings)
         torch.manual_seed(settings.seed)
-        # float32, as vLLM serves it here, so the sync probe compares like with like.
+        self.compute_dtype = getattr(torch, settings.dtype)
         self.model = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=torch.float32)
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if settings.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
 
-    def _forward(self, model: torch.nn.Module, batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits, batch.input_ids)
+    def _forward(
+        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.compute_dtype == torch.float32:
+            logits = model(**inputs).logits
+        else:
+            # Tied parameters stay tied in the cast (functional_call's tie_weights).
+            cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
+            logits = functional_call(model, cast, args=(), kwargs=inputs).logits
+        return token_logprobs(logits, input_ids)
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
@@ -49,11 +63,11 @@ class CpuBackend(TrainingBackend):
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logprobs, _ = self._forward(self.reference, batch)
+                ref_logprobs, _ = self._forward(self.reference, batch.input_ids, batch.attention_mask)
         old_logprobs: torch.Tensor | None = None
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
-            logprobs, entropy = self._forward(self.model, batch)
+            logprobs, entropy = self._forward(self.model, batch.input_ids, batch.attention_mask)
             if old_logprobs is None:
                 # The first pass runs on the weights that the behaviour policy's
                 # successor holds, so its logprobs are the PPO "old" policy.
@@ -79,8 +93,7 @@ class CpuBackend(TrainingBackend):
     @torch.no_grad()
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         self.model.eval()
-        ids = torch.tensor([token_ids], dtype=torch.long)
-        logprobs, _ = token_logprobs(self.model(input_ids=ids).logits, ids)
+        logprobs, _ = self._forward(self.model, torch.tensor([token_ids], dtype=torch.long))
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:

@@ -39,7 +39,8 @@ from parity.services.trainer.policy_loss import LossSettings, compute_advantages
 from parity.services.trainer.run_settings import RunSettings
 
 ENGINE_CHECKPOINT = "engine"
-_FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+# verl's names for the dtypes a run computes in (`RunSettings.dtype`).
+_VERL_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Metrics that are a micro-batch's share of a batch total (the loss is normalised by the
 # whole batch's tokens); the others are per-micro-batch means.
 _SUMMED_METRICS = ("policy_loss", "kl")
@@ -151,8 +152,10 @@ class FsdpBackend(TrainingBackend):
         )
         engine = FSDPEngineConfig(
             strategy="fsdp2", forward_only=forward_only, seed=settings.seed, use_torch_compile=False,
-            # float32 weights and compute keep the sync probe exact against vLLM serving float32.
-            model_dtype="fp32", mixed_precision=dict(_FP32),
+            # float32 master weights and gradient reduction, as verl's own actor; forward and
+            # backward in the run's dtype (FSDP's MixedPrecisionPolicy param_dtype).
+            model_dtype="fp32",
+            mixed_precision={"param_dtype": _VERL_DTYPES[settings.dtype], "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
             use_dynamic_bsz=True, max_token_len_per_gpu=settings.micro_batch_tokens,
             infer_max_token_len_per_gpu=settings.micro_batch_tokens,
         )  # fmt: skip

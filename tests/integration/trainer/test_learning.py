@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,22 +63,22 @@ def served_rewards(base_url: str, per_prompt: int = 128) -> list[float]:
     return rewards
 
 
-def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack, tmp_path) -> None:
-    before = served_rewards(training_stack.vllm.base_url)
-    trainer = TrainerClient(training_stack.trainer.address)
-    assembler = AssemblerClient(training_stack.assembler.address)
-    run = trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
-        model_path=str(training_stack.vllm.config.model_path), total_steps=STEPS, groups_per_batch=GROUPS,
+def train_on_agent_rollouts(stack: Any, steps: int, checkpoint_dir: Path, **overrides: str) -> tuple[Any, list[Any]]:
+    """A sync run of `steps` on the cpu backend, fed by agents through ingest; returns the run and its step metrics."""
+    trainer = TrainerClient(stack.trainer.address)
+    assembler = AssemblerClient(stack.assembler.address)
+    trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
+        model_path=str(stack.vllm.config.model_path), total_steps=steps, groups_per_batch=GROUPS,
         learning_rate=3e-3, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
-    ))).run  # fmt: skip
+        checkpoint_dir=str(checkpoint_dir), overrides=overrides,
+    )))  # fmt: skip
     counter = iter(range(10**6))
 
     def roll_out(tasks: int) -> None:
         batch = [{"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)]} for _ in range(tasks)]
         parity.engine.run(agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS, progress=False)
 
-    for step in range(1, STEPS + 1):
+    for step in range(1, steps + 1):
         roll_out(GROUPS)
         idle_since = time.monotonic()
         while (status := trainer.get_status(pb.GetStatusRequest())).run.step < step:
@@ -92,22 +93,32 @@ def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack
     while (status := trainer.get_status(pb.GetStatusRequest())).run.state not in TERMINAL:
         assert time.monotonic() < deadline
         time.sleep(0.2)
+    # Completed: every sync was verified against the trainer's forward pass.
     assert status.run.state == run_pb2.RUN_STATE_COMPLETED, status.run.error_message
-
-    # Every sync was verified against the trainer's forward pass.
-    records = [r.metrics for _, r in zip(range(STEPS), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False)]
-    assert [r.step for r in records] == list(range(1, STEPS + 1))
-    assert max(r.values["sync_max_logprob_diff"] for r in records) < 1e-4
+    records = [r.metrics for _, r in zip(range(steps), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False)]
+    assert [r.step for r in records] == list(range(1, steps + 1))
     assert all(r.values["policy_version"] == r.step for r in records)
+    return status.run, records
 
-    after = served_rewards(training_stack.vllm.base_url)
+
+def reward_gain(before: list[float], after: list[float]) -> tuple[float, float]:
+    """The rise of the mean served reward, and its standard error."""
     gain = statistics.mean(after) - statistics.mean(before)
     noise = (statistics.stdev(before) ** 2 / len(before) + statistics.stdev(after) ** 2 / len(after)) ** 0.5
     print(f"reward before {statistics.mean(before):.3f} after {statistics.mean(after):.3f} gain {gain:.3f} se {noise:.4f}")
+    return gain, noise
+
+
+def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack, tmp_path) -> None:
+    before = served_rewards(training_stack.vllm.base_url)
+    run, records = train_on_agent_rollouts(training_stack, STEPS, tmp_path / "checkpoints")
+    assert max(r.values["sync_max_logprob_diff"] for r in records) < 1e-4
+    gain, noise = reward_gain(before, served_rewards(training_stack.vllm.base_url))
     assert gain > MIN_GAIN and gain > 10 * noise
 
     # Independently of the trainer's own probe: the final checkpoint, loaded by transformers, scores a
     # real conversation exactly as the served model does.
+    trainer = TrainerClient(training_stack.trainer.address)
     (final,) = [c for c in trainer.list_checkpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
                 if c.step == STEPS]  # fmt: skip
     reply = httpx.post(f"{training_stack.vllm.base_url}/v1/chat/completions", json={
@@ -124,7 +135,7 @@ def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack
         logits = model(torch.tensor([sequence])).logits[0, :-1]
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
     assert np.max(np.abs(np.array(served) - expected)) < 1e-4
-    assert status.run.plot_path.endswith(".png")
+    assert run.plot_path.endswith(".png")
 
 
 def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(training_stack, tmp_path) -> None:

@@ -14,6 +14,7 @@ import pytest
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.cpu import CpuBackend
+from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import SyncFailed, WeightSync, probe_tokens
@@ -55,8 +56,9 @@ def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tm
         backend.train_step(rewarded_batch(100, 200))
         result = sync.sync(backend, policy_version=version)
         after = np.array(replica.prompt_logprobs(probe))
-        # Verified, and far inside the float32 tolerance (about 1e-6 measured).
-        assert result.verified and result.max_logprob_diff < 1e-4
+        # Verified at the tolerance derived for float32 on both sides, and far inside it (about 1e-6 measured).
+        assert result.verified and result.replicas[0].tolerance == probe_tolerance("float32", "float32")
+        assert result.max_logprob_diff < 1e-4
         # vLLM serves the update itself: its logprobs moved, onto the trainer's.
         assert np.max(np.abs(after - before)) > 1e-2
         assert np.max(np.abs(after - np.array(backend.probe_logprobs(probe)))) < 1e-4
@@ -74,6 +76,6 @@ def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(traine
     stale = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024))
     with pytest.raises(SyncFailed, match="probe logprobs differ by"):
         stale.sync(backend, policy_version=2)
-    # A tolerance above the difference lets it through.
+    # An explicit tolerance replaces the derived one.
     lenient = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), tolerance=10.0)
     assert lenient.sync(backend, policy_version=2).verified

@@ -4,6 +4,7 @@ Every test runs on the tiny model twice: untied, and with its output head tied t
 input embeddings (as Qwen2.5 0.5B-3B, Llama 3.2 1B/3B and Gemma are).
 """
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,8 +114,16 @@ def ragged_batch() -> TrainingBatch:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("layout", ["untied", "tied"])
-def test_every_backend_applies_the_same_update(request, layout) -> None:
+# How closely the backends agree per dtype: relative and absolute on the loss terms, absolute on
+# probe logprobs. float32 to rounding; in bfloat16 verl's engine takes the log-softmax of bf16
+# logits (`logprobs_from_logits` without flash-attn), which moves kl by about 2%, a policy loss
+# near zero by up to 0.006, and the probe by up to 0.07.
+AGREEMENT = {"float32": (1e-3, 1e-6, 1e-4), "bfloat16": (5e-2, 2e-2, 0.15)}
+
+
+# The head's layout and the dtype are independent: bfloat16 runs on one layout.
+@pytest.mark.parametrize(("layout", "dtype"), [("untied", "float32"), ("tied", "float32"), ("untied", "bfloat16")])
+def test_every_backend_applies_the_same_update(request, layout, dtype) -> None:
     # Same loss, same optimizer: from the same weights, one step on the same ragged batch must agree.
     # An 8-token budget gives fsdp one micro-batch per row, so its loss is summed from normalised shares.
     model_dir = generated_model(request, layout)
@@ -122,17 +131,33 @@ def test_every_backend_applies_the_same_update(request, layout) -> None:
     results = {}
     for name in ("cpu", "fsdp"):
         settings = RunSettings(
-            model_dir, 10, 1, backend=name, learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8
-        )
+            model_dir, 10, 1, backend=name, learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8,
+            dtype=dtype,
+        )  # fmt: skip
         backend = select_backend(settings)
         metrics = backend.train_step(ragged_batch())
         results[name] = (metrics, backend.probe_logprobs(probe))
     (cpu_metrics, cpu_probe), (fsdp_metrics, fsdp_probe) = results["cpu"], results["fsdp"]
+    rtol, atol, probe_atol = AGREEMENT[dtype]
     # The loss terms are batch totals; clip fraction and entropy are means that fsdp, like verl, averages per micro-batch.
     for key in ("policy_loss", "kl", "grad_norm", "loss"):
-        assert np.isclose(cpu_metrics[key], fsdp_metrics[key], rtol=1e-3, atol=1e-6), key
+        assert np.isclose(cpu_metrics[key], fsdp_metrics[key], rtol=rtol, atol=atol), key
     assert cpu_metrics["clip_fraction"] > 0 and fsdp_metrics["clip_fraction"] > 0 and cpu_metrics["kl"] > 0
-    assert np.allclose(cpu_probe, fsdp_probe, atol=1e-4)
+    assert np.allclose(cpu_probe, fsdp_probe, atol=probe_atol)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_bfloat16_computes_in_bfloat16_on_float32_weights(name, tiny_model_dir, tmp_path) -> None:
+    settings = RunSettings(tiny_model_dir, 10, 1, backend=name, learning_rate=1e-2)
+    probe = [1, 2, 3, 4, 100, 200, 7, 8]
+    exact = select_backend(settings).probe_logprobs(probe)
+    backend = select_backend(replace(settings, dtype="bfloat16"))
+    # Rounded like bf16 logits, not float32 ones, and no further.
+    assert 1e-4 < np.max(np.abs(np.array(backend.probe_logprobs(probe)) - exact)) < 0.1
+    backend.train_step(rewarded_batch(100, 200))
+    backend.save_weights(tmp_path / "weights")
+    # The master weights, which vLLM casts to the dtype it serves, stay float32.
+    assert head_and_embeddings(tmp_path / "weights")[1].dtype == torch.float32
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ def test_proto_defaults_are_grpo_sync_auto() -> None:
 
 def test_round_trips_through_proto_and_json() -> None:
     settings = RunSettings(Path("/m"), 5, 2, advantage_estimator="rloo", rollout_mode="async", backend="cpu",
-                           learning_rate=1e-3, ppo_epochs=2, max_policy_lag=3)  # fmt: skip
+                           learning_rate=1e-3, ppo_epochs=2, max_policy_lag=3, dtype="bfloat16")  # fmt: skip
     assert RunSettings.from_proto(settings.to_proto()) == settings
     assert RunSettings.from_json(settings.to_json()) == settings
 
@@ -31,6 +31,7 @@ def test_round_trips_through_proto_and_json() -> None:
         run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, overrides={"actor.lr": "1"}),
         run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, overrides={"ppo_epochs": "two"}),
         run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, advantage_estimator=99),
+        run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, overrides={"dtype": "float16"}),
     ],
 )
 def test_refuses_bad_configs(config) -> None:
@@ -50,3 +51,14 @@ def test_ray_workers_choose_the_engine_and_refuse_the_plain_loop(tmp_path) -> No
     config = RunSettings(tmp_path, 10, 1, ray_workers_per_node=2, micro_batch_tokens=4096).to_proto()
     assert RunSettings.from_proto(config).ray_workers_per_node == 2
     assert RunSettings.from_proto(config).micro_batch_tokens == 4096
+
+
+def test_dtype_is_an_override_defaulting_to_float32() -> None:
+    config = run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1)
+    assert RunSettings.from_proto(config).dtype == "float32"
+    config.overrides["dtype"] = "bfloat16"
+    assert RunSettings.from_proto(config).dtype == "bfloat16"
+    # A checkpoint written before the setting existed resumes in float32.
+    saved = RunSettings(Path("/m"), 5, 2).to_json()
+    del saved["dtype"]
+    assert RunSettings.from_json(saved).dtype == "float32"
