@@ -9,6 +9,7 @@ touches a bounded number of rows.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from parity.services.store.splice_delta import Splice
@@ -117,6 +118,34 @@ class CallBatch:
 
     calls: list[CallRow] = field(default_factory=list)
     sessions: list[SessionTouch] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionQuery:
+    """Which sessions ListSessions returns, and in what order. None or empty matches any."""
+
+    state: int | None = None
+    parent_session_id: str | None = None
+    outcome: int | None = None
+    # Every pair must be in the session's metadata, with exactly this value.
+    metadata: tuple[tuple[str, str], ...] = ()
+    session_id_prefix: str = ""
+    newest_first: bool = False
+
+    def scope(self) -> str:
+        """What a page token is bound to: the same query, page after page. A digest, since
+        metadata values may hold any character, page tokens' field separator included."""
+        digest = hashlib.blake2b(repr(self).encode(), digest_size=12).hexdigest()
+        return f"sessions:{digest}"
+
+    def matches(self, row: SessionRow) -> bool:
+        return (
+            (self.state is None or row.state == self.state)
+            and (self.parent_session_id is None or row.parent_session_id == self.parent_session_id)
+            and (self.outcome is None or row.outcome == self.outcome)
+            and row.session_id.startswith(self.session_id_prefix)
+            and all(row.metadata.get(key) == value for key, value in self.metadata)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import grpc
 from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
-from parity.services.store.records import MetadataUpdate, SessionRow
+from parity.services.store.records import MetadataUpdate, SessionQuery, SessionRow
 from parity.services.store.token_store import TokenStore
 
 
@@ -98,7 +98,7 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         self, request: pb.WatchCallsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchCallsResponse]:
         full = request.view in (pb.CALL_VIEW_FULL, pb.CALL_VIEW_SPLICED)
-        async for calls, cursor in self.store.watch_calls(request.cursor, full, request.max_batch_size):
+        async for calls, cursor in self.store.watch_calls(request.cursor, full, request.max_batch_size, request.from_latest):
             yield pb.WatchCallsResponse(calls=calls, cursor=cursor)
 
     async def WriteRewards(
@@ -117,9 +117,12 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSessionsResponse:
-        rows, token = await self.store.list_sessions(
-            request.page_size, request.page_token, request.state or None, request.parent_session_id or None
-        )
+        query = SessionQuery(
+            state=request.state or None, parent_session_id=request.parent_session_id or None,
+            outcome=request.outcome or None, metadata=tuple(sorted(request.metadata.items())),
+            session_id_prefix=request.session_id_prefix, newest_first=request.order == pb.SESSION_ORDER_NEWEST_FIRST,
+        )  # fmt: skip
+        rows, token = await self.store.list_sessions(query, request.page_size, request.page_token)
         return pb.ListSessionsResponse(sessions=[session_to_proto(r) for r in rows], next_page_token=token)
 
     async def CloseSession(

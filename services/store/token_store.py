@@ -44,6 +44,7 @@ from parity.services.store.records import (
     MetadataUpdate,
     RewardRow,
     SessionClose,
+    SessionQuery,
     SessionRow,
     SessionTouch,
 )
@@ -450,10 +451,13 @@ class TokenStore:
         return await asyncio.to_thread(read)
 
     async def watch_calls(
-        self, cursor: str, full: bool, max_batch_size: int
+        self, cursor: str, full: bool, max_batch_size: int, from_latest: bool = False
     ) -> AsyncIterator[tuple[list[llm_call_pb2.LlmCall], str]]:
-        """Yields (calls, cursor after them); an empty list is a heartbeat."""
+        """Yields (calls, cursor after them); an empty list is a heartbeat. `from_latest`
+        with no cursor starts after the latest call stored now."""
         seq = decode_cursor(cursor, self.backend.store_id)
+        if from_latest and not cursor:
+            seq = await asyncio.to_thread(self.backend.latest_call_seq)
         limit = page_tokens.page_size(max_batch_size)
 
         def read(after: int) -> tuple[list[CallRow], list[llm_call_pb2.LlmCall]]:
@@ -576,14 +580,14 @@ class TokenStore:
             raise NotFound(f"session {session_id!r} does not exist")
         return session
 
-    async def list_sessions(
-        self, page_size: int, page_token: str, state: int | None, parent_session_id: str | None
-    ) -> tuple[list[SessionRow], str]:
-        validation.check_id(parent_session_id or "", "parent_session_id")
-        scope = f"sessions:{state or 0}:{parent_session_id or ''}"
-        after = decode_page_token(page_token, scope)
+    async def list_sessions(self, query: SessionQuery, page_size: int, page_token: str) -> tuple[list[SessionRow], str]:
+        validation.check_id(query.parent_session_id or "", "parent_session_id")
+        validation.check_id(query.session_id_prefix, "session_id_prefix")
+        validation.check_metadata(dict(query.metadata), "metadata")
+        scope = query.scope()
+        position = decode_page_token(page_token, scope)
         limit = page_tokens.page_size(page_size)
-        rows = await asyncio.to_thread(self.backend.list_sessions, after, limit + 1, state, parent_session_id)
+        rows = await asyncio.to_thread(self.backend.list_sessions, query, position, limit + 1)
         next_token = encode_page_token(scope, rows[limit - 1].key) if len(rows) > limit else ""
         return rows[:limit], next_token
 

@@ -18,6 +18,7 @@ from parity.services.store.records import (
     MetadataUpdate,
     RewardRow,
     SessionClose,
+    SessionQuery,
     SessionRow,
 )
 
@@ -100,9 +101,13 @@ class StoreBackend(ABC):
     def get_session(self, session_id: str) -> SessionRow | None: ...
 
     @abstractmethod
-    def list_sessions(
-        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
-    ) -> list[SessionRow]: ...
+    def list_sessions(self, query: SessionQuery, position: int, limit: int) -> list[SessionRow]:
+        """Sessions matching `query` in its order, from past the key `position` (0: from
+        the start, in either order)."""
+
+    @abstractmethod
+    def latest_call_seq(self) -> int:
+        """The commit sequence number of the latest stored call; 0 when there is none."""
 
     @abstractmethod
     def stats(self) -> BackendStats: ...

@@ -18,6 +18,7 @@ from parity.services.store.records import (
     MetadataUpdate,
     RewardRow,
     SessionClose,
+    SessionQuery,
     SessionRow,
 )
 
@@ -203,18 +204,17 @@ class MemoryBackend(StoreBackend):
             session = self._sessions.get(session_id)
             return _copy(session) if session else None
 
-    def list_sessions(
-        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
-    ) -> list[SessionRow]:
+    def list_sessions(self, query: SessionQuery, position: int, limit: int) -> list[SessionRow]:
         with self._lock:
             rows = [
-                _copy(s)
-                for s in self._sessions.values()
-                if s.key > after_key
-                and (state is None or s.state == state)
-                and (parent_session_id is None or s.parent_session_id == parent_session_id)
-            ]
-        return sorted(rows, key=lambda s: s.key)[:limit]
+                _copy(s) for s in self._sessions.values()
+                if (not position or (s.key < position if query.newest_first else s.key > position)) and query.matches(s)
+            ]  # fmt: skip
+        return sorted(rows, key=lambda s: s.key, reverse=query.newest_first)[:limit]
+
+    def latest_call_seq(self) -> int:
+        with self._lock:
+            return self._calls_by_seq[-1].seq if self._calls_by_seq else 0
 
     def close(self) -> None:
         """Nothing to release: the data goes with the process."""

@@ -39,6 +39,7 @@ from parity.services.store.records import (
     MetadataUpdate,
     RewardRow,
     SessionClose,
+    SessionQuery,
     SessionRow,
 )
 
@@ -395,16 +396,36 @@ class PostgresBackend(StoreBackend):
         ).fetchone()
         return session_from_values(values) if values else None
 
-    def list_sessions(
-        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
-    ) -> list[SessionRow]:
+    def list_sessions(self, query: SessionQuery, position: int, limit: int) -> list[SessionRow]:
+        where: list[str] = ["TRUE"]
+        params: list[object] = []
+        if position:
+            where.append("key < %s" if query.newest_first else "key > %s")
+            params.append(position)
+        if query.state is not None:
+            where.append("state = %s")
+            params.append(query.state)
+        if query.parent_session_id is not None:
+            where.append("parent_session_id = %s")
+            params.append(query.parent_session_id)
+        if query.outcome is not None:
+            where.append("outcome = %s")
+            params.append(query.outcome)
+        if query.session_id_prefix:
+            where.append("starts_with(session_id, %s)")
+            params.append(query.session_id_prefix)
+        if query.metadata:
+            where.append("metadata @> %s")
+            params.append(Jsonb(dict(query.metadata)))
+        order = "DESC" if query.newest_first else ""
         rows = self._reader().execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key > %s"
-            " AND (%s::smallint IS NULL OR state = %s) AND (%s::text IS NULL OR parent_session_id = %s)"
-            " ORDER BY key LIMIT %s",
-            (after_key, state, state, parent_session_id, parent_session_id, limit),
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} ORDER BY key {order} LIMIT %s",
+            (*params, limit),
         )
         return [session_from_values(v) for v in rows]
+
+    def latest_call_seq(self) -> int:
+        return int(self._reader().execute("SELECT coalesce(max(seq), 0) FROM calls").fetchone()[0])
 
     def stats(self) -> BackendStats:
         sessions, calls, rewards, tokens, size = self._reader().execute(

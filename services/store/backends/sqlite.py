@@ -42,6 +42,7 @@ from parity.services.store.records import (
     MetadataUpdate,
     RewardRow,
     SessionClose,
+    SessionQuery,
     SessionRow,
 )
 
@@ -443,18 +444,35 @@ class SqliteBackend(StoreBackend):
         values = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)).fetchall()
         return session_from_values(values[0]) if values else None
 
-    def list_sessions(
-        self, after_key: int, limit: int, state: int | None, parent_session_id: str | None
-    ) -> list[SessionRow]:
-        where, params = ["key > ?"], [after_key]
-        if state is not None:
+    def list_sessions(self, query: SessionQuery, position: int, limit: int) -> list[SessionRow]:
+        where: list[str] = []
+        params: list[object] = []
+        if position:
+            where.append("key < ?" if query.newest_first else "key > ?")
+            params.append(position)
+        if query.state is not None:
             where.append("state = ?")
-            params.append(state)
-        if parent_session_id is not None:
+            params.append(query.state)
+        if query.parent_session_id is not None:
             where.append("parent_session_id = ?")
-            params.append(parent_session_id)
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} ORDER BY key LIMIT ?"
+            params.append(query.parent_session_id)
+        if query.outcome is not None:
+            where.append("outcome = ?")
+            params.append(query.outcome)
+        if query.session_id_prefix:
+            where.append("substr(session_id, 1, ?) = ?")
+            params += [len(query.session_id_prefix), query.session_id_prefix]
+        for key, value in query.metadata:
+            # json_each rather than a JSON path: a key may hold any character, quotes included.
+            where.append("EXISTS (SELECT 1 FROM json_each(sessions.metadata) WHERE key = ? AND value = ?)")
+            params += [key, value]
+        condition = f"WHERE {' AND '.join(where)}" if where else ""
+        order = "DESC" if query.newest_first else ""
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {condition} ORDER BY key {order} LIMIT ?"
         return [session_from_values(v) for v in self._reader().execute(sql, (*params, limit))]
+
+    def latest_call_seq(self) -> int:
+        return int(self._reader().execute("SELECT coalesce(max(seq), 0) FROM calls").fetchall()[0][0])
 
     def stats(self) -> BackendStats:
         # Bytes are the pages in use, not file sizes: the file keeps pages freed by deletes

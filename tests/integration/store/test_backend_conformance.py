@@ -26,6 +26,7 @@ from parity.services.store.records import (
     SESSION_STATE_OPEN,
     UNASSIGNED_SESSION,
     MetadataUpdate,
+    SessionQuery,
 )
 from parity.services.store.token_store import TokenStore
 from tests.integration.store.call_factory import conversation, make_call
@@ -179,7 +180,7 @@ async def test_control_characters_in_ids_are_refused_naming_the_field(store: Tok
             [MetadataUpdate("s", {}, ["a\tb"])]
         ),
         "session_ids[0]": lambda: store.delete_sessions(["s\x00"], None),
-        "parent_session_id": lambda: store.list_sessions(10, "", None, "p\x00"),
+        "parent_session_id": lambda: store.list_sessions(SessionQuery(parent_session_id="p\x00"), 10, ""),
     }
     for field, refusal in refusals.items():
         with pytest.raises(InvalidArgument, match=re.escape(field)):
@@ -245,12 +246,57 @@ async def test_sessions_are_created_with_their_ancestors_and_listed(store: Token
     child = await store.get_session("child")
     assert (child.parent_session_ids, child.metadata, child.call_count) == (["root"], {"task": "t1"}, 1)
     assert (await store.get_session("root")).call_count == 0
-    children, _ = await store.list_sessions(100, "", None, "root")
+    children, _ = await store.list_sessions(SessionQuery(parent_session_id="root"), 100, "")
     assert [s.session_id for s in children] == ["child"]
-    everything, token = await store.list_sessions(2, "", None, None)
-    rest, last = await store.list_sessions(2, token, None, None)
+    everything, token = await store.list_sessions(SessionQuery(), 2, "")
+    rest, last = await store.list_sessions(SessionQuery(), 2, token)
     assert len(everything) == 2 and last == "" and {s.session_id for s in everything + rest} == {
         "root", "child", "grandchild", "other"}
+
+
+async def test_sessions_list_newest_first_filtered_by_outcome_metadata_and_id_prefix(store: TokenStore) -> None:
+    await write(store, [
+        one_call(f"c{n}", f"run-a-{n}", metadata={"parity.run_id": "a" if n % 2 else "b", "task": f"t{n % 3}"})
+        for n in range(7)
+    ])  # fmt: skip
+    await store.close_session("run-a-1", FAILED, "boom")
+    await store.close_session("run-a-3", SUCCEEDED, "")
+
+    async def ids(query: SessionQuery, page_size: int = 2) -> list[str]:
+        found, token = [], ""
+        while True:
+            page, token = await store.list_sessions(query, page_size, token)
+            found += [s.session_id for s in page]
+            if not token:
+                return found
+
+    assert await ids(SessionQuery(newest_first=True)) == [f"run-a-{n}" for n in range(6, -1, -1)]
+    assert await ids(SessionQuery(metadata=(("parity.run_id", "a"),), newest_first=True)) == ["run-a-5", "run-a-3", "run-a-1"]
+    assert await ids(SessionQuery(metadata=(("parity.run_id", "a"), ("task", "t0")))) == ["run-a-3"]
+    assert await ids(SessionQuery(outcome=FAILED)) == ["run-a-1"]
+    assert await ids(SessionQuery(session_id_prefix="run-a-", newest_first=True), page_size=3) == [
+        f"run-a-{n}" for n in range(6, -1, -1)]
+    assert await ids(SessionQuery(session_id_prefix="run-b")) == []
+    # A token is bound to its query: the same position in another query is refused.
+    _, token = await store.list_sessions(SessionQuery(newest_first=True), 2, "")
+    with pytest.raises(InvalidArgument, match="different query"):
+        await store.list_sessions(SessionQuery(), 2, token)
+    with pytest.raises(InvalidArgument, match=re.escape("metadata['k']")):
+        await store.list_sessions(SessionQuery(metadata=(("k", "\x00"),)), 2, "")
+
+
+async def test_a_watch_from_latest_sends_only_calls_committed_after_it_opened(store: TokenStore) -> None:
+    await write(store, conversation("old", turns=3, prompt_len=10, completion_len=3))
+    stream = store.watch_calls("", full=False, max_batch_size=100, from_latest=True)
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.3)
+    new = conversation("new", turns=2, prompt_len=10, completion_len=3)
+    await write(store, new)
+    calls, _ = await asyncio.wait_for(first, 5)
+    while not calls:
+        calls, _ = await asyncio.wait_for(anext(stream), 5)
+    assert [c.call_id for c in calls] == [c.call_id for c in new]
+    await stream.aclose()
 
 
 async def test_a_session_created_implicitly_takes_its_parents_and_metadata_later(
@@ -267,7 +313,7 @@ async def test_a_session_created_implicitly_takes_its_parents_and_metadata_later
         session = await store.get_session(session_id)
         assert (session.parent_session_ids, session.metadata) == (["root"], {"task": task})
         assert session.call_count == 1
-    children, _ = await store.list_sessions(100, "", None, "root")
+    children, _ = await store.list_sessions(SessionQuery(parent_session_id="root"), 100, "")
     assert [s.session_id for s in children] == ["mid", "early"]
     # Only what is still empty is filled: a later call does not rewrite them.
     await write(store, [one_call("m2", "mid", parents=("other",), metadata={"task": "t3"})])
@@ -283,8 +329,8 @@ async def test_close_session_marks_it_complete_once(store: TokenStore) -> None:
     assert (await store.close_session("s", FAILED, "again")).error_message == "agent raised"
     with pytest.raises(FailedPrecondition, match="already closed"):
         await store.close_session("s", SUCCEEDED, "")
-    open_, _ = await store.list_sessions(100, "", SESSION_STATE_OPEN, None)
-    closed_, _ = await store.list_sessions(100, "", SESSION_STATE_CLOSED, None)
+    open_, _ = await store.list_sessions(SessionQuery(state=SESSION_STATE_OPEN), 100, "")
+    closed_, _ = await store.list_sessions(SessionQuery(state=SESSION_STATE_CLOSED), 100, "")
     assert open_ == [] and [s.session_id for s in closed_] == ["s"]
     empty = await store.close_session("never-called", 0, "")
     assert (empty.state, empty.outcome, empty.call_count) == (SESSION_STATE_CLOSED, SUCCEEDED, 0)

@@ -19,10 +19,19 @@ class CallView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALL_VIEW_BASIC: _ClassVar[CallView]
     CALL_VIEW_FULL: _ClassVar[CallView]
     CALL_VIEW_SPLICED: _ClassVar[CallView]
+
+class SessionOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_ORDER_UNSPECIFIED: _ClassVar[SessionOrder]
+    SESSION_ORDER_OLDEST_FIRST: _ClassVar[SessionOrder]
+    SESSION_ORDER_NEWEST_FIRST: _ClassVar[SessionOrder]
 CALL_VIEW_UNSPECIFIED: CallView
 CALL_VIEW_BASIC: CallView
 CALL_VIEW_FULL: CallView
 CALL_VIEW_SPLICED: CallView
+SESSION_ORDER_UNSPECIFIED: SessionOrder
+SESSION_ORDER_OLDEST_FIRST: SessionOrder
+SESSION_ORDER_NEWEST_FIRST: SessionOrder
 
 class WriteCallsRequest(_message.Message):
     __slots__ = ("calls",)
@@ -87,14 +96,16 @@ class ListCallsResponse(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[_llm_call_pb2.LlmCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchCallsRequest(_message.Message):
-    __slots__ = ("cursor", "view", "max_batch_size")
+    __slots__ = ("cursor", "view", "max_batch_size", "from_latest")
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FROM_LATEST_FIELD_NUMBER: _ClassVar[int]
     cursor: str
     view: CallView
     max_batch_size: int
-    def __init__(self, cursor: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
+    from_latest: bool
+    def __init__(self, cursor: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ..., max_batch_size: _Optional[int] = ..., from_latest: _Optional[bool] = ...) -> None: ...
 
 class WatchCallsResponse(_message.Message):
     __slots__ = ("calls", "cursor")
@@ -149,16 +160,31 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "state", "parent_session_id")
+    __slots__ = ("page_size", "page_token", "state", "parent_session_id", "order", "outcome", "metadata", "session_id_prefix")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     state: _session_pb2.SessionState
     parent_session_id: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_session_pb2.SessionState, str]] = ..., parent_session_id: _Optional[str] = ...) -> None: ...
+    order: SessionOrder
+    outcome: _session_pb2.SessionOutcome
+    metadata: _containers.ScalarMap[str, str]
+    session_id_prefix: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_session_pb2.SessionState, str]] = ..., parent_session_id: _Optional[str] = ..., order: _Optional[_Union[SessionOrder, str]] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id_prefix: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")

@@ -182,7 +182,7 @@ class TokenStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """ListSessions returns sessions, optionally filtered, oldest first.
+        """ListSessions returns sessions, optionally filtered, oldest or newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
