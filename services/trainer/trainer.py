@@ -89,7 +89,8 @@ class TrainerDeployment:
     ingest_address: str = ""
     ingest_admin_token: str = ""
     consumer_id: str = "trainer"
-    sync_tolerance: float = 1e-3
+    sync_tolerance: float = 0.0
+    """Largest probe difference a verified replica may show; 0 derives it from the dtypes on both sides."""
     max_message_bytes: int = 64 << 20
 
 

@@ -102,6 +102,10 @@ class WeightSync:
             durations["verify"] = time.perf_counter() - phase
             result = SyncResult(policy_version, list(results.values()), durations)
             if not result.verified:
+                for replica in self.replicas:
+                    if not results[replica.base_url].verified:
+                        # It may have been restarted with other flags: ask it afresh next time.
+                        replica.forget_server_info()
                 failures = "; ".join(f"{r.replica}: {r.error}" for r in result.replicas if not r.verified)
                 raise SyncFailed(f"weight sync to policy version {policy_version} failed: {failures}")
             if self.ingest is not None:

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.training.settings import StackAddresses
+from parity.training.settings import StackAddresses, TrainSettings
 
 SERVICES = ("store", "ingest", "assembler", "trainer")
 READY_LINE = "Press Ctrl-C"
@@ -43,6 +43,12 @@ class LocalStack:
     data_dir: Path
     model: Path | None
     """None: `parity up` generates the small model into DATA_DIR/model."""
+    vllm_dtype: str = "float32"
+    """The dtype vLLM serves in: the run's own, so the sync probe compares like with like."""
+
+    @classmethod
+    def for_run(cls, data_dir: Path, settings: TrainSettings) -> LocalStack:
+        return cls(data_dir, Path(settings.model) if settings.model else None, vllm_dtype=settings.dtype)
 
     def __post_init__(self) -> None:
         self.ports = {name: free_port() for name in (*SERVICES, "vllm", "http")}
@@ -64,15 +70,19 @@ class LocalStack:
     def log_dir(self) -> Path:
         return self.data_dir / "logs"
 
+    def command(self) -> list[str]:
+        """The `parity up` this stack runs."""
+        command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(self.data_dir)]
+        command += ["--model", str(self.model)] if self.model else []
+        command += ["--vllm-dtype", self.vllm_dtype]
+        return command + [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
+
     def start(self, timeout_s: float, cancelled: threading.Event | None = None) -> None:
         """Returns once agents can call; raises StackError with `parity up`'s last words if it exits first."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(self.data_dir)]
-        command += ["--model", str(self.model)] if self.model else []
-        command += [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
         with (self.log_dir / "up.log").open("ab") as stderr:
             self.process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
                 # Its own session: Ctrl-C reaches `parity train`, which stops the run before the
                 # stack; the death signal takes the stack down if `parity train` is killed.
                 start_new_session=True, preexec_fn=_die_with_parent,

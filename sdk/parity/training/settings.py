@@ -22,6 +22,7 @@ ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
 BACKENDS = ("auto", "cpu", "fsdp")
 MODES = ("sync", "async")
 WANDB_MODES = ("auto", "online", "offline")
+DTYPES = ("float32", "bfloat16")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -104,6 +105,7 @@ class TrainSettings:
     max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
+    dtype: str = setting("float32", "the dtype forward and backward run in (weights and optimizer stay float32); the local stack's vLLM serves in it too", choices=DTYPES, group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     # The agent engine.
     concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")

@@ -302,7 +302,7 @@ class Trainer:
     def _bring_up_stack(self) -> StackAddresses:
         if self.settings.stack is not None:
             return self.settings.stack
-        self._stack = LocalStack(self.run_dir / "stack", Path(self.settings.model) if self.settings.model else None)
+        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings)
         print(f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True)
         self._stack.start(self.settings.startup_timeout_s)
         return self._stack.addresses
@@ -325,6 +325,7 @@ class Trainer:
             checkpoint_dir=str(self.run_dir / "checkpoints") if self._stack is not None else "",
             checkpoint_interval=s.checkpoint_interval,
             overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed),
+                       "dtype": s.dtype,
                        **({"ray_workers_per_node": str(s.ray_workers_per_node)} if s.ray_workers_per_node else {})},
         )  # fmt: skip
 

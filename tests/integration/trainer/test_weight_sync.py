@@ -67,15 +67,23 @@ def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tm
 def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(trainer_vllm, tmp_path) -> None:
     backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
     backend.train_step(rewarded_batch(100, 200))
-    sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024))
+    replica = VllmReplica(trainer_vllm.base_url)
+    sync = WeightSync([replica], tmp_path / "weights", probe_tokens(1024))
     result = sync.sync(backend, policy_version=1)
     assert result.verified and result.max_logprob_diff < 1e-4
     assert set(result.durations_s) == {"pause", "push", "verify", "resume", "total"}
+    # Its /server_info was read once and is kept for the next syncs.
+    info = replica.server_info()
+    assert sync.sync(backend, policy_version=1).verified and replica.server_info() is info
 
     backend.train_step(rewarded_batch(100, 200))
-    stale = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024))
+    stale_replica = IgnoresReloads(trainer_vllm.base_url)
+    stale = WeightSync([stale_replica], tmp_path / "weights", probe_tokens(1024))
+    info = stale_replica.server_info()
     with pytest.raises(SyncFailed, match="probe logprobs differ by"):
         stale.sync(backend, policy_version=2)
+    # A replica that failed may have been restarted with other flags: it is asked afresh.
+    assert stale_replica.server_info() == info and stale_replica.server_info() is not info
     # An explicit tolerance replaces the derived one.
     lenient = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), tolerance=10.0)
     assert lenient.sync(backend, policy_version=2).verified
