@@ -346,8 +346,9 @@ class Assembler:
             if len(ready) < wanted:
                 return None
             staleness = self._staleness(feed)
+            ledger = self.ledger(feed.consumer_id)
             chosen: list[GroupBuild] = []
-            dropped: Counter[str] = Counter()
+            dropped = ledger.dropped
             drop_marks: list[store_pb.SessionMetadataUpdate] = []
             while ready and len(chosen) < wanted:
                 part, ready = ready[: wanted - len(chosen)], ready[wanted - len(chosen) :]
@@ -358,18 +359,19 @@ class Assembler:
                     if not build.dropped:
                         chosen.append(build)
                         continue
+                    self.stats.filtered.update(build.stats.filtered)
+                    self.stats.filtered[build.dropped] += 1
                     dropped.update(build.stats.filtered)
                     dropped[build.dropped] += 1
+                    ledger.dropped_group_ids.append(group.group_id)
                     for rollout in group.trainable():
                         rollout.filtered = build.dropped
                         drop_marks.append(store_pb.SessionMetadataUpdate(
                             session_id=rollout.session_id, metadata={session_marks.FILTERED: build.dropped}))  # fmt: skip
                     self._settle(group)
             await self._write_marks(drop_marks)
-            self.stats.filtered.update(dropped)
             if len(chosen) < wanted:
                 return None
-            ledger = self.ledger(feed.consumer_id)
             plan = BatchPlan(
                 feed.consumer_id, ledger.last_sequence + 1, [(b.group_id, b.rollouts) for b in chosen],
                 staleness.policy_version if staleness else None, staleness.max_lag if staleness else None,
@@ -383,6 +385,8 @@ class Assembler:
                 for rollout in build.rollouts:
                     rollout.batch = mark
             batch = self._batch(plan, chosen, dropped, redelivered=False)
+            batch.dropped_group_ids = ledger.dropped_group_ids
+            ledger.dropped, ledger.dropped_group_ids = Counter(), []
             for build in chosen:
                 self.stats.filtered.update(build.stats.filtered)
             self.stats.delivered_batches += 1

@@ -44,6 +44,8 @@ class Batch:
     group_ids: list[str]
     stats: BatchStats
     redelivered: bool = False
+    # Groups dropped whole since the consumer's previous batch; counted in stats.filtered_counts.
+    dropped_group_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -82,6 +84,10 @@ class ConsumerLedger:
     last_sequence: int = 0
     unacknowledged: dict[int, BatchPlan] = field(default_factory=dict)
     acknowledged: set[int] = field(default_factory=set)
+    # Groups dropped whole by a formation that ended short of a batch, and their counts: they go
+    # into the next batch formed, so its stats show every drop since the one before.
+    dropped: Counter[str] = field(default_factory=Counter)
+    dropped_group_ids: list[str] = field(default_factory=list)
 
     def record(self, mark: BatchMark, group_id: str, rollout: Rollout) -> None:
         """Take one rollout's mark, read back from the store, into the ledger."""

@@ -28,6 +28,7 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
         samples=batch.samples,
         group_ids=batch.group_ids,
         redelivered=batch.redelivered,
+        dropped_group_ids=batch.dropped_group_ids,
         stats=batch_pb2.BatchStats(
             sample_count=stats.sample_count,
             group_count=stats.group_count,
@@ -67,6 +68,7 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         samples=view.samples,
         filter_reason=view.filter_reason,
         split_count=view.split_count,
+        outcome=view.outcome,
     )
 
 

@@ -32,6 +32,8 @@ class TrajectoryView:
     state: int
     filter_reason: str
     split_count: int
+    # The session's SessionOutcome; unspecified while it is open.
+    outcome: int
     samples: list[sample_pb2.Sample] = field(default_factory=list)
 
 
@@ -63,7 +65,7 @@ def views_of(assembler: Assembler, contents: store_pb.SessionContents, with_samp
     trajectories, _ = split_trajectories(session.session_id, contents.calls, contents.rewards)
     for trajectory in trajectories:
         built = build_samples(trajectory, episode, group, assembler.settings.filters.length)
-        views.append(TrajectoryView(trajectory, episode, group, state, reason, built.splits,
+        views.append(TrajectoryView(trajectory, episode, group, state, reason, built.splits, session.outcome,
                                     built.samples if with_samples else []))  # fmt: skip
     return views
 

@@ -71,14 +71,35 @@ def test_filters_are_applied_and_counted(start_stack) -> None:
     assert batch.stats.truncated_count == 2
     counts = dict(batch.stats.filtered_counts)
     assert counts["zero_variance_group"] == 1 and counts["failed_rollout"] == 1
+    assert list(batch.dropped_group_ids) == ["flat"]
     stats = stack.stub.GetStats(pb.GetStatsRequest())
     assert stats.filtered_counts["zero_variance_group"] == 1 and stats.delivered_batch_count == 1
     listed = stack.stub.ListTrajectories(pb.ListTrajectoriesRequest(group_id="mixed", page_size=2))
     rest = stack.stub.ListTrajectories(pb.ListTrajectoriesRequest(group_id="mixed", page_token=listed.next_page_token))
     assert [t.session_id for t in [*listed.trajectories, *rest.trajectories]] == ["ok", "broken", "zero"]
+    assert listed.trajectories[1].outcome == session_pb2.SESSION_OUTCOME_FAILED
+    assert listed.trajectories[0].outcome == session_pb2.SESSION_OUTCOME_SUCCEEDED
     assert rest.next_page_token == "" and rest.trajectories[0].state == trajectory_pb2.TRAJECTORY_STATE_READY
     state = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="same-1")).trajectory
     assert (state.state, state.filter_reason) == (trajectory_pb2.TRAJECTORY_STATE_FILTERED, "zero_variance_group")
+    trainer.stop()
+
+
+def test_groups_dropped_while_a_batch_is_short_are_reported_with_the_next_batch(start_stack) -> None:
+    stack = start_stack()
+    rollout(stack, "flat-1", "flat", 1.0)
+    rollout(stack, "flat-2", "flat", 1.0, seed=3)
+    rollout(stack, "a-1", "a", 1.0, seed=4)
+    rollout(stack, "a-2", "a", 0.0, seed=5)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=2)
+    # Two groups are ready, one is dropped: the batch waits for a replacement.
+    assert trainer.nothing_within(1.0)
+    rollout(stack, "b-1", "b", 1.0, seed=6)
+    rollout(stack, "b-2", "b", 0.0, seed=7)
+    batch = trainer.next()
+    assert sorted(batch.group_ids) == ["a", "b"] and list(batch.dropped_group_ids) == ["flat"]
+    assert batch.stats.filtered_counts["zero_variance_group"] == 1
+    assert stack.stub.GetStats(pb.GetStatsRequest()).filtered_counts["zero_variance_group"] == 1
     trainer.stop()
 
 

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Batch(_message.Message):
-    __slots__ = ("batch_id", "sequence", "samples", "group_ids", "stats", "redelivered")
+    __slots__ = ("batch_id", "sequence", "samples", "group_ids", "stats", "redelivered", "dropped_group_ids")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     REDELIVERED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     sequence: int
     samples: _containers.RepeatedCompositeFieldContainer[_sample_pb2.Sample]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
     stats: BatchStats
     redelivered: bool
-    def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: _Optional[bool] = ...) -> None: ...
+    dropped_group_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: _Optional[bool] = ..., dropped_group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BatchStats(_message.Message):
     __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std")

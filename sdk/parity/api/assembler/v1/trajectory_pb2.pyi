@@ -1,5 +1,6 @@
 from parity.api.common.v1 import reward_pb2 as _reward_pb2
 from parity.api.common.v1 import sample_pb2 as _sample_pb2
+from parity.api.common.v1 import session_pb2 as _session_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -43,7 +44,7 @@ class Step(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count")
+    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +57,7 @@ class Trajectory(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     FILTER_REASON_FIELD_NUMBER: _ClassVar[int]
     SPLIT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     trajectory_name: str
     episode_id: str
@@ -68,4 +70,5 @@ class Trajectory(_message.Message):
     samples: _containers.RepeatedCompositeFieldContainer[_sample_pb2.Sample]
     filter_reason: str
     split_count: int
-    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ...) -> None: ...
+    outcome: _session_pb2.SessionOutcome
+    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ...) -> None: ...
