@@ -14,8 +14,9 @@ from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.runtime import page_tokens
 from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.run_settings import RunSettings
+from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import StepRecord
-from parity.services.trainer.trainer import RunState, RunStatus, Trainer
+from parity.services.trainer.trainer import Trainer
 from parity.services.trainer.weight_sync import SyncResult
 
 _STATES = {
@@ -71,8 +72,16 @@ def sync_to_proto(result: SyncResult) -> pb.SyncWeightsResponse:
     )
 
 
-def metrics_to_proto(record: StepRecord) -> pb.StepMetrics:
-    return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values)
+def metrics_to_proto(record: StepRecord, kind: int = pb.METRICS_KIND_TRAINING) -> pb.StepMetrics:
+    return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values,
+                          kind=kind)  # fmt: skip
+
+
+def _page(found: list, page_size: int, page_token: str, scope: str) -> tuple[list, str]:
+    size = page_tokens.page_size(page_size)
+    start = page_tokens.decode_page_token(page_token, scope)
+    next_token = page_tokens.encode_page_token(scope, start + size) if start + size < len(found) else ""
+    return found[start : start + size], next_token
 
 
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
@@ -130,15 +139,35 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def ListCheckpoints(
         self, request: pb.ListCheckpointsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCheckpointsResponse:
-        size = page_tokens.page_size(request.page_size)
-        scope = f"checkpoints:{request.run_id}"
-        start = page_tokens.decode_page_token(request.page_token, scope)
         found = self.trainer.list_checkpoints(request.run_id)
-        page = found[start : start + size]
-        response = pb.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in page])
-        if start + size < len(found):
-            response.next_page_token = page_tokens.encode_page_token(scope, start + size)
-        return response
+        page, token = _page(found, request.page_size, request.page_token, f"checkpoints:{request.run_id}")
+        return pb.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in page], next_page_token=token)
+
+    async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:
+        runs = await asyncio.to_thread(self.trainer.list_runs)
+        page, token = _page(runs, request.page_size, request.page_token, "runs")
+        return pb.ListRunsResponse(runs=[run_to_proto(r) for r in page], next_page_token=token)
+
+    async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:
+        return pb.GetRunResponse(run=run_to_proto(await asyncio.to_thread(self.trainer.get_run, request.run_id)))
+
+    async def ListRunMetrics(
+        self, request: pb.ListRunMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunMetricsResponse:
+        kind = request.kind or pb.METRICS_KIND_TRAINING
+        validation = kind == pb.METRICS_KIND_VALIDATION
+        records = await asyncio.to_thread(self.trainer.run_metrics, request.run_id, validation)
+        page, token = _page(records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}")
+        return pb.ListRunMetricsResponse(metrics=[metrics_to_proto(r, kind) for r in page], next_page_token=token)
+
+    async def GetStepBatch(self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetStepBatchResponse:
+        return pb.GetStepBatchResponse(batch=await asyncio.to_thread(self.trainer.step_batch, request.run_id, request.step))
+
+    async def WriteValidationMetrics(
+        self, request: pb.WriteValidationMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteValidationMetricsResponse:
+        record = await asyncio.to_thread(self.trainer.write_validation, request.run_id, request.step, dict(request.values))
+        return pb.WriteValidationMetricsResponse(metrics=metrics_to_proto(record, pb.METRICS_KIND_VALIDATION))
 
     async def ExportPolicy(self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext) -> pb.ExportPolicyResponse:
         path, checkpoint = await asyncio.to_thread(

@@ -12,12 +12,11 @@ FAILED with a checkpoint of the trained weights, from which StartRun resumes.
 
 from __future__ import annotations
 
-import enum
 import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +24,13 @@ import structlog
 from tqdm.auto import tqdm
 
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import IngestClient, RPCError
 from parity.services.runtime.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     ParityError,
     Unavailable,
 )
@@ -40,8 +41,11 @@ from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.replicas import VllmReplica
+from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_settings import RunSettings
-from parity.services.trainer.step_metrics import MetricsLog, plot_run
+from parity.services.trainer.run_status import RunState, RunStatus
+from parity.services.trainer.step_batches import step_batch
+from parity.services.trainer.step_metrics import MetricsLog, StepRecord, plot_run
 from parity.services.trainer.weight_sync import SyncFailed, SyncResult, WeightSync, probe_tokens
 
 log = structlog.get_logger(__name__)
@@ -49,33 +53,6 @@ log = structlog.get_logger(__name__)
 PLOT_FILE = "reward_loss.png"
 # A run id names a folder under the checkpoint root, so it is kept to what every file system takes.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class RunState(enum.Enum):
-    WAITING_FOR_DATA = "waiting_for_data"
-    TRAINING = "training"
-    SYNCING = "syncing"
-    PAUSED = "paused"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-    @property
-    def active(self) -> bool:
-        return self not in (RunState.COMPLETED, RunState.FAILED, RunState.STOPPED)
-
-
-@dataclass
-class RunStatus:
-    run_id: str
-    settings: RunSettings
-    state: RunState = RunState.WAITING_FOR_DATA
-    step: int = 0
-    policy_version: int = 0
-    error: str = ""
-    start_time: float = field(default_factory=time.time)
-    update_time: float = field(default_factory=time.time)
-    plot_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +75,7 @@ class Trainer:
     def __init__(self, deployment: TrainerDeployment) -> None:
         self.deployment = deployment
         self.metrics = MetricsLog()
+        self.history = RunHistory(deployment.work_dir / "runs")
         self.last_sync: SyncResult | None = None
         self._run: RunStatus | None = None
         self._backend: TrainingBackend | None = None
@@ -141,12 +119,45 @@ class Trainer:
             run = RunStatus(self._new_run_id(settings, run_id), settings)
             self.metrics.reset()
         self._run = run
+        self.history.start(run, self.metrics.records)
         self._stop.clear()
         self._unpaused.set()
         self._thread = threading.Thread(target=self._run_loop, args=(run, resume), name="training-run", daemon=True)
         self._thread.start()
         log.info("run_started", run_id=run.run_id, resumed_from=resume_checkpoint_id or None, step=run.step)
         return replace(run)
+
+    def list_runs(self) -> list[RunStatus]:
+        """Every run this trainer started, newest first."""
+        return [self._as_now(run) for run in self.history.runs()]
+
+    def get_run(self, run_id: str) -> RunStatus:
+        run = self.history.get(run_id) if RUN_ID.fullmatch(run_id) else None
+        if run is None:
+            raise NotFound(f"this trainer has no run {run_id!r}")
+        return self._as_now(run)
+
+    def run_metrics(self, run_id: str, validation: bool) -> list[StepRecord]:
+        self.get_run(run_id)
+        if validation:
+            return self.history.validations(run_id)
+        if self._run is not None and self._run.run_id == run_id:
+            return list(self.metrics.records)
+        return self.history.metrics(run_id)
+
+    def step_batch(self, run_id: str, step: int) -> trainer_pb.StepBatch:
+        batch = self.history.batch(run_id, step) if RUN_ID.fullmatch(run_id) else None
+        if batch is None:
+            raise NotFound(f"run {run_id!r} has not trained step {step}")
+        return batch
+
+    def write_validation(self, run_id: str, step: int, values: dict[str, float]) -> StepRecord:
+        run = self.get_run(run_id)
+        if not 0 <= step <= run.settings.total_steps:
+            raise InvalidArgument(f"step must be in 0..{run.settings.total_steps} (the run's steps), got {step}")
+        record = StepRecord(run_id, step, time.time(), dict(values))
+        self.history.record_validation(record)
+        return record
 
     def pause(self) -> RunStatus:
         run = self._require_active()
@@ -292,7 +303,8 @@ class Trainer:
                               sync_max_logprob_diff=self.last_sync.max_logprob_diff, policy_version=run.policy_version)  # fmt: skip
                 for phase, seconds in self.last_sync.durations_s.items():
                     values[f"sync_{phase}_seconds"] = seconds
-                self.metrics.append(run.run_id, run.step, values)
+                record = self.metrics.append(run.run_id, run.step, values)
+                self.history.record_step(record, step_batch(run.run_id, run.step, batch, tensors, settings.advantage_estimator))
                 log.info("step", run_id=run.run_id, step=run.step, **{k: round(v, 6) for k, v in values.items()})
                 progress.set_postfix(reward=f"{values['reward_mean']:.3f}", loss=f"{values['policy_loss']:.4f}", refresh=False)
                 progress.update(1)
@@ -355,6 +367,17 @@ class Trainer:
     def _set_state(self, run: RunStatus, state: RunState) -> None:
         run.state = state
         run.update_time = time.time()
+        self.history.save(run)
+
+    def _as_now(self, run: RunStatus) -> RunStatus:
+        """The current run as it is now; another that the history has as active was cut short
+        when this trainer stopped."""
+        if self._run is not None and run.run_id == self._run.run_id:
+            return replace(self._run)
+        if run.state.active:
+            run.state = RunState.FAILED
+            run.error = run.error or "the trainer stopped during the run; resume it from its latest checkpoint"
+        return run
 
     @staticmethod
     def _new_run_id(settings: RunSettings, requested: str) -> str:

@@ -73,6 +73,27 @@ def test_a_trainer_started_before_the_assembler_waits_retries_and_then_trains(st
     checkpoints = stub.ListCheckpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
     assert [c.step for c in checkpoints] == [1]
 
+    # What the step trained on, and the run's history, for readers such as the console.
+    (listed,) = stub.ListRuns(pb.ListRunsRequest()).runs
+    assert (listed.run_id, listed.state) == (run.run_id, run_pb2.RUN_STATE_COMPLETED)
+    batch = stub.GetStepBatch(pb.GetStepBatchRequest(run_id=run.run_id, step=1)).batch
+    assert list(batch.group_ids) == ["task"] and batch.advantage_estimator == "grpo" and batch.stats.sample_count == 2
+    won, lost = sorted(batch.samples, key=lambda s: s.session_id)
+    assert (won.reward, lost.reward, won.total_return) == (1.0, 0.0, 1.0)
+    assert won.advantage > 0 and won.advantage == pytest.approx(-lost.advantage)
+    assert (won.token_count, won.loss_token_count, list(won.call_ids)) == (7, 3, ["rollout-0-c0"])
+    stub.WriteValidationMetrics(pb.WriteValidationMetricsRequest(run_id=run.run_id, step=1, values={"reward": 0.5}))
+    stub.WriteValidationMetrics(pb.WriteValidationMetricsRequest(run_id=run.run_id, step=1, values={"reward": 0.75}))
+    validations = stub.ListRunMetrics(pb.ListRunMetricsRequest(run_id=run.run_id, kind=pb.METRICS_KIND_VALIDATION))
+    assert [(m.step, m.values["reward"], m.kind) for m in validations.metrics] == [(1, 0.75, pb.METRICS_KIND_VALIDATION)]
+    (trained,) = stub.ListRunMetrics(pb.ListRunMetricsRequest(run_id=run.run_id)).metrics
+    assert (trained.step, trained.values["reward_mean"]) == (1, 0.5)
+    for unknown in (lambda: stub.GetRun(pb.GetRunRequest(run_id="../nope")),
+                    lambda: stub.GetStepBatch(pb.GetStepBatchRequest(run_id=run.run_id, step=2))):  # fmt: skip
+        with pytest.raises(grpc.RpcError) as missing:
+            unknown()
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
 
 def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_service, model_dir, tmp_path) -> None:
     dead_replica = f"http://127.0.0.1:{free_port()}"
@@ -93,9 +114,21 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     trainer.terminate()
     fixed = start_service("trainer", *common)
     fixed_stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(fixed.address))
+    remembered = fixed_stub.GetRun(pb.GetRunRequest(run_id=run.run_id)).run
+    assert (remembered.state, remembered.error_message) == (run_pb2.RUN_STATE_FAILED, run.error_message)
     resumed = fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=checkpoint.checkpoint_id)).run
     assert (resumed.run_id, resumed.step, resumed.config.total_steps) == (run.run_id, 0, 3)
     wait_for(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
              what="the resumed run to wait for data")  # fmt: skip
     stopped = fixed_stub.StopRun(pb.StopRunRequest())
     assert stopped.run.state == run_pb2.RUN_STATE_STOPPED and stopped.checkpoint.run_id == run.run_id
+
+    # A trainer killed during a run leaves it active on disk; the next one reports it cut short.
+    fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=stopped.checkpoint.checkpoint_id))
+    wait_for(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
+             what="the run to wait for data again")  # fmt: skip
+    fixed.process.kill()
+    fixed.process.wait()
+    after_kill = start_service("trainer", *common)
+    (cut_short,) = pb_grpc.TrainerServiceStub(grpc.insecure_channel(after_kill.address)).ListRuns(pb.ListRunsRequest()).runs
+    assert cut_short.state == run_pb2.RUN_STATE_FAILED and "stopped during the run" in cut_short.error_message

@@ -45,3 +45,18 @@ class TrainerClient(ServiceClient):
 
     def export_policy(self, request: pb.ExportPolicyRequest, timeout_s: float | None = None) -> pb.ExportPolicyResponse:
         return self._unary("ExportPolicy", request, timeout_s)
+
+    def list_runs(self, request: pb.ListRunsRequest, timeout_s: float | None = None) -> pb.ListRunsResponse:
+        return self._unary("ListRuns", request, timeout_s)
+
+    def get_run(self, request: pb.GetRunRequest, timeout_s: float | None = None) -> pb.GetRunResponse:
+        return self._unary("GetRun", request, timeout_s)
+
+    def list_run_metrics(self, request: pb.ListRunMetricsRequest, timeout_s: float | None = None) -> pb.ListRunMetricsResponse:
+        return self._unary("ListRunMetrics", request, timeout_s)
+
+    def get_step_batch(self, request: pb.GetStepBatchRequest, timeout_s: float | None = None) -> pb.GetStepBatchResponse:
+        return self._unary("GetStepBatch", request, timeout_s)
+
+    def write_validation_metrics(self, request: pb.WriteValidationMetricsRequest, timeout_s: float | None = None) -> pb.WriteValidationMetricsResponse:
+        return self._unary("WriteValidationMetrics", request, timeout_s)

@@ -2,14 +2,25 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.assembler.v1 import batch_pb2 as _batch_pb2
 from parity.api.trainer.v1 import run_pb2 as _run_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class MetricsKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    METRICS_KIND_UNSPECIFIED: _ClassVar[MetricsKind]
+    METRICS_KIND_TRAINING: _ClassVar[MetricsKind]
+    METRICS_KIND_VALIDATION: _ClassVar[MetricsKind]
+METRICS_KIND_UNSPECIFIED: MetricsKind
+METRICS_KIND_TRAINING: MetricsKind
+METRICS_KIND_VALIDATION: MetricsKind
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()
@@ -36,7 +47,7 @@ class StreamMetricsResponse(_message.Message):
     def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...
 
 class StepMetrics(_message.Message):
-    __slots__ = ("run_id", "step", "time", "values")
+    __slots__ = ("run_id", "step", "time", "values", "kind")
     class ValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -48,11 +59,13 @@ class StepMetrics(_message.Message):
     STEP_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     step: int
     time: _timestamp_pb2.Timestamp
     values: _containers.ScalarMap[str, float]
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    kind: MetricsKind
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ..., kind: _Optional[_Union[MetricsKind, str]] = ...) -> None: ...
 
 class SyncWeightsRequest(_message.Message):
     __slots__ = ("skip_verification",)
@@ -191,3 +204,138 @@ class ExportPolicyResponse(_message.Message):
     path: str
     checkpoint: _run_pb2.Checkpoint
     def __init__(self, path: _Optional[str] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_run_pb2.Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[_run_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ListRunMetricsRequest(_message.Message):
+    __slots__ = ("run_id", "kind", "page_size", "page_token")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    kind: MetricsKind
+    page_size: int
+    page_token: str
+    def __init__(self, run_id: _Optional[str] = ..., kind: _Optional[_Union[MetricsKind, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunMetricsResponse(_message.Message):
+    __slots__ = ("metrics", "next_page_token")
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.RepeatedCompositeFieldContainer[StepMetrics]
+    next_page_token: str
+    def __init__(self, metrics: _Optional[_Iterable[_Union[StepMetrics, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetStepBatchRequest(_message.Message):
+    __slots__ = ("run_id", "step")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class GetStepBatchResponse(_message.Message):
+    __slots__ = ("batch",)
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    batch: StepBatch
+    def __init__(self, batch: _Optional[_Union[StepBatch, _Mapping]] = ...) -> None: ...
+
+class StepBatch(_message.Message):
+    __slots__ = ("run_id", "step", "batch_id", "group_ids", "stats", "samples", "dropped_group_ids", "advantage_estimator")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    batch_id: str
+    group_ids: _containers.RepeatedScalarFieldContainer[str]
+    stats: _batch_pb2.BatchStats
+    samples: _containers.RepeatedCompositeFieldContainer[TrainedSample]
+    dropped_group_ids: _containers.RepeatedScalarFieldContainer[str]
+    advantage_estimator: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., batch_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[_batch_pb2.BatchStats, _Mapping]] = ..., samples: _Optional[_Iterable[_Union[TrainedSample, _Mapping]]] = ..., dropped_group_ids: _Optional[_Iterable[str]] = ..., advantage_estimator: _Optional[str] = ...) -> None: ...
+
+class TrainedSample(_message.Message):
+    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "reward", "total_return", "advantage", "token_count", "loss_token_count", "policy_version", "truncated", "call_ids")
+    SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RETURN_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LOSS_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    sample_id: str
+    session_id: str
+    trajectory_name: str
+    episode_id: str
+    group_id: str
+    reward: float
+    total_return: float
+    advantage: float
+    token_count: int
+    loss_token_count: int
+    policy_version: int
+    truncated: bool
+    call_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: _Optional[bool] = ..., call_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WriteValidationMetricsRequest(_message.Message):
+    __slots__ = ("run_id", "step", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    values: _containers.ScalarMap[str, float]
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class WriteValidationMetricsResponse(_message.Message):
+    __slots__ = ("metrics",)
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: StepMetrics
+    def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...

@@ -86,6 +86,31 @@ class TrainerServiceStub:
                 request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/ListRuns',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/GetRun',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunResponse.FromString,
+                _registered_method=True)
+        self.ListRunMetrics = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/ListRunMetrics',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsResponse.FromString,
+                _registered_method=True)
+        self.GetStepBatch = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/GetStepBatch',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.FromString,
+                _registered_method=True)
+        self.WriteValidationMetrics = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/WriteValidationMetrics',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.FromString,
+                _registered_method=True)
 
 
 class TrainerServiceServicer:
@@ -167,6 +192,49 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuns(self, request, context):
+        """ListRuns lists the runs this trainer has started, the current one
+        included, newest first. A run the trainer was stopped in the middle of is
+        RUN_STATE_FAILED, resumable from its latest checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRun(self, request, context):
+        """GetRun returns one run. NOT_FOUND if this trainer never started it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRunMetrics(self, request, context):
+        """ListRunMetrics returns the metrics a run recorded, in step order: its
+        training steps, or its validations. NOT_FOUND for an unknown run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStepBatch(self, request, context):
+        """GetStepBatch returns what one step of a run trained on: the batch, its
+        groups and every sample's reward and advantage. NOT_FOUND for a step the
+        run has not trained.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteValidationMetrics(self, request, context):
+        """WriteValidationMetrics records a validation of a run (the trainer does not
+        validate; the driver that runs validation rollouts does), so ListRunMetrics
+        shows it beside the training steps. A second write for the same step
+        replaces the first. NOT_FOUND for an unknown run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -219,6 +287,31 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.ExportPolicy,
                     request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.FromString,
                     response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunResponse.SerializeToString,
+            ),
+            'ListRunMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunMetrics,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsResponse.SerializeToString,
+            ),
+            'GetStepBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStepBatch,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.SerializeToString,
+            ),
+            'WriteValidationMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteValidationMetrics,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -493,6 +586,141 @@ class TrainerService:
             '/parity.api.trainer.v1.TrainerService/ExportPolicy',
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyRequest.SerializeToString,
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ExportPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/ListRuns',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/GetRun',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/ListRunMetrics',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListRunMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStepBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/GetStepBatch',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteValidationMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parity.api.trainer.v1.TrainerService/WriteValidationMetrics',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
