@@ -21,6 +21,8 @@ from parity.session_slug import SessionRef
 
 CHAT = llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS
 COMPLETIONS = llm_call_pb2.CALL_ENDPOINT_COMPLETIONS
+MESSAGES = llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES
+RESPONSES = llm_call_pb2.CALL_ENDPOINT_RESPONSES
 
 
 @dataclass
@@ -34,6 +36,8 @@ class CaptureRequest:
     metadata: dict[str, str]
     added_token_ids: bool = False
     added_logprobs: bool = False
+    lora_adapter: str = ""
+    """The LoRA adapter the request was sent to in place of the model it names (see policy_adapter)."""
 
     @classmethod
     def prepare(
@@ -44,13 +48,14 @@ class CaptureRequest:
         if not body.get("return_token_ids"):
             body["return_token_ids"] = True
             request.added_token_ids = True
-        if endpoint == CHAT:
-            if not body.get("logprobs"):
-                body["logprobs"] = True
+        if endpoint == COMPLETIONS:
+            if body.get("logprobs") is None:
+                # Completions take a count of alternatives; 0 returns just the sampled token's.
+                body["logprobs"] = 0
                 request.added_logprobs = True
-        elif body.get("logprobs") is None:
-            # Completions take a count of alternatives; 0 returns just the sampled token's.
-            body["logprobs"] = 0
+        elif not body.get("logprobs"):
+            # Chat, and the endpoints served through chat (Messages, Responses).
+            body["logprobs"] = True
             request.added_logprobs = True
         return request
 
@@ -140,11 +145,12 @@ class CallRecorder:
         outcome: int,
         error_message: str = "",
         streamed: bool = False,
+        call_id: str = "",
     ) -> llm_call_pb2.LlmCall:
         request, session = self.request, self.request.session
         call = llm_call_pb2.LlmCall(
-            # Made here, once per record: a retried write of the same record keeps it, so the store dedupes it.
-            call_id=new_id(),
+            # Made once per record: a retried write of the same record keeps it, so the store dedupes it.
+            call_id=call_id or new_id(),
             session_id=session.session_id,
             parent_session_ids=session.parent_session_ids,
             trajectory_name=session.trajectory_name,
@@ -159,6 +165,7 @@ class CallRecorder:
             outcome=outcome,
             error_message=error_message,
             streamed=streamed,
+            lora_adapter=request.lora_adapter,
         )
         completion_tokens = 0
         for index in sorted(self.choices):

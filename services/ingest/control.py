@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.proxy import PolicyState
+from parity.services.ingest.chat_backend import PolicyState
 from parity.services.ingest.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, Unauthenticated
@@ -24,6 +24,8 @@ class IngestStats:
     paused: bool
     policy_version: int
     start_time: float
+    policy_model: str
+    lora_adapter: str
 
 
 class IngestControl:
@@ -55,6 +57,8 @@ class IngestControl:
             paused=self.gate.paused,
             policy_version=self.policy.version,
             start_time=self.start_time,
+            policy_model=self.policy.adapter.model,
+            lora_adapter=self.policy.adapter.adapter,
         )
 
     def replicas(self, model: str) -> list[Replica]:
@@ -70,8 +74,10 @@ class IngestControl:
     def resume(self) -> float:
         return self.gate.resume()
 
-    def set_policy_version(self, version: int) -> int:
+    def set_policy_version(self, version: int, policy_model: str, lora_adapter: str) -> int:
+        """The version, and the adapter serving `policy_model` from now on (none when `lora_adapter` is empty)."""
         if version < self.policy.version:
             raise InvalidArgument(f"policy_version {version} is lower than the current {self.policy.version}")
+        self.policy.adapter.set(policy_model, lora_adapter)
         previous, self.policy.version = self.policy.version, version
         return previous

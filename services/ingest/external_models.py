@@ -9,27 +9,19 @@ is configured; the policy path never touches it.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 import yaml
 
 from parity.services.ingest import openai_errors
-from parity.services.ingest.capture import CHAT, CallRecorder, CaptureRequest
+from parity.services.ingest.call_capture import CallCapture
+from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.replies import (
-    DISCONNECTED,
-    EXTERNAL,
-    SUCCEEDED,
-    UPSTREAM_ERROR,
-    JsonReply,
-    Reply,
-    StreamReply,
-)
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.replies import DISCONNECTED, EXTERNAL, SUCCEEDED, UPSTREAM_ERROR
 
 log = structlog.get_logger(__name__)
 
@@ -61,64 +53,51 @@ class ExternalModels:
             self._router = litellm.Router(model_list=self.model_list)
         return self._router
 
-    async def complete(
-        self, capture: CaptureRequest, sink: CaptureSink, summary: dict[str, Any], started_at: float
-    ) -> Reply:
+    async def forward(self, call: ChatCall, sink: CaptureSink) -> Forwarded:
         router = self._litellm_router()
-        body = dict(capture.body)
+        body = dict(call.body)
         body.pop("metadata", None)
-        method = router.acompletion if capture.endpoint == CHAT else router.atext_completion
-        summary["replica"] = "litellm"
-        recorder = CallRecorder(capture)
-        fields = {
-            "model": body["model"], "policy_version": 0, "replica": "litellm", "kind": EXTERNAL,
-            "started_at": started_at, "attempts": 1, "streamed": bool(body.get("stream")),
-        }  # fmt: skip
+        method = router.atext_completion if call.endpoint == COMPLETIONS else router.acompletion
+        request = CaptureRequest(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
+        capture = CallCapture(
+            request, sink, model=call.model, served_model=call.served_model, policy_version=0, kind=EXTERNAL,
+            started_at=call.started_at,
+        )  # fmt: skip
+        capture.upstream("litellm", 1)
         try:
             result = await method(**body)
         except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
             failure = openai_errors.bad_gateway(f"external model {body['model']!r} failed: {error}")
-            call = recorder.to_call(
-                first_byte_at=None, upstream_seconds=time.time() - started_at,
-                outcome=UPSTREAM_ERROR, error_message=failure.message, **fields,
-            )  # fmt: skip
-            await sink.submit(call)
+            await capture.finish(UPSTREAM_ERROR, failure.message)
             raise failure from None
         if not body.get("stream"):
             response = result.model_dump()
-            recorder.add_response(response)
-            call = recorder.to_call(
-                first_byte_at=time.time(), upstream_seconds=time.time() - started_at,
-                outcome=SUCCEEDED, **fields,
-            )  # fmt: skip
-            await sink.submit(call)
-            return JsonReply(200, orjson.dumps(response), summary)
-
-        async def relay() -> AsyncGenerator[bytes, None]:
-            outcome, error_message = DISCONNECTED, ""
-            # As in the policy relay: closed before its end, it records the call on the way out.
-            ran_to_end = False
-            try:
-                async for chunk in result:
-                    data = chunk.model_dump()
-                    recorder.add_chunk(data)
-                    yield b"data: " + orjson.dumps(data) + b"\n\n"
-                outcome = SUCCEEDED
-                ran_to_end = True
-            except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
-                outcome, error_message = UPSTREAM_ERROR, f"external model {body['model']!r} failed: {error}"
-                yield b"data: " + openai_errors.bad_gateway(error_message).body() + b"\n\n"
-                ran_to_end = True
-            finally:
-                call = recorder.to_call(
-                    first_byte_at=None, upstream_seconds=time.time() - started_at,
-                    outcome=outcome, error_message=error_message, **fields,
-                )  # fmt: skip
-                if not ran_to_end:
-                    sink.submit_nowait(call)
-            await sink.submit(call)
-            yield b"data: [DONE]\n\n"
-
-        return StreamReply(relay(), summary)
+            capture.first_byte()
+            capture.add_response(response)
+            await capture.finish(SUCCEEDED)
+            return Forwarded(capture, response=response)
+        return Forwarded(capture, chunks=_relay(result, capture, body["model"]))
 
 
+async def _relay(result: Any, capture: CallCapture, model: str) -> AsyncGenerator[list[dict[str, Any]], None]:
+    """As the policy's stream: closed before its end, it records the call on the way out."""
+    outcome, error_message = DISCONNECTED, ""
+    ran_to_end = False
+    try:
+        async for chunk in result:
+            data = chunk.model_dump()
+            capture.first_byte()
+            capture.add_chunk(data)
+            yield [data]
+        outcome = SUCCEEDED
+    except Exception as error:  # noqa: BLE001 - any provider failure is the upstream's
+        outcome, error_message = UPSTREAM_ERROR, f"external model {model!r} failed: {error}"
+    finally:
+        if outcome == DISCONNECTED:
+            capture.finish_nowait(outcome, error_message)
+        else:
+            ran_to_end = True
+    if ran_to_end:
+        await capture.finish(outcome, error_message)
+    if outcome != SUCCEEDED:
+        raise StreamFailed(error_message)

@@ -1,12 +1,13 @@
-"""The HTTP front door: a thin ASGI router over the proxy.
+"""The HTTP front door: a thin ASGI router over the endpoints.
 
-    POST /v1/chat/completions        POST /sessions/{slug}/v1/chat/completions
-    POST /v1/completions             POST /sessions/{slug}/v1/completions
-    GET  /v1/models                  GET  /sessions/{slug}/v1/models
-    POST /parity/v1/flush            GET  /health            GET  /metrics
+    POST /v1/chat/completions        POST /v1/completions          (OpenAI, endpoints/openai_chat.py)
+    POST /v1/messages                POST /v1/messages/count_tokens (Anthropic, endpoints/anthropic_messages/)
+    POST /v1/responses                                              (OpenAI Responses, endpoints/openai_responses/)
+    GET  /v1/models                  POST /parity/v1/flush          GET /health      GET /metrics
 
-Written against ASGI directly rather than a web framework: ingest is on the hot
-path of every rollout, and it needs nothing a framework adds.
+Every API path also answers under `/sessions/{slug}`. Written against ASGI directly
+rather than a web framework: ingest is on the hot path of every rollout, and it needs
+nothing a framework adds. Errors come back in the shape of the API that was called.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,24 +24,43 @@ import structlog
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture import CHAT, COMPLETIONS
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.chat_backend import ChatBackend
+from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
+from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing, parse_json_object
+from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.metrics import IngestMetrics
-from parity.services.ingest.proxy import Proxy, parse_json_object
 from parity.services.ingest.replies import JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
 
 log = structlog.get_logger("parity.ingest.access")
 
-ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
 FLUSH = "/parity/v1/flush"
+MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+RESPONSES = "/v1/responses"
+INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", MESSAGES, RESPONSES)
+ANTHROPIC_PATHS = frozenset({MESSAGES, COUNT_TOKENS})
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
 MAX_FLUSH_TIMEOUT_S = 600.0
 # Metric labels: every other path is "other", so a client cannot grow the label set.
-ROUTES = frozenset({*ENDPOINTS, FLUSH, "/v1/models", "/health", "/metrics"})
+ROUTES = frozenset({*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, "/v1/models", "/health", "/metrics"})
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
 Headers = dict[bytes, bytes]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class Endpoints:
+    """The APIs ingest serves, each behind its own serving module."""
+
+    chat: OpenAIChatServing
+    messages: AnthropicMessagesServing
+    responses: ResponsesServing
+    backend: ChatBackend
+    sink: CaptureSink
 
 
 def split_session(path: str) -> tuple[str | None, str]:
@@ -52,9 +73,9 @@ def split_session(path: str) -> tuple[str | None, str]:
 
 class IngestHttpApp:
     def __init__(
-        self, proxy: Proxy, gate: TrafficGate, metrics: IngestMetrics, api_keys: set[str], max_body_bytes: int
+        self, endpoints: Endpoints, gate: TrafficGate, metrics: IngestMetrics, api_keys: set[str], max_body_bytes: int
     ) -> None:
-        self.proxy = proxy
+        self.endpoints = endpoints
         self.gate = gate
         self.metrics = metrics
         self.api_keys = api_keys
@@ -68,43 +89,41 @@ class IngestHttpApp:
         started = time.perf_counter()
         slug, path = split_session(scope["path"])
         headers = dict(scope["headers"])
-        summary: dict[str, Any] = {}
-        endpoint = ENDPOINTS.get(path)
-        status = 500
+        method = scope["method"]
+        status, fields = 500, {}
         try:
-            if endpoint is not None and scope["method"] == "POST":
+            if path in INFERENCE_PATHS and method == "POST":
                 # One admission for the whole exchange, streamed body included: a pause for
                 # weight sync waits for this response to finish, never cuts it in half.
                 async with self.gate.admit():
-                    status = await self._respond(
-                        send, receive, self._inference(headers, receive, endpoint, slug, summary), summary
-                    )
+                    status, fields = await self._respond(send, receive, path, self._inference(headers, receive, path, slug))
             else:
-                status = await self._respond(send, receive, self._other(scope, headers, receive, path, slug, summary), summary)
+                status, fields = await self._respond(send, receive, path, self._other(method, headers, receive, path, slug))
         finally:
             seconds = time.perf_counter() - started
             self.metrics.observe(path if path in ROUTES else "other", status, seconds)
             log.info(
-                "request", method=scope["method"], path=path, status=status, latency_ms=round(seconds * 1000, 2),
-                **summary,
+                "request", method=method, path=path, status=status, latency_ms=round(seconds * 1000, 2), **fields,
             )  # fmt: skip
 
-    async def _respond(self, send: Send, receive: Receive, produce: Awaitable[Reply], summary: dict[str, Any]) -> int:
-        """Send the reply `produce` makes, or the error it raised; returns the status sent."""
+    async def _respond(
+        self, send: Send, receive: Receive, path: str, produce: Awaitable[Reply]
+    ) -> tuple[int, dict[str, Any]]:
+        """Send the reply `produce` makes, or the error it raised; returns the status sent and the log's fields."""
         try:
             reply = await produce
         except openai_errors.HttpError as error:
-            summary["error"] = error.message
-            reply = JsonReply(error.status, error.body(), summary)
+            reply = JsonReply(error.status, _error_body(path, error), {"error": error.message})
         except Exception as error:  # noqa: BLE001 - the process stays up; the agent hears why
             log.error("request_failed", exc_info=error)
-            reply = JsonReply(500, openai_errors.HttpError(500, "internal error in ingest", "server_error").body(), summary)
+            failure = openai_errors.HttpError(500, "internal error in ingest", "server_error")
+            reply = JsonReply(500, _error_body(path, failure), {"error": failure.message})
         if isinstance(reply, JsonReply):
             # A length, as vLLM sends, rather than chunked framing around one body.
             headers = [(b"content-type", reply.content_type), (b"content-length", b"%d" % len(reply.body))]
             await send({"type": "http.response.start", "status": reply.status, "headers": headers})
             await send({"type": "http.response.body", "body": reply.body})
-            return reply.status
+            return reply.status, reply.log_fields()
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # The request body is read, so the next message is the agent going away. Sends
         # to a gone agent are dropped silently, so without this the relay would read
@@ -115,63 +134,64 @@ class IngestHttpApp:
         if reply.abandon is not None:
             abandon = reply.abandon
             gone.add_done_callback(lambda done: None if done.cancelled() else abandon())
+        disconnected = False
         try:
             async for event in reply.events:
                 if gone.done():
                     break
                 await send({"type": "http.response.body", "body": event, "more_body": True})
         finally:
-            if gone.done():
-                summary["disconnected"] = True
+            disconnected = gone.done()
             gone.cancel()
             # Closing the relay releases vLLM's stream, which stops the generation, and
             # records the call with what was generated up to here.
             await reply.events.aclose()
         await send({"type": "http.response.body", "body": b""})
-        return 200
+        return 200, reply.log_fields() | ({"disconnected": True} if disconnected else {})
 
-    async def _inference(
-        self, headers: Headers, receive: Receive, endpoint: int, slug: str | None, summary: dict[str, Any]
-    ) -> Reply:
+    async def _inference(self, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
         self._authorize(headers)
         body = await self._read_body(headers, receive)
         header = headers.get(b"x-parity-session")
         # Latin-1, as HTTP defines header bytes; a slug outside ASCII is refused by its own checks.
-        reply = await self.proxy.handle(endpoint, body, slug, header.decode("latin-1") if header else None)
-        summary.update(reply.summary)
-        return reply
+        session_header = header.decode("latin-1") if header else None
+        if path == MESSAGES:
+            return await self.endpoints.messages.create(body, slug, session_header)
+        if path == RESPONSES:
+            return await self.endpoints.responses.create(body, slug, session_header)
+        endpoint = CHAT if path == "/v1/chat/completions" else COMPLETIONS
+        return await self.endpoints.chat.handle(endpoint, body, slug, session_header)
 
-    async def _other(
-        self, scope: Scope, headers: Headers, receive: Receive, path: str, slug: str | None, summary: dict[str, Any]
-    ) -> Reply:
-        method = scope["method"]
+    async def _other(self, method: str, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
         if path == "/health" and slug is None:
-            return JsonReply(200, b"{}", summary)
+            return JsonReply(200, b"{}")
         if path == "/metrics" and slug is None:
-            return JsonReply(200, self.metrics.render(), summary, b"text/plain; version=0.0.4")
+            return JsonReply(200, self.metrics.render(), content_type=b"text/plain; version=0.0.4")
         self._authorize(headers)
         if path == FLUSH and slug is None:
             if method != "POST":
                 raise openai_errors.HttpError(405, f"{FLUSH} accepts POST only", "invalid_request_error")
             timeout_s = flush_timeout(await self._read_body(headers, receive))
-            captured = await self.proxy.sink.flush(timeout_s)
-            return JsonReply(200, orjson.dumps({"object": "parity.flush", "captured": captured}), summary)
+            captured = await self.endpoints.sink.flush(timeout_s)
+            return JsonReply(200, orjson.dumps({"object": "parity.flush", "captured": captured}))
+        if path == COUNT_TOKENS and method == "POST":
+            return await self.endpoints.messages.count_tokens(await self._read_body(headers, receive))
         if path == "/v1/models" and method == "GET":
-            data = [
-                {"id": m, "object": "model", "created": self.started_at, "owned_by": "parity"} for m in self.proxy.models()
-            ]
-            return JsonReply(200, orjson.dumps({"object": "list", "data": data}), summary)
-        if path in ENDPOINTS:
+            data = [{"id": m, "object": "model", "created": self.started_at, "owned_by": "parity"}
+                    for m in self.endpoints.backend.models()]  # fmt: skip
+            return JsonReply(200, orjson.dumps({"object": "list", "data": data}))
+        if path in ROUTES and path not in ("/health", "/metrics", "/v1/models"):
             raise openai_errors.HttpError(405, f"{path} accepts POST only", "invalid_request_error")
-        raise openai_errors.not_found(f"no route for {method} {scope['path']}")
+        raise openai_errors.not_found(f"no route for {method} {path}")
 
     def _authorize(self, headers: Headers) -> None:
+        """An API key as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (x-api-key)."""
         if not self.api_keys:
             return
         header = headers.get(b"authorization", b"").decode(errors="replace")
-        key = header[7:] if header.lower().startswith("bearer ") else ""
+        key = header[7:] if header.lower().startswith("bearer ") else headers.get(b"x-api-key", b"").decode(errors="replace")
         if not any(hmac.compare_digest(key, allowed) for allowed in self.api_keys):
-            raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
+            raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>, or x-api-key)")
 
     async def _read_body(self, headers: Headers, receive: Receive) -> bytes:
         declared = headers.get(b"content-length")
@@ -187,6 +207,10 @@ class IngestHttpApp:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+def _error_body(path: str, error: openai_errors.HttpError) -> bytes:
+    return error.anthropic_body() if path in ANTHROPIC_PATHS else error.body()
 
 
 def flush_timeout(body: bytes) -> float:

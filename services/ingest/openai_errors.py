@@ -1,8 +1,16 @@
-"""Errors the HTTP API returns, in the OpenAI error shape every OpenAI client understands."""
+"""Errors the HTTP API returns: in the OpenAI error shape every OpenAI client understands, or in
+Anthropic's for the Messages API."""
 
 from __future__ import annotations
 
 import orjson
+
+# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+    529: "overloaded_error",
+}  # fmt: skip
 
 
 class HttpError(Exception):
@@ -19,6 +27,14 @@ class HttpError(Exception):
         return orjson.dumps(
             {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.status}}
         )
+
+    def anthropic_body(self) -> bytes:
+        return orjson.dumps({"type": "error", "error": self.anthropic_error()})
+
+    def anthropic_error(self) -> dict[str, str]:
+        """The error object of Anthropic's error shape; a named field leads the message, as Anthropic's do."""
+        message = f"{self.param}: {self.message}" if self.param and not self.message.startswith(self.param) else self.message
+        return {"type": ANTHROPIC_ERROR_TYPES.get(self.status, "api_error"), "message": message}
 
 
 def bad_request(message: str, param: str | None = None) -> HttpError:

@@ -25,6 +25,9 @@ UNHEALTHY_AFTER_FAILED_CHECKS = 2
 class Replica:
     base_url: str
     models: set[str] = field(default_factory=set)
+    # The model it serves (not a LoRA adapter it lists beside it), and each model's context length.
+    base_model: str | None = None
+    max_model_len: dict[str, int] = field(default_factory=dict)
     healthy: bool = False
     in_flight: int = 0
     request_count: int = 0
@@ -58,6 +61,13 @@ class ReplicaRouter:
         serving = [r for r in self.replicas if model in r.models]
         healthy = [r for r in serving if r.healthy]
         return sorted(healthy or serving, key=lambda r: _score(session_id, r), reverse=True)
+
+    def policy_model(self) -> str | None:
+        """The model the replicas serve, for requests that name none of theirs (`@policy` aliases)."""
+        return next((r.base_model for r in self.replicas if r.healthy and r.base_model), None)
+
+    def max_model_len(self, model: str) -> int | None:
+        return next((r.max_model_len[model] for r in self.replicas if model in r.max_model_len), None)
 
     def knows(self, model: str) -> bool:
         return any(model in r.models for r in self.replicas)
@@ -97,7 +107,10 @@ class ReplicaRouter:
             async with self._session.get(f"{replica.base_url}/v1/models") as response:
                 response.raise_for_status()
                 listing = await response.json()
-            replica.models = {entry["id"] for entry in listing.get("data", [])}
+            entries = listing.get("data", [])
+            replica.models = {entry["id"] for entry in entries}
+            replica.base_model = next((e["id"] for e in entries if not e.get("parent")), None)
+            replica.max_model_len = {e["id"]: e["max_model_len"] for e in entries if isinstance(e.get("max_model_len"), int)}
             if not replica.healthy:
                 log.info("replica_healthy", replica=replica.name, models=sorted(replica.models))
             replica.healthy, replica.failed_checks = True, 0

@@ -1,12 +1,15 @@
-"""What the serving logic hands the HTTP layer, and the call outcomes it records."""
+"""What an endpoint hands the HTTP layer, and the call outcomes it records."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from parity.api.common.v1 import llm_call_pb2
+
+if TYPE_CHECKING:
+    from parity.services.ingest.call_capture import CallCapture
 
 SUCCEEDED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED
 UPSTREAM_ERROR = llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR
@@ -19,18 +22,26 @@ EXTERNAL = llm_call_pb2.CALL_KIND_EXTERNAL
 class JsonReply:
     status: int
     body: bytes
-    # Fields for the access log: session, model, replica, tokens.
-    summary: dict[str, Any]
+    log: dict[str, Any] = field(default_factory=dict)
+    """What the access log says of the request beyond its call: session, model, the error."""
+    capture: CallCapture | None = None
     content_type: bytes = b"application/json"
+
+    def log_fields(self) -> dict[str, Any]:
+        return self.log | self.capture.log_fields() if self.capture is not None else self.log
 
 
 @dataclass
 class StreamReply:
     events: AsyncGenerator[bytes, None]
-    summary: dict[str, Any]
+    capture: CallCapture
     # Stops the stream at once when the agent goes away, even while `events` waits on
     # a silent upstream; `events` then ends, having recorded the call as disconnected.
     abandon: Callable[[], None] | None = None
+    log: dict[str, Any] = field(default_factory=dict)
+
+    def log_fields(self) -> dict[str, Any]:
+        return self.log | self.capture.log_fields()
 
 
 Reply = JsonReply | StreamReply

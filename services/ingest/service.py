@@ -1,4 +1,4 @@
-"""How `parity ingest serve` runs: the OpenAI-compatible HTTP API and the IngestService control plane.
+"""How `parity ingest serve` runs: the agent-facing HTTP APIs and the IngestService control plane.
 
 Both share one process and one event loop: the HTTP API on --http-port, gRPC
 control (with health and reflection) on --port.
@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -18,15 +18,21 @@ import uvicorn
 
 from parity.api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.control import IngestControl
+from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
+from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing
+from parity.services.ingest.endpoints.openai_responses.chain import ResponseChains
+from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.external_models import ExternalModels
-from parity.services.ingest.http_api import IngestHttpApp
+from parity.services.ingest.http_api import Endpoints, IngestHttpApp
 from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
-from parity.services.ingest.proxy import PolicyState, Proxy
+from parity.services.ingest.model_aliases import AliasRule, ModelAliases
 from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.servicer import IngestServicer
 from parity.services.ingest.spool import Spool
+from parity.services.ingest.template_facts import TemplateFacts
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream import UpstreamClient
 from parity.services.ingest.upstream_http import Origin
@@ -65,6 +71,11 @@ class IngestConfig(ServerConfig):
     health_interval_s: float = setting(2.0, "seconds between replica health checks")
     external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
     policy_version: int = setting(0, "policy version stamped on calls until SetPolicyVersion changes it")
+    model_alias: list[str] = field(
+        default_factory=list,
+        metadata={"help": "PATTERN=MODEL: serve requests for models matching the glob PATTERN with MODEL (a served "
+                          "model, or @policy for the policy replicas' own), e.g. 'claude-*=@policy'"},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -80,6 +91,11 @@ class IngestConfig(ServerConfig):
                 Origin.parse(url)
             except ValueError as error:
                 raise InvalidArgument(f"upstreams: {error}") from None
+        for rule in self.model_alias:
+            try:
+                AliasRule.parse(rule)
+            except ValueError as error:
+                raise InvalidArgument(f"model_alias: {error}") from None
 
     @property
     def upstream_urls(self) -> list[str]:
@@ -121,11 +137,19 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     policy = PolicyState(config.policy_version)
     gate = TrafficGate()
     external = ExternalModels(config.external_models)
-    proxy = Proxy(router, upstream, sink, policy, external)
+    backend = ChatBackend(router, upstream, sink, policy, external)
+    aliases = ModelAliases(config.model_alias, backend.served, router.policy_model)
+    chains = ResponseChains(config.store, config.max_message_bytes)
+    endpoints = Endpoints(
+        chat=OpenAIChatServing(backend, aliases),
+        messages=AnthropicMessagesServing(backend, aliases, TemplateFacts(backend)),
+        responses=ResponsesServing(backend, aliases, chains),
+        backend=backend, sink=sink,
+    )  # fmt: skip
     metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes,
                             lambda: spool.refused_count, lambda: gate.in_flight)  # fmt: skip
     api_keys = {key.strip() for key in config.api_keys.split(",") if key.strip()}
-    app = IngestHttpApp(proxy, gate, metrics, api_keys, config.max_body_mb << 20)
+    app = IngestHttpApp(endpoints, gate, metrics, api_keys, config.max_body_mb << 20)
     http_server = _EmbeddedUvicorn(
         uvicorn.Config(
             app, host=config.host, port=config.http_port, loop="none", http="httptools", lifespan="off",
@@ -153,6 +177,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         http_server.should_exit = True
         await asyncio.gather(*serving, return_exceptions=True)
         await sink.stop()
+        await chains.close()
         await upstream.stop()
         await router.stop()
 

@@ -31,6 +31,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
             capture_queue_depth=stats.capture_queue_depth, spool_size=stats.spool_size,
             captured_call_count=stats.captured_call_count, paused=stats.paused, policy_version=stats.policy_version,
+            policy_model=stats.policy_model, lora_adapter=stats.lora_adapter,
         )  # fmt: skip
         response.start_time.FromNanoseconds(int(stats.start_time * 1e9))
         return response
@@ -80,4 +81,5 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         self, request: pb.SetPolicyVersionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetPolicyVersionResponse:
         self.control.authorize(_bearer(context))
-        return pb.SetPolicyVersionResponse(previous_policy_version=self.control.set_policy_version(request.policy_version))
+        previous = self.control.set_policy_version(request.policy_version, request.policy_model, request.lora_adapter)
+        return pb.SetPolicyVersionResponse(previous_policy_version=previous)

@@ -19,7 +19,7 @@ from parity.services.runtime.errors import InvalidArgument
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "json", "console")
 
-ConfigT = TypeVar("ConfigT", bound="ServerConfig")
+ConfigT = TypeVar("ConfigT", bound="ListenerConfig")
 
 
 def setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -28,17 +28,14 @@ def setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> 
 
 
 @dataclass
-class ServerConfig:
-    """Settings every gRPC service shares."""
+class ListenerConfig:
+    """Settings every service shares, gRPC or HTTP (the console)."""
 
     host: str = setting("127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces")
-    port: int = setting(0, "gRPC port; 0 picks a free one")
+    port: int = setting(0, "port; 0 picks a free one")
     log_level: str = setting("info", "minimum log level", LOG_LEVELS)
     log_format: str = setting("auto", "json, console, or auto (json unless on a terminal)", LOG_FORMATS)
-    # Token arrays of a 1,000-call WriteCalls batch run to a few MB; 64 MB leaves
-    # room for long contexts while still refusing runaway messages.
-    max_message_mb: int = setting(64, "largest gRPC message accepted or sent, in MiB")
-    shutdown_grace_s: float = setting(10.0, "seconds in-flight RPCs get to finish on shutdown")
+    shutdown_grace_s: float = setting(10.0, "seconds in-flight requests get to finish on shutdown")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -47,10 +44,23 @@ class ServerConfig:
             raise InvalidArgument(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
             raise InvalidArgument(f"log_format must be one of {LOG_FORMATS}, got {self.log_format!r}")
-        if not 1 <= self.max_message_mb <= 2047:
-            raise InvalidArgument(f"max_message_mb must be in 1..2047, got {self.max_message_mb}")
         if self.shutdown_grace_s < 0:
             raise InvalidArgument(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
+
+
+@dataclass
+class ServerConfig(ListenerConfig):
+    """Settings every gRPC service shares."""
+
+    port: int = setting(0, "gRPC port; 0 picks a free one")
+    # Token arrays of a 1,000-call WriteCalls batch run to a few MB; 64 MB leaves
+    # room for long contexts while still refusing runaway messages.
+    max_message_mb: int = setting(64, "largest gRPC message accepted or sent, in MiB")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.max_message_mb <= 2047:
+            raise InvalidArgument(f"max_message_mb must be in 1..2047, got {self.max_message_mb}")
 
     @property
     def max_message_bytes(self) -> int:
@@ -61,14 +71,17 @@ def env_var_name(service: str, field_name: str) -> str:
     return f"PARITY_{service.upper()}_{field_name.upper()}"
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[ServerConfig], service: str) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[ListenerConfig], service: str) -> None:
     """Add one flag per config field; defaults stay None so the environment can fill them."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (env {env_var_name(service, f.name)}; default {f.default!r})"
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        help_text = f"{f.metadata.get('help', '')} (env {env_var_name(service, f.name)}; default {default!r})"
         if hints[f.name] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif hints[f.name] == list[str]:
+            parser.add_argument(flag, action="append", default=None, metavar="VALUE", help=f"{help_text}; repeatable")
         else:
             parser.add_argument(
                 flag, type=hints[f.name], default=None, choices=f.metadata.get("choices"), help=help_text
@@ -91,6 +104,9 @@ def config_from_args(config_cls: type[ConfigT], args: argparse.Namespace, servic
 
 
 def _parse_env(raw: str, kind: type, name: str) -> Any:
+    if kind == list[str]:
+        # Comma-separated, as a list in one variable.
+        return [part.strip() for part in raw.split(",") if part.strip()]
     if kind is bool:
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):

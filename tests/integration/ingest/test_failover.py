@@ -21,8 +21,10 @@ from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.api.ingest.v1 import replica_pb2
 from parity.services.ingest.capture import CHAT
 from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.chat_backend import ChatBackend, PolicyState
+from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing
 from parity.services.ingest.external_models import ExternalModels
-from parity.services.ingest.proxy import PolicyState, Proxy
+from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.replies import StreamReply
 from parity.services.ingest.spool import Spool
@@ -214,8 +216,7 @@ def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
 
 def test_a_stream_closed_at_its_last_events_is_still_recorded(module_services, vllm_server, relay: TcpRelay, tmp_path) -> None:
     # The whole answer, [DONE] included, reaches ingest in one read, and the agent leaves
-    # before [DONE] reaches it: the relay is closed at the yield of the last events, with
-    # the call already complete but not yet submitted.
+    # before [DONE] reaches it: the relay is closed at the yield of the last events.
     store = module_services.start("store", "--url", "memory://")
     body = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
             "ignore_eos": True, "stream": True}  # fmt: skip
@@ -229,9 +230,9 @@ def test_a_stream_closed_at_its_last_events_is_still_recorded(module_services, v
         sink = CaptureSink(store.address, Spool(tmp_path / "spool.db", 1 << 30))
         await sink.start()
         try:
-            reply = await Proxy(router, upstream, sink, PolicyState(), ExternalModels()).handle(
-                CHAT, orjson.dumps(body), "closed-late", None
-            )
+            backend = ChatBackend(router, upstream, sink, PolicyState(), ExternalModels())
+            serving = OpenAIChatServing(backend, ModelAliases([], backend.served, router.policy_model))
+            reply = await serving.handle(CHAT, orjson.dumps(body), "closed-late", None)
             assert isinstance(reply, StreamReply)
             assert b'"finish_reason":"length"' in await anext(reply.events), "the answer came in one piece"
             await reply.events.aclose()

@@ -22,6 +22,8 @@ class CallEndpoint(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALL_ENDPOINT_UNSPECIFIED: _ClassVar[CallEndpoint]
     CALL_ENDPOINT_CHAT_COMPLETIONS: _ClassVar[CallEndpoint]
     CALL_ENDPOINT_COMPLETIONS: _ClassVar[CallEndpoint]
+    CALL_ENDPOINT_ANTHROPIC_MESSAGES: _ClassVar[CallEndpoint]
+    CALL_ENDPOINT_RESPONSES: _ClassVar[CallEndpoint]
 
 class CallOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,13 +37,15 @@ CALL_KIND_EXTERNAL: CallKind
 CALL_ENDPOINT_UNSPECIFIED: CallEndpoint
 CALL_ENDPOINT_CHAT_COMPLETIONS: CallEndpoint
 CALL_ENDPOINT_COMPLETIONS: CallEndpoint
+CALL_ENDPOINT_ANTHROPIC_MESSAGES: CallEndpoint
+CALL_ENDPOINT_RESPONSES: CallEndpoint
 CALL_OUTCOME_UNSPECIFIED: CallOutcome
 CALL_OUTCOME_SUCCEEDED: CallOutcome
 CALL_OUTCOME_UPSTREAM_ERROR: CallOutcome
 CALL_OUTCOME_CLIENT_DISCONNECTED: CallOutcome
 
 class LlmCall(_message.Message):
-    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed")
+    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed", "served_model", "lora_adapter")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +71,8 @@ class LlmCall(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STREAMED_FIELD_NUMBER: _ClassVar[int]
+    SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     session_id: str
     parent_session_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -85,7 +91,9 @@ class LlmCall(_message.Message):
     outcome: CallOutcome
     error_message: str
     streamed: bool
-    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: _Optional[bool] = ...) -> None: ...
+    served_model: str
+    lora_adapter: str
+    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: _Optional[bool] = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ...) -> None: ...
 
 class Choice(_message.Message):
     __slots__ = ("index", "token_ids", "logprobs", "finish_reason", "text", "tool_calls_json", "reasoning_text", "stop_reason")

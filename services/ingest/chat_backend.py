@@ -1,0 +1,184 @@
+"""Where every captured call goes: a chat or completions body to a policy replica or an external model.
+
+Each endpoint (chat completions, completions, Anthropic Messages, the Responses API)
+turns its request into the chat or completions body vLLM takes and hands it here.
+What comes back is already recorded: the answer as a JSON object, or its stream as
+batches of chunk objects (one batch per network read: under load one read holds
+many events, and writing each alone would cost more than the relay). A stream that
+ends is recorded before its last batch is handed on, so with durability "before" an
+endpoint's final event goes out only once the call is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from parity.services.ingest import openai_errors
+from parity.services.ingest.call_capture import CallCapture
+from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
+from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.policy_adapter import PolicyAdapter
+from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.replies import DISCONNECTED, POLICY, SUCCEEDED, UPSTREAM_ERROR
+from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
+from parity.services.ingest.upstream_http import UpstreamAbandoned, UpstreamConnectionError
+
+UPSTREAM_PATHS = {COMPLETIONS: "/v1/completions"}
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass
+class PolicyState:
+    """The policy version stamped on calls forwarded from now on, and the LoRA adapter that serves it, if any."""
+
+    version: int = 0
+    adapter: PolicyAdapter = field(default_factory=PolicyAdapter)
+
+
+class ChatBackend:
+    def __init__(
+        self, router: ReplicaRouter, upstream: UpstreamClient, sink: CaptureSink, policy: PolicyState,
+        external: ExternalModels,
+    ) -> None:  # fmt: skip
+        self.router = router
+        self.upstream = upstream
+        self.sink = sink
+        self.policy = policy
+        self.external = external
+
+    def models(self) -> list[str]:
+        return sorted(self.router.models() | set(self.external.models()))
+
+    def served(self) -> set[str]:
+        return self.router.models() | set(self.external.models())
+
+    async def ask_replica(self, model: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """A request that is no call to capture (token counting, template probes), to a replica serving `model`."""
+        if not self.router.knows(model):
+            raise openai_errors.not_found(f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model")
+        reply = await self.upstream.post(self.router.candidates(model, ""), path, body)
+        try:
+            return reply.response.status, await reply.response.read()
+        except (UpstreamConnectionError, TimeoutError) as error:
+            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
+        finally:
+            reply.release()
+
+    async def forward(self, call: ChatCall) -> Forwarded:
+        self.sink.check_accepting()
+        if self.external.serves(call.served_model):
+            return await self.external.forward(call, self.sink)
+        if not self.router.knows(call.served_model):
+            if starting := self.router.starting():
+                raise openai_errors.unavailable(
+                    f"model `{call.served_model}` is not known yet: {starting} replica(s) have not answered; retry shortly"
+                )
+            raise openai_errors.not_found(
+                f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
+            )
+        candidates = self.router.candidates(call.served_model, call.session.session_id)
+        request = CaptureRequest.prepare(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
+        request.lora_adapter = self.policy.adapter.route(call.body)
+        capture = CallCapture(
+            request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
+            kind=POLICY, started_at=call.started_at,
+        )  # fmt: skip
+        path = UPSTREAM_PATHS.get(call.endpoint, CHAT_PATH)
+        try:
+            reply = await self.upstream.post(candidates, path, orjson.dumps(call.body))
+        except UpstreamFailed as failure:
+            # The call is the session's even though no replica answered it: the record
+            # says a step failed, where its absence would look like no step at all.
+            capture.upstream(failure.replica.name, failure.attempts)
+            await capture.finish(UPSTREAM_ERROR, failure.message)
+            raise
+        if reply.response.status == 200 and call.body.get("stream"):
+            capture.upstream(reply.replica.name, reply.attempts)
+            return Forwarded(capture, chunks=_stream(reply, capture), abandon=reply.response.abandon)
+        capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
+        return await _whole(reply, capture)
+
+
+async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:
+    try:
+        payload = await reply.response.read()
+        response = orjson.loads(payload) if reply.response.status == 200 else None
+    except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError) as error:
+        failure = (
+            openai_errors.gateway_timeout(f"upstream {reply.replica.name} stalled while answering")
+            if isinstance(error, TimeoutError)
+            else openai_errors.bad_gateway(f"upstream {reply.replica.name} sent an unreadable answer: {error!r}")
+        )
+        await capture.finish(UPSTREAM_ERROR, failure.message)
+        raise failure from None
+    finally:
+        reply.release()
+    if response is None:
+        await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
+        return Forwarded(capture, status=reply.response.status, error_body=payload)
+    capture.add_response(response)
+    await capture.finish(SUCCEEDED)
+    return Forwarded(capture, response=response)
+
+
+async def _stream(reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[list[dict[str, Any]], None]:
+    """The upstream's SSE events as chunk objects, recorded as they pass.
+
+    Until the stream has run its course here, the agent leaving closes this generator
+    at whichever yield it is held; the call is then recorded on the way out, whatever
+    the outcome so far (the last events may have held `[DONE]`).
+    """
+    outcome, error_message = DISCONNECTED, ""
+    partial = b""
+    ran_to_end = False
+    try:
+        async for data in reply.response.iter_chunks():
+            payloads, partial = split_sse_data(partial, data)
+            if not payloads:
+                continue
+            capture.first_byte()
+            chunks = []
+            for payload in payloads:
+                if payload == b"[DONE]":
+                    outcome = SUCCEEDED
+                    break
+                chunk = orjson.loads(payload)
+                capture.add_chunk(chunk)
+                chunks.append(chunk)
+            if outcome == SUCCEEDED:
+                # Recorded before the last batch is handed on: whatever the endpoint sends after it
+                # (its final event) goes out only once the call is recorded.
+                ran_to_end = True
+                await capture.finish(SUCCEEDED)
+                if chunks:
+                    yield chunks
+                return
+            if chunks:
+                yield chunks
+        outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
+    except UpstreamAbandoned:
+        # The agent went away while vLLM was silent: recorded as disconnected, below.
+        return
+    except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError) as error:
+        outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
+    finally:
+        reply.release()
+        if not ran_to_end and outcome != UPSTREAM_ERROR:
+            capture.finish_nowait(outcome, error_message)
+    ran_to_end = True
+    await capture.finish(outcome, error_message)
+    raise StreamFailed(error_message)
+
+
+def split_sse_data(partial: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The `data: ` payloads of the SSE lines that `partial + data` completes, and the
+    unfinished line left over for the next read."""
+    lines = (partial + data if partial else data).split(b"\n")
+    rest = lines.pop()
+    return [line[6:].strip() for line in lines if line.startswith(b"data: ")], rest

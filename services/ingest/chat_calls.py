@@ -1,0 +1,50 @@
+"""A call on its way upstream (ChatCall) and its answer (Forwarded), as every endpoint and backend sees them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parity.services.ingest.call_capture import CallCapture
+from parity.session_slug import SessionRef
+
+
+@dataclass
+class ChatCall:
+    """One call as it goes upstream, and what is recorded of it."""
+
+    endpoint: int
+    """The endpoint the agent called (recorded); COMPLETIONS goes to /v1/completions, the rest to chat."""
+    body: dict[str, Any]
+    """The chat or completions body for vLLM; ingest adds what capture needs."""
+    raw_request: bytes
+    """The agent's request as it sent it: recorded as the call's request."""
+    session: SessionRef
+    metadata: dict[str, str]
+    model: str
+    """The model the agent asked for."""
+    served_model: str
+    """The model that serves it (`model`, unless an alias mapped it)."""
+    started_at: float = field(default_factory=time.time)
+
+
+class StreamFailed(Exception):
+    """The upstream's stream broke off; the call is recorded as an upstream error with this message."""
+
+
+@dataclass
+class Forwarded:
+    """The answer to a ChatCall: exactly one of `response`, `error_body` and `chunks` is set."""
+
+    capture: CallCapture
+    status: int = 200
+    response: dict[str, Any] | None = None
+    """A whole 200 answer, recorded."""
+    error_body: bytes = b""
+    """The upstream's non-200 answer as it sent it, recorded as an upstream error."""
+    chunks: AsyncGenerator[list[dict[str, Any]], None] | None = None
+    """A stream's chunk objects; raises StreamFailed if the upstream breaks off. Close it when done."""
+    abandon: Callable[[], None] | None = None
+    """Stops the stream at once, even while it waits on a silent upstream (the agent left)."""

@@ -1,0 +1,103 @@
+"""POST /v1/messages and /v1/messages/count_tokens: the Anthropic Messages API over the policy, tokens captured.
+
+The request becomes the chat request vLLM's own /v1/messages would make of it
+(protocol.py), goes to the policy through the same path as every call, and its answer
+comes back as Anthropic's message or events (answers.py), streamed as the tokens are
+generated. Errors are in Anthropic's shape. Token counting is vLLM's own endpoint,
+asked directly: it generates nothing, so there is nothing to capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+
+from parity.services.ingest import openai_errors, session_resolution
+from parity.services.ingest.capture import MESSAGES
+from parity.services.ingest.chat_backend import ChatBackend
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
+from parity.services.ingest.endpoints.openai_chat import parse_json_object
+from parity.services.ingest.model_aliases import ModelAliases
+from parity.services.ingest.replies import JsonReply, Reply, StreamReply
+from parity.services.ingest.template_facts import TemplateFacts
+
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
+class AnthropicMessagesServing:
+    def __init__(self, backend: ChatBackend, aliases: ModelAliases, templates: TemplateFacts) -> None:
+        self.backend = backend
+        self.aliases = aliases
+        self.templates = templates
+
+    async def create(self, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+        log: dict[str, Any] = {}
+        try:
+            request = parse_json_object(raw_body)
+            model = request.get("model")
+            if not isinstance(model, str) or not model:
+                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
+            session, metadata = session_resolution.resolve(path_slug, header, request)
+            log = {"session_id": session.session_id, "model": model, "stream": bool(request.get("stream"))}
+            served = self.aliases.resolve(model)
+            merge = await self.templates.merge_inline_system(served) if self.backend.router.knows(served) else False
+            chat = protocol.to_chat_request(request, merge_inline_system=merge)
+            chat["model"] = served
+            forwarded = await self.backend.forward(ChatCall(MESSAGES, chat, raw_body, session, metadata, model, served))
+        except openai_errors.HttpError as error:
+            return JsonReply(error.status, error.anthropic_body(), log | {"error": error.message})
+        if forwarded.chunks is not None:
+            return StreamReply(self._events(forwarded, model), forwarded.capture, forwarded.abandon, log)
+        if forwarded.response is None:
+            return JsonReply(forwarded.status, _anthropic_error(forwarded.status, forwarded.error_body), log, forwarded.capture)
+        message = answers.to_message(forwarded.response)
+        message["model"] = model
+        return JsonReply(200, orjson.dumps(message), log, forwarded.capture)
+
+    async def count_tokens(self, raw_body: bytes) -> Reply:
+        try:
+            request = parse_json_object(raw_body)
+            model = request.get("model")
+            if not isinstance(model, str) or not model:
+                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
+            # Checked here too, so a request vLLM would take but /v1/messages refuses is refused alike.
+            protocol.to_chat_request(request, merge_inline_system=False, counting=True)
+            request["model"] = self.aliases.resolve(model)
+            status, payload = await self.backend.ask_replica(request["model"], COUNT_TOKENS_PATH, orjson.dumps(request))
+        except openai_errors.HttpError as error:
+            return JsonReply(error.status, error.anthropic_body(), {"error": error.message})
+        return JsonReply(status, payload if status == 200 else _anthropic_error(status, payload))
+
+    async def _events(self, forwarded: Forwarded, model: str) -> AsyncGenerator[bytes, None]:
+        assert forwarded.chunks is not None
+        stream = answers.MessageStream()
+        async with contextlib.aclosing(forwarded.chunks) as chunks:
+            try:
+                async for batch in chunks:
+                    events: list[bytes] = []
+                    for chunk in batch:
+                        chunk["model"] = model
+                        events += stream.feed(chunk)
+                    if events:
+                        yield b"".join(events)
+            except StreamFailed as failure:
+                yield answers.error_event({"type": "api_error", "message": str(failure)})
+                return
+        yield b"".join(stream.finish())
+
+
+def _anthropic_error(status: int, payload: bytes) -> bytes:
+    """vLLM's error answer (OpenAI's shape, or already Anthropic's) in Anthropic's shape."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and body.get("type") == "error":
+        return payload
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else payload[:500].decode(errors="replace")
+    return openai_errors.HttpError(status, str(message), "upstream_error").anthropic_body()

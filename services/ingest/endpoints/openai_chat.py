@@ -1,0 +1,82 @@
+"""POST /v1/chat/completions and /v1/completions: vLLM's own API, answered as vLLM answers, tokens captured.
+
+Ingest asks vLLM for the token ids and logprobs the agent did not ask for, records
+them, and removes them again, so the agent gets exactly the response it would have
+got from vLLM directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+
+from parity.services.ingest import openai_errors, session_resolution
+from parity.services.ingest.capture import CHAT, COMPLETIONS
+from parity.services.ingest.chat_backend import ChatBackend
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.model_aliases import ModelAliases
+from parity.services.ingest.replies import JsonReply, Reply, StreamReply
+
+
+class OpenAIChatServing:
+    def __init__(self, backend: ChatBackend, aliases: ModelAliases) -> None:
+        self.backend = backend
+        self.aliases = aliases
+
+    async def handle(self, endpoint: int, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+        log: dict[str, Any] = {}
+        try:
+            body = parse_json_object(raw_body)
+            model = body.get("model")
+            if not isinstance(model, str) or not model:
+                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
+            if endpoint == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
+                raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
+            if endpoint == COMPLETIONS and not isinstance(body.get("prompt"), str | list):
+                raise openai_errors.bad_request("prompt is required and must be a string or an array", "prompt")
+            session, metadata = session_resolution.resolve(path_slug, header, body)
+            log = {"session_id": session.session_id, "model": model, "stream": bool(body.get("stream"))}
+            served = self.aliases.resolve(model)
+            body["model"] = served
+            forwarded = await self.backend.forward(ChatCall(endpoint, body, raw_body, session, metadata, model, served))
+        except openai_errors.HttpError as error:
+            return JsonReply(error.status, error.body(), log | {"error": error.message})
+        if forwarded.chunks is not None:
+            return StreamReply(self._relay(forwarded, model), forwarded.capture, forwarded.abandon, log)
+        if forwarded.response is None:
+            return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
+        self._restore(forwarded, forwarded.response, model)
+        return JsonReply(200, orjson.dumps(forwarded.response), log, forwarded.capture)
+
+    async def _relay(self, forwarded: Forwarded, model: str) -> AsyncGenerator[bytes, None]:
+        """The events of one network read go to the agent in one write; `[DONE]` goes once the call is recorded."""
+        assert forwarded.chunks is not None
+        async with contextlib.aclosing(forwarded.chunks) as chunks:
+            try:
+                async for batch in chunks:
+                    for chunk in batch:
+                        self._restore(forwarded, chunk, model)
+                    yield b"".join([b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in batch])
+            except StreamFailed as failure:
+                yield b"data: " + openai_errors.bad_gateway(str(failure)).body() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    @staticmethod
+    def _restore(forwarded: Forwarded, answer: dict[str, Any], model: str) -> None:
+        """The answer as vLLM would have sent it to this request: without what capture added, under the name asked for."""
+        forwarded.capture.request.strip(answer)
+        if forwarded.capture.served_model != model and "model" in answer:
+            answer["model"] = model
+
+
+def parse_json_object(raw_body: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw_body)
+    except orjson.JSONDecodeError as error:
+        raise openai_errors.bad_request(f"request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise openai_errors.bad_request("request body must be a JSON object")
+    return body

@@ -1,0 +1,247 @@
+"""vLLM's chat answer as a Responses object, whole or as the Responses event stream, as vLLM's /v1/responses
+builds them.
+
+Output items come in the order reasoning, message, function calls. Streamed:
+`response.created` and `response.in_progress`, then for each item
+`response.output_item.added`, its content part or arguments as they are generated,
+and its `.done` events, then `response.completed` with the whole response; every
+event carries its sequence number.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# What a response echoes of its request when the request did not say.
+DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "tools": [], "parallel_tool_calls": True,
+            "truncation": "disabled", "service_tier": "auto"}  # fmt: skip
+
+
+def response_id(call_id: str) -> str:
+    return f"resp_{call_id}"
+
+
+def call_id_of(response: str) -> str | None:
+    return response.removeprefix("resp_") if response.startswith("resp_") else None
+
+
+@dataclass
+class ResponseShell:
+    """What a response says of its request, the same before, during and after generation."""
+
+    id: str
+    model: str
+    request: Mapping[str, Any]
+    max_output_tokens: int | None
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    def render(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+        request = self.request
+        return {
+            "id": self.id, "created_at": self.created_at,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": request.get("instructions"), "metadata": request.get("metadata"), "model": self.model,
+            "object": "response", "output": output,
+            "parallel_tool_calls": _given(request, "parallel_tool_calls"), "temperature": _given(request, "temperature"),
+            "tool_choice": _given(request, "tool_choice"), "tools": _given(request, "tools"),
+            "top_p": _given(request, "top_p"), "background": False, "max_output_tokens": self.max_output_tokens,
+            "max_tool_calls": request.get("max_tool_calls"), "previous_response_id": request.get("previous_response_id"),
+            "prompt": None, "reasoning": request.get("reasoning"), "service_tier": _given(request, "service_tier"),
+            "status": status, "text": request.get("text"), "top_logprobs": None,
+            "truncation": _given(request, "truncation"), "usage": usage, "user": request.get("user"),
+        }  # fmt: skip
+
+
+def _given(request: Mapping[str, Any], name: str) -> Any:
+    value = request.get(name)
+    return DEFAULTS[name] if value is None else value
+
+
+def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not chat_usage:
+        return None
+    prompt, completion = chat_usage.get("prompt_tokens") or 0, chat_usage.get("completion_tokens") or 0
+    cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}  # fmt: skip
+
+
+def status_of(finish_reason: str | None) -> str:
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
+def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The output of one chat answer's message."""
+    items: list[dict[str, Any]] = []
+    if message.get("reasoning"):
+        items.append(_reasoning_item(f"rs_{uuid.uuid4().hex}", message["reasoning"], None))
+    if message.get("content"):
+        items.append(_message_item(f"msg_{uuid.uuid4().hex}", message["content"], "completed"))
+    for call in message.get("tool_calls") or ():
+        items.append(_function_call(f"fc_{uuid.uuid4().hex}", call["id"], call["function"]["name"],
+                                    call["function"].get("arguments") or "", "completed"))  # fmt: skip
+    return items
+
+
+def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    content = [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}] if text else []
+    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
+
+
+def _reasoning_item(item_id: str, text: str, status: str | None) -> dict[str, Any]:
+    return {"id": item_id, "summary": [], "type": "reasoning", "content": [{"text": text, "type": "reasoning_text"}],
+            "encrypted_content": None, "status": status}  # fmt: skip
+
+
+def _function_call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"arguments": arguments, "call_id": call_id, "name": name, "type": "function_call", "id": item_id,
+            "namespace": None, "status": status}  # fmt: skip
+
+
+def to_response(shell: ResponseShell, chat: Mapping[str, Any]) -> dict[str, Any]:
+    choice = chat["choices"][0]
+    return shell.render(status_of(choice.get("finish_reason")), output_items(choice.get("message") or {}),
+                        usage(chat.get("usage")))  # fmt: skip
+
+
+def event(data: dict[str, Any]) -> bytes:
+    return b"event: " + data["type"].encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class ResponseStream:
+    """The Responses events of a chat stream, fed chunk by chunk."""
+
+    def __init__(self, shell: ResponseShell) -> None:
+        self.shell = shell
+        self.sequence = 0
+        self.state: str | None = None
+        self.item_id = ""
+        self.output_index = 0
+        self.text = ""
+        self.tool: dict[str, Any] = {}
+        self.output: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def start(self) -> list[bytes]:
+        response = self.shell.render("in_progress", [], None)
+        return [self._event({"type": "response.created", "response": response}),
+                self._event({"type": "response.in_progress", "response": response})]  # fmt: skip
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[bytes]:
+        if chunk.get("usage"):
+            self.usage = usage(chunk["usage"])
+        choices = chunk.get("choices") or []
+        if not choices:
+            return []
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta") or {}
+        events: list[bytes] = []
+        tool_calls = [call for call in delta.get("tool_calls") or () if call.get("function") is not None]
+        if tool_calls:
+            call = tool_calls[0]
+            if self.state != "tool" or (call.get("index") is not None and call.get("index") != self.tool.get("index")):
+                events += self._close()
+                events += self._open_tool(call)
+            arguments = "".join(c["function"].get("arguments") or "" for c in tool_calls)
+            if arguments:
+                self.text += arguments
+                events.append(self._event({"type": "response.function_call_arguments.delta", "output_index": self.output_index,
+                                           "item_id": self.item_id, "delta": arguments}))  # fmt: skip
+        elif delta.get("reasoning") is not None:
+            if self.state != "reasoning":
+                events += self._close()
+                events += self._open_reasoning()
+            self.text += delta["reasoning"]
+            events.append(self._event({"type": "response.reasoning_text.delta", "item_id": self.item_id,
+                                       "output_index": self.output_index, "content_index": 0, "delta": delta["reasoning"]}))  # fmt: skip
+        elif delta.get("content"):
+            if self.state != "content":
+                events += self._close()
+                events += self._open_content()
+            self.text += delta["content"]
+            events.append(self._event({"type": "response.output_text.delta", "content_index": 0,
+                                       "output_index": self.output_index, "item_id": self.item_id,
+                                       "delta": delta["content"], "logprobs": []}))  # fmt: skip
+        return events
+
+    def finish(self) -> list[bytes]:
+        events = self._close()
+        response = self.shell.render(status_of(self.finish_reason), self.output, self.usage)
+        return [*events, self._event({"type": "response.completed", "response": response})]
+
+    def failed(self, message: str) -> bytes:
+        response = self.shell.render("failed", self.output, self.usage)
+        response["error"] = {"code": "server_error", "message": message}
+        return self._event({"type": "response.failed", "response": response})
+
+    def _open_content(self) -> list[bytes]:
+        self.state, self.item_id, self.text = "content", f"msg_{uuid.uuid4().hex}", ""
+        return [
+            self._event({"type": "response.output_item.added", "output_index": self.output_index,
+                         "item": _message_item(self.item_id, "", "in_progress")}),
+            self._event({"type": "response.content_part.added", "output_index": self.output_index, "item_id": self.item_id,
+                         "content_index": 0, "part": {"annotations": [], "text": "", "type": "output_text", "logprobs": []}}),
+        ]  # fmt: skip
+
+    def _open_reasoning(self) -> list[bytes]:
+        self.state, self.item_id, self.text = "reasoning", f"rs_{uuid.uuid4().hex}", ""
+        added = {"id": self.item_id, "summary": [], "type": "reasoning", "content": None, "encrypted_content": None,
+                 "status": "in_progress"}  # fmt: skip
+        return [
+            self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": added}),
+            self._event({"type": "response.content_part.added", "output_index": self.output_index, "item_id": self.item_id,
+                         "content_index": 0, "part": {"text": "", "type": "reasoning_text"}}),
+        ]  # fmt: skip
+
+    def _open_tool(self, call: Mapping[str, Any]) -> list[bytes]:
+        self.state, self.item_id, self.text = "tool", f"fc_{uuid.uuid4().hex}", ""
+        self.tool = {"index": call.get("index"), "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+                     "name": call["function"].get("name") or ""}  # fmt: skip
+        item = _function_call(self.item_id, self.tool["call_id"], self.tool["name"], "", "in_progress")
+        return [self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": item})]
+
+    def _close(self) -> list[bytes]:
+        index, item_id = self.output_index, self.item_id
+        if self.state == "content":
+            part = {"annotations": [], "text": self.text, "type": "output_text", "logprobs": None}
+            item = _message_item(item_id, self.text, "completed")
+            events = [
+                self._event({"type": "response.output_text.done", "output_index": index, "content_index": 0,
+                             "text": self.text, "logprobs": [], "item_id": item_id}),
+                self._event({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
+                             "content_index": 0, "part": part}),
+            ]  # fmt: skip
+        elif self.state == "reasoning":
+            part = {"text": self.text, "type": "reasoning_text"}
+            item = _reasoning_item(item_id, self.text, "completed")
+            events = [
+                self._event({"type": "response.reasoning_text.done", "item_id": item_id, "output_index": index,
+                             "content_index": 0, "text": self.text}),
+                self._event({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
+                             "content_index": 0, "part": part}),
+            ]  # fmt: skip
+        elif self.state == "tool":
+            item = _function_call(item_id, self.tool["call_id"], self.tool["name"], self.text, "completed")
+            events = [self._event({"type": "response.function_call_arguments.done", "output_index": index,
+                                   "item_id": item_id, "arguments": self.text, "name": self.tool["name"]})]  # fmt: skip
+        else:
+            return []
+        events.append(self._event({"type": "response.output_item.done", "output_index": index, "item": item}))
+        self.output.append(item)
+        self.output_index += 1
+        self.state = None
+        return events
+
+    def _event(self, data: dict[str, Any]) -> bytes:
+        data["sequence_number"] = self.sequence
+        self.sequence += 1
+        return event(data)
