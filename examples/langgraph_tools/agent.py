@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+
 import parity
 from examples.langgraph_tools.graph import ask, build_graph
 
 
 def episode(task: dict[str, Any]) -> float:
+    """1 for the right number in the final answer; 0.5 for having used the calculator correctly on the way (a
+    tool result that is a number rather than an error), the step an untrained model can learn first."""
     # A sync agent: the engine runs it in a thread that carries the session.
     graph = build_graph(parity.session_url(), task["model"], max_tokens=task["max_tokens"],
                         temperature=task["temperature"])  # fmt: skip
-    return 1.0 if task["answer"] in ask(graph, task["question"]) else 0.0
+    conversation = ask(graph, task["question"])
+    if task["answer"] in str(conversation[-1].content):
+        return 1.0
+    used_tool = any(isinstance(m, ToolMessage) and str(m.content).lstrip("-").isdigit() for m in conversation)
+    return 0.5 if used_tool else 0.0

@@ -81,6 +81,6 @@ def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: 
     return graph.compile()
 
 
-def ask(graph, question: str) -> str:
-    final = graph.invoke({"messages": [HumanMessage(question)], "model_calls": 0})
-    return str(final["messages"][-1].content)
+def ask(graph, question: str) -> list[AnyMessage]:
+    """The whole conversation the graph had about `question`, its final answer last."""
+    return graph.invoke({"messages": [HumanMessage(question)], "model_calls": 0})["messages"]

@@ -3,12 +3,16 @@
     parity train --config examples/math/train.toml
 
 Each task is one arithmetic question; each rollout asks the policy once and is
-rewarded 1 when the answer is in the reply. Parity captures the exact tokens through
-ingest; the trainer fills in the served model, max_tokens and temperature.
+rewarded 1 when the answer is in the reply, and 0.1 for a reply with any number in
+it: an untrained small model is almost never right, and a group whose rewards are all
+equal teaches nothing (the assembler drops it), so the partial credit is what gets
+learning started. Parity captures the exact tokens through ingest; the trainer fills
+in the served model, max_tokens and temperature.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import parity
@@ -19,4 +23,7 @@ async def solve(task: dict[str, Any]) -> float:
         model=task["model"], messages=[{"role": "user", "content": task["question"]}],
         max_tokens=task["max_tokens"], temperature=task["temperature"],
     )  # fmt: skip
-    return 1.0 if task["answer"] in (reply.choices[0].message.content or "") else 0.0
+    text = reply.choices[0].message.content or ""
+    if task["answer"] in re.findall(r"\d+", text):
+        return 1.0
+    return 0.1 if re.search(r"\d", text) else 0.0

@@ -437,9 +437,11 @@ class Assembler:
             rollout.batch = mark
         return plan.sequence
 
-    @property
-    def pending_group_count(self) -> int:
-        return len(self._pending)
+    def pending_group_count(self, run_id: str = "") -> int:
+        """Groups neither batched nor dropped; with `run_id`, that run's and those of no run."""
+        if not run_id:
+            return len(self._pending)
+        return sum(group.run_id in ("", run_id) for group in self._pending.values())
 
 
 def _batch_marks(plan: BatchPlan, mark: BatchMark) -> list[store_pb.SessionMetadataUpdate]:

@@ -134,7 +134,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         stats = self.assembler.stats
         return pb.GetStatsResponse(
             closed_session_count=stats.closed_sessions,
-            pending_group_count=self.assembler.pending_group_count,
+            pending_group_count=self.assembler.pending_group_count(request.run_id),
             delivered_batch_count=stats.delivered_batches,
             acknowledged_batch_count=stats.acknowledged_batches,
             delivered_sample_count=stats.delivered_samples,

@@ -60,10 +60,13 @@ PLOT_FILE = "reward.png"
 MODEL_DIR = "model"
 POLL_S = 0.2
 # A batch can come up short when the assembler drops a group (all rewards equal, or
-# every rollout failed); once rollouts are done and nothing is pending for this long,
-# one more task tops it up.
+# every rollout failed); once rollouts are done and the batch is still short for this
+# long, more tasks top it up.
 TOP_UP_IDLE_S = 2.0
 METRICS_TIMEOUT_S = 30.0
+# Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
+# vary within groups (a task too hard or too easy for the model, or a constant reward), and the run says so.
+MAX_TOP_UPS_PER_GROUP = 8
 TERMINAL = {
     run_pb2.RUN_STATE_COMPLETED: "completed",
     run_pb2.RUN_STATE_FAILED: "failed",
@@ -127,6 +130,7 @@ class Trainer:
         self._task_order = self._task_stream()
         self._served_model = ""
         self._failures_in_a_row = 0
+        self._topped_up = 0
         self._last_failure = ""
         self._started = time.monotonic()
         self.state = "created"
@@ -185,6 +189,7 @@ class Trainer:
             raise RuntimeError(f"the run has done all {self.total_steps} steps")
         runner = self._require_running()
         futures = [self._roll_out(runner, self._take_tasks(self.settings.groups_per_batch), target)]
+        self._topped_up = 0
         idle_since: float | None = None
         while True:
             status = self._status()
@@ -256,12 +261,15 @@ class Trainer:
 
     def export(self, output_dir: str | Path | None = None) -> str:
         """Write the latest checkpoint's policy as a Hugging Face model folder; returns its path
-        (on the trainer's machine, for a deployed stack)."""
+        (on the trainer's machine, for a deployed stack). A LoRA run writes its adapter there, and
+        with lora_merge the merged model to PATH/merged, whose path it returns."""
         assert self._trainer is not None, "start() the run first"
         target = str(output_dir) if output_dir else self._default_export_dir()
-        response = self._trainer.export_policy(trainer_pb.ExportPolicyRequest(output_dir=target), timeout_s=600)
-        log.info("policy_exported", path=response.path, checkpoint=response.checkpoint.checkpoint_id)
-        return response.path
+        request = trainer_pb.ExportPolicyRequest(output_dir=target, merge_lora=self.settings.lora_merge)
+        response = self._trainer.export_policy(request, timeout_s=600)
+        log.info("policy_exported", path=response.path, merged=response.merged_path,
+                 checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip
+        return response.merged_path or response.path
 
     def stop(self) -> None:
         """Stop the run now, checkpointed and resumable (what Ctrl-C does)."""
@@ -327,6 +335,8 @@ class Trainer:
             overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed),
                        "dtype": s.dtype,
                        **({"ray_workers_per_node": str(s.ray_workers_per_node)} if s.ray_workers_per_node else {})},
+            lora=run_pb2.LoraConfig(rank=s.lora_rank, alpha=s.lora_alpha, target_modules=s.lora_modules,
+                                    dropout=s.lora_dropout) if s.lora_rank else None,
         )  # fmt: skip
 
     def _resume_checkpoint(self) -> run_pb2.Checkpoint:
@@ -382,21 +392,38 @@ class Trainer:
         waiting = status.run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
         running = any(not f.done() for f in futures)
         if self.settings.mode == "async":
-            pending = self._assembler.get_stats(assembler_pb.GetStatsRequest()).pending_group_count
+            pending = self._pending_groups()
             if not running and pending < self.settings.groups_per_batch:
                 futures.append(self._roll_out(runner, self._take_tasks(self.settings.groups_per_batch), target))
             return None
         if not waiting or running:
             return None
-        if self._assembler.get_stats(assembler_pb.GetStatsRequest()).pending_group_count:
+        # Every rollout has closed, so every pending group is complete: it is short only of groups a filter dropped.
+        missing = self.settings.groups_per_batch - self._pending_groups()
+        if missing <= 0:
             return None
         now = time.monotonic()
         if idle_since is None:
             return now
         if now - idle_since >= TOP_UP_IDLE_S:
-            futures.append(self._roll_out(runner, self._take_tasks(1), target))
+            if self._topped_up >= MAX_TOP_UPS_PER_GROUP * self.settings.groups_per_batch:
+                raise AgentFailing("failed", self._no_batch_message(), self.step_index)
+            self._topped_up += missing
+            futures.append(self._roll_out(runner, self._take_tasks(missing), target))
             return None
         return idle_since
+
+    def _no_batch_message(self) -> str:
+        assert self._assembler is not None
+        dropped = dict(self._assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)
+        return (f"no batch for step {self.step_index + 1} after {self._topped_up} extra tasks: the assembler dropped "
+                f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}). "
+                "Rewards must vary within a task's rollouts: give easier tasks or partial credit, raise "
+                "rollouts_per_task, or check the reward.")  # fmt: skip
+
+    def _pending_groups(self) -> int:
+        assert self._assembler is not None
+        return self._assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
 
     def _roll_out(self, runner: RolloutRunner, tasks: list[dict[str, Any]], step: int) -> concurrent.futures.Future[list[RolloutResult]]:
         sampling = Sampling(self._served_model, self.settings.max_tokens, self.settings.temperature)
@@ -518,11 +545,18 @@ class Trainer:
             val_reward_before=validation[0][1] if validation else None,
             val_reward_after=validation[-1][1] if len(validation) > 1 else None,
             max_sync_logprob_diff=max(diffs) if diffs else None, plot=plot, run_dir=str(self.run_dir),
-            exported_model=exported, serve_command=f"parity vllm serve --model {exported}" if exported else "",
+            exported_model=exported, serve_command=self._serve_command(exported) if exported else "",
             checkpoint=checkpoint,
             resume_command=f"parity train --resume {self.run_id} --output-dir {self.run_dir.parent}" if resumable else "",
             wall_seconds=round(time.monotonic() - self._started, 1),
         )  # fmt: skip
+
+    def _serve_command(self, exported: str) -> str:
+        s = self.settings
+        if s.lora_rank and not s.lora_merge:
+            # An adapter is served on its base model, under a name of its own.
+            return f"parity vllm serve --model {self.model_path} --lora-rank {s.lora_rank} --lora-modules {self.run_id}={exported}"
+        return f"parity vllm serve --model {exported}"
 
     def _latest_checkpoint(self) -> str:
         if self._trainer is None:

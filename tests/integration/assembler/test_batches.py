@@ -172,5 +172,7 @@ def test_a_feed_for_one_run_leaves_another_runs_groups_alone(start_stack) -> Non
     batch = trainer.next()
     assert sorted(batch.group_ids) == ["any-task", "run-new-task"]
     assert stack.stub.GetStats(pb.GetStatsRequest()).pending_group_count == 1
+    assert stack.stub.GetStats(pb.GetStatsRequest(run_id="run-new")).pending_group_count == 0
+    assert stack.stub.GetStats(pb.GetStatsRequest(run_id="run-old")).pending_group_count == 1
     trainer.ack(batch.batch_id)
     trainer.stop()

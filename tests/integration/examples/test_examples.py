@@ -42,7 +42,7 @@ def trajectory(stack, session_id: str, name: str = "") -> pb.Trajectory:
 
 
 def test_math_agent_trains_with_validation_and_every_rollout_is_captured_closed_and_rewarded(deployed_stack, tmp_path) -> None:
-    result = train_example(deployed_stack, "math", tmp_path, val_every=1)
+    result = train_example(deployed_stack, "math", tmp_path, val_every=1, rollouts_per_task=8)
     assert result.val_reward_before is not None and result.val_reward_after is not None
     store = StoreClient(deployed_stack.store.address)
     sessions = rollout_sessions(deployed_stack, result.run_id)
@@ -51,7 +51,7 @@ def test_math_agent_trains_with_validation_and_every_rollout_is_captured_closed_
         session = store.get_session(store_pb.GetSessionRequest(session_id=view.session_id)).session
         assert (session.state, session.outcome, session.call_count) == (CLOSED, SUCCEEDED, 1)
         assert session.metadata["parity.run_id"] == result.run_id
-        assert view.has_reward and view.reward in (0.0, 1.0)
+        assert view.has_reward and view.reward in (0.0, 0.1, 1.0)
 
 
 def test_solver_judge_has_two_trajectories_and_step_rewards(deployed_stack, tmp_path) -> None:

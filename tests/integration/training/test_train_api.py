@@ -55,7 +55,7 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     result = parity.train(
         two_turn_agent, TASKS, val_tasks=VAL_TASKS, model=model, stack=deployed_stack.addresses, steps=3,
         groups_per_batch=2, rollouts_per_task=4, max_tokens=8, learning_rate=3e-3, val_samples=2,
-        output_dir=str(tmp_path / "runs"), progress=False,
+        output_dir=str(tmp_path / "runs"), progress=False, wandb="parity-tests", wandb_mode="offline",
     )  # fmt: skip
     assert result.state == "completed", result.error
     assert result.steps == 3 and result.max_sync_logprob_diff < 1e-4
@@ -71,6 +71,7 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     events.Reload()
     assert [e.step for e in events.Scalars("train/reward_mean")] == [1, 2, 3]
     assert [e.step for e in events.Scalars("validation/reward")] == [0, 3]
+    assert list((run_dir / "wandb").glob(f"offline-run-*-{result.run_id}/run-{result.run_id}.wandb"))
 
     # Every rollout's two calls are one merged, token-exact sample; validation sessions were never trained on.
     assembler = AssemblerClient(deployed_stack.assembler.address)
@@ -145,3 +146,16 @@ def test_an_agent_that_always_fails_ends_the_run_with_its_error(deployed_stack, 
     assert result.state == "failed" and result.steps == 0
     assert "the agent failed 4 rollouts in a row; the last: ValueError: no tool for t" in result.error
     assert result.checkpoint == f"{result.run_id}/step-000000"
+
+
+def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:
+    async def constant_agent(task: dict[str, Any]) -> float:
+        await two_turn_agent(task)
+        return 0.5
+
+    result = parity.train(
+        constant_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=2,
+        groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert result.state == "failed" and result.steps == 0
+    assert "no batch for step 1 after 8 extra tasks" in result.error and "zero_variance_group" in result.error

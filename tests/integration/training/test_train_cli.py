@@ -89,3 +89,18 @@ def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_pa
     assert train_steps(metrics) == [1, 2, 3, 4, 5]
     assert (Path(finished["exported_model"]) / "model.safetensors").exists()
     assert Path(finished["plot"]).exists()
+
+
+def test_a_stack_that_does_not_come_up_ends_the_run_with_why(tmp_path) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "prompt": "hi"}\n')
+    started = time.monotonic()
+    run = parity_train("--agent", "json:dumps", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", str(broken),
+                       "--output-dir", str(tmp_path / "runs"), stderr=tmp_path / "stderr.log")  # fmt: skip
+    stdout, _ = run.communicate(timeout=300)
+    assert run.returncode == 1
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["state"] == "failed" and "parity up exited" in result["error"]
+    assert "logs in" in result["error"] and time.monotonic() - started < 240

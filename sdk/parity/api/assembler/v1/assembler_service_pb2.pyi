@@ -139,8 +139,10 @@ class StreamBatchesResponse(_message.Message):
     def __init__(self, batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("closed_session_count", "pending_group_count", "delivered_batch_count", "acknowledged_batch_count", "delivered_sample_count", "filtered_counts", "error_counts", "validation_session_count")
