@@ -28,6 +28,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 SESSION_ENV = "PARITY_SESSION"
+API_STYLES = ("openai", "anthropic")
 _current: contextvars.ContextVar[SessionRef | None] = contextvars.ContextVar("parity_session", default=None)
 
 
@@ -40,13 +41,19 @@ def current_session() -> SessionRef | None:
     return ref
 
 
-def session_url(ingest_url: str | None = None) -> str:
-    """The OpenAI base URL for the current session, for frameworks configured by URL
-    (LangChain, the OpenAI Agents SDK, litellm clients, subprocess agents in any language).
-    Outside a session it is ingest's plain /v1 (calls land in the unassigned session)."""
+def session_url(ingest_url: str | None = None, *, api: str = "openai") -> str:
+    """The current session's base URL, for frameworks and CLIs configured by URL.
+
+    `api="openai"` (…/v1): the OpenAI SDKs, LangChain, the OpenAI Agents SDK, litellm
+    clients, Codex CLI. `api="anthropic"` (no /v1: Anthropic clients add /v1/messages
+    themselves): the anthropic SDK, the Claude Agent SDK, Claude Code. Outside a session
+    it is ingest's plain root (calls land in the unassigned session)."""
+    if api not in API_STYLES:
+        raise ValueError(f"api must be one of {', '.join(API_STYLES)}, got {api!r}")
     root = (ingest_url or current_config().ingest_url).rstrip("/")
     ref = current_session()
-    return f"{root}/sessions/{session_slug.encode(ref)}/v1" if ref else f"{root}/v1"
+    base = f"{root}/sessions/{session_slug.encode(ref)}" if ref else root
+    return f"{base}/v1" if api == "openai" else base
 
 
 class session:  # noqa: N801 - used like a function: `with parity.session(task="t1"):`

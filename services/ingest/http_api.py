@@ -43,6 +43,7 @@ INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", MESSAGES, RESPONSE
 ANTHROPIC_PATHS = frozenset({MESSAGES, COUNT_TOKENS})
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
 MAX_FLUSH_TIMEOUT_S = 600.0
+WEBSOCKET_POLICY_VIOLATION = 1008
 # Metric labels: every other path is "other", so a client cannot grow the label set.
 ROUTES = frozenset({*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, "/v1/models", "/health", "/metrics"})
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -84,6 +85,11 @@ class IngestHttpApp:
         self.started_at = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # Clients that try a WebSocket transport first (Codex CLI's Responses API) fall
+            # back to HTTP when the handshake is refused.
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+            return
         if scope["type"] != "http":
             return
         started = time.perf_counter()

@@ -90,11 +90,9 @@ class CommandAgent:
     def environment(self, task: dict[str, Any]) -> dict[str, str]:
         config = current_config()
         ref = current_session()
-        openai_url = session_url()
         environment = {
-            "OPENAI_BASE_URL": openai_url,
-            # Anthropic clients add /v1/messages to their base URL themselves.
-            "ANTHROPIC_BASE_URL": openai_url.removesuffix("/v1"),
+            "OPENAI_BASE_URL": session_url(),
+            "ANTHROPIC_BASE_URL": session_url(api="anthropic"),
             "OPENAI_API_KEY": config.api_key,
             "ANTHROPIC_API_KEY": config.api_key,
             "PARITY_INGEST_URL": config.ingest_url,

@@ -83,6 +83,11 @@ def test_session_url_and_request_routing_carry_the_current_session() -> None:
         request = httpx.Request("POST", "http://ingest:8000/v1/chat/completions")
         _route(request)
         assert request.url.path == f"/sessions/{slug}/v1/chat/completions"
+        # Anthropic clients append /v1/messages to the base URL themselves.
+        assert parity.session_url("http://ingest:8000", api="anthropic") == f"http://ingest:8000/sessions/{slug}"
+    assert parity.session_url("http://ingest:8000", api="anthropic") == "http://ingest:8000"
+    with pytest.raises(ValueError, match="api must be one of openai, anthropic"):
+        parity.session_url("http://ingest:8000", api="gemini")
     outside = httpx.Request("POST", "http://ingest:8000/v1/chat/completions")
     _route(outside)
     assert outside.url.path == "/v1/chat/completions"

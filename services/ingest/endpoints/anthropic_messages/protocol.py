@@ -284,7 +284,9 @@ def _tools(tools: Any, chat: dict[str, Any]) -> None:
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise bad("input_schema is required and must be an object", f"{where}.input_schema")
-        function = {"name": tool["name"], "description": tool.get("description"), "parameters": {"type": "object", **schema}}
+        # As vLLM's own translation does: the schema's own key order (the template renders it), "type" last if absent.
+        parameters = dict(schema) | ({} if "type" in schema else {"type": "object"})
+        function = {"name": tool["name"], "description": tool.get("description"), "parameters": parameters}
         function |= {key: tool[key] for key in ("strict", "defer_loading") if tool.get(key) is not None}
         converted.append({"type": "function", "function": function})
     chat["tools"] = converted

@@ -18,8 +18,10 @@ from typing import Any
 
 import orjson
 
+from parity.services.ingest.endpoints.openai_responses.protocol import tool_choice_of
+
 # What a response echoes of its request when the request did not say.
-DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "tools": [], "parallel_tool_calls": True,
+DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "tools": [], "parallel_tool_calls": True,
             "truncation": "disabled", "service_tier": "auto"}  # fmt: skip
 
 
@@ -49,7 +51,7 @@ class ResponseShell:
             "instructions": request.get("instructions"), "metadata": request.get("metadata"), "model": self.model,
             "object": "response", "output": output,
             "parallel_tool_calls": _given(request, "parallel_tool_calls"), "temperature": _given(request, "temperature"),
-            "tool_choice": _given(request, "tool_choice"), "tools": _given(request, "tools"),
+            "tool_choice": tool_choice_of(request), "tools": _given(request, "tools"),
             "top_p": _given(request, "top_p"), "background": False, "max_output_tokens": self.max_output_tokens,
             "max_tool_calls": request.get("max_tool_calls"), "previous_response_id": request.get("previous_response_id"),
             "prompt": None, "reasoning": request.get("reasoning"), "service_tier": _given(request, "service_tier"),

@@ -49,7 +49,18 @@ def check_request(request: Mapping[str, Any]) -> str:
             raise bad(f"{name} must be a boolean", name)
     if request.get("background"):
         raise bad("background responses are not supported: ingest answers while the agent waits", "background")
+    tool_choice_of(request)
     return model
+
+
+def tool_choice_of(request: Mapping[str, Any]) -> Any:
+    """The tool choice in effect: without tools, "auto" means "none", and anything that names a tool is refused."""
+    choice = request.get("tool_choice", "auto")
+    if request.get("tools"):
+        return choice
+    if choice in ("auto", "none", None):
+        return "none"
+    raise bad("tool_choice names a tool, or requires one, but the request declares no tools", "tool_choice")
 
 
 def input_messages(request: Mapping[str, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,7 +101,8 @@ def to_chat_request(request: Mapping[str, Any], messages: list[dict[str, Any]], 
     if request.get("parallel_tool_calls") is not None:
         chat["parallel_tool_calls"] = request["parallel_tool_calls"]
     _tools(request.get("tools"), chat)
-    _tool_choice(request.get("tool_choice"), chat)
+    if request.get("tools"):
+        _tool_choice(request.get("tool_choice"), chat)
     _text_format(request.get("text"), chat)
     reasoning = request.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
