@@ -1,7 +1,7 @@
 # Parity's environments and entry points. Every target is idempotent: a second
 # `make env` does nothing unless pyproject.toml, setup.py or requirements/ changed.
 #
-#   make env     project env (.venv, all extras), inference env (.venv-vllm), buf (.tools)
+#   make env     project env (.venv, all extras), inference env (.venv-vllm), buf and Claude Code (.tools), chromium
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/speak_in_words (stack, training, validation, export)
 #   make protos  regenerate sdk/parity/api from protos/
@@ -13,11 +13,13 @@ BUF_VERSION := 1.75.0
 VENV := .venv
 VLLM_VENV := .venv-vllm
 BUF := .tools/node_modules/.bin/buf
+CLAUDE_CODE_VERSION := 2.1.332
+CLAUDE := .tools/agents/node_modules/.bin/claude
 INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
 
-.PHONY: env test demo protos lint clean
+.PHONY: env test demo protos lint clean chromium
 
-env: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF)
+env: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) $(CLAUDE) chromium
 
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
 # machine already has, and nothing installed later may replace it with a CUDA build.
@@ -40,6 +42,20 @@ $(VLLM_VENV)/.installed: $(INFERENCE_REQUIREMENTS)
 
 $(BUF):
 	npm install --silent --no-save --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+# Claude Code, the black-box CLI agent the ingest tests run against /v1/messages. Its own
+# prefix: a second `npm install --no-save` into .tools would prune buf.
+$(CLAUDE):
+	npm install --silent --no-save --no-audit --no-fund --prefix .tools/agents @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+
+# The console's browser tests drive Debian's chromium through Playwright (Playwright's own
+# browser download is not used). Nothing to do when it is there; without it they are skipped.
+APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)
+chromium:
+	@command -v chromium >/dev/null || { echo "installing chromium for the console's browser tests"; \
+		$(APT_GET) install -y -q chromium >/dev/null 2>&1 || \
+		{ $(APT_GET) update -q >/dev/null 2>&1 && $(APT_GET) install -y -q chromium >/dev/null 2>&1; } || \
+		echo "make env: could not install chromium ($(APT_GET) install chromium failed); the console's browser tests will be skipped. Install it with: apt-get install -y chromium" >&2; }
 
 test: env
 	$(VENV)/bin/python -m pytest

@@ -1,6 +1,7 @@
 """The `parity` command: one entry point for every service and for the local stack.
 
     parity store|ingest|assembler|trainer serve [flags]   run one gRPC service
+    parity console serve [flags]                           the web console: runs, batches, trajectories
     parity up [flags]                                      run the whole stack on this machine
     parity train [flags]                                   train an agent on its tasks, end to end
     parity model generate --out DIR                        write the small test model
@@ -60,7 +61,8 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
 
 # Commands whose module owns its own argument parsing; imported only when they run.
 DELEGATED_COMMANDS = {
-    ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer and vLLM locally"),
+    ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer, vLLM and the console locally"),
+    ("console", "serve"): ("parity.services.console.service", "the web console: watch runs, read trajectories token by token"),
     ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
     ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),

@@ -1,0 +1,1 @@
+"""The web console: runs, batches and trajectories token by token, over the services' gRPC APIs."""

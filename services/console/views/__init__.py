@@ -1,0 +1,1 @@
+"""View models: what each page shows, built from the services' replies."""

@@ -1,0 +1,119 @@
+"""A real console process and a real browser: Debian's chromium driven by Playwright.
+
+Playwright's own browser download is not used (`make env` installs chromium); the tests
+are skipped with the reason when it is missing. Screenshots go to the test's temporary
+folder; with PARITY_SCREENSHOT_DIR set (docs/console to refresh the docs' pictures),
+they are copied there too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+CHROMIUM = Path("/usr/bin/chromium")
+STARTUP_S = 30.0
+
+
+@dataclass
+class Console:
+    url: str
+    process: subprocess.Popen[str]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _start(log_dir: Path, *args: str) -> Console:
+    port = free_port()
+    log_path = log_dir / f"console-{port}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "parity.cli", "console", "serve", "--port", str(port), "--log-format", "json", *args],
+            stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    console = Console(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the console exited with {process.returncode}:\n{console.log()}")
+        try:
+            if httpx.get(f"{console.url}/healthz", timeout=1).status_code == 200:
+                return console
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    pytest.fail(f"the console did not answer in {STARTUP_S} s:\n{console.log()}")
+
+
+@pytest.fixture(scope="module")
+def start_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Console]]:
+    """Factory: start_console("--store-address", ADDR, ...) -> a running `parity console serve`."""
+    log_dir = tmp_path_factory.mktemp("console")
+    started: list[Console] = []
+
+    def start(*args: str) -> Console:
+        started.append(_start(log_dir, *args))
+        return started[-1]
+
+    yield start
+    for console in started:
+        console.process.terminate()
+        try:
+            console.process.wait(15)
+        except subprocess.TimeoutExpired:
+            console.process.kill()
+            console.process.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"no chromium at {CHROMIUM}: `make env` installs it (apt-get install -y chromium)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors  # type: ignore[attr-defined]
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    folder = tmp_path_factory.mktemp("screenshots")
+    copy_to = os.environ.get("PARITY_SCREENSHOT_DIR")
+
+    def shoot(target, name: str, **options) -> Path:
+        """`target`: a page, or a locator for one element of it."""
+        path = folder / f"{name}.png"
+        target.screenshot(path=str(path), **options)
+        if copy_to:
+            Path(copy_to).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, Path(copy_to) / path.name)
+        return path
+
+    return shoot
