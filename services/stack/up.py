@@ -1,4 +1,4 @@
-"""`parity up`: store, ingest, assembler, trainer and vLLM as separate processes on one machine.
+"""`parity up`: store, ingest, assembler, trainer, vLLM and the console as separate processes on one machine.
 
 Each service runs exactly as it would when deployed alone (`parity <service> serve`),
 so nothing here is a shortcut the real deployment lacks. The supervisor waits until
@@ -26,12 +26,14 @@ import httpx
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from parity.services.console.settings import TOKEN_ENV, is_loopback
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,
     VllmLaunchConfig,
     VllmServer,
     cpu_layout,
+    lora_rank_arg,
 )
 from parity.services.runtime.structured_logging import configure_logging
 
@@ -41,10 +43,11 @@ log = structlog.get_logger(__name__)
 SERVICE_ORDER = ("store", "assembler", "trainer", "ingest")
 # Kept off a CPU vLLM worker's cores, since they serve while it generates. Not the
 # trainer: it works while rollouts wait for its update, and wants every core then.
-OFF_WORKER_SERVICES = frozenset({"store", "assembler", "ingest"})
+OFF_WORKER_SERVICES = frozenset({"store", "assembler", "ingest", "console"})
 DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer": 50054}
 DEFAULT_VLLM_PORT = 8100
 DEFAULT_HTTP_PORT = 8000
+DEFAULT_CONSOLE_PORT = 8200
 _PR_SET_PDEATHSIG = 1
 
 
@@ -54,6 +57,10 @@ class ServiceProcess:
     address: str
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.address}"
 
     def start(self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None) -> None:
         """`cpus`: the cores it may run on; every core when None."""
@@ -105,6 +112,27 @@ class ServiceProcess:
             self.process.wait()
 
 
+class ConsoleProcess(ServiceProcess):
+    """The web console: HTTP, so its health is its /healthz page."""
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
+        while not stop_requested.is_set():
+            self.raise_if_exited()
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise StackError(f"{self.name} did not answer at {self.url}/healthz; see {self.log_path}")
+            time.sleep(0.2)
+        raise StartupInterrupted
+
+
 class StackError(RuntimeError):
     """A process of the stack failed to start or died."""
 
@@ -136,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--served-model-name", default=None, help="the `model` agents ask for (default: the model folder's name)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address every process listens on")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address every process listens on; beyond loopback, $PARITY_CONSOLE_TOKEN must be set"
+    )
     for name, port in DEFAULT_PORTS.items():
         parser.add_argument(f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})")
     parser.add_argument("--vllm-port", type=int, default=DEFAULT_VLLM_PORT, help="vLLM HTTP port")
@@ -144,7 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM serves in (default float32)"
     )
     parser.add_argument(
+        "--vllm-lora-rank", type=lora_rank_arg, default=0,
+        help="vLLM serves LoRA adapters up to this rank, for LoRA runs (default 0: none)",
+    )  # fmt: skip
+    parser.add_argument(
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})"
+    )
+    parser.add_argument(
+        "--console-port", type=int, default=DEFAULT_CONSOLE_PORT, help=f"the web console's HTTP port (default {DEFAULT_CONSOLE_PORT})"
     )
     parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
     return parser
@@ -163,6 +200,11 @@ def ensure_model(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
+    if not is_loopback(args.host) and not os.environ.get(TOKEN_ENV):
+        # Said before vLLM spends minutes starting: the console would refuse this host without its token.
+        log.error("console_needs_token", host=args.host,
+                  error=f"set ${TOKEN_ENV} to listen on {args.host}: the console shows every agent's conversation")  # fmt: skip
+        return 2
     data_dir: Path = args.data_dir.resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     model_path = ensure_model(args).resolve()
@@ -170,6 +212,8 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
         for name in SERVICE_ORDER
     }
+    # Last, so it stops first: it only reads the others.
+    services["console"] = ConsoleProcess("console", f"{args.host}:{args.console_port}", data_dir / "logs" / "console.log")
     config = VllmLaunchConfig(
         model_path=model_path,
         host=args.host,
@@ -177,6 +221,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         served_model_name=args.served_model_name or model_path.name,
         dtype=args.vllm_dtype,
         log_path=data_dir / "logs" / "vllm.log",
+        lora_rank=args.vllm_lora_rank,
     )
     layout = cpu_layout(config.python)
     if layout:
@@ -195,6 +240,10 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         "trainer": [
             "--assembler-address", services["assembler"].address, "--ingest-address", services["ingest"].address,
             "--replicas", vllm.base_url, "--work-dir", str(data_dir / "trainer"),
+        ],
+        "console": [
+            "--store-address", services["store"].address, "--assembler-address", services["assembler"].address,
+            "--trainer-address", services["trainer"].address, "--tokenizer", str(model_path),
         ],
     }  # fmt: skip
     try:
@@ -270,7 +319,7 @@ def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data
     print("Parity is up:", flush=True)
     print(f"  {'agents':<10} http://{args.host}:{args.http_port}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)", flush=True)
     for service in services.values():
-        print(f"  {service.name:<10} grpc://{service.address:<22} log {service.log_path}", flush=True)
+        print(f"  {service.name:<10} {service.url:<29} log {service.log_path}", flush=True)
     print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
 

@@ -1,4 +1,4 @@
-"""`parity up` brings up all five processes and stops them all on Ctrl-C."""
+"""`parity up` brings up all six processes and stops them all on Ctrl-C."""
 
 import json
 import os
@@ -26,7 +26,7 @@ def _port_open(port: int) -> bool:
 
 
 def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny_model_dir: Path) -> None:
-    ports = {name: free_port() for name in (*SERVICES, "vllm", "http")}
+    ports = {name: free_port() for name in (*SERVICES, "vllm", "http", "console")}
     command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)]
     command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
     stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -54,6 +54,9 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         listed = grpcurl("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
                          "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
         assert len(json.loads(listed.stdout)["calls"]) == 1
+        console = f"http://127.0.0.1:{ports['console']}"
+        assert any(console in line for line in banner)
+        assert "up-smoke" in httpx.get(f"{console}/sessions", timeout=30).text
         _assert_services_keep_off_the_vllm_worker(stack.pid, tmp_path / "logs" / "vllm.log")
     finally:
         stack.send_signal(signal.SIGINT)
@@ -84,7 +87,7 @@ def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) ->
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         if b"parity.cli" in command:
             services[command[command.index(b"parity.cli") + 1].decode()] = pid
-    assert set(services) == set(SERVICES), services
+    assert set(services) == {*SERVICES, "console"}, services
     everything = os.sched_getaffinity(0)
     for name, pid in services.items():
         expected = everything if name == "trainer" else layout.others

@@ -45,13 +45,16 @@ class LocalStack:
     """None: `parity up` generates the small model into DATA_DIR/model."""
     vllm_dtype: str = "float32"
     """The dtype vLLM serves in: the run's own, so the sync probe compares like with like."""
+    lora_rank: int = 0
+    """A LoRA run's rank, which vLLM must serve adapters of; 0 for a run that trains the whole model."""
 
     @classmethod
     def for_run(cls, data_dir: Path, settings: TrainSettings) -> LocalStack:
-        return cls(data_dir, Path(settings.model) if settings.model else None, vllm_dtype=settings.dtype)
+        model = Path(settings.model) if settings.model else None
+        return cls(data_dir, model, vllm_dtype=settings.dtype, lora_rank=settings.lora_rank)
 
     def __post_init__(self) -> None:
-        self.ports = {name: free_port() for name in (*SERVICES, "vllm", "http")}
+        self.ports = {name: free_port() for name in (*SERVICES, "vllm", "http", "console")}
         self.process: subprocess.Popen[str] | None = None
         self._output: deque[str] = deque(maxlen=40)
 
@@ -67,6 +70,10 @@ class LocalStack:
         )  # fmt: skip
 
     @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['console']}"
+
+    @property
     def log_dir(self) -> Path:
         return self.data_dir / "logs"
 
@@ -75,6 +82,7 @@ class LocalStack:
         command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(self.data_dir)]
         command += ["--model", str(self.model)] if self.model else []
         command += ["--vllm-dtype", self.vllm_dtype]
+        command += ["--vllm-lora-rank", str(self.lora_rank)] if self.lora_rank else []
         return command + [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
 
     def start(self, timeout_s: float, cancelled: threading.Event | None = None) -> None:

@@ -313,6 +313,7 @@ class Trainer:
         self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings)
         print(f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True)
         self._stack.start(self.settings.startup_timeout_s)
+        print(f"console: {self._stack.console_url} (the run, its batches, every trajectory)", file=sys.stderr, flush=True)
         return self._stack.addresses
 
     @property
@@ -513,6 +514,17 @@ class Trainer:
     def _track(self, kind: str, step: int, values: dict[str, float]) -> None:
         if self._tracker is not None:
             self._tracker.record(kind, step, values)
+        if kind == "validation" and self._trainer is not None:
+            self._record_validation(step, values)
+
+    def _record_validation(self, step: int, values: dict[str, float]) -> None:
+        """The trainer keeps it beside the run's steps, for readers like the console; the run goes on without."""
+        assert self._trainer is not None
+        request = trainer_pb.WriteValidationMetricsRequest(run_id=self.run_id, step=step, values=values)
+        try:
+            self._trainer.write_validation_metrics(request)
+        except RPCError as error:
+            log.warning("validation_not_recorded", run_id=self.run_id, step=step, error=str(error))
 
     def _saved_settings(self) -> dict[str, Any]:
         return self.settings.replace(run_id=self.run_id, resume="").to_json()
