@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -237,6 +238,11 @@ class Assembler:
 
     # Writes from the SDK and the agent engine.
     async def report_reward(self, reward: reward_pb2.Reward) -> str:
+        # The store checks these too, but its refusal would name its own request's field.
+        problem = _reported_reward_problem(reward)
+        if problem:
+            self.stats.errors["invalid_reward"] += 1
+            raise InvalidArgument(problem)
         if not reward.reward_id:
             # Assigned here, so the store's retries and ours write it once.
             reward.reward_id = new_id()
@@ -270,6 +276,9 @@ class Assembler:
             raise InvalidArgument(f"group_size must not be negative, got {group_size}")
         if outcome not in session_pb2.SessionOutcome.values():
             raise InvalidArgument(f"outcome {outcome} is not a SessionOutcome")
+        # Checked before the close: refused after it, the session would be closed with no reward.
+        if reward is not None and not math.isfinite(reward):
+            raise InvalidArgument(f"reward must be a finite number, got {reward}")
         metadata = {session_marks.EPISODE_ID: episode_id or session_id}
         if group_id:
             metadata[session_marks.GROUP_ID] = group_id
@@ -447,3 +456,12 @@ class Assembler:
 def _batch_marks(plan: BatchPlan, mark: BatchMark) -> list[store_pb.SessionMetadataUpdate]:
     metadata = {session_marks.BATCH: mark.encode()}
     return [store_pb.SessionMetadataUpdate(session_id=r.session_id, metadata=metadata) for r in plan.rollouts]
+
+
+def _reported_reward_problem(reward: reward_pb2.Reward) -> str:
+    """What makes a ReportReward's reward unusable for training, or "" if nothing does."""
+    if not reward.session_id:
+        return "reward.session_id is required"
+    if not math.isfinite(reward.value):
+        return f"reward.value must be a finite number, got {reward.value}"
+    return ""

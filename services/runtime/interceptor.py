@@ -3,6 +3,10 @@
 Every RPC gets a fresh structlog context bound with `rpc_method`, and ends with one
 summary line carrying its status code and duration. Tracebacks stay in the server
 log; the caller sees a status code and a message that says what went wrong.
+
+A request that does not parse as its message type is the caller's fault, so it is
+INVALID_ARGUMENT here; left to grpc it would be UNKNOWN (a unary request, parsed
+before any handler runs) or INTERNAL (a message read from a request stream).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
-from parity.services.runtime.errors import ParityError
+from parity.services.runtime.errors import InvalidArgument, ParityError
 
 log = structlog.get_logger(__name__)
 
@@ -34,13 +39,91 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        parse = handler.request_deserializer
         if handler.unary_unary:
-            return handler._replace(unary_unary=_wrap_unary_response(handler.unary_unary, method))
+            return handler._replace(
+                unary_unary=_wrap_unary_response(_refusing_undecodable(handler.unary_unary), method),
+                request_deserializer=_marking_undecodable(parse),
+            )
         if handler.stream_unary:
-            return handler._replace(stream_unary=_wrap_unary_response(handler.stream_unary, method))
+            return handler._replace(
+                stream_unary=_wrap_unary_response(handler.stream_unary, method),
+                request_deserializer=_raising_on_undecodable(parse),
+            )
         if handler.unary_stream:
-            return handler._replace(unary_stream=_wrap_stream_response(handler.unary_stream, method))
-        return handler._replace(stream_stream=_wrap_stream_response(handler.stream_stream, method))
+            return handler._replace(
+                unary_stream=_wrap_stream_response(_refusing_undecodable(handler.unary_stream), method),
+                request_deserializer=_marking_undecodable(parse),
+            )
+        return handler._replace(
+            stream_stream=_wrap_stream_response(handler.stream_stream, method),
+            request_deserializer=_raising_on_undecodable(parse),
+        )
+
+
+Deserializer = Callable[[bytes], Any]
+
+
+class _Undecodable:
+    """Stands in for a single request message that did not parse. grpc parses a unary
+    request before any handler runs and answers UNKNOWN if that raises, so the parse
+    hands this marker to the wrapped handler, which refuses it with the error."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: InvalidArgument) -> None:
+        self.error = error
+
+
+def _decode_error(parse: Deserializer, error: Exception) -> InvalidArgument:
+    message_type = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
+    if message_type is None:
+        return InvalidArgument(f"the request could not be decoded: {error}")
+    name = message_type.full_name
+    # protobuf's text names the type too; say it once.
+    reason = str(error).removeprefix(f"Error parsing message with type '{name}'").lstrip(": ")
+    return InvalidArgument(f"the request could not be decoded as {name}: {reason or 'not its wire format'}")
+
+
+def _marking_undecodable(parse: Deserializer | None) -> Deserializer | None:
+    if parse is None:
+        return None
+
+    def parse_or_mark(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as error:
+            return _Undecodable(_decode_error(parse, error))
+
+    return parse_or_mark
+
+
+def _raising_on_undecodable(parse: Deserializer | None) -> Deserializer | None:
+    """Messages of a request stream are parsed inside the handler, as it reads them
+    (`async for` or `context.read()`): raising there ends the handler with the domain
+    error, which the wrapper around it turns into INVALID_ARGUMENT."""
+    if parse is None:
+        return None
+
+    def parse_or_raise(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as error:
+            raise _decode_error(parse, error) from None
+
+    return parse_or_raise
+
+
+def _refusing_undecodable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """Raise the marker's error in place of calling the handler: inside the wrapper, so
+    the refusal gets the same abort and summary line as any other."""
+
+    def refuse_or_call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            raise request.error
+        return behavior(request, context)
+
+    return refuse_or_call
 
 
 class _RpcOutcome:

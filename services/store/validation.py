@@ -1,10 +1,19 @@
-"""Checks on what clients send, before anything is written. Each failure says what is wrong."""
+"""Checks on what clients send, before anything is written. Each failure says what is wrong.
+
+Token ids must not be negative and logprobs must be finite or -inf: these arrays become
+training data, where one NaN poisons a whole update and a negative id names no token
+(an embedding lookup fails on it, or silently wraps to the vocabulary's end). The store does not check ids against a vocabulary size: it
+keeps calls of every model ingest serves (aliases, adapters, external models), and only
+the trainer knows the one vocabulary it trains.
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import InvalidArgument
@@ -19,6 +28,8 @@ _VALID_REWARD_LEVELS = (1, 2)
 # PostgreSQL text cannot hold NUL, and U+001F separates the fields of page tokens, whose
 # scopes hold session ids; no id needs any C0 control character or DEL.
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
+_TOKEN_ID = np.dtype("<i4")
+_LOGPROB = np.dtype("<f4")
 
 
 def check_id(value: str, what: str) -> None:
@@ -60,6 +71,9 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
     required: list[str] = []
     optional: list[str] = []
     values: list[str] = []
+    # Each read of a bytes field copies it: read each once, for its length and its values.
+    token_arrays: list[bytes] = []
+    logprob_arrays: list[bytes] = []
     for call in calls:
         required.append(call.call_id)
         required.append(call.session_id)
@@ -71,14 +85,17 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
         if call.metadata:
             required.extend(call.metadata.keys())
             values.extend(call.metadata.values())
-        if len(call.prompt_token_ids) % 4:
+        prompt = call.prompt_token_ids
+        if len(prompt) % 4:
             return False
+        token_arrays.append(prompt)
         choices = call.choices
         for choice in choices:
-            # Each read of a bytes field copies it: read each once.
-            token_bytes, logprob_bytes = len(choice.token_ids), len(choice.logprobs)
-            if token_bytes % 4 or (logprob_bytes and logprob_bytes != token_bytes):
+            token_ids, logprobs = choice.token_ids, choice.logprobs
+            if len(token_ids) % 4 or (logprobs and len(logprobs) != len(token_ids)):
                 return False
+            token_arrays.append(token_ids)
+            logprob_arrays.append(logprobs)
         if len(choices) > 1 and len({choice.index for choice in choices}) != len(choices):
             return False
     ids = required + optional
@@ -87,7 +104,39 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
         and max(map(len, ids), default=0) <= MAX_ID_LENGTH
         and _CONTROL_CHARACTER.search("".join(ids)) is None
         and "\x00" not in "".join(values)
+        and _ids_in_range(b"".join(token_arrays))
+        and _logprobs_in_range(b"".join(logprob_arrays))
     )
+
+
+def _ids_in_range(packed: bytes) -> bool:
+    return not packed or int(np.frombuffer(packed, _TOKEN_ID).min()) >= 0
+
+
+def _logprobs_in_range(packed: bytes) -> bool:
+    # The maximum is NaN if any value is, and +inf if any value is: one pass finds both.
+    return not packed or bool(np.frombuffer(packed, _LOGPROB).max() < np.inf)
+
+
+def check_token_ids(packed: bytes, what: str) -> None:
+    """Packed little-endian int32 token ids: none negative."""
+    if len(packed) % 4:
+        raise InvalidArgument(f"{what} must be packed int32 (a multiple of 4 bytes)")
+    if not _ids_in_range(packed):
+        ids = np.frombuffer(packed, _TOKEN_ID)
+        first = int(np.flatnonzero(ids < 0)[0])
+        raise InvalidArgument(f"{what}[{first}] is {ids[first]}; token ids are never negative")
+
+
+def check_logprobs(packed: bytes, what: str) -> None:
+    """Packed little-endian float32 logprobs: each finite or -inf."""
+    if len(packed) % 4:
+        raise InvalidArgument(f"{what} must be packed float32 (a multiple of 4 bytes)")
+    if not _logprobs_in_range(packed):
+        logprobs = np.frombuffer(packed, _LOGPROB)
+        first = int(np.flatnonzero(~(logprobs < np.inf))[0])
+        found = "NaN" if np.isnan(logprobs[first]) else "+inf"
+        raise InvalidArgument(f"{what}[{first}] is {found}; a logprob is finite or -inf")
 
 
 def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
@@ -103,20 +152,18 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
         # Empty names the session's default trajectory.
         check_id(call.trajectory_name, f"{where}.trajectory_name")
         check_metadata(call.metadata, f"{where}.metadata")
-        if len(call.prompt_token_ids) % 4:
-            raise InvalidArgument(f"{where}.prompt_token_ids must be packed int32 (a multiple of 4 bytes)")
+        check_token_ids(call.prompt_token_ids, f"{where}.prompt_token_ids")
         indexes = set()
-        for choice in call.choices:
-            at = f"{where}.choices[{choice.index}]"
+        for choice_position, choice in enumerate(call.choices):
+            at = f"{where}.choices[{choice_position}]"
             if choice.index in indexes:
-                raise InvalidArgument(f"{at}: duplicate choice index")
+                raise InvalidArgument(f"{at}: duplicate choice index {choice.index}")
             indexes.add(choice.index)
-            if len(choice.token_ids) % 4:
-                raise InvalidArgument(f"{at}.token_ids must be packed int32 (a multiple of 4 bytes)")
-            if choice.logprobs and len(choice.logprobs) != len(choice.token_ids):
-                raise InvalidArgument(
-                    f"{at}: {len(choice.logprobs) // 4} logprobs for {len(choice.token_ids) // 4} tokens"
-                )
+            token_ids, logprobs = choice.token_ids, choice.logprobs
+            check_token_ids(token_ids, f"{at}.token_ids")
+            if logprobs and len(logprobs) != len(token_ids):
+                raise InvalidArgument(f"{at}: {len(logprobs) // 4} logprobs for {len(token_ids) // 4} tokens")
+            check_logprobs(logprobs, f"{at}.logprobs")
 
 
 def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:

@@ -36,6 +36,10 @@ class ScriptedStore(pb_grpc.TokenStoreServiceServicer):
         yield pb.WatchCallsResponse(cursor="c1")
         raise Unavailable("store is restarting")
 
+    async def StreamWriteCalls(self, request_iterator, context) -> AsyncIterator[pb.StreamWriteCallsResponse]:
+        async for request in request_iterator:
+            yield pb.StreamWriteCallsResponse(written_count=len(request.calls))
+
 
 @pytest.fixture
 async def stub():
@@ -110,3 +114,36 @@ async def test_health_reports_serving_for_the_server_and_each_service(stub) -> N
         assert response.status == health_pb2.HealthCheckResponse.SERVING
     unknown = await _status(health.Check(health_pb2.HealthCheckRequest(service="nope")))
     assert unknown.code() == grpc.StatusCode.NOT_FOUND
+
+
+# A varint that never ends: no message type parses it.
+UNDECODABLE = b"\xff" * 11
+
+
+async def test_an_undecodable_request_is_invalid_argument_naming_its_type(stub) -> None:
+    _, channel = stub
+    raw = {"request_serializer": None, "response_deserializer": None}
+    service = "/parity.api.store.v1.TokenStoreService"
+    unary = await _status(channel.unary_unary(f"{service}/GetCall", **raw)(UNDECODABLE))
+    assert unary.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert unary.details().startswith("the request could not be decoded as parity.api.store.v1.GetCallRequest")
+    with pytest.raises(grpc.aio.AioRpcError) as watched:
+        async for _ in channel.unary_stream(f"{service}/WatchCalls", **raw)(UNDECODABLE):
+            pass
+    assert watched.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    health = await _status(channel.unary_unary("/grpc.health.v1.Health/Check", **raw)(UNDECODABLE))
+    assert health.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_an_undecodable_message_in_a_request_stream_ends_it_after_the_good_ones(stub) -> None:
+    _, channel = stub
+    good = pb.StreamWriteCallsRequest(calls=[llm_call_pb2.LlmCall(call_id="c")]).SerializeToString()
+    write = channel.stream_stream("/parity.api.store.v1.TokenStoreService/StreamWriteCalls")
+    stream = write(iter([good, UNDECODABLE, good]))
+    answers = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for answer in stream:
+            answers.append(pb.StreamWriteCallsResponse.FromString(answer).written_count)
+    assert answers == [1]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "parity.api.store.v1.StreamWriteCallsRequest" in caught.value.details()

@@ -6,10 +6,15 @@ refusing everything the call-by-call explanation refuses, wherever the bad call 
 
 from __future__ import annotations
 
+import math
 import re
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store import validation
@@ -45,6 +50,18 @@ REFUSED = {
     "calls[1].choices[1]: duplicate choice index": with_choices({"index": 1}, {"index": 1}),
     "calls[1].choices[0].token_ids must be packed int32": with_choices({"token_ids": bytes(5)}),
     "calls[1].choices[0]: 1 logprobs for 2 tokens": with_choices({"token_ids": bytes(8), "logprobs": bytes(4)}),
+    "calls[1].prompt_token_ids[2] is -1; token ids are never negative": call(
+        prompt_token_ids=tokens.pack_token_ids([5, 0, -1, 7, -3])
+    ),
+    "calls[1].choices[1].token_ids[0] is -2147483648": with_choices(
+        {"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": tokens.pack_token_ids([-(2**31), 3])}
+    ),
+    "calls[1].choices[0].logprobs[1] is NaN; a logprob is finite or -inf": with_choices(
+        {"token_ids": bytes(12), "logprobs": tokens.pack_floats([-0.5, math.nan, math.inf])}
+    ),
+    "calls[1].choices[0].logprobs[2] is +inf": with_choices(
+        {"token_ids": bytes(12), "logprobs": tokens.pack_floats([-0.5, -math.inf, math.inf])}
+    ),
 }
 
 
@@ -61,9 +78,47 @@ def test_a_good_batch_passes_and_gets_the_unassigned_session() -> None:
         call("b", "child", parent_session_ids=["root"], trajectory_name="solver"),
         with_choices({"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": bytes(8), "logprobs": bytes(8)}),
         call("x" * 256, "y" * 256),
+        # A token the sampler could never pick has a logprob of -inf; int32's largest id is
+        # kept, since the store does not know the model's vocabulary.
+        with_choices(
+            {"token_ids": tokens.pack_token_ids([0, 2**31 - 1]), "logprobs": tokens.pack_floats([-math.inf, -1e30])}
+        ),
     ]
     validation.check_calls(batch)
     assert batch[0].session_id == "unassigned"
+
+
+# Bit patterns cover every NaN payload and both infinities, which generated floats rarely reach.
+float32_bits = st.lists(st.integers(0, 2**32 - 1), max_size=12).map(lambda bits: np.array(bits, np.uint32).view("<f4"))
+
+
+@given(
+    prompt=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=12),
+    completion=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=12),
+    logprobs=float32_bits,
+)
+def test_ids_and_logprobs_are_refused_exactly_when_one_is_out_of_range(
+    prompt: list[int], completion: list[int], logprobs: np.ndarray
+) -> None:
+    logprobs = np.resize(logprobs, len(completion)) if len(logprobs) else np.zeros(0, np.float32)
+    bad = with_choices({"token_ids": tokens.pack_token_ids(completion), "logprobs": logprobs.tobytes()})
+    bad.prompt_token_ids = tokens.pack_token_ids(prompt)
+    negative_prompt = [i for i, token in enumerate(prompt) if token < 0]
+    negative_completion = [i for i, token in enumerate(completion) if token < 0]
+    not_below_inf = [i for i, value in enumerate(logprobs) if not value < math.inf]
+    batch = [call("good"), bad]
+    if negative_prompt:
+        expected = f"calls[1].prompt_token_ids[{negative_prompt[0]}] is {prompt[negative_prompt[0]]};"
+    elif negative_completion:
+        expected = f"calls[1].choices[0].token_ids[{negative_completion[0]}] is {completion[negative_completion[0]]};"
+    elif not_below_inf:
+        found = "NaN" if math.isnan(logprobs[not_below_inf[0]]) else "+inf"
+        expected = f"calls[1].choices[0].logprobs[{not_below_inf[0]}] is {found};"
+    else:
+        validation.check_calls(batch)
+        return
+    with pytest.raises(InvalidArgument, match=re.escape(expected)):
+        validation.check_calls(batch)
 
 
 def test_an_empty_batch_passes_and_an_oversized_one_is_refused() -> None:
