@@ -98,6 +98,11 @@ class TinyModelSpec:
     tie_embeddings: bool = False
     """Share one matrix between the input embeddings and the output head, as most small open
     models do (Qwen2.5 0.5B-3B, Llama 3.2 1B/3B, Gemma); the checkpoint then holds no lm_head."""
+    output_gain: float = 1.0
+    """The final norm's gain, which scales every logit. At the untrained 1 the logits stay within
+    about ±2.5 whatever the hidden state, so only the output head and this gain can sharpen the
+    policy, and a LoRA adapter on the decoder's linear layers cannot; a trained model's gains
+    and head make logits span tens (see docs/design/lora.md)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -220,6 +225,9 @@ def build_model(spec: TinyModelSpec, eos_token_id: int, pad_token_id: int) -> Qw
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
         model = Qwen2ForCausalLM(config).to(torch.float32)
+    if spec.output_gain != 1.0:
+        with torch.no_grad():
+            model.model.norm.weight.fill_(spec.output_gain)
     model.generation_config = GenerationConfig(
         eos_token_id=[eos_token_id, pad_token_id], pad_token_id=pad_token_id
     )
@@ -250,8 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tie-embeddings", action="store_true", help="one matrix for the input embeddings and the output head"
     )
+    parser.add_argument(
+        "--output-gain", type=float, default=1.0,
+        help="the final norm's gain, which scales the logits (default 1); 8 gives a LoRA adapter room to learn",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    print(generate_tiny_model(args.out, TinyModelSpec(seed=args.seed, tie_embeddings=args.tie_embeddings)))
+    spec = TinyModelSpec(seed=args.seed, tie_embeddings=args.tie_embeddings, output_gain=args.output_gain)
+    print(generate_tiny_model(args.out, spec))
     return 0
 
 

@@ -38,6 +38,27 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOG_TAIL_BYTES = 4000
 # vLLM's --dtype values Parity supports: auto takes the checkpoint's (bfloat16 for most hub models).
 SERVED_DTYPES = ("float32", "bfloat16", "float16", "auto")
+# The --max-lora-rank values vLLM accepts; a LoRA rank is served under the smallest that holds it.
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def max_lora_rank(rank: int) -> int:
+    """vLLM's --max-lora-rank for adapters of `rank`."""
+    fitting = [value for value in MAX_LORA_RANKS if value >= rank]
+    if rank < 1 or not fitting:
+        raise ValueError(f"a LoRA rank must be between 1 and {MAX_LORA_RANKS[-1]}, got {rank}")
+    return fitting[0]
+
+
+def lora_rank_arg(text: str) -> int:
+    """`--lora-rank` as argparse reads it: 0 (no LoRA), or a rank vLLM can serve."""
+    rank = int(text)
+    if rank:
+        try:
+            max_lora_rank(rank)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return rank
 
 
 def find_vllm_python() -> Path | None:
@@ -106,6 +127,9 @@ class VllmLaunchConfig:
     """VLLM_CPU_KVCACHE_SPACE (whole GiB). 1 GiB holds ~1M tokens of the tiny model."""
     tool_call_parser: str | None = "hermes"
     """Parses <tool_call> JSON back into OpenAI tool_calls; None rejects requests with tools."""
+    enable_scale_out: bool = True
+    """Registers vLLM's render, derender and token-in generation endpoints (/v1/chat/completions/render,
+    /v1/messages/render, /inference/v1/generate, ...): ingest renders prompts through them."""
     enforce_eager: bool = True
     """Skips torch.compile warm-up: on 2 CPU cores startup drops from ~60 s to ~25 s."""
     log_path: Path | None = None
@@ -114,6 +138,9 @@ class VllmLaunchConfig:
     """VLLM_CPU_OMP_THREADS_BIND for the CPU backend (see CpuLayout); vLLM's choice when None.
     When set, the engine core is placed on the same cores (see engine_core_placement)."""
     startup_timeout_s: float = 180.0
+    lora_rank: int = 0
+    """Serve LoRA adapters up to this rank, loaded while vLLM runs (a LoRA run's trainer pushes its
+    adapter so); 0 serves the model alone."""
     extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -121,6 +148,8 @@ class VllmLaunchConfig:
         self.python = Path(self.python)
         if self.cpu_kv_cache_gib < 1:
             raise ValueError("cpu_kv_cache_gib must be at least 1: vLLM reads it as whole GiB")
+        if self.lora_rank:
+            max_lora_rank(self.lora_rank)
 
     def command(self) -> list[str]:
         args = [
@@ -139,8 +168,12 @@ class VllmLaunchConfig:
             args += ["--served-model-name", self.served_model_name]
         if self.enforce_eager:
             args.append("--enforce-eager")
+        if self.enable_scale_out:
+            args.append("--enable-scale-out")
         if self.tool_call_parser:
             args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.lora_rank:
+            args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(self.lora_rank))]
         return args + self.extra_args
 
     def environment(self) -> dict[str, str]:
@@ -151,7 +184,10 @@ class VllmLaunchConfig:
             # Without it the CPU backend sizes its KV cache from a fraction of system memory.
             "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
             "PYTHONUNBUFFERED": "1",
-        } | ({"VLLM_CPU_OMP_THREADS_BIND": self.worker_cpus} if self.worker_cpus else {})
+        } | ({"VLLM_CPU_OMP_THREADS_BIND": self.worker_cpus} if self.worker_cpus else {}) | (
+            # Enables /v1/load_lora_adapter and /v1/unload_lora_adapter, which a LoRA run's sync uses.
+            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_rank else {}
+        )
 
 
 class VllmExitedError(RuntimeError):
@@ -328,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM computes in")
     parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
     parser.add_argument("--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2")
+    parser.add_argument(
+        "--lora-rank", type=lora_rank_arg, default=0,
+        help="serve LoRA adapters up to this rank, loaded at run time (what a LoRA run's trainer pushes); 0: none",
+    )  # fmt: skip
     args, extra_args = parser.parse_known_args(argv)
     config = VllmLaunchConfig(
         model_path=args.model,
@@ -339,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         log_path=args.log_path,
         worker_cpus=args.worker_cpus,
+        lora_rank=args.lora_rank,
         extra_args=extra_args,
     )
     # SIGTERM takes the same path as Ctrl-C, so the context manager stops vLLM either way. SIGINT

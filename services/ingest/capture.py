@@ -38,6 +38,8 @@ class CaptureRequest:
     added_logprobs: bool = False
     lora_adapter: str = ""
     """The LoRA adapter the request was sent to in place of the model it names (see policy_adapter)."""
+    routed_model: str = ""
+    """The model the request named before it was sent to `lora_adapter`."""
 
     @classmethod
     def prepare(
@@ -61,6 +63,9 @@ class CaptureRequest:
 
     def strip(self, response: dict[str, Any]) -> None:
         """Remove from a response (or stream chunk) what was added for capture only."""
+        if self.lora_adapter and response.get("model") == self.lora_adapter:
+            # The adapter is how this policy version is served, not a model the agent chose.
+            response["model"] = self.routed_model
         if self.added_token_ids and "prompt_token_ids" in response:
             response["prompt_token_ids"] = None
         for choice in response.get("choices") or ():

@@ -84,7 +84,9 @@ class ChatBackend:
             )
         candidates = self.router.candidates(call.served_model, call.session.session_id)
         request = CaptureRequest.prepare(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
+        routed_model = call.body.get("model", "")
         request.lora_adapter = self.policy.adapter.route(call.body)
+        request.routed_model = routed_model if request.lora_adapter else ""
         capture = CallCapture(
             request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
             kind=POLICY, started_at=call.started_at,

@@ -32,6 +32,8 @@ OVERRIDE_TYPES: dict[str, type] = {
 }  # fmt: skip
 # Compute dtypes a run may train in; the master weights and optimizer state stay float32.
 TRAINING_DTYPES = ("float32", "bfloat16")
+# peft's name for every linear layer but the output head, the default LoRA target.
+ALL_LINEAR = "all-linear"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,14 @@ class RunSettings:
         default="float32",
         metadata={"help": "forward and backward dtype, float32 or bfloat16; weights and optimizer stay float32"},
     )
+    lora_rank: int = field(
+        default=0, metadata={"help": "rank of a LoRA adapter trained on the frozen model; 0 trains the whole model"}
+    )
+    lora_alpha: int = field(default=0, metadata={"help": "LoRA scale numerator (scale alpha/rank); 0 is twice the rank"})
+    lora_target_modules: tuple[str, ...] = field(
+        default=(ALL_LINEAR,), metadata={"help": "modules LoRA adapts, as peft matches them; all-linear: every linear layer"}
+    )
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA adapter's input while training"})
 
     def __post_init__(self) -> None:
         if self.total_steps < 1 or self.groups_per_batch < 1:
@@ -84,6 +94,24 @@ class RunSettings:
             raise InvalidArgument(f"unknown dtype {self.dtype!r}; known: {list(TRAINING_DTYPES)}")
         if self.loss_agg_mode not in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
             raise InvalidArgument(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        if self.lora_rank < 0:
+            raise InvalidArgument(f"lora.rank must be at least 1, got {self.lora_rank}")
+        if not self.lora_rank:
+            return
+        if self.lora_alpha < 0:
+            raise InvalidArgument(f"lora.alpha must be at least 1 (0: twice the rank), got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise InvalidArgument(f"lora.dropout must be in [0, 1), got {self.lora_dropout}")
+        modules = self.lora_target_modules
+        if not modules or any(not module.strip() for module in modules):
+            raise InvalidArgument(f"lora.target_modules must be module names, got {list(modules)}")
+        if ALL_LINEAR in modules and len(modules) > 1:
+            raise InvalidArgument(f"lora.target_modules: {ALL_LINEAR!r} stands alone, got {list(modules)}")
+        if not self.lora_alpha:
+            object.__setattr__(self, "lora_alpha", 2 * self.lora_rank)
 
     @classmethod
     def from_proto(cls, config: run_pb2.RunConfig, default_checkpoint_dir: Path = Path("checkpoints")) -> RunSettings:
@@ -101,6 +129,17 @@ class RunSettings:
             "tis_cap": config.tis_cap, "max_policy_lag": config.max_policy_lag,
             "checkpoint_interval": config.checkpoint_interval,
         }  # fmt: skip
+        lora = {}
+        if config.HasField("lora"):
+            if config.lora.rank < 1:
+                raise InvalidArgument(
+                    f"lora.rank must be at least 1, got {config.lora.rank} (leave lora unset to train the whole model)"
+                )
+            lora = {
+                "lora_rank": config.lora.rank, "lora_alpha": config.lora.alpha,
+                "lora_target_modules": tuple(config.lora.target_modules) or (ALL_LINEAR,),
+                "lora_dropout": config.lora.dropout,
+            }  # fmt: skip
         return cls(
             model_path=Path(config.model_path),
             total_steps=config.total_steps,
@@ -111,12 +150,16 @@ class RunSettings:
             checkpoint_dir=Path(config.checkpoint_dir) if config.checkpoint_dir else default_checkpoint_dir,
             **{k: v for k, v in optional.items() if v},
             **overrides,  # type: ignore[arg-type]
+            **lora,  # type: ignore[arg-type]
         )
 
     def to_proto(self) -> run_pb2.RunConfig:
         def number(table: dict[int, str], name: str) -> int:
             return next(k for k, v in table.items() if v == name and k != 0)
 
+        lora = run_pb2.LoraConfig(
+            rank=self.lora_rank, alpha=self.lora_alpha, target_modules=self.lora_target_modules, dropout=self.lora_dropout
+        )
         return run_pb2.RunConfig(
             model_path=str(self.model_path),
             advantage_estimator=number(ADVANTAGE_ESTIMATORS, self.advantage_estimator),
@@ -127,6 +170,7 @@ class RunSettings:
             tis_cap=self.tis_cap, max_policy_lag=self.max_policy_lag, checkpoint_dir=str(self.checkpoint_dir),
             checkpoint_interval=self.checkpoint_interval,
             overrides={key: str(getattr(self, key)) for key in OVERRIDE_TYPES},
+            lora=lora if self.lora_rank else None,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
@@ -137,4 +181,6 @@ class RunSettings:
         values = dict(data)
         values["model_path"] = Path(str(values["model_path"]))
         values["checkpoint_dir"] = Path(str(values["checkpoint_dir"]))
+        if "lora_target_modules" in values:
+            values["lora_target_modules"] = tuple(values["lora_target_modules"])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]

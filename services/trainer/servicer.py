@@ -170,7 +170,9 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         return pb.WriteValidationMetricsResponse(metrics=metrics_to_proto(record, pb.METRICS_KIND_VALIDATION))
 
     async def ExportPolicy(self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext) -> pb.ExportPolicyResponse:
-        path, checkpoint = await asyncio.to_thread(
-            self.trainer.export_policy, request.output_dir, request.checkpoint_id
+        path, merged, checkpoint = await asyncio.to_thread(
+            self.trainer.export_policy, request.output_dir, request.checkpoint_id, request.merge_lora
         )
-        return pb.ExportPolicyResponse(path=str(path), checkpoint=checkpoint_to_proto(checkpoint))
+        return pb.ExportPolicyResponse(
+            path=str(path), checkpoint=checkpoint_to_proto(checkpoint), merged_path=str(merged or "")
+        )

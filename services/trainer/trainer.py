@@ -35,12 +35,13 @@ from parity.services.runtime.errors import (
     Unavailable,
 )
 from parity.services.trainer import checkpoints
-from parity.services.trainer.backends import TrainingBackend, select_backend
+from parity.services.trainer.backends import TrainingBackend, backend_name, select_backend
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.lora import check_run
 from parity.services.trainer.policy_export import export_policy
-from parity.services.trainer.replicas import VllmReplica
+from parity.services.trainer.replicas import ReplicaError, VllmReplica
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
@@ -110,6 +111,8 @@ class Trainer:
             raise InvalidArgument("config is required unless resuming from a checkpoint")
         if not (settings.model_path / "config.json").exists():
             raise InvalidArgument(f"model_path {settings.model_path} holds no config.json")
+        if settings.lora_rank:
+            self._check_lora(settings)
         if resume is not None:
             if resume.step >= settings.total_steps:
                 raise InvalidArgument(f"checkpoint is at step {resume.step}; raise total_steps above it to resume")
@@ -192,8 +195,11 @@ class Trainer:
     def list_checkpoints(self, run_id: str = "") -> list[CheckpointInfo]:
         return checkpoints.list_checkpoints(self._checkpoint_root(), run_id)
 
-    def export_policy(self, output_dir: str, checkpoint_id: str = "") -> tuple[Path, CheckpointInfo]:
-        """Write a checkpoint's policy (the latest of the current run by default) as a model folder."""
+    def export_policy(
+        self, output_dir: str, checkpoint_id: str = "", merge_lora: bool = False
+    ) -> tuple[Path, Path | None, CheckpointInfo]:
+        """Write a checkpoint's policy (the latest of the current run by default) as a model folder, or a LoRA
+        run's adapter; returns where, the merged model's folder when `merge_lora`, and the checkpoint."""
         if not output_dir.strip():
             raise InvalidArgument("output_dir is required")
         root = self._checkpoint_root()
@@ -205,9 +211,9 @@ class Trainer:
             if not latest:
                 raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
             checkpoint = latest[0]
-        path = export_policy(checkpoint, Path(output_dir))
-        log.info("policy_exported", checkpoint_id=checkpoint.checkpoint_id, path=str(path))
-        return path, checkpoint
+        path, merged = export_policy(checkpoint, Path(output_dir), merge_lora)
+        log.info("policy_exported", checkpoint_id=checkpoint.checkpoint_id, path=str(path), merged=str(merged or ""))
+        return path, merged, checkpoint
 
     def sync_weights(self, verify: bool = True) -> SyncResult:
         run = self._require_run()
@@ -220,6 +226,17 @@ class Trainer:
     def close(self) -> None:
         if self._run is not None and self._run.state.active:
             self.stop()
+
+    def _check_lora(self, settings: RunSettings) -> None:
+        """A LoRA run nothing could train or serve is refused here, before any step, saying why."""
+        check_run(settings, backend_name(settings))
+        for replica in self._sync.replicas:
+            try:
+                refusal = replica.server_info().lora_refusal(settings.lora_rank)
+            except ReplicaError as error:
+                raise Unavailable(f"cannot ask replica {replica.base_url} whether it serves LoRA adapters: {error}") from None
+            if refusal:
+                raise FailedPrecondition(f"replica {replica.base_url} cannot serve this run's LoRA adapter: {refusal}")
 
     # ----- the run loop
 

@@ -1,5 +1,9 @@
 """Weight sync: pause ingest, push the new weights into every replica, verify them, bump the version, resume.
 
+A LoRA run pushes its adapter instead of the model: every replica loads it under one
+name beside its base model (`lora.adapter_name`), the probe is scored through it, and
+ingest is told, with the new version, to send requests for the base model to it.
+
 Verification scores a fixed probe sequence on each replica and on the trainer's own
 forward pass; a replica whose logprobs differ by more than the tolerance fails the
 sync. Unless one is set, the tolerance follows from the dtypes the trainer and the
@@ -24,6 +28,7 @@ from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import IngestClient, RPCError
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.lora import adapter_name
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 
@@ -44,6 +49,10 @@ class ReplicaResult:
     max_logprob_diff: float
     error: str = ""
     tolerance: float = float("nan")
+    adapter: str = ""
+    """The name the replica serves the pushed adapter under, in a LoRA run."""
+    policy_model: str = ""
+    """The base model the adapter serves, in a LoRA run: the name agents ask for."""
 
 
 @dataclass
@@ -92,10 +101,16 @@ class WeightSync:
             backend.save_weights(target)
             results = {r.base_url: ReplicaResult(r.base_url, False, float("nan")) for r in self.replicas}
             for replica in self.replicas:
+                outcome = results[replica.base_url]
                 try:
-                    replica.reload_weights(target.resolve())
+                    if backend.settings.lora_rank:
+                        outcome.policy_model = replica.model_name()
+                        outcome.adapter = adapter_name(outcome.policy_model)
+                        replica.load_adapter(outcome.adapter, target.resolve())
+                    else:
+                        replica.reload_weights(target.resolve())
                 except ReplicaError as error:
-                    results[replica.base_url].error = str(error)
+                    outcome.error = str(error)
             durations["push"] = time.perf_counter() - phase
             phase = time.perf_counter()
             self._verify(backend, results, verify)
@@ -109,7 +124,12 @@ class WeightSync:
                 failures = "; ".join(f"{r.replica}: {r.error}" for r in result.replicas if not r.verified)
                 raise SyncFailed(f"weight sync to policy version {policy_version} failed: {failures}")
             if self.ingest is not None:
-                self._call(self.ingest.set_policy_version, ingest_pb.SetPolicyVersionRequest(policy_version=policy_version))
+                # Every replica serves the same base model, so the adapter's name is the same on each.
+                policy_model, adapter = next(((r.policy_model, r.adapter) for r in result.replicas), ("", ""))
+                request = ingest_pb.SetPolicyVersionRequest(
+                    policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
+                )
+                self._call(self.ingest.set_policy_version, request)
             self._prune(keep=target)
         finally:
             phase = time.perf_counter()
@@ -133,7 +153,7 @@ class WeightSync:
                 continue
             try:
                 outcome.tolerance = self.tolerance or probe_tolerance(backend.settings.dtype, replica.served_dtype())
-                served = np.array(replica.prompt_logprobs(self.probe))
+                served = np.array(replica.prompt_logprobs(self.probe, model=outcome.adapter))
             except (ReplicaError, ValueError) as error:
                 outcome.error = str(error)
                 continue

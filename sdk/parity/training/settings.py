@@ -107,6 +107,12 @@ class TrainSettings:
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
     dtype: str = setting("float32", "the dtype forward and backward run in (weights and optimizer stay float32); the local stack's vLLM serves in it too", choices=DTYPES, group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
+    # LoRA.
+    lora_rank: int = setting(0, "train a LoRA adapter of this rank on the frozen model instead of the whole model; 0: the whole model", group="lora")
+    lora_alpha: int = setting(0, "LoRA scale numerator: updates are scaled by lora_alpha / lora_rank; 0: twice the rank", group="lora")
+    lora_target_modules: str = setting("all-linear", "comma-separated names of the modules LoRA adapts (q_proj,v_proj); all-linear: every linear layer but the output head", group="lora")
+    lora_dropout: float = setting(0.0, "dropout on the adapter's input while training (the cpu backend; fsdp takes 0)", group="lora")
+    lora_merge: bool = setting(False, "also export the model with the adapter merged into it, to RUN_DIR/model/merged", group="lora")
     # The agent engine.
     concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
     rollout_timeout_s: float = setting(300.0, "wall time one rollout may take", group="rollouts")
@@ -142,7 +148,7 @@ class TrainSettings:
             if value is not None and value < 1:
                 raise SettingsError(key, f"must be at least 1, got {value}")
         non_negative = ("val_every", "max_policy_lag", "checkpoint_interval", "concurrency", "retries", "kl_coef",
-                        "temperature", "val_temperature", "ray_workers_per_node")  # fmt: skip
+                        "temperature", "val_temperature", "ray_workers_per_node", "lora_rank", "lora_alpha")  # fmt: skip
         for key in non_negative:
             value = getattr(self, key)
             if value is not None and value < 0:
@@ -157,6 +163,12 @@ class TrainSettings:
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise SettingsError(f.name, f"must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise SettingsError("lora_dropout", f"must be at least 0 and below 1, got {self.lora_dropout}")
+        if not self.lora_modules or not all(self.lora_modules):
+            raise SettingsError("lora_target_modules", f"must be module names separated by commas, got {self.lora_target_modules!r}")
+        if self.lora_merge and not self.lora_rank:
+            raise SettingsError("lora_merge", "merges a LoRA adapter into the model; set lora_rank too")
         for key in ("run_id", "resume"):
             value = getattr(self, key)
             if value and not _RUN_ID.fullmatch(value):
@@ -174,6 +186,10 @@ class TrainSettings:
     @property
     def validation_temperature(self) -> float:
         return self.temperature if self.val_temperature is None else self.val_temperature
+
+    @property
+    def lora_modules(self) -> list[str]:
+        return [name.strip() for name in self.lora_target_modules.split(",")]
 
     def total_steps(self, task_count: int) -> int:
         if self.steps is not None:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.batch_tensors import TrainingBatch
+from parity.services.trainer.lora import peft_targets
 from parity.services.trainer.policy_loss import LossSettings, compute_advantages, policy_loss
 from parity.services.trainer.run_settings import RunSettings
 
@@ -147,9 +148,11 @@ class FsdpBackend(TrainingBackend):
         settings = self.settings
         # sdpa: flash-attn is an optional extra verl does not require; without remove-padding the
         # engine feeds sdpa a padded micro-batch and masks it.
+        # verl wraps the model with peft itself when lora_rank > 0, freezing the rest.
         model = HFModelConfig(
-            path=str(settings.model_path), use_remove_padding=False, override_config={"attn_implementation": "sdpa"}
-        )
+            path=str(settings.model_path), use_remove_padding=False, override_config={"attn_implementation": "sdpa"},
+            lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=peft_targets(settings),
+        )  # fmt: skip
         engine = FSDPEngineConfig(
             strategy="fsdp2", forward_only=forward_only, seed=settings.seed, use_torch_compile=False,
             # float32 master weights and gradient reduction, as verl's own actor; forward and

@@ -4,7 +4,8 @@ Importing this module on a machine without a GPU installs Parity's CPU platform 
 verl first: verl resolves its platform when its engine module is imported, and a Ray
 actor is a fresh process that imports this module to unpickle its class. The one
 addition to verl's worker is `save_hf_weights`, which gathers the sharded policy into
-one Hugging Face checkpoint that vLLM's `reload_weights` reads, written by rank 0.
+one Hugging Face checkpoint that vLLM's `reload_weights` reads, written by rank 0; in a
+LoRA run, only the adapter, as the peft folder vLLM loads at run time.
 """
 
 from __future__ import annotations
@@ -41,7 +42,17 @@ class PolicyWorker(TrainingWorker):
     def save_hf_weights(self, directory: str) -> None:
         """Every rank contributes its shards; rank 0 writes config and safetensors into `directory`."""
         module = self.engine.module
-        state = get_model_state_dict(module, options=_FULL_ON_CPU)
-        if dist.get_rank() == 0:
-            save_pushed_weights(module, Path(directory), state)
+        if hasattr(module, "peft_config"):
+            # The adapter alone: its shards are gathered, the frozen base's never are.
+            state = {
+                name: tensor.full_tensor().cpu() if hasattr(tensor, "full_tensor") else tensor.cpu()
+                for name, tensor in module.state_dict().items()
+                if "lora_" in name
+            }
+            if dist.get_rank() == 0:
+                module.save_pretrained(directory, state_dict=state)
+        else:
+            state = get_model_state_dict(module, options=_FULL_ON_CPU)
+            if dist.get_rank() == 0:
+                save_pushed_weights(module, Path(directory), state)
         dist.barrier()

@@ -51,26 +51,29 @@ async def agent(task: dict[str, Any]) -> float:
     return word_start_share([entry.token for entry in completion.choices[0].logprobs.content])
 
 
-def served_rewards(base_url: str, per_prompt: int = 128) -> list[float]:
-    """Replies straight from vLLM (not captured, not trained on), scored like the agent scores them."""
+def served_rewards(base_url: str, per_prompt: int = 128, model: str = "tiny") -> list[float]:
+    """Replies straight from vLLM's `model` (not captured, not trained on), scored like the agent scores them."""
     rewards = []
     for prompt in PROMPTS:
         response = httpx.post(f"{base_url}/v1/chat/completions", json={
-            "model": "tiny", "messages": [{"role": "user", "content": prompt}], "n": per_prompt,
+            "model": model, "messages": [{"role": "user", "content": prompt}], "n": per_prompt,
             "max_tokens": MAX_TOKENS, "temperature": 1.0, "logprobs": True,
         }, timeout=300).json()  # fmt: skip
         rewards += [word_start_share([t["token"] for t in c["logprobs"]["content"]]) for c in response["choices"]]
     return rewards
 
 
-def train_on_agent_rollouts(stack: Any, steps: int, checkpoint_dir: Path, **overrides: str) -> tuple[Any, list[Any]]:
+def train_on_agent_rollouts(
+    stack: Any, steps: int, checkpoint_dir: Path, learning_rate: float = 3e-3, lora: run_pb2.LoraConfig | None = None,
+    **overrides: str,
+) -> tuple[Any, list[Any]]:  # fmt: skip
     """A sync run of `steps` on the cpu backend, fed by agents through ingest; returns the run and its step metrics."""
     trainer = TrainerClient(stack.trainer.address)
     assembler = AssemblerClient(stack.assembler.address)
     trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
         model_path=str(stack.vllm.config.model_path), total_steps=steps, groups_per_batch=GROUPS,
-        learning_rate=3e-3, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
-        checkpoint_dir=str(checkpoint_dir), overrides=overrides,
+        learning_rate=learning_rate, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
+        checkpoint_dir=str(checkpoint_dir), overrides=overrides, lora=lora,
     )))  # fmt: skip
     counter = iter(range(10**6))
 
@@ -84,8 +87,9 @@ def train_on_agent_rollouts(stack: Any, steps: int, checkpoint_dir: Path, **over
         while (status := trainer.get_status(pb.GetStatusRequest())).run.step < step:
             assert status.run.state not in TERMINAL, status.run.error_message
             pending = assembler.get_stats(assembler_pb.GetStatsRequest()).pending_group_count
-            # A group whose rewards all tie is filtered out; another task fills the batch.
-            if pending == 0 and time.monotonic() - idle_since > 8:
+            # A group whose rewards all tie is filtered out, which can leave a batch short of groups
+            # (pending above 0 but below GROUPS) as surely as empty; another task fills it.
+            if pending < GROUPS and time.monotonic() - idle_since > 8:
                 roll_out(1)
                 idle_since = time.monotonic()
             time.sleep(0.2)

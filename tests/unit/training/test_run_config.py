@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from parity.services.trainer.run_settings import RunSettings
 from parity.training import Trainer
 from parity.training.local_stack import LocalStack
-from parity.training.settings import TrainSettings
+from parity.training.settings import SettingsError, TrainSettings
 
 TASKS = [{"id": "t0", "prompt": "hi"}]
 
@@ -28,3 +30,22 @@ def test_dtype_sets_what_the_trainer_computes_in_and_what_the_local_vllm_serves(
     assert run_settings(tmp_path, dtype="bfloat16").dtype == "bfloat16"
     assert up_flag(LocalStack.for_run(tmp_path, TrainSettings()), "--vllm-dtype") == "float32"
     assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(dtype="bfloat16")), "--vllm-dtype") == "bfloat16"
+
+
+def test_lora_settings_ask_for_an_adapter_and_a_vllm_that_serves_adapters(tmp_path) -> None:
+    assert not run_settings(tmp_path).lora_rank
+    assert "--vllm-lora-rank" not in LocalStack.for_run(tmp_path, TrainSettings()).command()
+    lora = run_settings(tmp_path, lora_rank=8, lora_target_modules="q_proj, v_proj", lora_dropout=0.05)
+    assert (lora.lora_rank, lora.lora_alpha, lora.lora_target_modules, lora.lora_dropout) == (8, 16, ("q_proj", "v_proj"), 0.05)
+    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(lora_rank=8)), "--vllm-lora-rank") == "8"
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [({"lora_rank": -1}, "lora_rank"), ({"lora_rank": 8, "lora_dropout": 1.5}, "lora_dropout"),
+     ({"lora_rank": 8, "lora_target_modules": "q_proj,,v_proj"}, "lora_target_modules"), ({"lora_merge": True}, "lora_merge")],
+)
+def test_bad_lora_settings_are_refused_naming_the_key(values, key) -> None:
+    with pytest.raises(SettingsError) as refused:
+        TrainSettings(**values)
+    assert refused.value.key == key

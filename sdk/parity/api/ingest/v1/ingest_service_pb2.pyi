@@ -16,7 +16,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time")
+    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter")
     REQUEST_COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,8 @@ class GetStatsResponse(_message.Message):
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     request_count: int
     error_count: int
     in_flight: int
@@ -35,7 +37,9 @@ class GetStatsResponse(_message.Message):
     paused: bool
     policy_version: int
     start_time: _timestamp_pb2.Timestamp
-    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    policy_model: str
+    lora_adapter: str
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ...) -> None: ...
 
 class ListReplicasRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "model")
@@ -82,10 +86,14 @@ class ResumeTrafficResponse(_message.Message):
     def __init__(self, paused_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SetPolicyVersionRequest(_message.Message):
-    __slots__ = ("policy_version",)
+    __slots__ = ("policy_version", "lora_adapter", "policy_model")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
-    def __init__(self, policy_version: _Optional[int] = ...) -> None: ...
+    lora_adapter: str
+    policy_model: str
+    def __init__(self, policy_version: _Optional[int] = ..., lora_adapter: _Optional[str] = ..., policy_model: _Optional[str] = ...) -> None: ...
 
 class SetPolicyVersionResponse(_message.Message):
     __slots__ = ("previous_policy_version",)

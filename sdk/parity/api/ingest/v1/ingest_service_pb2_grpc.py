@@ -100,7 +100,8 @@ class IngestServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetPolicyVersion(self, request, context):
-        """SetPolicyVersion sets the version stamped on calls forwarded from now on.
+        """SetPolicyVersion sets the version stamped on calls forwarded from now on,
+        and the LoRA adapter, if any, that serves the policy from now on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

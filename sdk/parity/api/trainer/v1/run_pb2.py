@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fparity/api/trainer/v1/run.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n\tRunConfig\x12\x12\n\nmodel_path\x18\x01 \x01(\t\x12\x46\n\x13\x61\x64vantage_estimator\x18\x02 \x01(\x0e\x32).parity.api.trainer.v1.AdvantageEstimator\x12\x38\n\x0crollout_mode\x18\x03 \x01(\x0e\x32\".parity.api.trainer.v1.RolloutMode\x12\x37\n\x07\x62\x61\x63kend\x18\x04 \x01(\x0e\x32&.parity.api.trainer.v1.TrainingBackend\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x05\x12\x18\n\x10groups_per_batch\x18\x06 \x01(\x05\x12\x15\n\rlearning_rate\x18\x07 \x01(\x01\x12\x12\n\nclip_ratio\x18\x08 \x01(\x01\x12\x0f\n\x07kl_coef\x18\t \x01(\x01\x12\x0f\n\x07tis_cap\x18\n \x01(\x01\x12\x16\n\x0emax_policy_lag\x18\x0b \x01(\x05\x12\x16\n\x0e\x63heckpoint_dir\x18\x0c \x01(\t\x12\x1b\n\x13\x63heckpoint_interval\x18\r \x01(\x05\x12\x42\n\toverrides\x18\x0e \x03(\x0b\x32/.parity.api.trainer.v1.RunConfig.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x98\x01\n\nCheckpoint\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x0c\n\x04path\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x02\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x30\n\x06\x63onfig\x18\x02 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.parity.api.trainer.v1.RunState\x12\x0c\n\x04step\x18\x04 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tplot_path\x18\t \x01(\t*\xd0\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aRUN_STATE_WAITING_FOR_DATA\x10\x01\x12\x16\n\x12RUN_STATE_TRAINING\x10\x02\x12\x15\n\x11RUN_STATE_SYNCING\x10\x03\x12\x14\n\x10RUN_STATE_PAUSED\x10\x04\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07*\xa2\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03*Z\n\x0bRolloutMode\x12\x1c\n\x18ROLLOUT_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11ROLLOUT_MODE_SYNC\x10\x01\x12\x16\n\x12ROLLOUT_MODE_ASYNC\x10\x02*h\n\x0fTrainingBackend\x12 \n\x1cTRAINING_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_BACKEND_FSDP\x10\x01\x12\x18\n\x14TRAINING_BACKEND_CPU\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fparity/api/trainer/v1/run.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n\tRunConfig\x12\x12\n\nmodel_path\x18\x01 \x01(\t\x12\x46\n\x13\x61\x64vantage_estimator\x18\x02 \x01(\x0e\x32).parity.api.trainer.v1.AdvantageEstimator\x12\x38\n\x0crollout_mode\x18\x03 \x01(\x0e\x32\".parity.api.trainer.v1.RolloutMode\x12\x37\n\x07\x62\x61\x63kend\x18\x04 \x01(\x0e\x32&.parity.api.trainer.v1.TrainingBackend\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x05\x12\x18\n\x10groups_per_batch\x18\x06 \x01(\x05\x12\x15\n\rlearning_rate\x18\x07 \x01(\x01\x12\x12\n\nclip_ratio\x18\x08 \x01(\x01\x12\x0f\n\x07kl_coef\x18\t \x01(\x01\x12\x0f\n\x07tis_cap\x18\n \x01(\x01\x12\x16\n\x0emax_policy_lag\x18\x0b \x01(\x05\x12\x16\n\x0e\x63heckpoint_dir\x18\x0c \x01(\t\x12\x1b\n\x13\x63heckpoint_interval\x18\r \x01(\x05\x12\x42\n\toverrides\x18\x0e \x03(\x0b\x32/.parity.api.trainer.v1.RunConfig.OverridesEntry\x12/\n\x04lora\x18\x0f \x01(\x0b\x32!.parity.api.trainer.v1.LoraConfig\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"R\n\nLoraConfig\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05\x61lpha\x18\x02 \x01(\x05\x12\x16\n\x0etarget_modules\x18\x03 \x03(\t\x12\x0f\n\x07\x64ropout\x18\x04 \x01(\x01\"\x98\x01\n\nCheckpoint\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x0c\n\x04path\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x02\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x30\n\x06\x63onfig\x18\x02 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.parity.api.trainer.v1.RunState\x12\x0c\n\x04step\x18\x04 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tplot_path\x18\t \x01(\t*\xd0\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aRUN_STATE_WAITING_FOR_DATA\x10\x01\x12\x16\n\x12RUN_STATE_TRAINING\x10\x02\x12\x15\n\x11RUN_STATE_SYNCING\x10\x03\x12\x14\n\x10RUN_STATE_PAUSED\x10\x04\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07*\xa2\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03*Z\n\x0bRolloutMode\x12\x1c\n\x18ROLLOUT_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11ROLLOUT_MODE_SYNC\x10\x01\x12\x16\n\x12ROLLOUT_MODE_ASYNC\x10\x02*h\n\x0fTrainingBackend\x12 \n\x1cTRAINING_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_BACKEND_FSDP\x10\x01\x12\x18\n\x14TRAINING_BACKEND_CPU\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,20 +34,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RUNCONFIG_OVERRIDESENTRY']._loaded_options = None
   _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_options = b'8\001'
-  _globals['_RUNSTATE']._serialized_start=1086
-  _globals['_RUNSTATE']._serialized_end=1294
-  _globals['_ADVANTAGEESTIMATOR']._serialized_start=1297
-  _globals['_ADVANTAGEESTIMATOR']._serialized_end=1459
-  _globals['_ROLLOUTMODE']._serialized_start=1461
-  _globals['_ROLLOUTMODE']._serialized_end=1551
-  _globals['_TRAININGBACKEND']._serialized_start=1553
-  _globals['_TRAININGBACKEND']._serialized_end=1657
+  _globals['_RUNSTATE']._serialized_start=1219
+  _globals['_RUNSTATE']._serialized_end=1427
+  _globals['_ADVANTAGEESTIMATOR']._serialized_start=1430
+  _globals['_ADVANTAGEESTIMATOR']._serialized_end=1592
+  _globals['_ROLLOUTMODE']._serialized_start=1594
+  _globals['_ROLLOUTMODE']._serialized_end=1684
+  _globals['_TRAININGBACKEND']._serialized_start=1686
+  _globals['_TRAININGBACKEND']._serialized_end=1790
   _globals['_RUNCONFIG']._serialized_start=92
-  _globals['_RUNCONFIG']._serialized_end=629
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_start=581
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_end=629
-  _globals['_CHECKPOINT']._serialized_start=632
-  _globals['_CHECKPOINT']._serialized_end=784
-  _globals['_RUN']._serialized_start=787
-  _globals['_RUN']._serialized_end=1083
+  _globals['_RUNCONFIG']._serialized_end=678
+  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_start=630
+  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_end=678
+  _globals['_LORACONFIG']._serialized_start=680
+  _globals['_LORACONFIG']._serialized_end=762
+  _globals['_CHECKPOINT']._serialized_start=765
+  _globals['_CHECKPOINT']._serialized_end=917
+  _globals['_RUN']._serialized_start=920
+  _globals['_RUN']._serialized_end=1216
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -59,7 +59,7 @@ TRAINING_BACKEND_FSDP: TrainingBackend
 TRAINING_BACKEND_CPU: TrainingBackend
 
 class RunConfig(_message.Message):
-    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "overrides")
+    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "overrides", "lora")
     class OverridesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class RunConfig(_message.Message):
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    LORA_FIELD_NUMBER: _ClassVar[int]
     model_path: str
     advantage_estimator: AdvantageEstimator
     rollout_mode: RolloutMode
@@ -95,7 +96,20 @@ class RunConfig(_message.Message):
     checkpoint_dir: str
     checkpoint_interval: int
     overrides: _containers.ScalarMap[str, str]
-    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., overrides: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    lora: LoraConfig
+    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., overrides: _Optional[_Mapping[str, str]] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ...) -> None: ...
+
+class LoraConfig(_message.Message):
+    __slots__ = ("rank", "alpha", "target_modules", "dropout")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    TARGET_MODULES_FIELD_NUMBER: _ClassVar[int]
+    DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    alpha: int
+    target_modules: _containers.RepeatedScalarFieldContainer[str]
+    dropout: float
+    def __init__(self, rank: _Optional[int] = ..., alpha: _Optional[int] = ..., target_modules: _Optional[_Iterable[str]] = ..., dropout: _Optional[float] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("checkpoint_id", "run_id", "step", "policy_version", "path", "create_time")

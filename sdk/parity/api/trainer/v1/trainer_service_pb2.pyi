@@ -190,20 +190,24 @@ class ListCheckpointsResponse(_message.Message):
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[_run_pb2.Checkpoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ExportPolicyRequest(_message.Message):
-    __slots__ = ("checkpoint_id", "output_dir")
+    __slots__ = ("checkpoint_id", "output_dir", "merge_lora")
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    MERGE_LORA_FIELD_NUMBER: _ClassVar[int]
     checkpoint_id: str
     output_dir: str
-    def __init__(self, checkpoint_id: _Optional[str] = ..., output_dir: _Optional[str] = ...) -> None: ...
+    merge_lora: bool
+    def __init__(self, checkpoint_id: _Optional[str] = ..., output_dir: _Optional[str] = ..., merge_lora: _Optional[bool] = ...) -> None: ...
 
 class ExportPolicyResponse(_message.Message):
-    __slots__ = ("path", "checkpoint")
+    __slots__ = ("path", "checkpoint", "merged_path")
     PATH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    MERGED_PATH_FIELD_NUMBER: _ClassVar[int]
     path: str
     checkpoint: _run_pb2.Checkpoint
-    def __init__(self, path: _Optional[str] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+    merged_path: str
+    def __init__(self, path: _Optional[str] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ..., merged_path: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")

@@ -142,7 +142,10 @@ class TrainerServiceServicer:
 
     def StartRun(self, request, context):
         """StartRun starts a run, or resumes one from a checkpoint.
-        FAILED_PRECONDITION while another run is active.
+        FAILED_PRECONDITION while another run is active, and for a LoRA run when
+        a replica cannot serve its adapter (started without LoRA, or with a lower
+        --max-lora-rank); INVALID_ARGUMENT for a bad config, such as a LoRA rank
+        below 1 or target modules that match nothing in the model.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
