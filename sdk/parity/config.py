@@ -3,13 +3,17 @@
     PARITY_INGEST_URL        ingest's HTTP root, e.g. http://127.0.0.1:8000
     PARITY_ASSEMBLER_ADDRESS assembler gRPC address, e.g. 127.0.0.1:50053
     PARITY_STORE_ADDRESS     token store gRPC address
-    PARITY_API_KEY           sent to ingest as the bearer token, if it requires one
+    PARITY_API_KEY           sent to ingest as the bearer token, if it requires one (an agent-role token)
+    PARITY_TOKEN             sent to the gRPC services (PARITY_TOKEN_FILE, TLS: see parity.transport)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, replace
+
+from parity import transport
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,12 @@ _config = ParityConfig.from_environment()
 
 
 def configure(**settings: object) -> ParityConfig:
-    """Override settings for this process, e.g. `parity.configure(ingest_url="http://gpu-box:8000")`."""
+    """Override settings for this process, e.g. `parity.configure(ingest_url="http://gpu-box:8000")`.
+    `token=` sets the bearer token every gRPC call sends from now on."""
     global _config
+    if "token" in settings:
+        token = str(settings.pop("token"))
+        transport.set_process_security(dataclasses.replace(transport.process_security(), token=token))
     unknown = set(settings) - set(ParityConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown Parity settings: {sorted(unknown)}")

@@ -19,14 +19,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import grpc
-
 from parity import tokens
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
 from parity.services.assembler.samples import LengthLimit, build_samples
 from parity.services.assembler.store_client import rebuild_prompts
 from parity.services.assembler.trajectories import split_trajectories
+from parity.transport import open_aio_channel
 
 
 class Tokenizer(Protocol):
@@ -91,7 +90,7 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
     """Parity's samples and the sampled completions of up to `limit` sessions in the store."""
     sequences: list[list[int]] = []
     completions: list[list[int]] = []
-    async with grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)]) as channel:
+    async with open_aio_channel(address, [("grpc.max_receive_message_length", 256 << 20)]) as channel:
         stub = pb_grpc.TokenStoreServiceStub(channel)
         token, seen = "", 0
         while seen < limit:

@@ -28,6 +28,7 @@ from parity.services.runtime.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +54,9 @@ class StoreClient:
     def __init__(self, address: str, *, retry_s: float, max_message_bytes: int) -> None:
         self.address = address
         self.retry_s = retry_s
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = open_aio_channel(
             address,
-            options=[
+            [
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", max_message_bytes),
                 # Notice a store that vanished without closing the connection.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from parity.services.runtime.auth import is_loopback
 from parity.services.runtime.config import ListenerConfig, setting
 from parity.services.runtime.errors import InvalidArgument
 
@@ -49,12 +49,3 @@ class ConsoleConfig(ListenerConfig):
             raise InvalidArgument(f"rpc_timeout_s must be > 0, got {self.rpc_timeout_s}")
         if not 1 <= self.page_size <= 1000:
             raise InvalidArgument(f"page_size must be in 1..1000, got {self.page_size}")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

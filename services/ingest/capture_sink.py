@@ -38,6 +38,7 @@ import structlog
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.spool import Spool, batch_length
+from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
 
@@ -125,9 +126,7 @@ class CaptureSink:
         return len(self._pending)
 
     async def start(self) -> None:
-        self._channel = grpc.aio.insecure_channel(
-            self.store_address, options=[("grpc.max_send_message_length", 64 << 20)]
-        )
+        self._channel = open_aio_channel(self.store_address, [("grpc.max_send_message_length", 64 << 20)])
         self._open_stream = self._channel.stream_stream(STREAM_WRITE_CALLS)
         self._task = asyncio.create_task(self._run(), name="capture-sink")
 

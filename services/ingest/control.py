@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from dataclasses import dataclass
 
@@ -10,7 +9,7 @@ from parity.services.ingest.capture_sink import CaptureSink
 from parity.services.ingest.chat_backend import PolicyState
 from parity.services.ingest.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.traffic_gate import TrafficGate
-from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from parity.services.runtime.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -30,21 +29,13 @@ class IngestStats:
 
 class IngestControl:
     def __init__(
-        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState, admin_token: str
+        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState
     ) -> None:
         self.gate = gate
         self.router = router
         self.sink = sink
         self.policy = policy
-        self.admin_token = admin_token
         self.start_time = time.time()
-
-    def authorize(self, token: str) -> None:
-        """Control needs the admin token; with none configured, control is off (no default secret)."""
-        if not self.admin_token:
-            raise FailedPrecondition("control RPCs are disabled: start ingest with --admin-token to enable them")
-        if not hmac.compare_digest(token, self.admin_token):
-            raise Unauthenticated("missing or wrong admin token (send metadata authorization: Bearer <token>)")
 
     def stats(self) -> IngestStats:
         return IngestStats(

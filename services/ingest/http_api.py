@@ -13,7 +13,6 @@ nothing a framework adds. Errors come back in the shape of the API that was call
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 import structlog
 
+from parity.api.auth.v1 import auth_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture import CHAT, COMPLETIONS
 from parity.services.ingest.capture_sink import CaptureSink
@@ -32,6 +32,7 @@ from parity.services.ingest.endpoints.openai_responses.serving import ResponsesS
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.runtime.auth import TokenTable, role_name
 
 log = structlog.get_logger("parity.ingest.access")
 
@@ -74,12 +75,13 @@ def split_session(path: str) -> tuple[str | None, str]:
 
 class IngestHttpApp:
     def __init__(
-        self, endpoints: Endpoints, gate: TrafficGate, metrics: IngestMetrics, api_keys: set[str], max_body_bytes: int
+        self, endpoints: Endpoints, gate: TrafficGate, metrics: IngestMetrics, tokens: TokenTable | None,
+        max_body_bytes: int,
     ) -> None:
         self.endpoints = endpoints
         self.gate = gate
         self.metrics = metrics
-        self.api_keys = api_keys
+        self.tokens = tokens
         self.max_body_bytes = max_body_bytes
         # OpenAI's model objects carry a creation time; ingest's start stands in for it.
         self.started_at = int(time.time())
@@ -191,13 +193,17 @@ class IngestHttpApp:
         raise openai_errors.not_found(f"no route for {method} {path}")
 
     def _authorize(self, headers: Headers) -> None:
-        """An API key as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (x-api-key)."""
-        if not self.api_keys:
+        """An agent-role token as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (x-api-key)."""
+        if self.tokens is None:
             return
         header = headers.get(b"authorization", b"").decode(errors="replace")
         key = header[7:] if header.lower().startswith("bearer ") else headers.get(b"x-api-key", b"").decode(errors="replace")
-        if not any(hmac.compare_digest(key, allowed) for allowed in self.api_keys):
+        role = self.tokens.role_of(key) if key else auth_pb2.ROLE_UNSPECIFIED
+        if role == auth_pb2.ROLE_UNSPECIFIED:
             raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>, or x-api-key)")
+        if role < auth_pb2.ROLE_AGENT:
+            raise openai_errors.HttpError(403, f"this API key has the {role_name(role)} role; calls need agent or higher",
+                                          "permission_error")  # fmt: skip
 
     async def _read_body(self, headers: Headers, receive: Receive) -> bytes:
         declared = headers.get(b"content-length")

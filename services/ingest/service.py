@@ -63,8 +63,6 @@ class IngestConfig(ServerConfig):
     capture_batch_size: int = setting(256, "calls per WriteCalls to the store")
     max_pending_captures: int = setting(8192, "captured calls held in memory at most (backpressure beyond)")
     store_timeout_s: float = setting(5.0, "a store write slower than this goes to the spool instead")
-    admin_token: str = setting("", "token control RPCs require; empty disables control (no default secret)")
-    api_keys: str = setting("", "comma-separated API keys the HTTP API requires; empty requires none")
     max_body_mb: int = setting(32, "largest request body accepted")
     upstream_timeout_s: float = setting(600.0, "longest silence from an upstream before giving up (504)")
     upstream_retries: int = setting(2, "retries after a connection error or 5xx, with backoff")
@@ -148,8 +146,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     )  # fmt: skip
     metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes,
                             lambda: spool.refused_count, lambda: gate.in_flight)  # fmt: skip
-    api_keys = {key.strip() for key in config.api_keys.split(",") if key.strip()}
-    app = IngestHttpApp(endpoints, gate, metrics, api_keys, config.max_body_mb << 20)
+    # The HTTP API's keys are the token table's agent-role (and higher) tokens.
+    app = IngestHttpApp(endpoints, gate, metrics, config.token_table(), config.max_body_mb << 20)
     http_server = _EmbeddedUvicorn(
         uvicorn.Config(
             app, host=config.host, port=config.http_port, loop="none", http="httptools", lifespan="off",
@@ -181,7 +179,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         await upstream.stop()
         await router.stop()
 
-    servicer = IngestServicer(IngestControl(gate, router, sink, policy, config.admin_token))
+    servicer = IngestServicer(IngestControl(gate, router, sink, policy))
     return [
         ServiceBinding(
             FULL_NAME,

@@ -13,19 +13,12 @@ from parity.services.runtime.page_tokens import decode_page_token, encode_page_t
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 
 
-def _bearer(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
-            return value[7:]
-    return ""
-
 
 class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, control: IngestControl) -> None:
         self.control = control
 
     async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
-        self.control.authorize(_bearer(context))
         stats = self.control.stats()
         response = pb.GetStatsResponse(
             request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
@@ -39,7 +32,6 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def ListReplicas(
         self, request: pb.ListReplicasRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReplicasResponse:
-        self.control.authorize(_bearer(context))
         scope = f"replicas:{request.model}"
         start = decode_page_token(request.page_token, scope)
         limit = page_size(request.page_size)
@@ -62,7 +54,6 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def PauseTraffic(
         self, request: pb.PauseTrafficRequest, context: grpc.aio.ServicerContext
     ) -> pb.PauseTrafficResponse:
-        self.control.authorize(_bearer(context))
         timeout = request.drain_timeout.ToNanoseconds() / 1e9 if request.HasField("drain_timeout") else DEFAULT_DRAIN_TIMEOUT_S
         drained, paused_at = await self.control.pause(timeout)
         response = pb.PauseTrafficResponse(drained_count=drained)
@@ -72,7 +63,6 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def ResumeTraffic(
         self, request: pb.ResumeTrafficRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeTrafficResponse:
-        self.control.authorize(_bearer(context))
         response = pb.ResumeTrafficResponse()
         response.paused_duration.FromNanoseconds(int(self.control.resume() * 1e9))
         return response
@@ -80,6 +70,5 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def SetPolicyVersion(
         self, request: pb.SetPolicyVersionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetPolicyVersionResponse:
-        self.control.authorize(_bearer(context))
         previous = self.control.set_policy_version(request.policy_version, request.policy_model, request.lora_adapter)
         return pb.SetPolicyVersionResponse(previous_policy_version=previous)

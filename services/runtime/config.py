@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from parity.services.runtime.auth import TokenTable, is_loopback
 from parity.services.runtime.errors import InvalidArgument
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -56,11 +57,31 @@ class ServerConfig(ListenerConfig):
     # Token arrays of a 1,000-call WriteCalls batch run to a few MB; 64 MB leaves
     # room for long contexts while still refusing runaway messages.
     max_message_mb: int = setting(64, "largest gRPC message accepted or sent, in MiB")
+    auth_tokens_file: str = setting(
+        "", "file of `ROLE TOKEN` lines (roles read, agent, service, admin) that callers present as "
+        "authorization: Bearer TOKEN; empty: no authentication, allowed on loopback only (see --insecure)"
+    )  # fmt: skip
+    insecure: bool = setting(False, "serve a non-loopback address without authentication (a trusted private network)")
+    tls_cert_file: str = setting("", "PEM certificate chain to serve TLS with (with --tls-key-file); empty: plaintext")
+    tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
+    tls_client_ca_file: str = setting("", "PEM CA bundle; set: clients must present a certificate it signed (mTLS)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 1 <= self.max_message_mb <= 2047:
             raise InvalidArgument(f"max_message_mb must be in 1..2047, got {self.max_message_mb}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise InvalidArgument("tls_cert_file and tls_key_file go together: set both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise InvalidArgument("tls_client_ca_file needs TLS: set tls_cert_file and tls_key_file too")
+        if not self.auth_tokens_file and not self.insecure and not is_loopback(self.host):
+            raise InvalidArgument(
+                f"listening on {self.host} with no authentication: set --auth-tokens-file (or its environment "
+                "variable) to a file of `ROLE TOKEN` lines, or --insecure to serve a trusted private network anyway"
+            )
+
+    def token_table(self) -> TokenTable | None:
+        return TokenTable.read(self.auth_tokens_file) if self.auth_tokens_file else None
 
     @property
     def max_message_bytes(self) -> int:

@@ -12,14 +12,16 @@ import gc
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from parity.services.runtime.auth import AuthInterceptor, declared_roles, is_loopback
 from parity.services.runtime.config import ServerConfig
-from parity.services.runtime.errors import Unavailable
+from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.interceptor import ErrorInterceptor
 
 log = structlog.get_logger(__name__)
@@ -41,6 +43,19 @@ class ServiceBinding:
     on_drain: Callable[[], None] | None = None
 
 
+def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    """TLS from the config's files, requiring client certificates when a client CA is set."""
+    if not config.tls_cert_file:
+        return None
+    try:
+        chain = Path(config.tls_cert_file).read_bytes()
+        key = Path(config.tls_key_file).read_bytes()
+        client_ca = Path(config.tls_client_ca_file).read_bytes() if config.tls_client_ca_file else None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read a TLS file: {error.filename}: {error.strerror}") from None
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+
+
 class GrpcServer:
     def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding]) -> None:
         self.config = config
@@ -54,9 +69,19 @@ class GrpcServer:
         return f"{self.config.host}:{self.port}"
 
     async def start(self) -> None:
+        names = [b.full_name for b in self.bindings]
+        # Every method must declare its role, whether or not this server checks them.
+        roles = declared_roles(names)
+        tokens = self.config.token_table()
+        interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]
+        if tokens is not None:
+            interceptors.append(AuthInterceptor(tokens, roles))
+        elif not is_loopback(self.config.host):
+            log.warning("unauthenticated", address=f"{self.config.host}:{self.config.port}",
+                        reason="--insecure: anyone who can reach this port may call every method")  # fmt: skip
         # Created here rather than in __init__: a grpc.aio server binds to the running loop.
         self._server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", self.config.max_message_bytes),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
@@ -70,18 +95,21 @@ class GrpcServer:
                 await binding.on_start()
             binding.add_to_server(self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        names = [b.full_name for b in self.bindings]
         reflection.enable_server_reflection(
             [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
         )
         try:
-            self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+            address = f"{self.config.host}:{self.config.port}"
+            credentials = server_credentials(self.config)
+            self.port = (self._server.add_secure_port(address, credentials) if credentials
+                         else self._server.add_insecure_port(address))  # fmt: skip
         except RuntimeError as error:
             raise Unavailable(f"cannot listen on {self.config.host}:{self.config.port}: {error}") from None
         await self._server.start()
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("listening", address=self.address, services=names)
+        log.info("listening", address=self.address, services=names, tls=bool(self.config.tls_cert_file),
+                 authenticated=tokens is not None)  # fmt: skip
 
     async def stop(self) -> None:
         """Report NOT_SERVING, then give in-flight RPCs the grace period to finish."""

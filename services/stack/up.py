@@ -26,7 +26,7 @@ import httpx
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from parity.services.console.settings import TOKEN_ENV, is_loopback
+from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,
@@ -35,7 +35,9 @@ from parity.services.inference.vllm_launcher import (
     cpu_layout,
     lora_rank_arg,
 )
+from parity.services.runtime.auth import ROLES, is_loopback
 from parity.services.runtime.structured_logging import configure_logging
+from parity.transport import open_channel
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +50,8 @@ DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer":
 DEFAULT_VLLM_PORT = 8100
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_CONSOLE_PORT = 8200
+# The role each process calls the others with: the least its calls need. The store calls nobody.
+CLIENT_ROLES = {"ingest": "service", "assembler": "service", "trainer": "admin", "console": "read"}
 _PR_SET_PDEATHSIG = 1
 
 
@@ -79,7 +83,7 @@ class ServiceProcess:
             )
 
     def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
-        with grpc.insecure_channel(self.address) as channel:
+        with open_channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while not stop_requested.is_set():
                 self.raise_if_exited()
@@ -229,7 +233,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),
                  pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
     vllm = VllmServer(config)
-    admin_token = _admin_token(data_dir)
+    tokens = mesh_tokens(data_dir)
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
         "ingest": [
@@ -249,17 +253,18 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     try:
         vllm.start()
         for service in services.values():
-            # The admin token travels in the environment, never on a command line others can read.
+            # Token files travel in the environment, never on a command line others can read.
             service.start(
                 extra_args.get(service.name, []),
-                {"PARITY_INGEST_ADMIN_TOKEN": admin_token},
+                service_environment(service.name, tokens),
                 layout.others if layout and service.name in OFF_WORKER_SERVICES else None,
             )
         deadline = time.monotonic() + args.startup_timeout_s
         for service in services.values():
             service.wait_healthy(deadline, stop_requested)
         _wait_for_vllm(vllm, deadline, stop_requested)
-        _wait_for_agent_endpoint(f"http://{args.host}:{args.http_port}/v1/models", deadline, stop_requested)
+        agent_key = (tokens / "agent.token").read_text().strip()
+        _wait_for_agent_endpoint(f"http://{args.host}:{args.http_port}/v1/models", agent_key, deadline, stop_requested)
         _print_addresses(services, vllm, data_dir, args)
         while not stop_requested.wait(0.5):
             for service in services.values():
@@ -292,11 +297,11 @@ def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.
     raise StartupInterrupted
 
 
-def _wait_for_agent_endpoint(models_url: str, deadline: float, stop_requested: threading.Event) -> None:
+def _wait_for_agent_endpoint(models_url: str, api_key: str, deadline: float, stop_requested: threading.Event) -> None:
     """Up means an agent can call: ingest has seen a healthy replica and lists its model."""
     while not stop_requested.is_set():
         try:
-            if httpx.get(models_url, timeout=2).json().get("data"):
+            if httpx.get(models_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=2).json().get("data"):
                 return
         except (httpx.HTTPError, ValueError):
             pass
@@ -306,13 +311,31 @@ def _wait_for_agent_endpoint(models_url: str, deadline: float, stop_requested: t
     raise StartupInterrupted
 
 
-def _admin_token(data_dir: Path) -> str:
-    """A random admin token for this stack's control RPCs, kept in DATA_DIR/admin-token (mode 0600)."""
-    path = data_dir / "admin-token"
-    if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+def mesh_tokens(data_dir: Path) -> Path:
+    """One random token per role, DATA_DIR/tokens/ROLE.token, and the table every service checks them against,
+    DATA_DIR/tokens/table; all mode 0600. Kept across restarts, so clients holding one stay valid."""
+    folder = data_dir / "tokens"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    lines = []
+    for role in ROLES:
+        path = folder / f"{role}.token"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(32) + "\n")
+        lines.append(f"{role} {path.read_text().strip()}\n")
+    table = folder / "table"
+    table.touch(mode=0o600)
+    table.write_text("".join(lines))
+    return folder
+
+
+def service_environment(name: str, tokens: Path) -> dict[str, str]:
+    """What a process of the stack gets: the table it checks callers against, and the one token it calls others with."""
+    environment = {} if name == "console" else {f"PARITY_{name.upper()}_AUTH_TOKENS_FILE": str(tokens / "table")}
+    if name in CLIENT_ROLES:
+        # A PARITY_TOKEN of the caller's own shell would win over the file.
+        environment |= {"PARITY_TOKEN": "", "PARITY_TOKEN_FILE": str(tokens / f"{CLIENT_ROLES[name]}.token")}
+    return environment
 
 
 def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path, args: argparse.Namespace) -> None:
@@ -321,6 +344,9 @@ def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data
     for service in services.values():
         print(f"  {service.name:<10} {service.url:<29} log {service.log_path}", flush=True)
     print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)
+    tokens = data_dir / "tokens"
+    print(f"  {'tokens':<10} {str(tokens):<29} agents send agent.token as their API key; "
+          f"PARITY_TOKEN_FILE={tokens / 'admin.token'} for parity train --stack and grpcurl", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
 
 

@@ -21,6 +21,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from parity.api.assembler.v1 import batch_pb2
 from parity.services.runtime.errors import FailedPrecondition
+from parity.transport import open_channel
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,7 @@ class BatchSource:
 
     def _connect(self) -> None:
         self._close_stream()
-        self._channel = grpc.insecure_channel(self.address, options=self._options)
+        self._channel = open_channel(self.address, self._options)
         requests: queue.Queue[object] = queue.Queue()
         subscribe = pb.BatchSubscription(
             consumer_id=self.subscription.consumer_id, groups_per_batch=self.subscription.groups_per_batch,

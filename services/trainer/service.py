@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +15,6 @@ from parity.services.trainer.trainer import Trainer, TrainerDeployment
 
 FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 DEFAULT_PORT = 50054
-# The same variable ingest reads its token from: `parity up` hands it to every service.
-ADMIN_TOKEN_ENV = "PARITY_INGEST_ADMIN_TOKEN"
 
 
 @dataclass
@@ -40,8 +37,6 @@ class TrainerConfig(ServerConfig):
             raise InvalidArgument("assembler_address and consumer_id are required")
         if self.sync_tolerance < 0:
             raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
-        if self.ingest_address and not os.environ.get(ADMIN_TOKEN_ENV):
-            raise InvalidArgument(f"pausing ingest needs its admin token in ${ADMIN_TOKEN_ENV}")
 
     def deployment(self) -> TrainerDeployment:
         return TrainerDeployment(
@@ -49,7 +44,6 @@ class TrainerConfig(ServerConfig):
             replica_urls=tuple(url.strip() for url in self.replicas.split(",") if url.strip()),
             work_dir=Path(self.work_dir),
             ingest_address=self.ingest_address,
-            ingest_admin_token=os.environ.get(ADMIN_TOKEN_ENV, ""),
             consumer_id=self.consumer_id,
             sync_tolerance=self.sync_tolerance,
             max_message_bytes=self.max_message_bytes,

@@ -65,7 +65,6 @@ class TrainerDeployment:
     work_dir: Path
     """Weights pushed to replicas are written under work_dir/weights."""
     ingest_address: str = ""
-    ingest_admin_token: str = ""
     consumer_id: str = "trainer"
     sync_tolerance: float = 0.0
     """Largest probe difference a verified replica may show; 0 derives it from the dtypes on both sides."""
@@ -84,11 +83,8 @@ class Trainer:
         self._stop = threading.Event()
         self._unpaused = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ingest = (
-            IngestClient(deployment.ingest_address, metadata=(("authorization", f"Bearer {deployment.ingest_admin_token}"),))
-            if deployment.ingest_address
-            else None
-        )
+        # Pausing ingest needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
+        self._ingest = IngestClient(deployment.ingest_address) if deployment.ingest_address else None
         self._sync = WeightSync(
             [VllmReplica(url) for url in deployment.replica_urls], deployment.work_dir / "weights",
             probe=[], tolerance=deployment.sync_tolerance, ingest=self._ingest,

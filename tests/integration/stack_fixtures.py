@@ -18,8 +18,6 @@ from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
 
-ADMIN_TOKEN = "test-admin-token"
-
 
 @dataclass
 class IngestStack:
@@ -61,7 +59,7 @@ def start_ingest(
     http_port = free_port()
     ingest = launcher.start(
         "ingest", "--http-port", str(http_port), "--upstreams", upstream, "--store", store_address,
-        "--spool-path", str(spool_path), "--admin-token", ADMIN_TOKEN, "--health-interval-s", "0.5", *extra,
+        "--spool-path", str(spool_path), "--health-interval-s", "0.5", *extra,
     )  # fmt: skip
     return ingest, http_port
 
@@ -119,12 +117,10 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
     assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                "--shutdown-grace-s", "0.5")  # fmt: skip
     ingest, http_port = start_ingest(launcher, store.address, vllm.base_url, data / "spool.db")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PARITY_INGEST_ADMIN_TOKEN", ADMIN_TOKEN)
-        trainer = launcher.start(
-            "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
-            "--replicas", vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
-        )  # fmt: skip
+    trainer = launcher.start(
+        "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
+        "--replicas", vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
+    )  # fmt: skip
     return TrainingStack(vllm, store, assembler, ingest, trainer, http_port)
 
 

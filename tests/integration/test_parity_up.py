@@ -14,6 +14,7 @@ import pytest
 
 from parity.services.inference.engine_core_placement import engine_core_pids
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
+from parity.services.runtime.auth import ROLES
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import SERVICES, grpcurl
 
@@ -46,14 +47,25 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         # An agent call through ingest lands in the store, once vLLM's replica has been seen healthy.
         agent_url = f"http://127.0.0.1:{ports['http']}/sessions/up-smoke/v1/chat/completions"
         request = {"model": tiny_model_dir.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        # Every process authenticates: agents with the generated agent token, operators with read or admin.
+        tokens = {role: (tmp_path / "tokens" / f"{role}.token").read_text().strip() for role in ROLES}
+        assert {oct(path.stat().st_mode & 0o777) for path in (tmp_path / "tokens").iterdir()} == {"0o600"}
+        assert httpx.post(agent_url, json=request, timeout=30).status_code == 401
+        agent = {"Authorization": f"Bearer {tokens['agent']}"}
         deadline = time.monotonic() + 30
-        while (answer := httpx.post(agent_url, json=request, timeout=30)).status_code == 503:
+        while (answer := httpx.post(agent_url, json=request, headers=agent, timeout=30)).status_code == 503:
             assert time.monotonic() < deadline, answer.text
             time.sleep(0.5)
         assert answer.status_code == 200, answer.text
-        listed = grpcurl("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
-                         "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
+        list_calls = ("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
+                      "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
+        assert "Unauthenticated" in grpcurl(*list_calls).stderr
+        listed = grpcurl("-H", f"authorization: Bearer {tokens['read']}", *list_calls)
         assert len(json.loads(listed.stdout)["calls"]) == 1
+        # No token on any command line another user could read.
+        for pid in Path(f"/proc/{stack.pid}/task/{stack.pid}/children").read_text().split():
+            argv = Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+            assert not any(token in argv for token in tokens.values()), argv
         console = f"http://127.0.0.1:{ports['console']}"
         assert any(console in line for line in banner)
         assert "up-smoke" in httpx.get(f"{console}/sessions", timeout=30).text

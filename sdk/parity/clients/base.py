@@ -12,25 +12,28 @@ import grpc
 
 from parity.clients.errors import RPCError
 from parity.config import current_config
+from parity.transport import ChannelSecurity, open_channel, process_security
 
 Response = TypeVar("Response")
 
 # Retried: the service is restarting or not up yet. Anything else is the caller's to see.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 _MAX_MESSAGE_BYTES = 64 << 20
-_channels: dict[str, grpc.Channel] = {}
+_channels: dict[tuple[str, ChannelSecurity], grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
 
 def shared_channel(address: str) -> grpc.Channel:
-    """One channel per address for the whole process: gRPC channels are meant to be reused."""
+    """One channel per address (and token) for the whole process: gRPC channels are meant to be reused."""
+    security = process_security()
     with _channels_lock:
-        channel = _channels.get(address)
+        channel = _channels.get((address, security))
         if channel is None:
-            channel = _channels[address] = grpc.insecure_channel(
+            channel = _channels[address, security] = open_channel(
                 address,
-                options=[("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
+                [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
+                security,
             )  # fmt: skip
         return channel
 

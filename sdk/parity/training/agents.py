@@ -95,6 +95,8 @@ class CommandAgent:
             "ANTHROPIC_BASE_URL": session_url(api="anthropic"),
             "OPENAI_API_KEY": config.api_key,
             "ANTHROPIC_API_KEY": config.api_key,
+            # The same agent-role key reaches the assembler (rewards) over gRPC.
+            "PARITY_TOKEN": config.api_key,
             "PARITY_INGEST_URL": config.ingest_url,
             "PARITY_ASSEMBLER_ADDRESS": config.assembler_address,
             "PARITY_TASK": json.dumps(task),

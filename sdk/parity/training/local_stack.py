@@ -73,6 +73,10 @@ class LocalStack:
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['console']}"
 
+    def token(self, role: str) -> str:
+        """The stack's token of `role` (read, agent, service, admin), as `parity up` generated it."""
+        return (self.data_dir / "tokens" / f"{role}.token").read_text().strip()
+
     @property
     def log_dir(self) -> Path:
         return self.data_dir / "logs"

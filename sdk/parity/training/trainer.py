@@ -37,6 +37,7 @@ import structlog
 from tqdm.auto import tqdm
 
 import parity
+from parity import transport
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
@@ -127,6 +128,7 @@ class Trainer:
         self._trainer: TrainerClient | None = None
         self._assembler: AssemblerClient | None = None
         self._previous_config = parity.current_config()
+        self._previous_security = transport.process_security()
         self._task_order = self._task_stream()
         self._served_model = ""
         self._failures_in_a_row = 0
@@ -151,8 +153,10 @@ class Trainer:
         """Bring up (or reach) the stack and start, or resume, the trainer's run."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         addresses = self._bring_up_stack()
+        # The local stack authenticates every call: the driver starts runs (admin), its agents call as agents.
+        credentials = {"token": self._stack.token("admin"), "api_key": self._stack.token("agent")} if self._stack else {}
         parity.configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
-                         **({"store_address": addresses.store} if addresses.store else {}))  # fmt: skip
+                         **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
         self._trainer = TrainerClient(addresses.trainer)
         self._assembler = AssemblerClient(addresses.assembler)
         self._served_model = _served_model(addresses.ingest_url)
@@ -303,7 +307,8 @@ class Trainer:
             self._stack = None
         previous = self._previous_config
         parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address,
-                         store_address=previous.store_address)  # fmt: skip
+                         store_address=previous.store_address, api_key=previous.api_key)  # fmt: skip
+        transport.set_process_security(self._previous_security)
 
     # ----- the stack and the run
 

@@ -29,7 +29,7 @@ from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.replies import StreamReply
 from parity.services.ingest.spool import Spool
 from parity.services.ingest.upstream import UpstreamClient
-from tests.integration.stack_fixtures import ADMIN_TOKEN, IngestStack, start_ingest
+from tests.integration.stack_fixtures import IngestStack, start_ingest
 from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 def replicas(ingest_address: str) -> dict[str, int]:
     with grpc.insecure_channel(ingest_address) as channel:
         listed = pb_grpc.IngestServiceStub(channel).ListReplicas(
-            pb.ListReplicasRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),)
+            pb.ListReplicasRequest()
         )
     return {replica.name: replica.health for replica in listed.replicas}
 
@@ -209,7 +209,7 @@ def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
     assert 0 < len(call.choices[0].token_ids) // 4 < 1000
     with grpc.insecure_channel(stack.ingest.address) as channel:
         [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(
-            pb.ListReplicasRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),)
+            pb.ListReplicasRequest()
         ).replicas
     assert replica.in_flight == 0
 

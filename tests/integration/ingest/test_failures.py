@@ -17,10 +17,9 @@ from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.services.ingest.spool import Spool
 from tests.conftest import free_port
-from tests.integration.stack_fixtures import ADMIN_TOKEN, IngestStack, start_ingest
+from tests.integration.stack_fixtures import IngestStack, start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
-ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 
 
 def chat(model: str, **extra) -> dict:
@@ -104,29 +103,43 @@ def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, v
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, "every stream ended before its agent left"
     assert 0 < len(call.choices[0].token_ids) // 4 < 1500
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
-        [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
+        [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest()).replicas
     assert replica.in_flight == 0
 
 
-def test_control_needs_the_admin_token(ingest_stack) -> None:
-    with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
+def test_control_and_the_http_api_need_tokens_of_their_role(module_services, vllm_server, tmp_path) -> None:
+    tokens = {role: f"{role}-token-0123456789abcdef" for role in ("read", "agent", "admin")}
+    table = tmp_path / "tokens"
+    table.write_text("".join(f"{role} {token}\n" for role, token in tokens.items()))
+    store = module_services.start("store", "--url", "memory://", "--auth-tokens-file", str(table))
+    with pytest.MonkeyPatch.context() as env:
+        # Ingest writes to the store with its own token, as every client does.
+        env.setenv("PARITY_TOKEN", tokens["admin"])
+        ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                         "--auth-tokens-file", str(table))  # fmt: skip
+    with grpc.insecure_channel(ingest.address) as channel:
         control = pb_grpc.IngestServiceStub(channel)
         with pytest.raises(grpc.RpcError) as denied:
             control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1))
         assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        with pytest.raises(grpc.RpcError) as wrong:
-            control.PauseTraffic(pb.PauseTrafficRequest(), metadata=(("authorization", "Bearer nope"),))
-        assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        with pytest.raises(grpc.RpcError) as reading:
-            control.GetStats(pb.GetStatsRequest())
-        assert reading.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        with pytest.raises(grpc.RpcError) as listing:
-            control.ListReplicas(pb.ListReplicasRequest())
-        assert listing.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        stats = control.GetStats(pb.GetStatsRequest(), metadata=ADMIN)
-        assert stats.captured_call_count >= 0 and not stats.paused
-        replicas = control.ListReplicas(pb.ListReplicasRequest(), metadata=ADMIN).replicas
-        assert len(replicas) == 1 and replicas[0].health == 1 and replicas[0].in_flight == 0
+        with pytest.raises(grpc.RpcError) as lower:
+            control.PauseTraffic(pb.PauseTrafficRequest(), metadata=(("authorization", f"Bearer {tokens['read']}"),))
+        assert lower.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        stats = control.GetStats(pb.GetStatsRequest(), metadata=(("authorization", f"Bearer {tokens['read']}"),))
+        assert not stats.paused
+
+    base = f"http://127.0.0.1:{http_port}/v1"
+    assert_openai_error(post(base, chat(vllm_server.model_name)), 401, "API key")
+    assert_openai_error(httpx.get(f"{base}/models"), 401, "API key")
+    reader = post(base, chat(vllm_server.model_name), headers={"Authorization": f"Bearer {tokens['read']}"})
+    assert_openai_error(reader, 403, "calls need agent or higher")
+    ok = post(base, chat(vllm_server.model_name), headers={"Authorization": f"Bearer {tokens['agent']}"})
+    assert ok.status_code == 200
+    flush = f"http://127.0.0.1:{http_port}/parity/v1/flush"
+    assert_openai_error(httpx.post(flush), 401, "API key")
+    # Anthropic clients send their key as x-api-key.
+    flushed = httpx.post(flush, headers={"x-api-key": tokens["agent"]}, timeout=60)
+    assert flushed.json() == {"object": "parity.flush", "captured": 1}, "the answered call is stored"
 
 
 def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server) -> None:
@@ -140,7 +153,7 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
         finished[name] = time.monotonic()
 
     def in_flight_at_ingest() -> int:
-        return control.GetStats(pb.GetStatsRequest(), metadata=ADMIN).in_flight
+        return control.GetStats(pb.GetStatsRequest()).in_flight
 
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
         control = pb_grpc.IngestServiceStub(channel)
@@ -152,12 +165,12 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
             in_flight.start()
             while in_flight.is_alive() and not in_flight_at_ingest():
                 time.sleep(0.02)
-            paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"), metadata=ADMIN)
+            paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"))
             paused_at = time.monotonic()
             in_flight.join(60)
             if paused.drained_count:
                 break
-            control.ResumeTraffic(pb.ResumeTrafficRequest(), metadata=ADMIN)
+            control.ResumeTraffic(pb.ResumeTrafficRequest())
         # Pause waited for the request in flight, which ran to its end, not cut short.
         assert paused.drained_count == 1, "every answer ended before the pause reached ingest"
         assert finished["in_flight"] <= paused_at + 0.5
@@ -165,36 +178,21 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
         held = threading.Thread(target=request, args=("held", 2))
         held.start()
         time.sleep(1.0)
-        assert "held" not in finished and control.GetStats(pb.GetStatsRequest(), metadata=ADMIN).paused
-        previous = control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=5), metadata=ADMIN)
-        resumed = control.ResumeTraffic(pb.ResumeTrafficRequest(), metadata=ADMIN)
+        assert "held" not in finished and control.GetStats(pb.GetStatsRequest()).paused
+        previous = control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=5))
+        resumed = control.ResumeTraffic(pb.ResumeTrafficRequest())
         held.join(60)
         assert finished["held"] > paused_at + 1.0 and resumed.paused_duration.ToNanoseconds() > 0
         with pytest.raises(grpc.RpcError) as backwards:
-            control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1), metadata=ADMIN)
+            control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1))
         assert backwards.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     post(ingest_stack.session_url("after-sync"), chat(model)).raise_for_status()
     assert ingest_stack.calls("after-sync")[0].policy_version == 5 > previous.previous_policy_version
 
 
-def test_api_keys_are_required_when_configured(module_services, vllm_server, tmp_path) -> None:
-    store = module_services.start("store", "--url", "memory://")
-    _, http_port = start_ingest(module_services, store.address, vllm_server.base_url, tmp_path / "spool.db",
-                                "--api-keys", "key-a,key-b")  # fmt: skip
-    base = f"http://127.0.0.1:{http_port}/v1"
-    assert_openai_error(post(base, chat(vllm_server.model_name)), 401, "API key")
-    assert_openai_error(httpx.get(f"{base}/models"), 401, "API key")
-    ok = post(base, chat(vllm_server.model_name), headers={"Authorization": "Bearer key-b"})
-    assert ok.status_code == 200
-    flush = f"http://127.0.0.1:{http_port}/parity/v1/flush"
-    assert_openai_error(httpx.post(flush), 401, "API key")
-    flushed = httpx.post(flush, headers={"Authorization": "Bearer key-a"}, timeout=60)
-    assert flushed.json() == {"object": "parity.flush", "captured": 1}, "the answered call is stored"
-
-
 def spool_size(ingest) -> int:
     with grpc.insecure_channel(ingest.address) as channel:
-        return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest(), metadata=ADMIN).spool_size
+        return pb_grpc.IngestServiceStub(channel).GetStats(pb.GetStatsRequest()).spool_size
 
 
 def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, vllm_server, tmp_path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
-from tests.integration.stack_fixtures import ADMIN_TOKEN, start_ingest
+from tests.integration.stack_fixtures import start_ingest
 from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
 
 
@@ -56,12 +56,10 @@ def training_stack(module_services: ServiceLauncher, trainer_vllm, tmp_path_fact
     assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                       "--shutdown-grace-s", "0.5")  # fmt: skip
     ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "spool.db")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PARITY_INGEST_ADMIN_TOKEN", ADMIN_TOKEN)
-        trainer = module_services.start(
-            "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
-            "--replicas", trainer_vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
-        )  # fmt: skip
+    trainer = module_services.start(
+        "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
+        "--replicas", trainer_vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
+    )  # fmt: skip
     previous = parity.current_config()
     parity.configure(ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address)
     yield TrainingStack(trainer_vllm, store, assembler, ingest, trainer, http_port)

@@ -35,7 +35,7 @@ from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import WeightSync, probe_tokens
 from tests.conftest import REPO_ROOT
-from tests.integration.stack_fixtures import ADMIN_TOKEN, start_training_stack
+from tests.integration.stack_fixtures import start_training_stack
 from tests.integration.trainer.conftest import serving
 from tests.integration.trainer.test_learning import (
     MIN_GAIN,
@@ -87,7 +87,7 @@ def test_every_adapter_push_verifies_and_leaves_the_base_model_alone(trainer_vll
 def ingest_stats(stack) -> ingest_pb.GetStatsResponse:
     with grpc.insecure_channel(stack.ingest.address) as channel:
         stub = ingest_grpc.IngestServiceStub(channel)
-        return stub.GetStats(ingest_pb.GetStatsRequest(), metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),))
+        return stub.GetStats(ingest_pb.GetStatsRequest())
 
 
 def test_a_lora_run_learns_through_ingest_and_exports_its_adapter_and_merged_model(training_stack, tmp_path) -> None:

@@ -21,6 +21,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints.openai_responses import answers, protocol
+from parity.transport import open_aio_channel
 
 SUCCEEDED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED
 CACHED_CONVERSATIONS = 4096
@@ -83,8 +84,8 @@ class ResponseChains:
         if not call_id:
             raise not_found(response_id, "")
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                self.store_address, options=[("grpc.max_receive_message_length", self.max_message_bytes)]
+            self._channel = open_aio_channel(
+                self.store_address, [("grpc.max_receive_message_length", self.max_message_bytes)]
             )
         stub = store_grpc.TokenStoreServiceStub(self._channel)
         try:

@@ -1,5 +1,6 @@
 from parity.api.assembler.v1 import batch_pb2 as _batch_pb2
 from parity.api.assembler.v1 import trajectory_pb2 as _trajectory_pb2
+from parity.api.auth.v1 import auth_pb2 as _auth_pb2
 from parity.api.common.v1 import reward_pb2 as _reward_pb2
 from parity.api.common.v1 import session_pb2 as _session_pb2
 from google.protobuf.internal import containers as _containers

@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.auth.v1 import auth_pb2 as _auth_pb2
 from parity.api.ingest.v1 import replica_pb2 as _replica_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from parity.api.auth.v1 import auth_pb2 as _auth_pb2
 from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
 from parity.api.common.v1 import reward_pb2 as _reward_pb2
 from parity.api.common.v1 import session_pb2 as _session_pb2

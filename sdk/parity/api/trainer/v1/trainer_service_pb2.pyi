@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from parity.api.assembler.v1 import batch_pb2 as _batch_pb2
+from parity.api.auth.v1 import auth_pb2 as _auth_pb2
 from parity.api.trainer.v1 import run_pb2 as _run_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
