@@ -16,8 +16,11 @@ what ingest adds to a request's latency when it is not saturated. Both are repea
 durability "after", which answers before the call is in the store or the spool.
 Each load starts once every process of the setups is idle again (see wait_idle).
 
+The same ingest also serves /v1/messages and /v1/responses, translated to chat: their
+rows, non-streaming and streaming at 1, 32 and 256 connections, are compared with chat's.
+
 A last run against real vLLM with the small model runs agents through ingest side by
-side with agents that call vLLM directly. vLLM's CPU worker and engine core get their
+side with agents that call vLLM directly, over chat and over vLLM's own /v1/messages. vLLM's CPU worker and engine core get their
 own cores and everything else stays off them, as a CPU host should be laid out.
 
 The last line printed is one JSON object with the headline numbers.
@@ -60,8 +63,15 @@ AGENT_TOKENS = 200
 # one core over the last window.
 IDLE_WINDOW_S = 0.5
 IDLE_CPU_SHARE = 0.1
-BODY = {"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
-        "max_tokens": 32}  # fmt: skip
+QUESTION = "What is 2 + 3? Answer with a number."
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32}
+# The same request in each protocol ingest serves. /v1/messages and /v1/responses are
+# translated to the chat call the stub answers, so their rows price the translation.
+PROTOCOLS = {
+    "chat": ("/chat/completions", BODY),
+    "messages": ("/messages", {"model": MODEL, "max_tokens": 32, "messages": BODY["messages"]}),
+    "responses": ("/responses", {"model": MODEL, "max_output_tokens": 32, "input": QUESTION}),
+}
 
 
 def free_port() -> int:
@@ -159,9 +169,9 @@ def _cpu_seconds(process_groups: set[int]) -> float:
 
 
 def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path, auth: str = "",
-        pace_ms: int = 0) -> dict[str, float]:  # fmt: skip
-    body = json.dumps(BODY | {"stream": stream})
-    script = scratch / f"wrk-{stream}-{pace_ms}.lua"
+        pace_ms: int = 0, request: dict[str, Any] = BODY) -> dict[str, float]:  # fmt: skip
+    body = json.dumps(request | {"stream": stream})
+    script = scratch / f"wrk-{stream}-{pace_ms}-{len(body)}.lua"
     script.write_text(
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         + (f'wrk.headers["Authorization"] = "Bearer {auth}"\n' if auth else "")
@@ -228,6 +238,27 @@ async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: s
     return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
 
 
+async def messages_side_by_side(arms: dict[str, str], model: str, agents: int, turns: int) -> dict[str, float]:
+    """As agents_side_by_side, over the Anthropic Messages API: vLLM's own /v1/messages
+    against ingest's. The API has no ignore_eos, so a reply ends where the model samples
+    its end token; an agent's time is per token it was given."""
+
+    async def agent(client: httpx.AsyncClient, url: str, index: int) -> float:
+        started, tokens = time.perf_counter(), 0
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
+        for _ in range(turns):
+            reply = await client.post(url, json={"model": model, "max_tokens": AGENT_TOKENS, "messages": messages})
+            body = reply.raise_for_status().json()
+            tokens += body["usage"]["output_tokens"]
+            text = "".join(block.get("text", "") for block in body["content"]) or "."
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Check it again."}]
+        return (time.perf_counter() - started) / max(tokens, 1)
+
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=4 * agents)) as client:
+        seconds = await asyncio.gather(*(agent(client, url, index) for url in arms.values() for index in range(agents)))
+    return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
+
+
 def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
     """Capture's overhead on agents' wall time on real vLLM. Three groups of agents run
     side by side: direct; direct but asking for what ingest asks for (token ids and
@@ -254,8 +285,13 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             "direct_capture_params": (direct_url, {"return_token_ids": True, "logprobs": True}),
             "parity": (processes.start_parity(f"http://127.0.0.1:{vllm_port}"), None),
         }
+        messages_arms = {"direct": f"{direct_url}/messages", "parity": f"{arms['parity'][0]}/messages"}
         asyncio.run(agents_side_by_side(arms, "tiny", agents, 1))  # warm every path up
-        runs = [asyncio.run(agents_side_by_side(arms, "tiny", agents, turns)) for _ in range(rounds)]
+        asyncio.run(messages_side_by_side(messages_arms, "tiny", agents, 1))
+        runs, messages_runs = [], []
+        for _ in range(rounds):
+            runs.append(asyncio.run(agents_side_by_side(arms, "tiny", agents, turns)))
+            messages_runs.append(asyncio.run(messages_side_by_side(messages_arms, "tiny", agents, turns)))
     finally:
         os.sched_setaffinity(0, own_cpus)
         processes.stop()
@@ -268,6 +304,8 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             "overhead_pct": overhead_pct("parity", "direct"),
             "vllm_capture_params_pct": overhead_pct("direct_capture_params", "direct"),
             "proxy_overhead_pct": overhead_pct("parity", "direct_capture_params"),
+            "messages_seconds_per_token": {arm: statistics.median(run[arm] for run in messages_runs) for arm in messages_arms},
+            "messages_overhead_pct": 100 * (statistics.median(run["parity"] / run["direct"] for run in messages_runs) - 1),
             "placement": f"vLLM's worker and engine core on cores {layout.worker_bind}; ingest, store and agents on "
             f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
@@ -336,14 +374,20 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         if generating.wait() != 0:
             raise SystemExit(f"the small model could not be made; see {model_log}")
 
-        def load(url: str, connections: int, stream: bool = False, auth: str = "", pace_ms: int = 0) -> dict[str, float]:
+        def load(url: str, connections: int, stream: bool = False, auth: str = "", pace_ms: int = 0,
+                 request: dict[str, Any] = BODY) -> dict[str, float]:  # fmt: skip
             processes.wait_idle()
-            return wrk(url, connections, seconds, stream, scratch, auth, pace_ms)
+            return wrk(url, connections, seconds, stream, scratch, auth, pace_ms, request)
 
         for stream in (False, True):
             for connections in (1, 32, 256):
                 for setup, (url, auth) in targets.items():
                     results[setup, stream, connections] = load(url, connections, stream, auth)
+                # Next to the chat row they are compared with, on the same ingest.
+                for protocol in ("messages", "responses"):
+                    path, request = PROTOCOLS[protocol]
+                    results[f"parity_{protocol}", stream, connections] = load(parity_url + path, connections, stream,
+                                                                             request=request)  # fmt: skip
         for setup in ("direct", "parity"):
             # 32 connections each waiting 20 ms on average between requests: ~1,500 req/s offered, below saturation.
             paced[setup] = load(targets[setup][0], 32, pace_ms=20)
@@ -374,6 +418,21 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             print(f"{'stream' if stream else 'non-stream':<11}{connections:>6} | {d['rps']:>11,.0f}{d['p50_ms']:>8.2f} | "
                   f"{p['rps']:>11,.0f}{p['p50_ms']:>8.2f}{p['p99_ms']:>8.2f}{p['p50_ms'] - d['p50_ms']:>9.2f} | "
                   f"{lt['rps']:>12,.0f}{lt['p50_ms']:>9.1f} | {p['rps'] / max(lt['rps'], 1e-9):>14.1f}x")  # fmt: skip
+    print(f"\n{'protocol':<11}{'mode':<11}{'conns':>6} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8} | {'vs chat rps':>12}")
+    for protocol in ("messages", "responses"):
+        for stream in (False, True):
+            for connections in (1, 32, 256):
+                p, chat = results[f"parity_{protocol}", stream, connections], results["parity", stream, connections]
+                print(f"{protocol:<11}{'stream' if stream else 'non-stream':<11}{connections:>6} | {p['rps']:>11,.0f}"
+                      f"{p['p50_ms']:>8.2f}{p['p99_ms']:>8.2f} | {p['rps'] / max(chat['rps'], 1e-9):>11.2f}x")  # fmt: skip
+    protocol_ratios = {
+        f"{protocol}_vs_chat_rps": round(min(
+            results[f"parity_{protocol}", stream, c]["rps"] / max(results["parity", stream, c]["rps"], 1e-9)
+            for stream in (False, True) for c in (32, 256)), 2)
+        for protocol in ("messages", "responses")
+    }  # fmt: skip
+    print(f"translation keeps at worst {protocol_ratios['messages_vs_chat_rps']:.2f}x (messages) and "
+          f"{protocol_ratios['responses_vs_chat_rps']:.2f}x (responses) of chat's throughput at 32 and 256 connections\n")
     errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
     print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
           f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
@@ -389,6 +448,9 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
     print(f"  capture overhead {overhead['overhead_pct']:+.1f}%: vLLM producing token ids and logprobs "
           f"{overhead['vllm_capture_params_pct']:+.1f}%, the proxy {overhead['proxy_overhead_pct']:+.1f}% "
           "(medians of the rounds' ratios)")
+    per_token = overhead["messages_seconds_per_token"]
+    print(f"  /v1/messages, the same agents side by side: vLLM's own {per_token['direct'] * 1000:.2f} ms per output "
+          f"token, through ingest {per_token['parity'] * 1000:.2f} ms: capture overhead {overhead['messages_overhead_pct']:+.1f}%")
     if errors:
         print(f"non-2xx or timed-out responses: {errors}")
     print(json.dumps({
@@ -403,6 +465,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         "vllm_overhead_pct": round(overhead["overhead_pct"], 2),
         "vllm_capture_params_pct": round(overhead["vllm_capture_params_pct"], 2),
         "vllm_proxy_overhead_pct": round(overhead["proxy_overhead_pct"], 2),
+        "vllm_messages_overhead_pct": round(overhead["messages_overhead_pct"], 2),
+        **protocol_ratios,
     }))  # fmt: skip
     return 0
 
