@@ -13,7 +13,9 @@ loaded by wrk, non-streaming and streaming, at 1, 32 and 256 connections:
 wrk keeps every connection busy, so latency there is queueing at saturation; a
 paced run (each connection waits a random 10 to 30 ms between requests) measures
 what ingest adds to a request's latency when it is not saturated. Both are repeated at 32 connections with
-durability "after", which answers before the call is in the store or the spool.
+durability "after", which answers before the call is in the store or the spool, and with
+tokens checked by ingest and the store ("auth"), then with TLS on ingest's HTTPS and both
+gRPC ports too ("tls"), each next to a plain run it is compared with.
 Each load starts once every process of the setups is idle again (see wait_idle).
 
 The same ingest also serves /v1/messages and /v1/responses, translated to chat: their
@@ -35,6 +37,7 @@ import importlib.metadata
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -42,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,7 @@ from packaging.requirements import Requirement
 from scratch import scratch_dir
 
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
+from parity.services.stack.local_ca import LocalCertificateAuthority
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -80,6 +85,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Secured:
+    """Tokens checked everywhere, and TLS when certificates are given: what authentication and TLS cost."""
+
+    label: str
+    table_file: str
+    service_token: str
+    agent_token: str
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+    @classmethod
+    def make(cls, scratch: Path, label: str, tls: bool) -> Secured:
+        tokens = {role: secrets.token_urlsafe(32) for role in ("agent", "service")}
+        table = scratch / f"tokens-{label}"
+        table.write_text("".join(f"{role} {token}\n" for role, token in tokens.items()))
+        files: dict[str, str] = {}
+        if tls:
+            authority = LocalCertificateAuthority(scratch / f"tls-{label}")
+            cert_file, key_file = authority.issue("bench")
+            files = {"ca_file": str(authority.ca_file), "cert_file": cert_file, "key_file": key_file}
+        return cls(label, str(table), tokens["service"], tokens["agent"], **files)
+
+    def server_flags(self) -> list[str]:
+        flags = ["--auth-tokens-file", self.table_file]
+        return flags + (["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file] if self.cert_file else [])
+
+    def client_env(self) -> dict[str, str]:
+        return {"PARITY_TOKEN": self.service_token} | ({"PARITY_TLS_CA_FILE": self.ca_file} if self.ca_file else {})
+
+
 class Processes:
     """The processes of one setup; all stopped together."""
 
@@ -98,7 +135,8 @@ class Processes:
             if process.poll() is not None:
                 raise SystemExit(f"{name} exited; see {log}")
             try:
-                if httpx.get(ready_url, timeout=1, headers={"Authorization": "Bearer sk-bench"}).status_code == 200:
+                # verify=False: the secured setups' certificates are the bench's own throwaway CA's.
+                if httpx.get(ready_url, timeout=1, headers={"Authorization": "Bearer sk-bench"}, verify=False).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -106,24 +144,29 @@ class Processes:
                 raise SystemExit(f"{name} not ready after {timeout} s; see {log}")
             time.sleep(0.3)
 
-    def start_parity(self, upstream: str, durability: str = "before") -> str:
-        """A store and an ingest in front of `upstream`; returns ingest's OpenAI base URL."""
+    def start_parity(self, upstream: str, durability: str = "before", secured: Secured | None = None) -> str:
+        """A store and an ingest in front of `upstream`; returns ingest's OpenAI base URL. `secured`: both check
+        tokens (ingest writes to the store with a service token), and with certificates serve TLS too."""
+        label = secured.label if secured else durability
         store_port, ingest_port, http_port = free_port(), free_port(), free_port()
-        self.start(f"store-{durability}", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
-                                           "--url", f"sqlite:///{self.scratch}/store-{durability}.db",
-                                           "--log-level", "warning"])  # fmt: skip
-        self.start(f"ingest-{durability}", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(ingest_port),
-                                             "--http-port", str(http_port), "--upstreams", upstream,
-                                             "--store", f"127.0.0.1:{store_port}", "--durability", durability,
-                                             "--spool-path", str(self.scratch / f"spool-{durability}.db"),
-                                             "--log-level", "warning"],
-                   f"http://127.0.0.1:{http_port}/health")  # fmt: skip
+        security = secured.server_flags() if secured else []
+        self.start(f"store-{label}", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
+                                      "--url", f"sqlite:///{self.scratch}/store-{label}.db",
+                                      "--log-level", "warning", *security])  # fmt: skip
+        scheme = "https" if secured and secured.cert_file else "http"
+        self.start(f"ingest-{label}", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(ingest_port),
+                                        "--http-port", str(http_port), "--upstreams", upstream,
+                                        "--store", f"127.0.0.1:{store_port}", "--durability", durability,
+                                        "--spool-path", str(self.scratch / f"spool-{label}.db"),
+                                        "--log-level", "warning", *security],
+                   f"{scheme}://127.0.0.1:{http_port}/health", env=secured.client_env() if secured else None)  # fmt: skip
         deadline = time.monotonic() + 30
-        while not httpx.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]:
+        headers = {"Authorization": f"Bearer {secured.agent_token}"} if secured else {}
+        while not httpx.get(f"{scheme}://127.0.0.1:{http_port}/v1/models", headers=headers, verify=False).json()["data"]:
             if time.monotonic() > deadline:
                 raise SystemExit("ingest never saw its upstream healthy")
             time.sleep(0.2)
-        return f"http://127.0.0.1:{http_port}/v1"
+        return f"{scheme}://127.0.0.1:{http_port}/v1"
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait until none of these processes is busy. A proxy works on after wrk stops,
@@ -391,6 +434,13 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         for setup in ("direct", "parity"):
             # 32 connections each waiting 20 ms on average between requests: ~1,500 req/s offered, below saturation.
             paced[setup] = load(targets[setup][0], 32, pace_ms=20)
+        # Tokens checked by ingest and the store, then TLS on both too: next to the plain rows they are compared with.
+        for label, tls in (("auth", False), ("tls", True)):
+            secured = Secured.make(scratch, label, tls)
+            url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', secured=secured)}/chat/completions"
+            for stream in (False, True):
+                results[f"parity_plain_{label}", stream, 32] = load(targets["parity"][0], 32, stream)
+                results[f"parity_{label}", stream, 32] = load(url, 32, stream, secured.agent_token)
         # Durability "after": the agent is answered before its call is in the store or the spool.
         after_url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', durability='after')}/chat/completions"
         results["parity_after", False, 32] = load(after_url, 32)
@@ -433,6 +483,18 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
     }  # fmt: skip
     print(f"translation keeps at worst {protocol_ratios['messages_vs_chat_rps']:.2f}x (messages) and "
           f"{protocol_ratios['responses_vs_chat_rps']:.2f}x (responses) of chat's throughput at 32 and 256 connections\n")
+    print(f"{'security':<11}{'mode':<11}{'conns':>6} | {'plain rps':>10}{'p50 ms':>8} | {'secured rps':>12}{'p50 ms':>8}"
+          f" | {'vs plain rps':>13}")  # fmt: skip
+    security_ratios = {}
+    for label in ("auth", "tls"):
+        for stream in (False, True):
+            plain, secured_row = results[f"parity_plain_{label}", stream, 32], results[f"parity_{label}", stream, 32]
+            ratio = secured_row["rps"] / max(plain["rps"], 1e-9)
+            security_ratios[f"{label}_{'stream' if stream else 'json'}_vs_plain_rps"] = round(ratio, 2)
+            print(f"{label:<11}{'stream' if stream else 'non-stream':<11}{32:>6} | {plain['rps']:>10,.0f}"
+                  f"{plain['p50_ms']:>8.2f} | {secured_row['rps']:>12,.0f}{secured_row['p50_ms']:>8.2f} | {ratio:>12.2f}x")  # fmt: skip
+    print("auth: tokens checked by ingest (the agent's key) and the store (ingest's service token); "
+          "tls: the same, with ingest's HTTPS and both gRPC ports on TLS\n")
     errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
     print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
           f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
@@ -467,6 +529,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         "vllm_proxy_overhead_pct": round(overhead["proxy_overhead_pct"], 2),
         "vllm_messages_overhead_pct": round(overhead["messages_overhead_pct"], 2),
         **protocol_ratios,
+        **security_ratios,
     }))  # fmt: skip
     return 0
 

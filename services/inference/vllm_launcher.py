@@ -141,6 +141,9 @@ class VllmLaunchConfig:
     lora_rank: int = 0
     """Serve LoRA adapters up to this rank, loaded while vLLM runs (a LoRA run's trainer pushes its
     adapter so); 0 serves the model alone."""
+    api_key: str = field(default="", repr=False)
+    """Required on vLLM's /v1, /v2 and /inference routes when set; passed as VLLM_API_KEY, never in argv.
+    vLLM's development routes (/collective_rpc, /pause, /sleep) stay open: keep replicas on a private network."""
     extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -184,6 +187,8 @@ class VllmLaunchConfig:
             # Without it the CPU backend sizes its KV cache from a fraction of system memory.
             "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
             "PYTHONUNBUFFERED": "1",
+            # Set even when empty (no key): a VLLM_API_KEY in the caller's own environment is not this replica's.
+            "VLLM_API_KEY": self.api_key,
         } | ({"VLLM_CPU_OMP_THREADS_BIND": self.worker_cpus} if self.worker_cpus else {}) | (
             # Enables /v1/load_lora_adapter and /v1/unload_lora_adapter, which a LoRA run's sync uses.
             {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_rank else {}
@@ -252,7 +257,8 @@ class VllmServer:
         """Block until /health and /v1/models answer; returns the seconds it took."""
         timeout = self.config.startup_timeout_s if timeout is None else timeout
         started = time.monotonic()
-        with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        with httpx.Client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
             while time.monotonic() - started < timeout:
                 if (code := self.returncode) is not None:
                     raise VllmExitedError(f"vLLM exited with code {code}:\n{self.log_tail()}")
@@ -368,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         "--lora-rank", type=lora_rank_arg, default=0,
         help="serve LoRA adapters up to this rank, loaded at run time (what a LoRA run's trainer pushes); 0: none",
     )  # fmt: skip
+    parser.add_argument(
+        "--api-key-file", type=Path,
+        help="file holding the API key vLLM requires on its /v1 routes (given to vLLM as VLLM_API_KEY, not in argv)",
+    )  # fmt: skip
     args, extra_args = parser.parse_known_args(argv)
     config = VllmLaunchConfig(
         model_path=args.model,
@@ -380,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         log_path=args.log_path,
         worker_cpus=args.worker_cpus,
         lora_rank=args.lora_rank,
+        api_key=args.api_key_file.read_text().strip() if args.api_key_file else "",
         extra_args=extra_args,
     )
     # SIGTERM takes the same path as Ctrl-C, so the context manager stops vLLM either way. SIGINT

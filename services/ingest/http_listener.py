@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import ssl
 from collections.abc import Callable
 
 import structlog
@@ -32,9 +33,12 @@ _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.E
 class HttpListener:
     """What uvicorn keeps in `Server.servers`: `close()` and `wait_closed()`."""
 
-    def __init__(self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(
+        self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol], tls: ssl.SSLContext | None = None
+    ) -> None:
         self.sock = sock
         self.protocol_factory = protocol_factory
+        self.tls = tls
         self._loop = asyncio.get_running_loop()
         self._handshakes: set[asyncio.Task[object]] = set()
         self._closed = False
@@ -42,7 +46,8 @@ class HttpListener:
 
     @classmethod
     def bind(
-        cls, host: str, port: int, backlog: int, protocol_factory: Callable[[], asyncio.Protocol]
+        cls, host: str, port: int, backlog: int, protocol_factory: Callable[[], asyncio.Protocol],
+        tls: ssl.SSLContext | None = None,
     ) -> HttpListener:
         """Listen on the first address `host` resolves to (an IP address resolves to itself)."""
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
@@ -55,7 +60,7 @@ class HttpListener:
         except OSError:
             sock.close()
             raise
-        return cls(sock, protocol_factory)
+        return cls(sock, protocol_factory, tls)
 
     @property
     def port(self) -> int:
@@ -82,9 +87,9 @@ class HttpListener:
 
     async def _connect(self, connection: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self.protocol_factory, connection)
-        except OSError as error:
-            # The client left before its transport was made; nothing was read yet.
+            await self._loop.connect_accepted_socket(self.protocol_factory, connection, ssl=self.tls)
+        except (OSError, ssl.SSLError) as error:
+            # The client left, or failed the TLS handshake, before its transport was made; nothing was read yet.
             log.debug("http_connection_dropped", error=str(error))
             connection.close()
 

@@ -46,8 +46,9 @@ def _score(session_id: str, replica: Replica) -> int:
 
 
 class ReplicaRouter:
-    def __init__(self, base_urls: list[str], health_interval_s: float = 2.0) -> None:
+    def __init__(self, base_urls: list[str], health_interval_s: float = 2.0, api_key: str = "") -> None:
         self.replicas = [Replica(url.rstrip("/")) for url in base_urls]
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.health_interval_s = health_interval_s
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -82,7 +83,7 @@ class ReplicaRouter:
         replica.healthy = False
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5), headers=self._headers)
         await self.check_all()
         self._task = asyncio.create_task(self._check_forever(), name="replica-health")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from parity.services.ingest.template_facts import TemplateFacts
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream import UpstreamClient
 from parity.services.ingest.upstream_http import Origin
+from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
@@ -67,6 +69,9 @@ class IngestConfig(ServerConfig):
     upstream_timeout_s: float = setting(600.0, "longest silence from an upstream before giving up (504)")
     upstream_retries: int = setting(2, "retries after a connection error or 5xx, with backoff")
     health_interval_s: float = setting(2.0, "seconds between replica health checks")
+    upstream_api_key_file: str = setting(
+        "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
+    )
     external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
     policy_version: int = setting(0, "policy version stamped on calls until SetPolicyVersion changes it")
     model_alias: list[str] = field(
@@ -104,6 +109,19 @@ class _EmbeddedUvicorn(uvicorn.Server):
     """uvicorn inside a process whose runtime already handles SIGTERM and SIGINT, on a
     listener that accepts every waiting connection at once (see http_listener.py)."""
 
+    def __init__(self, config: uvicorn.Config, tls_cert_file: str = "", tls_key_file: str = "") -> None:
+        super().__init__(config)
+        self.tls_cert_file = tls_cert_file
+        self.tls_key_file = tls_key_file
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """HTTPS with the certificate the gRPC port serves; agents authenticate with API keys, not certificates."""
+        if not self.tls_cert_file:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return context
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
@@ -119,13 +137,16 @@ class _EmbeddedUvicorn(uvicorn.Server):
                 config=config, server_state=self.server_state, app_state=self.lifespan.state
             )
 
-        self.servers = [HttpListener.bind(config.host, config.port, config.backlog, create_protocol)]  # type: ignore[list-item]
+        tls = self.tls_context()
+        self.servers = [HttpListener.bind(config.host, config.port, config.backlog, create_protocol, tls)]  # type: ignore[list-item]
         self.started = True
 
 
 def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
-    router = ReplicaRouter(config.upstream_urls, config.health_interval_s)
-    upstream = UpstreamClient(router, retries=config.upstream_retries, timeout_s=config.upstream_timeout_s)
+    api_key = read_secret(config.upstream_api_key_file, "upstream_api_key_file")
+    router = ReplicaRouter(config.upstream_urls, config.health_interval_s, api_key)
+    upstream = UpstreamClient(router, retries=config.upstream_retries, timeout_s=config.upstream_timeout_s,
+                              api_key=api_key)  # fmt: skip
     spool = Spool(Path(config.spool_path), config.spool_max_mb << 20)
     sink = CaptureSink(
         config.store, spool, durability=config.durability,  # type: ignore[arg-type]
@@ -154,7 +175,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
             access_log=False, log_config=None, timeout_keep_alive=30,
             # Ingest logs its own access line; X-Forwarded-For rewriting is not its job.
             proxy_headers=False,
-        )
+        ),
+        config.tls_cert_file, config.tls_key_file,
     )  # fmt: skip
     serving: list[asyncio.Task[None]] = []
 
@@ -168,7 +190,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
                 await stop()
                 raise Unavailable(f"cannot serve HTTP on {config.host}:{config.http_port}: {reason}")
             await asyncio.sleep(0.01)
-        log.info("http_listening", address=f"http://{config.host}:{config.http_port}", upstreams=config.upstream_urls,
+        scheme = "https" if config.tls_cert_file else "http"
+        log.info("http_listening", address=f"{scheme}://{config.host}:{config.http_port}", upstreams=config.upstream_urls,
                  durability=config.durability)  # fmt: skip
 
     async def stop() -> None:

@@ -53,7 +53,8 @@ class UpstreamFailed(openai_errors.HttpError):
 
 class UpstreamClient:
     def __init__(
-        self, router: ReplicaRouter, *, retries: int = 2, backoff_s: float = 0.05, timeout_s: float = 600.0
+        self, router: ReplicaRouter, *, retries: int = 2, backoff_s: float = 0.05, timeout_s: float = 600.0,
+        api_key: str = "",
     ) -> None:
         self.router = router
         self.retries = retries
@@ -61,7 +62,7 @@ class UpstreamClient:
         self.timeout_s = timeout_s
         # No total limit: a long generation streams for minutes. A stall between
         # bytes, or a replica that never accepts, is what times out.
-        self._pool = UpstreamPool(connect_timeout_s=5.0, read_timeout_s=timeout_s)
+        self._pool = UpstreamPool(connect_timeout_s=5.0, read_timeout_s=timeout_s, api_key=api_key)
 
     async def stop(self) -> None:
         await self._pool.close()

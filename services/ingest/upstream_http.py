@@ -259,7 +259,11 @@ class _Connection(asyncio.Protocol):
 class UpstreamPool:
     """Keep-alive connections to every replica, opened on demand."""
 
-    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, keepalive_s: float = 60.0) -> None:
+    def __init__(
+        self, *, connect_timeout_s: float, read_timeout_s: float, keepalive_s: float = 60.0, api_key: str = ""
+    ) -> None:
+        # vLLM's --api-key (VLLM_API_KEY) guards its /v1 routes; ingest sends it on every request.
+        self._authorization = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
@@ -276,7 +280,7 @@ class UpstreamPool:
         if origin is None:
             origin = self._origins[base_url] = Origin.parse(base_url)
         head = (
-            f"POST {origin.path_prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\n"
+            f"POST {origin.path_prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._authorization}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
         connection = self._take_idle(origin)

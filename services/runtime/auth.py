@@ -84,6 +84,19 @@ class TokenTable:
         return found
 
 
+def read_secret(path: str, setting_name: str) -> str:
+    """A secret kept in a file (never in argv); empty when `path` is."""
+    if not path:
+        return ""
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as error:
+        raise InvalidArgument(f"{setting_name} {path!r} cannot be read: {error.strerror}") from None
+    if not secret:
+        raise InvalidArgument(f"{setting_name} {path!r} is empty")
+    return secret
+
+
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str) and value[:7].lower() == "bearer ":

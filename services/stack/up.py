@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import functools
 import os
 import secrets
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -37,7 +40,8 @@ from parity.services.inference.vllm_launcher import (
 )
 from parity.services.runtime.auth import ROLES, is_loopback
 from parity.services.runtime.structured_logging import configure_logging
-from parity.transport import open_channel
+from parity.services.stack.local_ca import LocalCertificateAuthority
+from parity.transport import ChannelSecurity, open_channel, set_process_security
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +56,7 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_CONSOLE_PORT = 8200
 # The role each process calls the others with: the least its calls need. The store calls nobody.
 CLIENT_ROLES = {"ingest": "service", "assembler": "service", "trainer": "admin", "console": "read"}
+VLLM_KEY_SETTINGS = {"ingest": "UPSTREAM_API_KEY_FILE", "trainer": "REPLICA_API_KEY_FILE"}
 _PR_SET_PDEATHSIG = 1
 
 
@@ -218,6 +223,11 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     }
     # Last, so it stops first: it only reads the others.
     services["console"] = ConsoleProcess("console", f"{args.host}:{args.console_port}", data_dir / "logs" / "console.log")
+    tokens = mesh_tokens(data_dir)
+    tls = None if is_loopback(args.host) else stack_certificates(data_dir, args.host)
+    if tls is not None:
+        # This process's own health checks go over TLS too.
+        set_process_security(ChannelSecurity(tls_ca_file=tls.ca_file))
     config = VllmLaunchConfig(
         model_path=model_path,
         host=args.host,
@@ -226,6 +236,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         dtype=args.vllm_dtype,
         log_path=data_dir / "logs" / "vllm.log",
         lora_rank=args.vllm_lora_rank,
+        api_key=(tokens / "vllm.key").read_text().strip(),
     )
     layout = cpu_layout(config.python)
     if layout:
@@ -233,7 +244,6 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),
                  pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
     vllm = VllmServer(config)
-    tokens = mesh_tokens(data_dir)
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
         "ingest": [
@@ -256,7 +266,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             # Token files travel in the environment, never on a command line others can read.
             service.start(
                 extra_args.get(service.name, []),
-                service_environment(service.name, tokens),
+                service_environment(service.name, tokens, tls),
                 layout.others if layout and service.name in OFF_WORKER_SERVICES else None,
             )
         deadline = time.monotonic() + args.startup_timeout_s
@@ -264,8 +274,9 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             service.wait_healthy(deadline, stop_requested)
         _wait_for_vllm(vllm, deadline, stop_requested)
         agent_key = (tokens / "agent.token").read_text().strip()
-        _wait_for_agent_endpoint(f"http://{args.host}:{args.http_port}/v1/models", agent_key, deadline, stop_requested)
-        _print_addresses(services, vllm, data_dir, args)
+        agents_url = f"{'https' if tls else 'http'}://{args.host}:{args.http_port}"
+        _wait_for_agent_endpoint(f"{agents_url}/v1/models", agent_key, tls, deadline, stop_requested)
+        _print_addresses(services, vllm, data_dir, agents_url, tls)
         while not stop_requested.wait(0.5):
             for service in services.values():
                 service.raise_if_exited()
@@ -297,11 +308,14 @@ def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.
     raise StartupInterrupted
 
 
-def _wait_for_agent_endpoint(models_url: str, api_key: str, deadline: float, stop_requested: threading.Event) -> None:
+def _wait_for_agent_endpoint(
+    models_url: str, api_key: str, tls: StackCertificates | None, deadline: float, stop_requested: threading.Event
+) -> None:
     """Up means an agent can call: ingest has seen a healthy replica and lists its model."""
     while not stop_requested.is_set():
         try:
-            if httpx.get(models_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=2).json().get("data"):
+            verify = ssl.create_default_context(cafile=tls.ca_file) if tls else True
+            if httpx.get(models_url, headers={"Authorization": f"Bearer {api_key}"}, verify=verify, timeout=2).json().get("data"):
                 return
         except (httpx.HTTPError, ValueError):
             pass
@@ -313,40 +327,72 @@ def _wait_for_agent_endpoint(models_url: str, api_key: str, deadline: float, sto
 
 def mesh_tokens(data_dir: Path) -> Path:
     """One random token per role, DATA_DIR/tokens/ROLE.token, and the table every service checks them against,
-    DATA_DIR/tokens/table; all mode 0600. Kept across restarts, so clients holding one stay valid."""
+    DATA_DIR/tokens/table, and vLLM's API key, DATA_DIR/tokens/vllm.key; all mode 0600. Kept across restarts,
+    so clients holding one stay valid."""
     folder = data_dir / "tokens"
     folder.mkdir(mode=0o700, exist_ok=True)
-    lines = []
-    for role in ROLES:
-        path = folder / f"{role}.token"
+    for name in (*(f"{role}.token" for role in ROLES), "vllm.key"):
+        path = folder / name
         if not path.exists():
             path.touch(mode=0o600)
             path.write_text(secrets.token_urlsafe(32) + "\n")
-        lines.append(f"{role} {path.read_text().strip()}\n")
+    lines = [f"{role} {(folder / f'{role}.token').read_text().strip()}\n" for role in ROLES]
     table = folder / "table"
     table.touch(mode=0o600)
     table.write_text("".join(lines))
     return folder
 
 
-def service_environment(name: str, tokens: Path) -> dict[str, str]:
-    """What a process of the stack gets: the table it checks callers against, and the one token it calls others with."""
+@dataclass(frozen=True)
+class StackCertificates:
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+
+def stack_certificates(data_dir: Path, host: str) -> StackCertificates:
+    """Off loopback: a local CA, DATA_DIR/tls/ca.crt, and one certificate every service serves, valid for `host`,
+    this machine's name and loopback. Made on the first start, kept after; clients trust ca.crt."""
+    folder = data_dir / "tls"
+    certificate = StackCertificates(str(folder / "ca.crt"), str(folder / "stack.crt"), str(folder / "stack.key"))
+    if not all(Path(path).exists() for path in (certificate.ca_file, certificate.cert_file, certificate.key_file)):
+        authority = LocalCertificateAuthority(folder, valid_for=datetime.timedelta(days=365))
+        authority.issue("stack", hosts=(host, socket.gethostname(), "localhost", "127.0.0.1"))
+    return certificate
+
+
+def service_environment(name: str, tokens: Path, tls: StackCertificates | None = None) -> dict[str, str]:
+    """What a process of the stack gets: the table it checks callers against, the one token it calls others with,
+    and, off loopback, the certificate it serves and the CA it trusts."""
     environment = {} if name == "console" else {f"PARITY_{name.upper()}_AUTH_TOKENS_FILE": str(tokens / "table")}
+    if tls is not None:
+        environment["PARITY_TLS_CA_FILE"] = tls.ca_file
+        if name != "console":
+            environment |= {f"PARITY_{name.upper()}_TLS_CERT_FILE": tls.cert_file,
+                            f"PARITY_{name.upper()}_TLS_KEY_FILE": tls.key_file}  # fmt: skip
+    # Only ingest and the trainer talk to vLLM.
+    if name in VLLM_KEY_SETTINGS:
+        environment[f"PARITY_{name.upper()}_{VLLM_KEY_SETTINGS[name]}"] = str(tokens / "vllm.key")
     if name in CLIENT_ROLES:
         # A PARITY_TOKEN of the caller's own shell would win over the file.
         environment |= {"PARITY_TOKEN": "", "PARITY_TOKEN_FILE": str(tokens / f"{CLIENT_ROLES[name]}.token")}
     return environment
 
 
-def _print_addresses(services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path, args: argparse.Namespace) -> None:
+def _print_addresses(
+    services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path, agents_url: str, tls: StackCertificates | None
+) -> None:
     print("Parity is up:", flush=True)
-    print(f"  {'agents':<10} http://{args.host}:{args.http_port}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)", flush=True)
+    print(f"  {'agents':<10} {agents_url}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)", flush=True)
     for service in services.values():
         print(f"  {service.name:<10} {service.url:<29} log {service.log_path}", flush=True)
     print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)
     tokens = data_dir / "tokens"
     print(f"  {'tokens':<10} {str(tokens):<29} agents send agent.token as their API key; "
           f"PARITY_TOKEN_FILE={tokens / 'admin.token'} for parity train --stack and grpcurl", flush=True)
+    if tls is not None:
+        print(f"  {'tls':<10} every service and ingest's HTTP serve TLS; clients trust {tls.ca_file} "
+              "(PARITY_TLS_CA_FILE, or your HTTP client's CA bundle)", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
 
 

@@ -54,14 +54,20 @@ class VllmReplica:
     base_url: str
     """Server root, e.g. http://127.0.0.1:8100 (not /v1)."""
     timeout_s: float = 300.0
+    api_key: str = field(default="", repr=False)
+    """vLLM's VLLM_API_KEY, which guards its /v1 routes; sent on every request."""
     _info: ServerInfo | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
 
     def _post(self, path: str, payload: dict[str, object] | None = None) -> httpx.Response:
         try:
-            response = httpx.post(f"{self.base_url}{path}", json=payload, timeout=self.timeout_s)
+            response = httpx.post(f"{self.base_url}{path}", json=payload, headers=self._headers, timeout=self.timeout_s)
         except httpx.HTTPError as error:
             raise ReplicaError(f"{self.base_url}{path}: {type(error).__name__}: {error}") from None
         if response.status_code != 200:
@@ -90,7 +96,8 @@ class VllmReplica:
         """Asked once, then kept until `forget_server_info` (a replica may have restarted with other flags)."""
         if self._info is None:
             try:
-                response = httpx.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=self.timeout_s)
+                response = httpx.get(f"{self.base_url}/server_info", params={"config_format": "json"}, headers=self._headers,
+                                     timeout=self.timeout_s)  # fmt: skip
                 info = response.json()
                 config = info["vllm_config"]
                 # The config serialises torch dtypes by str(): "torch.bfloat16".
@@ -111,7 +118,7 @@ class VllmReplica:
 
     def model_name(self) -> str:
         try:
-            models = httpx.get(f"{self.base_url}/v1/models", timeout=30).json()["data"]
+            models = httpx.get(f"{self.base_url}/v1/models", headers=self._headers, timeout=30).json()["data"]
         except (httpx.HTTPError, ValueError, KeyError) as error:
             raise ReplicaError(f"{self.base_url}/v1/models: {error}") from None
         if not models:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.api.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
@@ -23,6 +24,9 @@ class TrainerConfig(ServerConfig):
     assembler_address: str = setting("127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)")
     ingest_address: str = setting("", "ingest's gRPC address, paused and versioned around each sync; empty: none")
     replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
+    replica_api_key_file: str = setting(
+        "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
+    )
     work_dir: str = setting(".parity/trainer", "where pushed weights (and, by default, checkpoints) are written")
     consumer_id: str = setting("trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it")
     sync_tolerance: float = setting(
@@ -47,6 +51,7 @@ class TrainerConfig(ServerConfig):
             consumer_id=self.consumer_id,
             sync_tolerance=self.sync_tolerance,
             max_message_bytes=self.max_message_bytes,
+            replica_api_key=read_secret(self.replica_api_key_file, "replica_api_key_file"),
         )
 
 

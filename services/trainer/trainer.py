@@ -16,7 +16,7 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,8 @@ class TrainerDeployment:
     sync_tolerance: float = 0.0
     """Largest probe difference a verified replica may show; 0 derives it from the dtypes on both sides."""
     max_message_bytes: int = 64 << 20
+    replica_api_key: str = field(default="", repr=False)
+    """vLLM's VLLM_API_KEY, sent to every replica."""
 
 
 class Trainer:
@@ -86,7 +88,7 @@ class Trainer:
         # Pausing ingest needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
         self._ingest = IngestClient(deployment.ingest_address) if deployment.ingest_address else None
         self._sync = WeightSync(
-            [VllmReplica(url) for url in deployment.replica_urls], deployment.work_dir / "weights",
+            [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls], deployment.work_dir / "weights",
             probe=[], tolerance=deployment.sync_tolerance, ingest=self._ingest,
         )  # fmt: skip
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 
 HEALTH_TIMEOUT_S = 30.0
@@ -40,10 +42,12 @@ class RunningService:
         return self.process.returncode
 
 
-def wait_for_health(address: str, process: subprocess.Popen[str], log_path: Path, timeout: float) -> None:
+def wait_for_health(
+    address: str, process: subprocess.Popen[str], log_path: Path, timeout: float, security: ChannelSecurity | None = None
+) -> None:
     """Poll grpc.health.v1 until SERVING; fail fast with the log if the process exits."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address, security=security or ChannelSecurity()) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -63,7 +67,11 @@ class ServiceLauncher:
         self.log_dir = log_dir
         self.started: list[RunningService] = []
 
-    def start(self, name: str, *extra_args: str, port: int | None = None) -> RunningService:
+    def start(
+        self, name: str, *extra_args: str, port: int | None = None, environment: dict[str, str] | None = None,
+        security: ChannelSecurity | None = None,
+    ) -> RunningService:
+        """`environment` is added to this process's; `security` is how the health check reaches a TLS service."""
         port = port or free_port()
         log_path = self.log_dir / f"{name}-{port}.log"
         with log_path.open("w") as log_file:
@@ -72,10 +80,11 @@ class ServiceLauncher:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 text=True,
+                env=os.environ | (environment or {}),
             )
         service = RunningService(name, f"127.0.0.1:{port}", process, log_path)
         self.started.append(service)
-        wait_for_health(service.address, process, log_path, HEALTH_TIMEOUT_S)
+        wait_for_health(service.address, process, log_path, HEALTH_TIMEOUT_S, security)
         return service
 
     def stop_all(self) -> None:

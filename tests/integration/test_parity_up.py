@@ -44,6 +44,8 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
             assert health.returncode == 0, health.stderr
             assert json.loads(health.stdout) == {"status": "SERVING"}
         assert httpx.get(f"http://127.0.0.1:{ports['vllm']}/health", timeout=10).status_code == 200
+        # vLLM's API is keyed: only ingest and the trainer hold the key.
+        assert httpx.get(f"http://127.0.0.1:{ports['vllm']}/v1/models", timeout=10).status_code == 401
         # An agent call through ingest lands in the store, once vLLM's replica has been seen healthy.
         agent_url = f"http://127.0.0.1:{ports['http']}/sessions/up-smoke/v1/chat/completions"
         request = {"model": tiny_model_dir.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

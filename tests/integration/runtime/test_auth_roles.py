@@ -4,8 +4,6 @@ Then TLS with client certificates, through the SDK's channels and the real grpcu
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import subprocess
 import sys
@@ -14,10 +12,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -27,6 +21,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import trainer_service_pb2
 from parity.services.runtime.auth import ROLE_NAMES, declared_roles
+from parity.services.stack.local_ca import LocalCertificateAuthority
 from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import GRPCURL
@@ -124,34 +119,11 @@ def test_a_service_off_loopback_without_tokens_refuses_to_start() -> None:
     assert "--auth-tokens-file" in finished.stdout + finished.stderr and "--insecure" in finished.stdout + finished.stderr
 
 
-def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
-                 ca: bool = False) -> x509.Certificate:  # fmt: skip
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    issuer_name, issuer_key = issuer or (name, key)
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer_name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-               .not_valid_after(now + datetime.timedelta(hours=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))  # fmt: skip
-    if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                        critical=False)  # fmt: skip
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _write(path: Path, certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> tuple[str, str]:
-    path.with_suffix(".crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))  # fmt: skip
-    return str(path.with_suffix(".crt")), str(path.with_suffix(".key"))
-
-
 def test_tls_with_client_certificates_through_the_sdk_and_grpcurl(token_file, tmp_path) -> None:
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _certificate("parity-test-ca", ca_key, None, ca=True)
-    ca_file, _ = _write(tmp_path / "ca", ca, ca_key)
-    server_cert, server_key_file = _write(tmp_path / "server", _certificate("store", server_key, (ca.subject, ca_key)), server_key)
-    client_cert, client_key_file = _write(tmp_path / "client", _certificate("trainer", client_key, (ca.subject, ca_key)), client_key)
+    ca = LocalCertificateAuthority(tmp_path)
+    ca_file = str(ca.ca_file)
+    server_cert, server_key_file = ca.issue("store")
+    client_cert, client_key_file = ca.issue("trainer")
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "parity.cli", "store", "serve", "--port", str(port), "--url", "memory://",
