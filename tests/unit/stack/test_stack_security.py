@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import ssl
+from pathlib import Path
 
 from cryptography import x509
 
@@ -29,7 +30,7 @@ def test_each_process_gets_only_the_files_its_role_needs(tmp_path) -> None:
 
 def test_off_loopback_every_service_serves_a_certificate_of_a_local_ca(tmp_path) -> None:
     tls = stack_certificates(tmp_path, "0.0.0.0")
-    certificate = x509.load_pem_x509_certificate(open(tls.cert_file, "rb").read())
+    certificate = x509.load_pem_x509_certificate(Path(tls.cert_file).read_bytes())
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.ip_address("0.0.0.0") in names.get_values_for_type(x509.IPAddress)
     ssl.create_default_context(cafile=tls.ca_file)  # a CA a client can load
@@ -37,4 +38,4 @@ def test_off_loopback_every_service_serves_a_certificate_of_a_local_ca(tmp_path)
     assert environment["PARITY_INGEST_TLS_CERT_FILE"] == tls.cert_file and environment["PARITY_TLS_CA_FILE"] == tls.ca_file
     # A restart keeps the CA clients already trust.
     assert stack_certificates(tmp_path, "0.0.0.0") == tls
-    assert x509.load_pem_x509_certificate(open(tls.cert_file, "rb").read()) == certificate
+    assert x509.load_pem_x509_certificate(Path(tls.cert_file).read_bytes()) == certificate
