@@ -19,6 +19,7 @@ from parity.api.common.v1 import sample_pb2
 from parity.services.assembler.filters import Staleness
 from parity.services.assembler.group_builder import BuildStats
 from parity.services.assembler.rollouts import Rollout
+from parity.services.assembler.samples import unique_token_count
 from parity.services.assembler.session_marks import BatchMark, batch_id
 
 
@@ -28,7 +29,9 @@ class BatchStats:
     group_count: int = 0
     merged_call_count: int = 0
     split_count: int = 0
+    split_reasons: dict[str, int] = field(default_factory=dict)
     token_count: int = 0
+    unique_token_count: int = 0
     loss_token_fraction: float = 0.0
     truncated_count: int = 0
     filtered_counts: dict[str, int] = field(default_factory=dict)
@@ -117,7 +120,9 @@ def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: Bui
         group_count=group_count,
         merged_call_count=built.merged_calls,
         split_count=built.splits,
+        split_reasons=dict(built.split_reasons),
         token_count=token_count,
+        unique_token_count=unique_token_count(token_count, built.repeated_tokens),
         loss_token_fraction=loss_tokens / token_count if token_count else 0.0,
         truncated_count=built.truncated,
         filtered_counts=dict(+(built.filtered + filtered)),

@@ -19,6 +19,8 @@ from parity.services.assembler.trajectories import split_trajectories
 class BuildStats:
     merged_calls: int = 0
     splits: int = 0
+    split_reasons: Counter[str] = field(default_factory=Counter)
+    repeated_tokens: int = 0
     truncated: int = 0
     unusable_calls: int = 0
     # Rewards that scored no trajectory or step.
@@ -28,6 +30,8 @@ class BuildStats:
     def add(self, other: BuildStats) -> None:
         self.merged_calls += other.merged_calls
         self.splits += other.splits
+        self.split_reasons.update(other.split_reasons)
+        self.repeated_tokens += other.repeated_tokens
         self.truncated += other.truncated
         self.unusable_calls += other.unusable_calls
         self.unplaced_rewards += other.unplaced_rewards
@@ -79,6 +83,8 @@ def build_group(
             built = build_samples(trajectory, rollout.episode_id, group_id, settings.length)
             stats.merged_calls += built.merged_calls
             stats.splits += built.splits
+            stats.split_reasons.update(built.split_reasons)
+            stats.repeated_tokens += built.repeated_tokens
             stats.truncated += built.truncated
             stats.unusable_calls += built.unusable_calls
             stats.filtered["overlong_sample"] += built.dropped_overlong

@@ -11,12 +11,26 @@ sample is one that vLLM reported.
 
 A call with several choices forks the sequence: the next call continues whichever
 choice its prompt extends, and every other choice ends as a sample of its own.
+
+Each split is counted with its reason, read off where the new prompt leaves the
+sequence it came closest to extending:
+- `reply_rerendered`: inside the previous reply: its text, rendered again, gave other
+  ids than the ones sampled (a template that drops reasoning, or a non-canonical
+  tokenization of what was sampled);
+- `history_changed`: before the previous reply: earlier turns were edited, or the
+  template renders them differently now;
+- `history_cut`: the prompt is a strict prefix of the sequence (a truncated history).
+The tokens the new sequence shares with that one are counted as repeated: they are
+trained again, so tokens trained ÷ (tokens trained − repeated) is what splits cost.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 _ZERO_FLOAT = b"\x00\x00\x00\x00"
 
@@ -76,8 +90,11 @@ class MergeResult:
     sequences: list[MergedSequence]
     # Calls appended to the sequence of an earlier call.
     merged_calls: int = 0
-    # Calls whose prompt did not extend the sequence before them.
+    # Calls whose prompt did not extend the sequence before them, by reason.
     splits: int = 0
+    split_reasons: Counter[str] = field(default_factory=Counter)
+    # Tokens a split's new sequence shares with the sequence it broke from.
+    repeated_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -90,11 +107,13 @@ class _Builder:
     steps: list[StepEnd] = field(default_factory=list)
     prompt_length: int = -1
     policy_version: int | None = None
+    # Where the last appended call's sampled tokens begin.
+    last_sampled_start: int = 0
 
     def fork(self) -> _Builder:
         return _Builder(
             bytearray(self.token_ids), list(self.mask), list(self.logprobs), list(self.steps),
-            self.prompt_length, self.policy_version,
+            self.prompt_length, self.policy_version, self.last_sampled_start,
         )  # fmt: skip
 
     def append(self, step: StepTokens, new_prompt: bytes, choice: ChoiceTokens) -> None:
@@ -106,7 +125,7 @@ class _Builder:
         self.token_ids += choice.token_ids
         self.mask.append(b"\x01" * sampled)
         self.logprobs.append(choice.logprobs if choice.logprobs else _ZERO_FLOAT * sampled)
-        first_sampled = start + len(new_prompt) // 4
+        first_sampled = self.last_sampled_start = start + len(new_prompt) // 4
         self.steps.append(StepEnd(step.index, step.call_id, first_sampled + sampled - 1 if sampled else -1))
         if sampled:
             if self.prompt_length < 0:
@@ -136,6 +155,9 @@ def merge_steps(steps: Iterable[StepTokens]) -> MergeResult:
             base = next((b for b in open_ if step.prompt.startswith(b.token_ids)), None)
             if base is None:
                 result.splits += 1
+                reason, shared = _split(open_, step.prompt)
+                result.split_reasons[reason] += 1
+                result.repeated_tokens += shared
             else:
                 result.merged_calls += 1
             result.sequences += [b.finish() for b in open_ if b is not base]
@@ -149,3 +171,20 @@ def merge_steps(steps: Iterable[StepTokens]) -> MergeResult:
         open_ = forks
     result.sequences += [b.finish() for b in open_]
     return result
+
+
+def _split(open_: list[_Builder], prompt: bytes) -> tuple[str, int]:
+    """Why `prompt` extends none of the open sequences, judged against the one it shares the most with, and how
+    many tokens it shares with it."""
+    ids = np.frombuffer(prompt, dtype="<i4")
+    shared, closest = max((_common_prefix(ids, np.frombuffer(bytes(b.token_ids), dtype="<i4")), i)
+                          for i, b in enumerate(open_))  # fmt: skip
+    if shared == len(ids):
+        return "history_cut", shared
+    return ("reply_rerendered" if shared >= open_[closest].last_sampled_start else "history_changed"), shared
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n

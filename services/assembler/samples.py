@@ -15,7 +15,8 @@ How rewards become token-level rewards:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +49,9 @@ class TrajectorySamples:
     samples: list[sample_pb2.Sample]
     merged_calls: int = 0
     splits: int = 0
+    split_reasons: Counter[str] = field(default_factory=Counter)
+    # Tokens trained more than once: what a split's new sample shares with the one before.
+    repeated_tokens: int = 0
     truncated: int = 0
     # Samples dropped for length: over the limit with overlong="drop", or with no
     # sampled token left after truncation.
@@ -70,7 +74,8 @@ def trainable_steps(trajectory: Trajectory) -> tuple[list[StepTokens], int]:
 def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit: LengthLimit) -> TrajectorySamples:
     steps, unusable = trainable_steps(trajectory)
     merged = merge_steps(steps)
-    result = TrajectorySamples([], merged.merged_calls, merged.splits, unusable_calls=unusable)
+    result = TrajectorySamples([], merged.merged_calls, merged.splits, merged.split_reasons, merged.repeated_tokens,
+                               unusable_calls=unusable)  # fmt: skip
     kept: list[tuple[MergedSequence, bool]] = []
     for sequence in merged.sequences:
         truncated = False
@@ -101,6 +106,11 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
         )
         result.samples.append(sample)
     return result
+
+
+def unique_token_count(token_count: int, repeated_tokens: int) -> int:
+    """The tokens of samples counted once, whatever splits repeated (truncation may have cut repeats too)."""
+    return max(token_count - repeated_tokens, 0)
 
 
 def _truncate(sequence: MergedSequence, max_tokens: int) -> MergedSequence:

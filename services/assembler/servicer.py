@@ -40,6 +40,8 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
             filtered_counts=stats.filtered_counts,
             reward_mean=stats.reward_mean,
             reward_std=stats.reward_std,
+            unique_token_count=stats.unique_token_count,
+            split_reasons=stats.split_reasons,
         ),
     )
 
@@ -69,6 +71,10 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         filter_reason=view.filter_reason,
         split_count=view.split_count,
         outcome=view.outcome,
+        split_reasons=view.split_reasons,
+        token_count=view.token_count,
+        unique_token_count=view.unique_token_count,
+        merged_call_count=view.merged_call_count,
     )
 
 

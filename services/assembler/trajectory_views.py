@@ -8,14 +8,14 @@ is still open is found by GetTrajectory, or by ListTrajectories filtered to its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import sample_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.rollouts import Rollout
-from parity.services.assembler.samples import build_samples
+from parity.services.assembler.samples import TrajectorySamples, build_samples, unique_token_count
 from parity.services.assembler.trajectories import Trajectory, split_trajectories
 from parity.services.runtime import page_tokens
 from parity.services.runtime.errors import InvalidArgument, NotFound
@@ -31,10 +31,34 @@ class TrajectoryView:
     group_id: str
     state: int
     filter_reason: str
-    split_count: int
+    built: TrajectorySamples
     # The session's SessionOutcome; unspecified while it is open.
     outcome: int
-    samples: list[sample_pb2.Sample] = field(default_factory=list)
+    with_samples: bool = False
+
+    @property
+    def samples(self) -> list[sample_pb2.Sample]:
+        return self.built.samples if self.with_samples else []
+
+    @property
+    def split_count(self) -> int:
+        return self.built.splits
+
+    @property
+    def merged_call_count(self) -> int:
+        return self.built.merged_calls
+
+    @property
+    def split_reasons(self) -> dict[str, int]:
+        return dict(self.built.split_reasons)
+
+    @property
+    def token_count(self) -> int:
+        return sum(len(sample.loss_mask) for sample in self.built.samples)
+
+    @property
+    def unique_token_count(self) -> int:
+        return unique_token_count(self.token_count, self.built.repeated_tokens)
 
 
 def rollout_state(assembler: Assembler, rollout: Rollout | None) -> tuple[int, str]:
@@ -65,8 +89,7 @@ def views_of(assembler: Assembler, contents: store_pb.SessionContents, with_samp
     trajectories, _ = split_trajectories(session.session_id, contents.calls, contents.rewards)
     for trajectory in trajectories:
         built = build_samples(trajectory, episode, group, assembler.settings.filters.length)
-        views.append(TrajectoryView(trajectory, episode, group, state, reason, built.splits, session.outcome,
-                                    built.samples if with_samples else []))  # fmt: skip
+        views.append(TrajectoryView(trajectory, episode, group, state, reason, built, session.outcome, with_samples))
     return views
 
 

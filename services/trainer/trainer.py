@@ -23,6 +23,7 @@ import numpy as np
 import structlog
 from tqdm.auto import tqdm
 
+from parity.api.assembler.v1 import batch_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import IngestClient, RPCError
@@ -314,6 +315,7 @@ class Trainer:
                         raise
                 source.ack(batch.batch_id, run.policy_version)
                 values.update(_batch_values(tensors.rewards, tensors.policy_versions, run.policy_version - 1))
+                values.update(token_accounting(batch.stats))
                 values.update(wait_seconds=wait_seconds, sync_seconds=self.last_sync.durations_s["total"],
                               sync_max_logprob_diff=self.last_sync.max_logprob_diff, policy_version=run.policy_version)  # fmt: skip
                 for phase, seconds in self.last_sync.durations_s.items():
@@ -428,6 +430,22 @@ def _batch_values(rewards: np.ndarray, versions: np.ndarray, trained_version: in
         "sample_count": float(len(rewards)),
         "policy_lag_max": float(max(0, trained_version - int(versions.min()))),
     }
+
+
+def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
+    """What prefix merging saved and what splits cost, per batch: tokens trained, those tokens counted once, their
+    ratio, the share of call-to-call joins that merged, and the splits by reason."""
+    values = {
+        "tokens_trained": float(stats.token_count),
+        "tokens_unique": float(stats.unique_token_count),
+        "token_repetition": stats.token_count / stats.unique_token_count if stats.unique_token_count else 1.0,
+    }
+    values |= {"merged_calls": float(stats.merged_call_count), "splits": float(stats.split_count)}
+    joins = stats.merged_call_count + stats.split_count
+    if joins:
+        values["merge_rate"] = stats.merged_call_count / joins
+    values |= {f"splits_{reason}": float(count) for reason, count in sorted(stats.split_reasons.items())}
+    return values
 
 
 def _vocab_size(model_path: Path) -> int:

@@ -41,14 +41,27 @@ class TrainResult:
     """The latest checkpoint; `parity train --resume RUN_ID` continues from it."""
     resume_command: str = ""
     wall_seconds: float = 0.0
+    tokens_trained: int = 0
+    """Tokens in every sample the run trained on."""
+    tokens_unique: int = 0
+    """The same tokens, counted once where a split made a sample repeat the one before it."""
+    merge_rate: float | None = None
+    """Of the joins between one call and the next in a trajectory, the share that prefix-merged; None without any."""
+    splits: dict[str, int] = field(default_factory=dict)
+    """Splits by reason: reply_rerendered, history_changed, history_cut."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def token_repetition(self) -> float:
+        """Tokens trained ÷ unique tokens: 1.0 when every multi-turn trajectory trained as one sequence."""
+        return self.tokens_trained / self.tokens_unique if self.tokens_unique else 1.0
 
     @property
     def ok(self) -> bool:
         return self.state == "completed"
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(self) | {"token_repetition": round(self.token_repetition, 4)}
         extra = data.pop("extra")
         return {key: _finite(value) for key, value in {**data, **extra}.items()}
 

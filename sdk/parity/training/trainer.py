@@ -566,6 +566,7 @@ class Trainer:
             checkpoint=checkpoint,
             resume_command=f"parity train --resume {self.run_id} --output-dir {self.run_dir.parent}" if resumable else "",
             wall_seconds=round(time.monotonic() - self._started, 1),
+            **_token_accounting(train),
         )  # fmt: skip
 
     def _serve_command(self, exported: str) -> str:
@@ -697,3 +698,16 @@ def _results(future: concurrent.futures.Future[list[RolloutResult]]) -> list[Rol
 def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return round(sum(present) / len(present), 4) if present else None
+
+
+def _token_accounting(records: list[tracking.MetricRecord]) -> dict[str, Any]:
+    """The run's token accounting, summed over its steps' batches."""
+
+    def total(key: str) -> int:
+        return int(sum(r.values.get(key, 0.0) for r in records))
+
+    merged, splits = total("merged_calls"), total("splits")
+    reasons = sorted({key.removeprefix("splits_") for r in records for key in r.values if key.startswith("splits_")})
+    return {"tokens_trained": total("tokens_trained"), "tokens_unique": total("tokens_unique"),
+            "merge_rate": merged / (merged + splits) if merged + splits else None,
+            "splits": {reason: total(f"splits_{reason}") for reason in reasons}}  # fmt: skip

@@ -67,8 +67,14 @@ def test_two_turn_sessions_merge_into_one_token_exact_sample(full_stack, vllm_se
         calls = full_stack.calls(result.session_id)
         assert [call.endpoint for call in calls] == [endpoint, endpoint]
         assert len(trajectory.steps) == 2 and len(trajectory.samples) == 1 + trajectory.split_count
+        assert trajectory.merged_call_count + trajectory.split_count == 1
+        assert sum(trajectory.split_reasons.values()) == trajectory.split_count
+        assert trajectory.token_count == sum(len(sample.loss_mask) for sample in trajectory.samples)
         if trajectory.split_count:
+            # The second sample repeats what it shares with the first.
+            assert trajectory.unique_token_count < trajectory.token_count
             continue
+        assert trajectory.unique_token_count == trajectory.token_count
         # One sequence: the second prompt extends the first call's prompt and reply, token for token, and only
         # the sampled tokens are trained on, with the logprobs they were sampled with.
         merged += 1

@@ -87,6 +87,12 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
         session_id=t.session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL)).trajectory for t in training]  # fmt: skip
     assert all(len(v.steps) == 2 and len(v.samples) == 1 + v.split_count for v in views)
     assert any(v.split_count == 0 for v in views)
+    # The run's token accounting: every join of a two-turn rollout merged or split, each split with its reason.
+    splits = sum(result.splits.values())
+    assert result.merge_rate is not None and 0 < result.merge_rate <= 1
+    assert result.tokens_unique <= result.tokens_trained and (result.tokens_unique < result.tokens_trained) == (splits > 0)
+    assert set(result.splits) <= {"reply_rerendered", "history_changed", "history_cut"}
+    assert result.to_json()["token_repetition"] == round(result.tokens_trained / result.tokens_unique, 4)
     store = StoreClient(deployed_stack.store.address)
     session = store.get_session(store_pb.GetSessionRequest(session_id=validation[0].session_id)).session
     assert session.metadata["parity.validation"] == "true"

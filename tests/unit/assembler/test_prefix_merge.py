@@ -108,3 +108,27 @@ def test_missing_logprobs_read_as_zero_and_an_exact_resend_merges() -> None:
 def test_no_steps_no_samples() -> None:
     result = merge_steps([])
     assert (result.sequences, result.merged_calls, result.splits) == ([], 0, 0)
+
+
+def test_each_split_is_counted_with_its_reason_and_the_tokens_it_repeats() -> None:
+    system, question, think, answer, again = [1, 2, 3], [4, 5], [6, 7, 8], [9, 10], [11]
+    first = step(0, system + question, think + answer)
+    # The template dropped the reasoning from the reply: the prompt leaves the sequence inside what was sampled.
+    rerendered = step(1, system + question + answer + again, [12])
+    # An edited earlier turn: the prompt leaves the sequence before the reply.
+    edited = step(2, system + [99] + again, [13])
+    # A truncated history: the prompt is a strict prefix of what came before.
+    cut = step(3, system, [14])
+    merged = merge_steps([first, rerendered, edited, cut])
+    assert merged.splits == 3 and merged.merged_calls == 0
+    assert merged.split_reasons == {"reply_rerendered": 1, "history_changed": 1, "history_cut": 1}
+    # Each new sequence shares with the one it broke from: 5 (system + question), 3 (system), 3 (system).
+    assert merged.repeated_tokens == 5 + 3 + 3
+    total = sum(s.token_count for s in merged.sequences)
+    assert total - merged.repeated_tokens == 10 + 4 + 3 + 1  # the first sequence, then what each split added
+
+
+def test_a_merge_repeats_nothing() -> None:
+    first = step(0, [1, 2], [3, 4])
+    merged = merge_steps([first, step(1, [1, 2, 3, 4, 5], [6])])
+    assert (merged.splits, merged.repeated_tokens, dict(merged.split_reasons)) == (0, 0, {})

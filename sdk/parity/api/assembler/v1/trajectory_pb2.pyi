@@ -44,7 +44,14 @@ class Step(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome")
+    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome", "split_reasons", "token_count", "unique_token_count", "merged_call_count")
+    class SplitReasonsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +65,10 @@ class Trajectory(_message.Message):
     FILTER_REASON_FIELD_NUMBER: _ClassVar[int]
     SPLIT_COUNT_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MERGED_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     trajectory_name: str
     episode_id: str
@@ -71,4 +82,8 @@ class Trajectory(_message.Message):
     filter_reason: str
     split_count: int
     outcome: _session_pb2.SessionOutcome
-    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ...) -> None: ...
+    split_reasons: _containers.ScalarMap[str, int]
+    token_count: int
+    unique_token_count: int
+    merged_call_count: int
+    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., token_count: _Optional[int] = ..., unique_token_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ...) -> None: ...
