@@ -112,8 +112,8 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         return sync_to_proto(await asyncio.to_thread(self.trainer.sync_weights, not request.skip_verification))
 
     async def StartRun(self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext) -> pb.StartRunResponse:
-        default_root = self.trainer.deployment.work_dir / "checkpoints"
-        settings = RunSettings.from_proto(request.config, default_root) if request.HasField("config") else None
+        settings = (RunSettings.from_proto(request.config, self.trainer.default_checkpoint_dir)
+                    if request.HasField("config") else None)  # fmt: skip
         run = await asyncio.to_thread(self.trainer.start_run, settings, request.resume_checkpoint_id, request.run_id)
         return pb.StartRunResponse(run=run_to_proto(run))
 

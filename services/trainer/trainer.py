@@ -408,8 +408,13 @@ class Trainer:
             raise AlreadyExists(f"run {requested!r} has checkpoints under {settings.checkpoint_dir}; resume it instead")
         return requested
 
+    @property
+    def default_checkpoint_dir(self) -> Path:
+        """Where a run that names no checkpoint_dir keeps its checkpoints."""
+        return self.deployment.work_dir / "checkpoints"
+
     def _checkpoint_root(self) -> Path:
-        return self._run.settings.checkpoint_dir if self._run else self.deployment.work_dir / "checkpoints"
+        return self._run.settings.checkpoint_dir if self._run else self.default_checkpoint_dir
 
     def _require_run(self) -> RunStatus:
         if self._run is None:
