@@ -8,6 +8,7 @@ session's base URL, which is the only thing Parity changes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -18,7 +19,8 @@ from examples.langgraph_tools.graph import ask, build_graph
 
 def episode(task: dict[str, Any]) -> float:
     """1 for the right number in the final answer; 0.5 for having used the calculator correctly on the way (a
-    tool result that is a number rather than an error), the step an untrained model can learn first."""
+    tool result that is a number rather than an error); 0.1 for a final answer with any number in it, as the math
+    example gives: the steps an untrained model can learn first, and rewards that vary within a task's rollouts."""
     # A sync agent: the engine runs it in a thread that carries the session.
     graph = build_graph(parity.session_url(), task["model"], max_tokens=task["max_tokens"],
                         temperature=task["temperature"])  # fmt: skip
@@ -26,4 +28,6 @@ def episode(task: dict[str, Any]) -> float:
     if task["answer"] in str(conversation[-1].content):
         return 1.0
     used_tool = any(isinstance(m, ToolMessage) and str(m.content).lstrip("-").isdigit() for m in conversation)
-    return 0.5 if used_tool else 0.0
+    if used_tool:
+        return 0.5
+    return 0.1 if re.search(r"\d", str(conversation[-1].content)) else 0.0
