@@ -5,11 +5,11 @@ spool, new calls join the spool behind it, and the spool drains oldest first onc
 the store answers again. The store deduplicates by call id, so a batch that timed
 out here but committed there is harmless when it is replayed.
 
-Batches go over one long-lived StreamWriteCalls stream, one at a time: on 2 cores a
-unary WriteCalls cost the store about 0.4 ms of CPU per batch in gRPC alone, against
-0.17 ms for a message on an open stream, and with a batch or two in flight per store
-commit that setup sat on every agent's wait. A stream that fails or goes quiet is
-dropped, and the next batch opens a new one.
+Batches go over one long-lived StreamWriteCalls stream, one at a time: a unary
+WriteCalls per batch costs the store (and ingest) more CPU than a message on an open
+stream, and with a batch or two in flight per store commit that cost sits on every
+agent's wait (measurements: docs/design/store-write-stream.md). A stream that fails or
+goes quiet is dropped, and the next batch opens a new one.
 
 Durability "before" (the default) resolves a call's future once the store or the
 spool holds it, and the agent's response waits for that; "after" answers the agent
