@@ -59,7 +59,8 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         write stream mostly waits for its client's next batch, and would otherwise hold
         shutdown for the whole grace period: drain() cancels the reads still waiting, and
         their clients open new streams on the next store. (Racing every read against a
-        shutdown future instead cost a task and a wait per batch: a tenth of a small write.)"""
+        shutdown future instead costs a task and a wait per batch; see
+        docs/design/store-writer-thread.md.)"""
         if self._draining:
             return None
         task = asyncio.current_task()

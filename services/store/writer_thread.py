@@ -1,9 +1,9 @@
 """The one thread that runs the store's write transactions, in the order submitted.
 
 A thread of its own rather than `asyncio.to_thread` per transaction: the executor's
-bookkeeping and future chaining cost a small write about 60 µs of CPU, which on 2
-cores is latency for every write behind it. It also keeps the backend's writer
-connection on one thread for its whole life.
+bookkeeping and future chaining add CPU to every small write, which on a small host is
+latency for every write behind it (measurements: docs/design/store-writer-thread.md).
+It also keeps the backend's writer connection on one thread for its whole life.
 """
 
 from __future__ import annotations
