@@ -22,7 +22,10 @@ DEFAULT_PORT = 50054
 class TrainerConfig(ServerConfig):
     port: int = setting(DEFAULT_PORT, "gRPC port; 0 picks a free one")
     assembler_address: str = setting("127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)")
-    ingest_address: str = setting("", "ingest's gRPC address, paused and versioned around each sync; empty: none")
+    ingest_address: str = setting(
+        "", "ingest's gRPC address, paused and versioned around each sync; several ingest replicas: "
+        "comma-separated, all paused, versioned and resumed together; empty: none"
+    )  # fmt: skip
     replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
     replica_api_key_file: str = setting(
         "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
@@ -47,7 +50,7 @@ class TrainerConfig(ServerConfig):
             assembler_address=self.assembler_address,
             replica_urls=tuple(url.strip() for url in self.replicas.split(",") if url.strip()),
             work_dir=Path(self.work_dir),
-            ingest_address=self.ingest_address,
+            ingest_addresses=tuple(address.strip() for address in self.ingest_address.split(",") if address.strip()),
             consumer_id=self.consumer_id,
             sync_tolerance=self.sync_tolerance,
             max_message_bytes=self.max_message_bytes,

@@ -65,7 +65,8 @@ class TrainerDeployment:
     replica_urls: tuple[str, ...]
     work_dir: Path
     """Weights pushed to replicas are written under work_dir/weights."""
-    ingest_address: str = ""
+    ingest_addresses: tuple[str, ...] = ()
+    """Every ingest replica: all are paused, versioned and resumed together around each sync."""
     consumer_id: str = "trainer"
     sync_tolerance: float = 0.0
     """Largest probe difference a verified replica may show; 0 derives it from the dtypes on both sides."""
@@ -86,11 +87,11 @@ class Trainer:
         self._stop = threading.Event()
         self._unpaused = threading.Event()
         self._thread: threading.Thread | None = None
-        # Pausing ingest needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
-        self._ingest = IngestClient(deployment.ingest_address) if deployment.ingest_address else None
+        # Pausing ingests needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
+        self._ingests = [IngestClient(address) for address in deployment.ingest_addresses]
         self._sync = WeightSync(
             [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls], deployment.work_dir / "weights",
-            probe=[], tolerance=deployment.sync_tolerance, ingest=self._ingest,
+            probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests,
         )  # fmt: skip
 
     # ----- what the RPCs call
@@ -374,12 +375,14 @@ class Trainer:
             log.error("resume_traffic_failed", error=str(error))
 
     def _ingest_policy_version(self) -> int:
-        if self._ingest is None:
-            return 0
-        try:
-            return int(self._ingest.get_stats(ingest_pb.GetStatsRequest()).policy_version)
-        except RPCError as error:
-            raise Unavailable(f"ingest at {self.deployment.ingest_address}: {error}") from None
+        """The highest version any ingest stamps: a run resumes past every one of them."""
+        versions = [0]
+        for ingest in self._ingests:
+            try:
+                versions.append(int(ingest.get_stats(ingest_pb.GetStatsRequest()).policy_version))
+            except RPCError as error:
+                raise Unavailable(f"ingest at {ingest.address}: {error}") from None
+        return max(versions)
 
     def _set_state(self, run: RunStatus, state: RunState) -> None:
         run.state = state

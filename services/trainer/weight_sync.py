@@ -14,9 +14,11 @@ trains on against stale weights.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,8 +85,8 @@ class WeightSync:
     probe: list[int]
     tolerance: float = 0.0
     """Largest probe difference a verified replica may show; 0 derives it per replica from the dtypes."""
-    ingest: IngestClient | None = None
-    """None when no ingest fronts the replicas (tests, offline use): nothing to pause or version."""
+    ingests: Sequence[IngestClient] = ()
+    """Every ingest replica in front of the replicas; none in tests and offline use: nothing to pause or version."""
     drain_timeout_s: float = 120.0
 
     def sync(self, backend: TrainingBackend, policy_version: int, verify: bool = True) -> SyncResult:
@@ -123,13 +125,12 @@ class WeightSync:
                         replica.forget_server_info()
                 failures = "; ".join(f"{r.replica}: {r.error}" for r in result.replicas if not r.verified)
                 raise SyncFailed(f"weight sync to policy version {policy_version} failed: {failures}")
-            if self.ingest is not None:
-                # Every replica serves the same base model, so the adapter's name is the same on each.
-                policy_model, adapter = next(((r.policy_model, r.adapter) for r in result.replicas), ("", ""))
-                request = ingest_pb.SetPolicyVersionRequest(
-                    policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
-                )
-                self._call(self.ingest.set_policy_version, request)
+            # Every replica serves the same base model, so the adapter's name is the same on each.
+            policy_model, adapter = next(((r.policy_model, r.adapter) for r in result.replicas), ("", ""))
+            request = ingest_pb.SetPolicyVersionRequest(
+                policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
+            )
+            self._on_every_ingest(lambda ingest: ingest.set_policy_version(request))
             self._prune(keep=target)
         finally:
             phase = time.perf_counter()
@@ -166,24 +167,36 @@ class WeightSync:
                 )
 
     def hold(self, reason: str) -> None:
-        """Pause ingest traffic; returns once in-flight requests have finished. Idempotent."""
-        if self.ingest is None:
-            return
+        """Pause every ingest; returns once each has finished its requests in flight. Idempotent.
+
+        The ingests drain at once, each holding its new requests meanwhile, so no request of any of them
+        meets the new weights half way. One that does not answer within the drain timeout fails the sync."""
         request = ingest_pb.PauseTrafficRequest(
             reason=reason,
             drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
         )
-        self._call(self.ingest.pause_traffic, request, timeout_s=self.drain_timeout_s + 30)
+        try:
+            self._on_every_ingest(lambda ingest: ingest.pause_traffic(request, timeout_s=self.drain_timeout_s + 30))
+        except SyncFailed:
+            # The others paused: they must not stay so because one failed.
+            with contextlib.suppress(SyncFailed):
+                self.release()
+            raise
 
     def release(self) -> None:
-        if self.ingest is not None:
-            self._call(self.ingest.resume_traffic, ingest_pb.ResumeTrafficRequest())
+        """Resume every ingest, even when some cannot be reached: those are named in the failure."""
+        self._on_every_ingest(lambda ingest: ingest.resume_traffic(ingest_pb.ResumeTrafficRequest()))
 
-    def _call(self, method, request, timeout_s: float | None = None):  # type: ignore[no-untyped-def]
-        try:
-            return method(request, timeout_s=timeout_s)
-        except RPCError as error:
-            raise SyncFailed(f"ingest at {self.ingest.address if self.ingest else '?'}: {error}") from None
+    def _on_every_ingest(self, call: Callable[[IngestClient], object]) -> None:
+        """`call` on each ingest at once; every one is tried, and the failures are raised together."""
+        if not self.ingests:
+            return
+        with ThreadPoolExecutor(max_workers=len(self.ingests)) as pool:
+            outcomes = list(pool.map(lambda ingest: _attempt(call, ingest), self.ingests))
+        failures = [f"ingest at {ingest.address}: {error}" for ingest, error in zip(self.ingests, outcomes, strict=True)
+                    if error is not None]  # fmt: skip
+        if failures:
+            raise SyncFailed("; ".join(failures))
 
     def _prune(self, keep: Path) -> None:
         """Old weight folders go; the live one and its predecessor stay (a replica may still be reading it)."""
@@ -191,3 +204,11 @@ class WeightSync:
         for old in versions[:-KEEP_WEIGHT_VERSIONS]:
             if old != keep:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _attempt(call: Callable[[IngestClient], object], ingest: IngestClient) -> RPCError | None:
+    try:
+        call(ingest)
+    except RPCError as error:
+        return error
+    return None

@@ -4,6 +4,7 @@ caught by the probe."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from parity.clients import IngestClient
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.cpu import CpuBackend
@@ -18,6 +21,7 @@ from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import SyncFailed, WeightSync, probe_tokens
+from tests.integration.stack_fixtures import start_ingest
 from tests.integration.trainer.conftest import serving
 from tests.unit.trainer.test_backends import rewarded_batch
 
@@ -87,3 +91,27 @@ def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(traine
     # An explicit tolerance replaces the derived one.
     lenient = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), tolerance=10.0)
     assert lenient.sync(backend, policy_version=2).verified
+
+
+def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fails_the_sync(
+    trainer_vllm, module_services, tmp_path
+) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    ingests = [start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / f"spool-{n}.db")[0]
+               for n in range(2)]  # fmt: skip
+    clients = [IngestClient(ingest.address) for ingest in ingests]
+    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
+    sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), ingests=clients,
+                      drain_timeout_s=5)  # fmt: skip
+    assert sync.sync(backend, policy_version=7).verified
+    stats = [client.get_stats(ingest_pb.GetStatsRequest()) for client in clients]
+    assert [(s.policy_version, s.paused) for s in stats] == [(7, False), (7, False)]
+
+    # One ingest goes away: the next sync fails within the client's retries, naming it, and leaves no other paused.
+    ingests[1].terminate()
+    started = time.monotonic()
+    with pytest.raises(SyncFailed, match=f"ingest at {ingests[1].address}"):
+        sync.sync(backend, policy_version=8)
+    assert time.monotonic() - started < 60
+    survivor = clients[0].get_stats(ingest_pb.GetStatsRequest())
+    assert (survivor.policy_version, survivor.paused) == (7, False)
