@@ -50,6 +50,13 @@ def unpack_mask(packed: bytes) -> npt.NDArray[np.uint8]:
     return np.frombuffer(packed, dtype=MASK_DTYPE)
 
 
+def common_prefix(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> int:
+    """How many leading token ids two sequences share."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
 def _checked(packed: bytes, dtype: np.dtype, what: str) -> bytes:
     if len(packed) % dtype.itemsize:
         raise ValueError(f"packed {what} length {len(packed)} is not a multiple of {dtype.itemsize}")

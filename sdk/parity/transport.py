@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,11 @@ class TransportError(ValueError):
 
 @dataclass(frozen=True)
 class ChannelSecurity:
-    token: str = ""
+    # Never in the repr: reprs end up in logs and tracebacks.
+    token: str = field(default="", repr=False)
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
-
-    def __repr__(self) -> str:
-        # Never the token itself: reprs end up in logs and tracebacks.
-        return (f"ChannelSecurity(token={'set' if self.token else 'unset'}, tls_ca_file={self.tls_ca_file!r}, "
-                f"tls_cert_file={self.tls_cert_file!r})")  # fmt: skip
 
     @classmethod
     def from_environment(cls, environ: dict[str, str] | None = None) -> ChannelSecurity:

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
+from parity import tokens
 
 _ZERO_FLOAT = b"\x00\x00\x00\x00"
 
@@ -176,15 +176,9 @@ def merge_steps(steps: Iterable[StepTokens]) -> MergeResult:
 def _split(open_: list[_Builder], prompt: bytes) -> tuple[str, int]:
     """Why `prompt` extends none of the open sequences, judged against the one it shares the most with, and how
     many tokens it shares with it."""
-    ids = np.frombuffer(prompt, dtype="<i4")
-    shared, closest = max((_common_prefix(ids, np.frombuffer(bytes(b.token_ids), dtype="<i4")), i)
+    ids = tokens.unpack_token_ids(prompt)
+    shared, closest = max((tokens.common_prefix(ids, tokens.unpack_token_ids(b.token_ids)), i)
                           for i, b in enumerate(open_))  # fmt: skip
     if shared == len(ids):
         return "history_cut", shared
     return ("reply_rerendered" if shared >= open_[closest].last_sampled_start else "history_changed"), shared
-
-
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -51,6 +51,16 @@ class Upstream(Generic[Client]):
             return call(request)
         except RPCError as error:
             raise self.failure(error) from None
+
+    def read_all(self, call: Callable[[Request], Any], request: Request, field: str) -> list[Any]:
+        """Every item of a list RPC: `field` of each page, asking again with its next_page_token until none."""
+        found: list[Any] = []
+        while True:
+            response = self.read(call, request)
+            found += getattr(response, field)
+            if not response.next_page_token:
+                return found
+            request.page_token = response.next_page_token  # type: ignore[attr-defined]
 
     def failure(self, error: RPCError) -> Exception:
         if error.code == grpc.StatusCode.NOT_FOUND:

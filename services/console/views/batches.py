@@ -168,16 +168,8 @@ def _rosters(
     assembler = services.assembler
 
     def roster(group_id: str) -> list[trajectory_pb2.Trajectory]:
-        found, token = [], ""
-        while True:
-            request = assembler_pb.ListTrajectoriesRequest(
-                group_id=group_id, page_size=1000, page_token=token
-            )
-            response = assembler.read(assembler.client.list_trajectories, request)
-            found += response.trajectories
-            token = response.next_page_token
-            if not token:
-                return found
+        request = assembler_pb.ListTrajectoriesRequest(group_id=group_id, page_size=1000)
+        return assembler.read_all(assembler.client.list_trajectories, request, "trajectories")
 
     try:
         with ThreadPoolExecutor(_ROSTER_THREADS) as threads:

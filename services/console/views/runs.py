@@ -132,17 +132,8 @@ def _reward_first(values: Mapping[str, float]) -> dict[str, float]:
 
 def _all_metrics(services: Services, run_id: str, kind: int) -> list[trainer_pb.StepMetrics]:
     trainer = services.trainer
-    found: list[trainer_pb.StepMetrics] = []
-    token = ""
-    while True:
-        request = trainer_pb.ListRunMetricsRequest(
-            run_id=run_id, kind=kind, page_size=_METRICS_PAGE, page_token=token
-        )
-        response = trainer.read(trainer.client.list_run_metrics, request)
-        found += response.metrics
-        token = response.next_page_token
-        if not token:
-            return found
+    request = trainer_pb.ListRunMetricsRequest(run_id=run_id, kind=kind, page_size=_METRICS_PAGE)
+    return trainer.read_all(trainer.client.list_run_metrics, request, "metrics")
 
 
 def _config(config: run_pb2.RunConfig) -> list[tuple[str, str]]:

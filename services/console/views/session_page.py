@@ -113,31 +113,14 @@ def session_page(services: Services, session_id: str, default_tokenizer: str) ->
 
 def _calls(services: Services, session_id: str) -> list[llm_call_pb2.LlmCall]:
     store = services.store
-    calls: list[llm_call_pb2.LlmCall] = []
-    token = ""
-    while True:
-        request = store_pb.ListCallsRequest(session_id=session_id, page_size=_CALL_PAGE, page_token=token,
-                                            view=store_pb.CALL_VIEW_FULL)  # fmt: skip
-        response = store.read(store.client.list_calls, request)
-        calls += response.calls
-        token = response.next_page_token
-        if not token:
-            return calls
+    request = store_pb.ListCallsRequest(session_id=session_id, page_size=_CALL_PAGE, view=store_pb.CALL_VIEW_FULL)
+    return store.read_all(store.client.list_calls, request, "calls")
 
 
 def _rewards(services: Services, session_id: str) -> list[reward_pb2.Reward]:
     store = services.store
-    rewards: list[reward_pb2.Reward] = []
-    token = ""
-    while True:
-        request = store_pb.ListRewardsRequest(
-            session_id=session_id, page_size=1000, page_token=token
-        )
-        response = store.read(store.client.list_rewards, request)
-        rewards += response.rewards
-        token = response.next_page_token
-        if not token:
-            return rewards
+    request = store_pb.ListRewardsRequest(session_id=session_id, page_size=1000)
+    return store.read_all(store.client.list_rewards, request, "rewards")
 
 
 def _run_model(services: Services, run_id: str, banners: list[str]) -> str:

@@ -282,7 +282,7 @@ class _Builder:
             return JoinView("first", "the trajectory's first sampled call: its whole prompt")
         before, before_prompt, before_choices = self.previous
         sequences = [np.concatenate([before_prompt, c]) for c in before_choices]
-        prefixes = [_common_prefix(seq, prompt) for seq in sequences]
+        prefixes = [tokens.common_prefix(seq, prompt) for seq in sequences]
         best = int(np.argmax(prefixes))
         sequence, shared = sequences[best], prefixes[best]
         choice_note = f" (choice {best})" if len(sequences) > 1 else ""
@@ -320,12 +320,6 @@ def _mask_at(mask: np.ndarray | None, position: int) -> int:
 def _bins(logprobs: np.ndarray) -> np.ndarray:
     """Each logprob's colour bin: how many thresholds it falls below."""
     return np.searchsorted(-np.asarray(LOGPROB_BINS), -logprobs, side="left")
-
-
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 def _skip_reason(call: llm_call_pb2.LlmCall) -> str:
