@@ -21,6 +21,8 @@ MAX_SLUG_LENGTH = 8192
 MAX_ID_LENGTH = 256
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,255}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# How ingest builds a session's prompts (see docs/multi-turn.md); empty: ingest's own setting.
+HISTORY_MODES = ("as_deployed", "exact_history")
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,13 @@ class SessionRef:
     parent_session_ids: tuple[str, ...] = ()
     trajectory_name: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
+    history_mode: str = ""
+    """One of HISTORY_MODES, or empty for the mode ingest runs with."""
 
 
 def encode(ref: SessionRef) -> str:
     check(ref)
-    plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata)
+    plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode)
     if plain and _PLAIN_ID.fullmatch(ref.session_id) and not ref.session_id.startswith(PREFIX):
         return ref.session_id
     document: dict[str, object] = {"s": ref.session_id}
@@ -45,6 +49,8 @@ def encode(ref: SessionRef) -> str:
         document["t"] = ref.trajectory_name
     if ref.metadata:
         document["m"] = dict(ref.metadata)
+    if ref.history_mode:
+        document["h"] = ref.history_mode
     packed = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     slug = PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
     if len(slug) > MAX_SLUG_LENGTH:
@@ -77,7 +83,10 @@ def decode(slug: str) -> SessionRef:
         raise ValueError("session slug 't' must be a string")
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError("session slug 'm' must map strings to strings")
-    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata)
+    history_mode = document.get("h", "")
+    if not isinstance(history_mode, str):
+        raise ValueError("session slug 'h' must be a string")
+    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata, history_mode)
     check(ref)
     return ref
 
@@ -98,6 +107,8 @@ def check(ref: SessionRef) -> None:
     if ref.session_id in ref.parent_session_ids:
         raise ValueError(f"session {ref.session_id!r} cannot be its own ancestor")
     check_metadata(ref.metadata)
+    if ref.history_mode and ref.history_mode not in HISTORY_MODES:
+        raise ValueError(f"history_mode must be one of {', '.join(HISTORY_MODES)}, got {ref.history_mode[:40]!r}")
 
 
 def check_metadata(metadata: Mapping[str, str]) -> None:

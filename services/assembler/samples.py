@@ -86,6 +86,7 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             sequence, truncated = _truncate(sequence, limit.max_tokens), True
             result.truncated += 1
         kept.append((sequence, truncated))
+    history_modes = {call.call_id: call.history_mode for call in trajectory.calls}
     for position, (sequence, truncated) in enumerate(kept):
         sample = sample_pb2.Sample(
             sample_id=_sample_id(trajectory.session_id, trajectory.name, position),
@@ -103,9 +104,15 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             call_ids=sequence.call_ids,
             truncated=truncated,
             metadata=_FINAL if position == len(kept) - 1 else _NOT_FINAL,
+            history_mode=history_mode(history_modes.get(sequence.call_ids[0], 0)),
         )
         result.samples.append(sample)
     return result
+
+
+def history_mode(recorded: int) -> int:
+    """A call's history mode, with calls recorded before there were modes read as as_deployed."""
+    return recorded or llm_call_pb2.HISTORY_MODE_AS_DEPLOYED
 
 
 def unique_token_count(token_count: int, repeated_tokens: int) -> int:

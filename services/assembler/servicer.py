@@ -16,6 +16,7 @@ from parity.services.assembler import trajectory_views
 from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
 from parity.services.assembler.batches import Batch
+from parity.services.assembler.samples import history_mode
 from parity.services.assembler.trajectory_views import TrajectoryView
 from parity.services.runtime.errors import InvalidArgument, ParityError
 
@@ -75,6 +76,7 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         token_count=view.token_count,
         unique_token_count=view.unique_token_count,
         merged_call_count=view.merged_call_count,
+        history_mode=history_mode(trajectory.calls[0].history_mode) if trajectory.calls else 0,
     )
 
 

@@ -79,6 +79,24 @@ CHAT_TEMPLATE = """\
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
 """
 
+# The same ChatML, rewriting history as Qwen3-class reasoning models do: an assistant turn before the
+# last user message loses its `<think>...</think>`, so each new call's prompt stops extending the
+# sequence the model sampled. Multi-turn tests of the history modes serve the tiny model with it.
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{%- for message in messages %}\n",
+    "{%- set ns = namespace(last_user=-1) %}\n"
+    "{%- for message in messages %}{%- if message.role == 'user' %}{%- set ns.last_user = loop.index0 %}"
+    "{%- endif %}{%- endfor %}\n"
+    "{%- for message in messages %}\n",
+).replace(
+    "{{- '<|im_start|>assistant\\n' + (message.content or '') }}",
+    "{%- set content = message.content or '' %}\n"
+    "{%- if loop.index0 < ns.last_user and '</think>' in content %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}\n"
+    "{{- '<|im_start|>assistant\\n' + content }}",
+)
+CHAT_TEMPLATES = {"chatml": CHAT_TEMPLATE, "chatml-thinking": THINKING_CHAT_TEMPLATE}
+
 
 @dataclass(frozen=True)
 class TinyModelSpec:
@@ -99,6 +117,8 @@ class TinyModelSpec:
     """Share one matrix between the input embeddings and the output head, as most small open
     models do (Qwen2.5 0.5B-3B, Llama 3.2 1B/3B, Gemma); the checkpoint then holds no lm_head."""
     output_gain: float = 1.0
+    chat_template: str = "chatml"
+    """A key of CHAT_TEMPLATES: "chatml-thinking" strips earlier turns' reasoning, as Qwen3's template does."""
     """The final norm's gain, which scales every logit. At the untrained 1 the logits stay within
     about ±2.5 whatever the hidden state, so only the output head and this gain can sharpen the
     policy, and a LoRA adapter on the decoder's linear layers cannot; a trained model's gains
@@ -195,7 +215,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def tokenizer_config(model_max_length: int) -> dict[str, object]:
+def tokenizer_config(model_max_length: int, chat_template: str = CHAT_TEMPLATE) -> dict[str, object]:
     return {
         "tokenizer_class": "Qwen2Tokenizer",
         "bos_token": None,
@@ -203,7 +223,7 @@ def tokenizer_config(model_max_length: int) -> dict[str, object]:
         "pad_token": END_OF_TEXT,
         "model_max_length": model_max_length,
         "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
 
 
@@ -240,7 +260,7 @@ def generate_tiny_model(out_dir: Path, spec: TinyModelSpec = TinyModelSpec()) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(spec.vocab_size)
     tokenizer.save(str(out_dir / "tokenizer.json"))
-    config = tokenizer_config(spec.max_position_embeddings)
+    config = tokenizer_config(spec.max_position_embeddings, CHAT_TEMPLATES[spec.chat_template])
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     model = build_model(
         spec,
@@ -262,8 +282,14 @@ def main(argv: list[str] | None = None) -> int:
         "--output-gain", type=float, default=1.0,
         help="the final norm's gain, which scales the logits (default 1); 8 gives a LoRA adapter room to learn",
     )  # fmt: skip
+    parser.add_argument(
+        "--chat-template", choices=sorted(CHAT_TEMPLATES), default="chatml",
+        help="chatml-thinking drops <think>...</think> from assistant turns before the last user message",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    spec = TinyModelSpec(seed=args.seed, tie_embeddings=args.tie_embeddings, output_gain=args.output_gain)
+    spec = TinyModelSpec(
+        seed=args.seed, tie_embeddings=args.tie_embeddings, output_gain=args.output_gain, chat_template=args.chat_template
+    )
     print(generate_tiny_model(args.out, spec))
     return 0
 

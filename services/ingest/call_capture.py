@@ -10,6 +10,7 @@ log reads its fields back from here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from parity.api.common.v1 import llm_call_pb2
@@ -44,6 +45,10 @@ class CallCapture:
         self.attempts = 0
         self.first_byte_at: float | None = None
         self.call: llm_call_pb2.LlmCall | None = None
+        self.history_mode = llm_call_pb2.HISTORY_MODE_AS_DEPLOYED
+        self.history_fallback = ""
+        self.on_succeeded: Callable[[CallCapture], None] | None = None
+        """Called once a call that succeeded is recorded (exact_history remembers its sequence)."""
 
     @property
     def session_id(self) -> str:
@@ -83,6 +88,8 @@ class CallCapture:
         fields: dict[str, Any] = {"session_id": self.session_id, "model": self.model, "stream": self.streamed}
         if self.served_model != self.model:
             fields["served_model"] = self.served_model
+        if self.history_fallback:
+            fields["history_fallback"] = self.history_fallback
         if self.replica:
             fields["replica"] = self.replica
         if self.call is not None:
@@ -101,4 +108,8 @@ class CallCapture:
         )  # fmt: skip
         if self.served_model != self.model:
             self.call.served_model = self.served_model
+        self.call.history_mode = self.history_mode
+        self.call.history_fallback = self.history_fallback
+        if outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED and self.on_succeeded is not None:
+            self.on_succeeded(self)
         return self.call

@@ -19,13 +19,15 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
+from parity.services.ingest.capture import CHAT, COMPLETIONS, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
 from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.exact_history import ExactHistory
 from parity.services.ingest.external_models import ExternalModels
 from parity.services.ingest.policy_adapter import PolicyAdapter
 from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.replies import DISCONNECTED, POLICY, SUCCEEDED, UPSTREAM_ERROR
+from parity.services.ingest.sse import split_sse_data
 from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
 from parity.services.ingest.upstream_http import UpstreamAbandoned, UpstreamConnectionError
 
@@ -44,13 +46,16 @@ class PolicyState:
 class ChatBackend:
     def __init__(
         self, router: ReplicaRouter, upstream: UpstreamClient, sink: CaptureSink, policy: PolicyState,
-        external: ExternalModels,
+        external: ExternalModels, exact: ExactHistory | None = None, history_mode: str = "as_deployed",
     ) -> None:  # fmt: skip
         self.router = router
         self.upstream = upstream
         self.sink = sink
         self.policy = policy
         self.external = external
+        self.exact = exact
+        self.history_mode = history_mode
+        """The mode of sessions that do not name one."""
 
     def models(self) -> list[str]:
         return sorted(self.router.models() | set(self.external.models()))
@@ -91,6 +96,12 @@ class ChatBackend:
             request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
             kind=POLICY, started_at=call.started_at,
         )  # fmt: skip
+        if self.exact is not None and call.endpoint == CHAT and (call.session.history_mode or self.history_mode) == "exact_history":
+            continuation = self.exact.watch(call, capture)
+            if continuation is not None:
+                forwarded = await self.exact.forward(call, capture, continuation, candidates)
+                if forwarded is not None:
+                    return forwarded
         path = UPSTREAM_PATHS.get(call.endpoint, CHAT_PATH)
         try:
             reply = await self.upstream.post(candidates, path, orjson.dumps(call.body))
@@ -176,11 +187,3 @@ async def _stream(reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[
     ran_to_end = True
     await capture.finish(outcome, error_message)
     raise StreamFailed(error_message)
-
-
-def split_sse_data(partial: bytes, data: bytes) -> tuple[list[bytes], bytes]:
-    """The `data: ` payloads of the SSE lines that `partial + data` completes, and the
-    unfinished line left over for the next read."""
-    lines = (partial + data if partial else data).split(b"\n")
-    rest = lines.pop()
-    return [line[6:].strip() for line in lines if line.startswith(b"data: ")], rest

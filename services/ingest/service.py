@@ -25,7 +25,9 @@ from parity.services.ingest.endpoints.anthropic_messages.serving import Anthropi
 from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.chain import ResponseChains
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
+from parity.services.ingest.exact_history import ExactHistory
 from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.history_book import HistoryBook
 from parity.services.ingest.http_api import Endpoints, IngestHttpApp
 from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
@@ -42,6 +44,7 @@ from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.session_slug import HISTORY_MODES
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +77,15 @@ class IngestConfig(ServerConfig):
     )
     external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
     policy_version: int = setting(0, "policy version stamped on calls until SetPolicyVersion changes it")
+    history_mode: str = setting(
+        "as_deployed", "how sessions that do not name one build their prompts: as_deployed (vLLM renders every "
+        "request's messages) or exact_history (later calls continue the exact ids of earlier ones; docs/multi-turn.md)",
+        HISTORY_MODES,
+    )  # fmt: skip
+    exact_history_budget_tokens: int = setting(
+        50_000_000, "token ids exact_history keeps in memory for the trajectories it continues (4 bytes each); "
+        "the least recently used trajectory is forgotten first",
+    )  # fmt: skip
     model_alias: list[str] = field(
         default_factory=list,
         metadata={"help": "PATTERN=MODEL: serve requests for models matching the glob PATTERN with MODEL (a served "
@@ -84,7 +96,8 @@ class IngestConfig(ServerConfig):
         super().__post_init__()
         if not 0 <= self.http_port <= 65535:
             raise InvalidArgument(f"http_port must be in 0..65535, got {self.http_port}")
-        for name in ("spool_max_mb", "capture_batch_size", "max_pending_captures", "max_body_mb"):
+        for name in ("spool_max_mb", "capture_batch_size", "max_pending_captures", "max_body_mb",
+                     "exact_history_budget_tokens"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.upstream_retries < 0:
@@ -156,7 +169,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     policy = PolicyState(config.policy_version)
     gate = TrafficGate()
     external = ExternalModels(config.external_models)
-    backend = ChatBackend(router, upstream, sink, policy, external)
+    exact = ExactHistory(router, upstream, HistoryBook(config.exact_history_budget_tokens))
+    backend = ChatBackend(router, upstream, sink, policy, external, exact, config.history_mode)
     aliases = ModelAliases(config.model_alias, backend.served, router.policy_model)
     chains = ResponseChains(config.store, config.max_message_bytes)
     endpoints = Endpoints(

@@ -68,6 +68,8 @@ class EngineConfig:
     """Close every rollout as validation: captured and kept, never trained on."""
     training_run: str = ""
     """The trainer run these rollouts are for: the assembler batches them for that run only."""
+    history_mode: str = ""
+    """How ingest builds the rollouts' prompts: as_deployed or exact_history (docs/multi-turn.md); empty: ingest's."""
 
     def __post_init__(self) -> None:
         if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
@@ -153,7 +155,8 @@ class AgentEngine:
         outcome: Outcome = "succeeded"
         reward: float | None = None
         error = ""
-        async with session(session_id, task=task_id, rollout=str(rollout), attempt=str(attempt)):
+        async with session(session_id, history_mode=self.config.history_mode or None, task=task_id,
+                           rollout=str(rollout), attempt=str(attempt)):  # fmt: skip
             try:
                 returned = await asyncio.wait_for(self._call(threads, task), self.config.timeout_s)
                 reward = _as_reward(returned)

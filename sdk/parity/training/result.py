@@ -41,6 +41,8 @@ class TrainResult:
     """The latest checkpoint; `parity train --resume RUN_ID` continues from it."""
     resume_command: str = ""
     wall_seconds: float = 0.0
+    history_mode: str = ""
+    """How the rollouts' prompts were built: as_deployed or exact_history."""
     tokens_trained: int = 0
     """Tokens in every sample the run trained on."""
     tokens_unique: int = 0

@@ -31,7 +31,8 @@ class Sampling:
 
 class RolloutRunner:
     def __init__(
-        self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int
+        self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int,
+        history_mode: str = "",
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -39,6 +40,7 @@ class RolloutRunner:
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.retries = retries
+        self.history_mode = history_mode
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="parity-rollouts", daemon=True)
         self._thread.start()
@@ -54,6 +56,7 @@ class RolloutRunner:
         config = EngineConfig(
             rollouts_per_task=rollouts_per_task, concurrency=self.concurrency, timeout_s=self.timeout_s,
             retries=self.retries, run_id=prefix, progress=False, validation=validation, training_run=self.run_id,
+            history_mode=self.history_mode,
         )  # fmt: skip
         engine = AgentEngine(self.agent, config, assembler=self.assembler)
         future = asyncio.run_coroutine_threadsafe(engine.arun(filled), self._loop)

@@ -18,6 +18,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity.session_slug import HISTORY_MODES
+
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
 BACKENDS = ("auto", "cpu", "fsdp")
 MODES = ("sync", "async")
@@ -113,6 +115,8 @@ class TrainSettings:
     lora_target_modules: str = setting("all-linear", "comma-separated names of the modules LoRA adapts (q_proj,v_proj); all-linear: every linear layer but the output head", group="lora")
     lora_dropout: float = setting(0.0, "dropout on the adapter's input while training (the cpu backend; fsdp takes 0)", group="lora")
     lora_merge: bool = setting(False, "also export the model with the adapter merged into it, to RUN_DIR/model/merged", group="lora")
+    # Multi-turn.
+    history_mode: str = setting("as_deployed", "how ingest builds each later call's prompt: as_deployed renders the agent's messages as a deployment does; exact_history continues the exact ids of the session's earlier calls (docs/multi-turn.md)", choices=HISTORY_MODES, group="rollouts")
     # The agent engine.
     concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
     rollout_timeout_s: float = setting(300.0, "wall time one rollout may take", group="rollouts")

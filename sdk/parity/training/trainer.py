@@ -177,6 +177,7 @@ class Trainer:
         self._runner = RolloutRunner(
             self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
             timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
+            history_mode=self.settings.history_mode,
         )  # fmt: skip
         self.state = "running"
         log.info("run_started", run_id=self.run_id, run_dir=str(self.run_dir), steps=self.total_steps,
@@ -565,7 +566,7 @@ class Trainer:
             exported_model=exported, serve_command=self._serve_command(exported) if exported else "",
             checkpoint=checkpoint,
             resume_command=f"parity train --resume {self.run_id} --output-dir {self.run_dir.parent}" if resumable else "",
-            wall_seconds=round(time.monotonic() - self._started, 1),
+            wall_seconds=round(time.monotonic() - self._started, 1), history_mode=self.settings.history_mode,
             **_token_accounting(train),
         )  # fmt: skip
 

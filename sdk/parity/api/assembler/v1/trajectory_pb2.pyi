@@ -1,3 +1,4 @@
+from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
 from parity.api.common.v1 import reward_pb2 as _reward_pb2
 from parity.api.common.v1 import sample_pb2 as _sample_pb2
 from parity.api.common.v1 import session_pb2 as _session_pb2
@@ -44,7 +45,7 @@ class Step(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome", "split_reasons", "token_count", "unique_token_count", "merged_call_count")
+    __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome", "split_reasons", "token_count", "unique_token_count", "merged_call_count", "history_mode")
     class SplitReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +70,7 @@ class Trajectory(_message.Message):
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     MERGED_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_MODE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     trajectory_name: str
     episode_id: str
@@ -86,4 +88,5 @@ class Trajectory(_message.Message):
     token_count: int
     unique_token_count: int
     merged_call_count: int
-    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., token_count: _Optional[int] = ..., unique_token_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ...) -> None: ...
+    history_mode: _llm_call_pb2.HistoryMode
+    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., token_count: _Optional[int] = ..., unique_token_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...

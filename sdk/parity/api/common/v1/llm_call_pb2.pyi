@@ -31,6 +31,12 @@ class CallOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALL_OUTCOME_SUCCEEDED: _ClassVar[CallOutcome]
     CALL_OUTCOME_UPSTREAM_ERROR: _ClassVar[CallOutcome]
     CALL_OUTCOME_CLIENT_DISCONNECTED: _ClassVar[CallOutcome]
+
+class HistoryMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HISTORY_MODE_UNSPECIFIED: _ClassVar[HistoryMode]
+    HISTORY_MODE_AS_DEPLOYED: _ClassVar[HistoryMode]
+    HISTORY_MODE_EXACT_HISTORY: _ClassVar[HistoryMode]
 CALL_KIND_UNSPECIFIED: CallKind
 CALL_KIND_POLICY: CallKind
 CALL_KIND_EXTERNAL: CallKind
@@ -43,9 +49,12 @@ CALL_OUTCOME_UNSPECIFIED: CallOutcome
 CALL_OUTCOME_SUCCEEDED: CallOutcome
 CALL_OUTCOME_UPSTREAM_ERROR: CallOutcome
 CALL_OUTCOME_CLIENT_DISCONNECTED: CallOutcome
+HISTORY_MODE_UNSPECIFIED: HistoryMode
+HISTORY_MODE_AS_DEPLOYED: HistoryMode
+HISTORY_MODE_EXACT_HISTORY: HistoryMode
 
 class LlmCall(_message.Message):
-    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed", "served_model", "lora_adapter")
+    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed", "served_model", "lora_adapter", "history_mode", "history_fallback")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +82,8 @@ class LlmCall(_message.Message):
     STREAMED_FIELD_NUMBER: _ClassVar[int]
     SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
     LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_MODE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     session_id: str
     parent_session_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -93,7 +104,9 @@ class LlmCall(_message.Message):
     streamed: bool
     served_model: str
     lora_adapter: str
-    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: _Optional[bool] = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ...) -> None: ...
+    history_mode: HistoryMode
+    history_fallback: str
+    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: _Optional[bool] = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., history_mode: _Optional[_Union[HistoryMode, str]] = ..., history_fallback: _Optional[str] = ...) -> None: ...
 
 class Choice(_message.Message):
     __slots__ = ("index", "token_ids", "logprobs", "finish_reason", "text", "tool_calls_json", "reasoning_text", "stop_reason")

@@ -1,13 +1,14 @@
+from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Sample(_message.Message):
-    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "token_ids", "loss_mask", "rollout_logprobs", "reward", "token_rewards", "policy_version", "prompt_length", "call_ids", "truncated", "metadata")
+    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "token_ids", "loss_mask", "rollout_logprobs", "reward", "token_rewards", "policy_version", "prompt_length", "call_ids", "truncated", "metadata", "history_mode")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +31,7 @@ class Sample(_message.Message):
     CALL_IDS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_MODE_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     session_id: str
     trajectory_name: str
@@ -45,4 +47,5 @@ class Sample(_message.Message):
     call_ids: _containers.RepeatedScalarFieldContainer[str]
     truncated: bool
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    history_mode: _llm_call_pb2.HistoryMode
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...
