@@ -212,7 +212,9 @@ class _Derender:
         return Forwarded(capture, response=answer)
 
     async def stream(self, reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[list[dict[str, Any]], None]:
-        """The generate stream's chunks, derendered as they come."""
+        """The generate stream's chunks, derendered one network read at a time: each derender replays the reply so
+    far through vLLM's parsers, so one call per read rather than per engine step keeps a long reply's cost down
+    when vLLM is busy and a read holds many steps."""
         outcome, error_message = DISCONNECTED, ""
         partial, state, first, tool_call_seen = b"", None, True, False
         include_usage = bool((self.call.body.get("stream_options") or {}).get("include_usage"))
@@ -226,9 +228,7 @@ class _Derender:
                 done = payloads[-1] == b"[DONE]"
                 generated = [orjson.loads(p) for p in payloads if p != b"[DONE]"]
                 chunks = []
-                for step in generated:
-                    # One derender per engine step, as the chat endpoint parses one delta per step: merging
-                    # steps would move tool-call and finish deltas between chunks.
+                for step in _merge_steps(generated):
                     answer, state = await self._derender_chunk(step, state)
                     choice = (step.get("choices") or [None])[0]
                     if choice is not None:
@@ -329,3 +329,22 @@ def _as_detokenized(generated: dict[str, Any]) -> dict[str, Any]:
                 choice["logprobs"] = logprobs | {"content": content[:-1]}
         choices.append(choice)
     return generated | {"choices": choices}
+
+
+def _merge_steps(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One read's generate chunks as one chunk per run of token steps. The finishing step and the usage chunk
+    stay on their own: the chat endpoint sends its finish reason in a chunk of its own."""
+    merged: list[dict[str, Any]] = []
+    for chunk in chunks:
+        choices = chunk.get("choices") or []
+        previous = (merged[-1].get("choices") or [None])[0] if merged else None
+        if choices and previous is not None and not previous.get("finish_reason") and not choices[0].get("finish_reason"):
+            step = choices[0]
+            content = ((previous.get("logprobs") or {}).get("content") or []) + ((step.get("logprobs") or {}).get("content") or [])
+            merged[-1]["choices"] = [step | {
+                "token_ids": (previous.get("token_ids") or []) + (step.get("token_ids") or []),
+                "logprobs": {"content": content},
+            }]  # fmt: skip
+            continue
+        merged.append(dict(chunk))
+    return merged

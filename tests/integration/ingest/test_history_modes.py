@@ -83,7 +83,9 @@ async def ask(client: Any, messages: list[dict], regex: str, stream: bool) -> tu
             events.append("usage")
             continue
         delta = chunk.choices[0].delta
-        events.append("role" if delta.role else "tool_call" if delta.tool_calls else "finish" if chunk.choices[0].finish_reason else "content")
+        kinds = {"role": delta.role, "content": delta.content, "tool_call": delta.tool_calls,
+                 "finish": chunk.choices[0].finish_reason}  # fmt: skip
+        events.append(frozenset(kind for kind, present in kinds.items() if present))
         content += delta.content or ""
         for call in delta.tool_calls or ():
             merged = calls.setdefault(call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
@@ -92,8 +94,10 @@ async def ask(client: Any, messages: list[dict], regex: str, stream: bool) -> tu
             merged["function"]["arguments"] += (call.function and call.function.arguments) or ""
         finish = chunk.choices[0].finish_reason or finish
     message = {"role": "assistant", "content": content} | ({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})
-    # Event kinds in order of first appearance: how many deltas a reply takes is the sampler's business.
-    shape = ("stream", finish, list(dict.fromkeys(events)))
+    # The role alone first, the finish reason alone last, and which kinds of delta came between: how many
+    # chunks a reply takes is the sampler's and the network's business.
+    answer_events = [e for e in events if e != "usage"]
+    shape = ("stream", finish, answer_events[0], answer_events[-1], sorted(set().union(*answer_events)), "usage" in events)
     return message, shape + _tool_call_shape(message)
 
 
