@@ -17,7 +17,6 @@ assembler and an ingest. Agents reply `<think>…</think>answer` (vLLM's structu
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import subprocess
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 import httpx
-import openai
 from ingest import PYTHON, Processes, free_port
 from scratch import scratch_dir
 

@@ -19,7 +19,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.capture import CHAT, COMPLETIONS, CaptureRequest
+from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
 from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
 from parity.services.ingest.exact_history import ExactHistory
@@ -96,7 +96,8 @@ class ChatBackend:
             request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
             kind=POLICY, started_at=call.started_at,
         )  # fmt: skip
-        if self.exact is not None and call.endpoint == CHAT and (call.session.history_mode or self.history_mode) == "exact_history":
+        history_mode = call.session.history_mode or self.history_mode
+        if self.exact is not None and call.endpoint != COMPLETIONS and history_mode == "exact_history":
             continuation = self.exact.watch(call, capture)
             if continuation is not None:
                 forwarded = await self.exact.forward(call, capture, continuation, candidates)

@@ -142,6 +142,8 @@ class TrajectoryView:
     samples: list[tuple[int, int, bool]] = field(default_factory=list)
     """(tokens, loss tokens, truncated) of each sample."""
     split_count: int = 0
+    history_mode: str = ""
+    """as_deployed or exact_history: how the calls' prompts were built."""
 
     @property
     def sampled_count(self) -> int:
@@ -164,6 +166,9 @@ def build_trajectory(
 ) -> TrajectoryView:
     samples = list(assembled.samples) if assembled is not None else []
     view = TrajectoryView(name, [], assembled is not None)
+    if calls:
+        mode = calls[0].history_mode or llm_call_pb2.HISTORY_MODE_AS_DEPLOYED
+        view.history_mode = enum_label(llm_call_pb2.HistoryMode, mode, "HISTORY_MODE_")
     if assembled is not None:
         view.state = enum_label(
             trajectory_pb2.TrajectoryState, assembled.state, "TRAJECTORY_STATE_"

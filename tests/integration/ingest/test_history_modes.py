@@ -12,8 +12,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import numpy as np
+import openai
 import pytest
 
 import parity
@@ -219,6 +221,37 @@ def test_an_agent_that_edits_its_history_falls_back_with_a_counted_split(stack) 
     view = trajectory(stack, result.session_id)
     assert view.split_count == 1 and view.split_reasons == {"history_changed": 1}
     assert len(view.samples) == 2
+
+
+def anthropic_agent(task: dict) -> float:
+    client = anthropic.Anthropic(base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0)
+    messages: list[dict] = [{"role": "user", "content": task["prompt"]}]
+    for _ in range(3):
+        reply = client.messages.create(model=MODEL, max_tokens=12, messages=messages)
+        messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "And then?"}]
+    return 1.0
+
+
+def responses_agent(task: dict) -> float:
+    client = openai.OpenAI(base_url=parity.session_url(), api_key="any-key", max_retries=0)
+    previous = None
+    for question in (task["prompt"], "And then?", "Why?"):
+        previous = client.responses.create(model=MODEL, max_output_tokens=12, input=question,
+                                           previous_response_id=previous.id if previous else None)  # fmt: skip
+    return 1.0
+
+
+@pytest.mark.parametrize(("agent", "endpoint"), [
+    (anthropic_agent, llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES),
+    (responses_agent, llm_call_pb2.CALL_ENDPOINT_RESPONSES),
+], ids=["messages", "responses"])  # fmt: skip
+def test_exact_history_serves_the_messages_and_responses_apis_as_one_sequence(stack, agent, endpoint) -> None:
+    for result in run(agent, "exact_history", f"exact-{endpoint}"):
+        calls = calls_of(stack, result.session_id)
+        assert [c.endpoint for c in calls] == [endpoint] * 3
+        assert [(c.history_mode, c.history_fallback) for c in calls] == [(HISTORY_MODE.HISTORY_MODE_EXACT_HISTORY, "")] * 3
+        view = trajectory(stack, result.session_id)
+        assert view.split_count == 0 and len(view.samples) == 1 and view.merged_call_count == 2
 
 
 def word_start_share(token_texts: list[str]) -> float:

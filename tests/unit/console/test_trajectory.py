@@ -130,3 +130,14 @@ def test_tokens_past_a_truncated_sample_have_no_mask_and_tool_traffic_is_shown()
     )
     assert [t.mask for t in view.calls[1].choices[0].tokens] == [1, MASK_UNKNOWN]
     assert view.samples == [(7, 4, True)]
+
+
+def test_the_history_mode_and_an_exact_history_fallback_are_shown() -> None:
+    exact = llm_call_pb2.HISTORY_MODE_EXACT_HISTORY
+    first = call(0, [1, 2, 3], [10, 11], history_mode=exact)
+    edited = call(1, [1, 7], [20], history_mode=exact, history_fallback="history_changed")
+    trajectory, _ = assembled([first, edited])
+    view = build_trajectory("", [first, edited], trajectory, NO_TOKENIZER)
+    assert view.history_mode == "exact history"
+    assert [c.call.history_fallback for c in view.calls] == ["", "history_changed"]
+    assert build_trajectory("", [call(0, [1], [2])], None, NO_TOKENIZER).history_mode == "as deployed"
