@@ -11,6 +11,7 @@ from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.servicer import TrainerServicer
 from parity.services.trainer.trainer import Trainer, TrainerDeployment
 
@@ -24,7 +25,8 @@ class TrainerConfig(ServerConfig):
     assembler_address: str = setting("127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)")
     ingest_address: str = setting(
         "", "ingest's gRPC address, paused and versioned around each sync; several ingest replicas: "
-        "comma-separated, all paused, versioned and resumed together; empty: none"
+        "comma-separated, all paused, versioned and resumed together; dns:///NAME:PORT: every address NAME resolves "
+        "to at each sync (a Kubernetes headless Service); empty: none"
     )  # fmt: skip
     replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
     replica_api_key_file: str = setting(
@@ -44,13 +46,21 @@ class TrainerConfig(ServerConfig):
             raise InvalidArgument("assembler_address and consumer_id are required")
         if self.sync_tolerance < 0:
             raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
+        try:
+            IngestFleet(self.ingest_addresses)
+        except ValueError as error:
+            raise InvalidArgument(f"ingest_address: {error}") from None
+
+    @property
+    def ingest_addresses(self) -> tuple[str, ...]:
+        return tuple(address.strip() for address in self.ingest_address.split(",") if address.strip())
 
     def deployment(self) -> TrainerDeployment:
         return TrainerDeployment(
             assembler_address=self.assembler_address,
             replica_urls=tuple(url.strip() for url in self.replicas.split(",") if url.strip()),
             work_dir=Path(self.work_dir),
-            ingest_addresses=tuple(address.strip() for address in self.ingest_address.split(",") if address.strip()),
+            ingest_addresses=self.ingest_addresses,
             consumer_id=self.consumer_id,
             sync_tolerance=self.sync_tolerance,
             max_message_bytes=self.max_message_bytes,

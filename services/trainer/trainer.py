@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from parity.api.assembler.v1 import batch_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.clients import IngestClient, RPCError
+from parity.clients import RPCError
 from parity.services.runtime.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -40,6 +40,7 @@ from parity.services.trainer.backends import TrainingBackend, backend_name, sele
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.ingest_fleet import IngestFleet, UnresolvedIngest
 from parity.services.trainer.lora import check_run
 from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
@@ -87,8 +88,7 @@ class Trainer:
         self._stop = threading.Event()
         self._unpaused = threading.Event()
         self._thread: threading.Thread | None = None
-        # Pausing ingests needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
-        self._ingests = [IngestClient(address) for address in deployment.ingest_addresses]
+        self._ingests = IngestFleet(deployment.ingest_addresses)
         self._sync = WeightSync(
             [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls], deployment.work_dir / "weights",
             probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests,
@@ -377,7 +377,11 @@ class Trainer:
     def _ingest_policy_version(self) -> int:
         """The highest version any ingest stamps: a run resumes past every one of them."""
         versions = [0]
-        for ingest in self._ingests:
+        try:
+            members = self._ingests.members()
+        except UnresolvedIngest as error:
+            raise Unavailable(f"ingest {error}") from None
+        for ingest in members:
             try:
                 versions.append(int(ingest.get_stats(ingest_pb.GetStatsRequest()).policy_version))
             except RPCError as error:

@@ -30,6 +30,7 @@ from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import IngestClient, RPCError
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.ingest_fleet import IngestFleet, UnresolvedIngest
 from parity.services.trainer.lora import adapter_name
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
@@ -85,7 +86,7 @@ class WeightSync:
     probe: list[int]
     tolerance: float = 0.0
     """Largest probe difference a verified replica may show; 0 derives it per replica from the dtypes."""
-    ingests: Sequence[IngestClient] = ()
+    ingests: IngestFleet = field(default_factory=lambda: IngestFleet(()))
     """Every ingest replica in front of the replicas; none in tests and offline use: nothing to pause or version."""
     drain_timeout_s: float = 120.0
 
@@ -191,9 +192,13 @@ class WeightSync:
         """`call` on each ingest at once; every one is tried, and the failures are raised together."""
         if not self.ingests:
             return
-        with ThreadPoolExecutor(max_workers=len(self.ingests)) as pool:
-            outcomes = list(pool.map(lambda ingest: _attempt(call, ingest), self.ingests))
-        failures = [f"ingest at {ingest.address}: {error}" for ingest, error in zip(self.ingests, outcomes, strict=True)
+        try:
+            members = self.ingests.members()
+        except UnresolvedIngest as error:
+            raise SyncFailed(f"ingest {error}") from None
+        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+            outcomes = list(pool.map(lambda ingest: _attempt(call, ingest), members))
+        failures = [f"ingest at {ingest.address}: {error}" for ingest, error in zip(members, outcomes, strict=True)
                     if error is not None]  # fmt: skip
         if failures:
             raise SyncFailed("; ".join(failures))

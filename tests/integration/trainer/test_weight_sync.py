@@ -17,6 +17,7 @@ from parity.clients import IngestClient
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.cpu import CpuBackend
+from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
@@ -101,7 +102,10 @@ def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fa
                for n in range(2)]  # fmt: skip
     clients = [IngestClient(ingest.address) for ingest in ingests]
     backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
-    sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), ingests=clients,
+    # One by address, one by a name resolved at each sync, as a Kubernetes headless Service is.
+    port = ingests[0].address.rpartition(":")[2]
+    fleet = IngestFleet([f"dns:///127.0.0.1:{port}", ingests[1].address])
+    sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), ingests=fleet,
                       drain_timeout_s=5)  # fmt: skip
     assert sync.sync(backend, policy_version=7).verified
     stats = [client.get_stats(ingest_pb.GetStatsRequest()) for client in clients]
