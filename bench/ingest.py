@@ -21,6 +21,10 @@ Each load starts once every process of the setups is idle again (see wait_idle).
 The same ingest also serves /v1/messages and /v1/responses, translated to chat: their
 rows, non-streaming and streaming at 1, 32 and 256 connections, are compared with chat's.
 
+Then 1, 2 and 4 ingests share one port (SO_REUSEPORT, as `parity up --ingests N` runs
+them) in front of the stub: throughput against one ingest's, and the CPU the ingests and
+the store spend per call (`--scaling-only` runs just these rows).
+
 A last run against real vLLM with the small model runs agents through ingest side by
 side with agents that call vLLM directly, over chat and over vLLM's own /v1/messages. vLLM's CPU worker and engine core get their
 own cores and everything else stays off them, as a CPU host should be laid out.
@@ -123,6 +127,7 @@ class Processes:
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
         self.running: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []
 
     def start(self, name: str, command: list[str], ready_url: str | None = None, env: dict[str, str] | None = None,
               timeout: float = 120) -> None:  # fmt: skip
@@ -130,6 +135,7 @@ class Processes:
         process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                                    env=os.environ | (env or {}), start_new_session=True)  # fmt: skip
         self.running.append(process)
+        self.names.append(name)
         deadline = time.monotonic() + timeout
         while ready_url:
             if process.poll() is not None:
@@ -168,6 +174,33 @@ class Processes:
             time.sleep(0.2)
         return f"{scheme}://127.0.0.1:{http_port}/v1"
 
+    def start_ingests(self, upstream: str, count: int) -> tuple[str, list[str]]:
+        """A store and `count` ingests sharing one HTTP port (SO_REUSEPORT, as `parity up --ingests` runs them);
+        returns the port's OpenAI base URL and the ingests' names."""
+        store_port, http_port = free_port(), free_port()
+        label = f"x{count}"
+        self.start(f"store-{label}", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
+                                      "--url", f"sqlite:///{self.scratch}/store-{label}.db", "--log-level", "warning"])  # fmt: skip
+        names = [f"ingest-{label}-{n}" for n in range(count)]
+        for name in names:
+            self.start(name, [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(free_port()),
+                              "--http-port", str(http_port), "--http-reuse-port", "--upstreams", upstream,
+                              "--store", f"127.0.0.1:{store_port}", "--spool-path", str(self.scratch / f"spool-{name}.db"),
+                              "--log-level", "warning"], f"http://127.0.0.1:{http_port}/health")  # fmt: skip
+        # Each must have seen the upstream before any is loaded: ask until every one has answered a model list.
+        deadline = time.monotonic() + 30
+        seen = 0
+        while seen < 4 * count:
+            if time.monotonic() > deadline:
+                raise SystemExit("the ingests never saw their upstream healthy")
+            with httpx.Client() as client:  # a new connection: the kernel picks the ingest
+                seen = seen + 1 if client.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"] else 0
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{http_port}/v1", names
+
+    def pids(self, names: list[str]) -> set[int]:
+        return {process.pid for process, name in zip(self.running, self.names, strict=True) if name in names}
+
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait until none of these processes is busy. A proxy works on after wrk stops,
         through the requests wrk gave up waiting for (LiteLLM's proxy keeps a core busy
@@ -193,6 +226,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
         self.running.clear()
+        self.names.clear()
 
 
 def _cpu_seconds(process_groups: set[int]) -> float:
@@ -353,6 +387,32 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
 
+def ingest_scaling(scratch: Path, seconds: float, counts: tuple[int, ...] = (1, 2, 4)) -> list[dict[str, float]]:
+    """Throughput of 1, 2 and 4 ingests sharing one port (SO_REUSEPORT) in front of the stub, wrk at 256
+    connections, and the CPU seconds the ingests and the store spend per call. On a machine with fewer cores than
+    ingests the machine is the ceiling; the CPU per call says what each replica costs."""
+    rows = []
+    for count in counts:
+        processes = Processes(scratch / f"scaling-{count}")
+        processes.scratch.mkdir(exist_ok=True)
+        stub_port = free_port()
+        try:
+            processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
+                            f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
+            url, names = processes.start_ingests(f"http://127.0.0.1:{stub_port}", count)
+            measured = processes.pids([n for n in processes.names if n != "stub"])
+            processes.wait_idle()
+            before = _cpu_seconds(measured)
+            result = wrk(f"{url}/chat/completions", 256, seconds, False, processes.scratch)
+            cpu = _cpu_seconds(measured) - before
+        finally:
+            processes.stop()
+        calls = result["rps"] * seconds
+        rows.append({"ingests": count, "rps": result["rps"], "p50_ms": result["p50_ms"], "errors": result["errors"],
+                     "cpu_ms_per_call": 1000 * cpu / max(calls, 1)})  # fmt: skip
+    return rows
+
+
 def check_tools() -> None:
     """Say what is missing before minutes of setup, not as a baseline that dies mid-run."""
     if shutil.which("wrk") is None:
@@ -373,10 +433,28 @@ def check_tools() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
+    parser.add_argument("--scaling-only", action="store_true", help="only the 1, 2 and 4 ingest rows (a minute)")
     args = parser.parse_args(argv)
+    if args.scaling_only:
+        if shutil.which("wrk") is None:
+            raise SystemExit("wrk is not installed: apt-get install wrk")
+        with scratch_dir("ingest-scaling") as scratch:
+            rows = ingest_scaling(scratch, 3 if args.quick else 10)
+        print_scaling(rows)
+        print(json.dumps({"scaling": rows}))
+        return 0
     check_tools()
     with scratch_dir("ingest") as scratch:
         return measure(args, scratch)
+
+
+def print_scaling(rows: list[dict[str, float]]) -> None:
+    print(f"{'ingests':>7} | {'rps':>8}{'p50 ms':>8} | {'vs 1 ingest':>12} | {'CPU ms per call':>16}")
+    for row in rows:
+        print(f"{row['ingests']:>7} | {row['rps']:>8,.0f}{row['p50_ms']:>8.2f} | {row['rps'] / rows[0]['rps']:>11.2f}x | "
+              f"{row['cpu_ms_per_call']:>16.2f}")  # fmt: skip
+    print(f"one port (SO_REUSEPORT), wrk at 256 connections, non-stream, {os.cpu_count()} cores: the ingests, the "
+          "store and wrk share them\n")
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> int:
@@ -449,6 +527,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         generating.kill()  # Only if something failed before it finished.
         generating.wait()
         processes.stop()
+    scaling = ingest_scaling(scratch, seconds)
     overhead = real_vllm_overhead(scratch / "vllm", model_dir, rounds=3 if args.quick else 10, agents=6, turns=3)
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
@@ -495,6 +574,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
                   f"{plain['p50_ms']:>8.2f} | {secured_row['rps']:>12,.0f}{secured_row['p50_ms']:>8.2f} | {ratio:>12.2f}x")  # fmt: skip
     print("auth: tokens checked by ingest (the agent's key) and the store (ingest's service token); "
           "tls: the same, with ingest's HTTPS and both gRPC ports on TLS\n")
+    print_scaling(scaling)
     errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
     print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
           f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
@@ -524,6 +604,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         "parity_after_added_p50_ms": round(added["parity_after"], 2),
         "parity_after_added_p50_ms_paced": round(added["parity_after_paced"], 2),
         "parity_vs_litellm": round(at32["parity"]["rps"] / max(at32["litellm"]["rps"], 1e-9), 1),
+        "ingest_scaling": {str(row["ingests"]): {"rps_vs_one": round(row["rps"] / scaling[0]["rps"], 2),
+                                                 "cpu_ms_per_call": round(row["cpu_ms_per_call"], 2)} for row in scaling},
         "vllm_overhead_pct": round(overhead["overhead_pct"], 2),
         "vllm_capture_params_pct": round(overhead["vllm_capture_params_pct"], 2),
         "vllm_proxy_overhead_pct": round(overhead["proxy_overhead_pct"], 2),

@@ -47,13 +47,17 @@ class HttpListener:
     @classmethod
     def bind(
         cls, host: str, port: int, backlog: int, protocol_factory: Callable[[], asyncio.Protocol],
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | None = None, reuse_port: bool = False,
     ) -> HttpListener:
-        """Listen on the first address `host` resolves to (an IP address resolves to itself)."""
+        """Listen on the first address `host` resolves to (an IP address resolves to itself). With `reuse_port`,
+        other processes may listen on the same port (SO_REUSEPORT), and the kernel spreads new connections across
+        all of them."""
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)

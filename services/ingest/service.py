@@ -57,6 +57,10 @@ DURABILITY_MODES = ("before", "after")
 class IngestConfig(ServerConfig):
     port: int = setting(DEFAULT_PORT, "gRPC control port (IngestService); 0 picks a free one")
     http_port: int = setting(8000, "OpenAI-compatible HTTP port")
+    http_reuse_port: bool = setting(
+        False, "share --http-port with the other ingest processes of this host (SO_REUSEPORT): the kernel spreads "
+        "agents' connections across them"
+    )  # fmt: skip
     upstreams: str = setting("", "comma-separated vLLM base URLs, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100")
     store: str = setting("127.0.0.1:50051", "token store gRPC address")
     durability: str = setting(
@@ -122,10 +126,13 @@ class _EmbeddedUvicorn(uvicorn.Server):
     """uvicorn inside a process whose runtime already handles SIGTERM and SIGINT, on a
     listener that accepts every waiting connection at once (see http_listener.py)."""
 
-    def __init__(self, config: uvicorn.Config, tls_cert_file: str = "", tls_key_file: str = "") -> None:
+    def __init__(
+        self, config: uvicorn.Config, tls_cert_file: str = "", tls_key_file: str = "", reuse_port: bool = False
+    ) -> None:  # fmt: skip
         super().__init__(config)
         self.tls_cert_file = tls_cert_file
         self.tls_key_file = tls_key_file
+        self.reuse_port = reuse_port
 
     def tls_context(self) -> ssl.SSLContext | None:
         """HTTPS with the certificate the gRPC port serves; agents authenticate with API keys, not certificates."""
@@ -151,7 +158,8 @@ class _EmbeddedUvicorn(uvicorn.Server):
             )
 
         tls = self.tls_context()
-        self.servers = [HttpListener.bind(config.host, config.port, config.backlog, create_protocol, tls)]  # type: ignore[list-item]
+        self.servers = [HttpListener.bind(config.host, config.port, config.backlog, create_protocol, tls,  # type: ignore[list-item]
+                                          self.reuse_port)]  # fmt: skip
         self.started = True
 
 
@@ -190,7 +198,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
             # Ingest logs its own access line; X-Forwarded-For rewriting is not its job.
             proxy_headers=False,
         ),
-        config.tls_cert_file, config.tls_key_file,
+        config.tls_cert_file, config.tls_key_file, config.http_reuse_port,
     )  # fmt: skip
     serving: list[asyncio.Task[None]] = []
 

@@ -66,6 +66,12 @@ class ServiceProcess:
     address: str
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    service: str = ""
+    """The `parity SERVICE serve` it runs; `name` when empty (several ingests are ingest-0, ingest-1, ...)."""
+
+    @property
+    def kind(self) -> str:
+        return self.service or self.name
 
     @property
     def url(self) -> str:
@@ -74,7 +80,7 @@ class ServiceProcess:
     def start(self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None) -> None:
         """`cpus`: the cores it may run on; every core when None."""
         host, port = self.address.rsplit(":", 1)
-        command = [sys.executable, "-m", "parity.cli", self.name, "serve", "--host", host, "--port", port]
+        command = [sys.executable, "-m", "parity.cli", self.kind, "serve", "--host", host, "--port", port]
         with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(
                 [*command, "--log-format", "json", *extra_args],
@@ -190,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})"
     )
     parser.add_argument(
+        "--ingests", type=_at_least_one, default=1,
+        help="ingest processes sharing --http-port (the kernel spreads connections across them, SO_REUSEPORT); "
+        "their gRPC ports are --ingest-port and the ones after it (default 1)",
+    )  # fmt: skip
+    parser.add_argument(
         "--console-port", type=int, default=DEFAULT_CONSOLE_PORT, help=f"the web console's HTTP port (default {DEFAULT_CONSOLE_PORT})"
     )
     parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
@@ -219,8 +230,10 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     model_path = ensure_model(args).resolve()
     services = {
         name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
-        for name in SERVICE_ORDER
+        for name in SERVICE_ORDER if name != "ingest"
     }
+    ingests = ingest_processes(args.host, args.ingest_port, args.ingests, data_dir)
+    services |= {ingest.name: ingest for ingest in ingests}
     # Last, so it stops first: it only reads the others.
     services["console"] = ConsoleProcess("console", f"{args.host}:{args.console_port}", data_dir / "logs" / "console.log")
     tokens = mesh_tokens(data_dir)
@@ -244,15 +257,16 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),
                  pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
     vllm = VllmServer(config)
+    ingest_args = ["--http-port", str(args.http_port), "--upstreams", vllm.base_url, "--store", services["store"].address]
+    if len(ingests) > 1:
+        ingest_args.append("--http-reuse-port")
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
-        "ingest": [
-            "--http-port", str(args.http_port), "--upstreams", vllm.base_url,
-            "--store", services["store"].address, "--spool-path", str(data_dir / "ingest-spool.db"),
-        ],
+        **{ingest.name: [*ingest_args, "--spool-path", str(data_dir / f"{ingest.name}-spool.db")] for ingest in ingests},
         "assembler": ["--store-address", services["store"].address],
         "trainer": [
-            "--assembler-address", services["assembler"].address, "--ingest-address", services["ingest"].address,
+            "--assembler-address", services["assembler"].address,
+            "--ingest-address", ",".join(ingest.address for ingest in ingests),
             "--replicas", vllm.base_url, "--work-dir", str(data_dir / "trainer"),
         ],
         "console": [
@@ -266,8 +280,8 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             # Token files travel in the environment, never on a command line others can read.
             service.start(
                 extra_args.get(service.name, []),
-                service_environment(service.name, tokens, tls),
-                layout.others if layout and service.name in OFF_WORKER_SERVICES else None,
+                service_environment(service.kind, tokens, tls),
+                layout.others if layout and service.kind in OFF_WORKER_SERVICES else None,
             )
         deadline = time.monotonic() + args.startup_timeout_s
         for service in services.values():
@@ -294,6 +308,21 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         for service in reversed(services.values()):
             service.stop(grace_s=15.0)
         vllm.stop()
+
+
+def ingest_processes(host: str, first_port: int, count: int, data_dir: Path) -> list[ServiceProcess]:
+    """One ingest, or `count` of them on consecutive gRPC ports, named ingest-0, ingest-1, ..."""
+    if count == 1:
+        return [ServiceProcess("ingest", f"{host}:{first_port}", data_dir / "logs" / "ingest.log")]
+    return [ServiceProcess(f"ingest-{n}", f"{host}:{first_port + n}", data_dir / "logs" / f"ingest-{n}.log", service="ingest")
+            for n in range(count)]  # fmt: skip
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.Event) -> None:

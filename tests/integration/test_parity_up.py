@@ -106,3 +106,52 @@ def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) ->
     for name, pid in services.items():
         expected = everything if name == "trainer" else layout.others
         assert os.sched_getaffinity(pid) == expected, name
+
+
+def test_parity_up_spreads_agents_over_several_ingests_behind_one_port(tmp_path: Path, tiny_model_dir: Path) -> None:
+    ports = {name: free_port() for name in ("store", "assembler", "trainer", "vllm", "http", "console")}
+    ingest_port = free_port()
+    while any(_port_open(ingest_port + n) for n in range(3)):
+        ingest_port = free_port()
+    command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir),
+               "--ingests", "3", "--ingest-port", str(ingest_port)]  # fmt: skip
+    command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
+    stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    addresses = [f"127.0.0.1:{ingest_port + n}" for n in range(3)]
+    try:
+        banner = []
+        while not banner or not banner[-1].startswith("Press Ctrl-C"):
+            line = stack.stdout.readline()
+            assert line, f"parity up exited early:\n{stack.stderr.read()}"
+            banner.append(line)
+        assert [n for n in range(3) if any(f"ingest-{n}" in line and addresses[n] in line for line in banner)] == [0, 1, 2]
+        # The trainer pauses and versions all three around each sync.
+        trainer_argv = next(
+            Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+            for pid in Path(f"/proc/{stack.pid}/task/{stack.pid}/children").read_text().split()
+            if "trainer" in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        )
+        assert trainer_argv[trainer_argv.index("--ingest-address") + 1] == ",".join(addresses)
+        token = (tmp_path / "tokens" / "agent.token").read_text().strip()
+        request = {"model": tiny_model_dir.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        url = f"http://127.0.0.1:{ports['http']}/sessions/many-ingests/v1/chat/completions"
+        for _ in range(30):
+            # A connection each: the kernel picks the listening ingest per connection.
+            with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+                deadline = time.monotonic() + 30
+                while (answer := client.post(url, json=request)).status_code == 503:
+                    assert time.monotonic() < deadline, answer.text
+                    time.sleep(0.5)
+                assert answer.status_code == 200, answer.text
+        read = ("-H", f"authorization: Bearer {(tmp_path / 'tokens' / 'read.token').read_text().strip()}")
+        captured = [int(json.loads(grpcurl(*read, address, "parity.api.ingest.v1.IngestService/GetStats").stdout)
+                        .get("captured_call_count", 0)) for address in addresses]  # fmt: skip
+        assert sum(captured) == 30 and all(captured), captured
+        listed = grpcurl(*read, "-d", '{"session_id": "many-ingests", "page_size": 100}', f"127.0.0.1:{ports['store']}",
+                         "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
+        assert len(json.loads(listed.stdout)["calls"]) == 30
+    finally:
+        stack.send_signal(signal.SIGINT)
+        exit_code = stack.wait(120)
+    assert exit_code == 0, stack.stderr.read()
+    assert all(not _port_open(ingest_port + n) for n in range(3))
