@@ -71,28 +71,30 @@ class ExactHistory:
     ) -> Forwarded | None:
         """The call generated from the continued ids; None when the template cannot be spliced (rendered as
         deployed instead)."""
-        rules = await self.rules(call.served_model)
-        if rules is None:
-            capture.history_fallback = TEMPLATE_UNSUPPORTED
-            return None
         body = call.body | {"messages": TurnRules.stand_in() + continuation.new_messages}
-        status, payload = await self._ask(candidates, RENDER_PATH, orjson.dumps(body))
-        if status != 200:
-            # The new turns themselves are invalid (a bad tool message): vLLM's answer is the agent's.
-            await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
-            return Forwarded(capture, status=status, error_body=payload)
-        rendered = orjson.loads(payload)
-        tail = rules.tail(rendered["token_ids"])
-        if tail is None:
-            capture.history_fallback = TEMPLATE_UNSUPPORTED
-            return None
-        prompt = rules.continue_after(continuation.sequence.tolist(), tail)
-        request = self._generate_request(rendered, prompt, call)
         try:
+            rules = await self.rules(call.served_model)
+            if rules is None:
+                capture.history_fallback = TEMPLATE_UNSUPPORTED
+                return None
+            status, payload = await self._ask(candidates, RENDER_PATH, orjson.dumps(body))
+            if status != 200:
+                # The new turns themselves are invalid (a bad tool message): vLLM's answer is the agent's.
+                await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
+                return Forwarded(capture, status=status, error_body=payload)
+            rendered = orjson.loads(payload)
+            tail = rules.tail(rendered["token_ids"])
+            if tail is None:
+                capture.history_fallback = TEMPLATE_UNSUPPORTED
+                return None
+            prompt = rules.continue_after(continuation.sequence.tolist(), tail)
+            request = self._generate_request(rendered, prompt, call)
             reply = await self.upstream.post(candidates, GENERATE_PATH, orjson.dumps(request))
-        except UpstreamFailed as failure:
-            capture.upstream(failure.replica.name, failure.attempts)
-            await capture.finish(UPSTREAM_ERROR, failure.message)
+        except openai_errors.HttpError as error:
+            # Recorded even so: the record says a step failed, where its absence would look like no step at all.
+            if isinstance(error, UpstreamFailed):
+                capture.upstream(error.replica.name, error.attempts)
+            await capture.finish(UPSTREAM_ERROR, error.message)
             raise
         derender = _Derender(self, [reply.replica], call, prompt, body, rendered["request_id"])
         if reply.response.status == 200 and request["stream"]:
@@ -195,7 +197,11 @@ class _Derender:
             "model": self.call.served_model, "generate_response": _as_detokenized(generated),
             "prompt_tokens": len(self.prompt), "prompt_token_ids": self.prompt, "chat_request": self.chat_request,
         }  # fmt: skip
-        status, answer_payload = await self.owner._ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+        try:
+            status, answer_payload = await self.owner._ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+        except openai_errors.HttpError as error:
+            await capture.finish(UPSTREAM_ERROR, error.message)
+            raise
         if status != 200:
             await capture.finish(UPSTREAM_ERROR, answer_payload[:500].decode(errors="replace"))
             raise openai_errors.bad_gateway(f"derender failed with {status}: {answer_payload[:300]!r}")
@@ -242,7 +248,7 @@ class _Derender:
                         if first:
                             chunks.append(_role_chunk(answer, self.prompt))
                         first = False
-                        chunks.append(answer)
+                        chunks += _finish_apart(answer)
                     elif step.get("usage"):
                         capture.add_chunk({"usage": step["usage"]})
                         if include_usage:
@@ -302,6 +308,19 @@ def _role_chunk(answer: dict[str, Any], prompt: list[int]) -> dict[str, Any]:
     first = {"role": "assistant", "content": ""}
     return answer | {"prompt_token_ids": prompt, "choices": [{"index": 0, "delta": first, "logprobs": None,
                                                               "finish_reason": None, "token_ids": []}]}  # fmt: skip
+
+
+def _finish_apart(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunk, and its finish reason in a chunk of its own when it also carries a delta, as the chat endpoint
+    sends it (derender hands over the last text it held back together with the finish)."""
+    choice = (answer.get("choices") or [{}])[0]
+    delta = choice.get("delta") or {}
+    if not choice.get("finish_reason") or not (delta.get("content") or delta.get("tool_calls")):
+        return [answer]
+    finish = {"index": choice.get("index", 0), "delta": {"content": ""}, "logprobs": None, "token_ids": [],
+              "finish_reason": choice["finish_reason"], "stop_reason": choice.get("stop_reason")}  # fmt: skip
+    return [answer | {"choices": [choice | {"finish_reason": None, "stop_reason": None}]},
+            answer | {"choices": [finish]}]  # fmt: skip
 
 
 def _as_chat_answer(choice: dict[str, Any], message: dict[str, Any], tool_call_seen: bool = False) -> None:

@@ -96,10 +96,11 @@ async def ask(client: Any, messages: list[dict], regex: str, stream: bool) -> tu
             merged["function"]["arguments"] += (call.function and call.function.arguments) or ""
         finish = chunk.choices[0].finish_reason or finish
     message = {"role": "assistant", "content": content} | ({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})
-    # The role alone first, the finish reason alone last, and which kinds of delta came between: how many
-    # chunks a reply takes is the sampler's and the network's business.
+    # The role alone first, the finish reason last, and which kinds of delta came between: how many chunks a
+    # reply takes (vLLM merges steps when its reader falls behind) is the sampler's and the network's business.
     answer_events = [e for e in events if e != "usage"]
-    shape = ("stream", finish, answer_events[0], answer_events[-1], sorted(set().union(*answer_events)), "usage" in events)
+    shape = ("stream", finish, answer_events[0], "finish" in answer_events[-1], sorted(set().union(*answer_events)),
+             "usage" in events)  # fmt: skip
     return message, shape + _tool_call_shape(message)
 
 
