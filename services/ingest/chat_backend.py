@@ -67,13 +67,7 @@ class ChatBackend:
         """A request that is no call to capture (token counting, template probes), to a replica serving `model`."""
         if not self.router.knows(model):
             raise openai_errors.not_found(f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model")
-        reply = await self.upstream.post(self.router.candidates(model, ""), path, body)
-        try:
-            return reply.response.status, await reply.response.read()
-        except (UpstreamConnectionError, TimeoutError) as error:
-            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
-        finally:
-            reply.release()
+        return await self.upstream.ask(self.router.candidates(model, ""), path, body)
 
     async def forward(self, call: ChatCall) -> Forwarded:
         self.sink.check_accepting()

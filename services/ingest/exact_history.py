@@ -77,7 +77,7 @@ class ExactHistory:
             if rules is None:
                 capture.history_fallback = TEMPLATE_UNSUPPORTED
                 return None
-            status, payload = await self._ask(candidates, RENDER_PATH, orjson.dumps(body))
+            status, payload = await self.upstream.ask(candidates, RENDER_PATH, orjson.dumps(body))
             if status != 200:
                 # The new turns themselves are invalid (a bad tool message): vLLM's answer is the agent's.
                 await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
@@ -96,7 +96,7 @@ class ExactHistory:
                 capture.upstream(error.replica.name, error.attempts)
             await capture.finish(UPSTREAM_ERROR, error.message)
             raise
-        derender = _Derender(self, [reply.replica], call, prompt, body, rendered["request_id"])
+        derender = _Derender(self.upstream, [reply.replica], call, prompt, body, rendered["request_id"])
         if reply.response.status == 200 and request["stream"]:
             capture.upstream(reply.replica.name, reply.attempts)
             return Forwarded(capture, chunks=derender.stream(reply, capture), abandon=reply.response.abandon)
@@ -115,7 +115,7 @@ class ExactHistory:
 
         async def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
             body = {"model": model, "messages": messages, "add_generation_prompt": add_generation_prompt}
-            status, payload = await self._ask(candidates, RENDER_PATH, orjson.dumps(body))
+            status, payload = await self.upstream.ask(candidates, RENDER_PATH, orjson.dumps(body))
             if status != 200:
                 raise TemplateUnsupported(f"render answered {status}: {payload[:200]!r}")
             return list(orjson.loads(payload)["token_ids"])
@@ -127,15 +127,6 @@ class ExactHistory:
             return None
         log.info("turn_rules_derived", model=model, close_ids=list(rules.close_ids))
         return rules
-
-    async def _ask(self, candidates: list[Replica], path: str, body: bytes) -> tuple[int, bytes]:
-        reply = await self.upstream.post(candidates, path, body)
-        try:
-            return reply.response.status, await reply.response.read()
-        except (UpstreamConnectionError, TimeoutError) as error:
-            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
-        finally:
-            reply.release()
 
     def _generate_request(self, rendered: dict[str, Any], prompt: list[int], call: ChatCall) -> dict[str, Any]:
         sampling = dict(rendered["sampling_params"])
@@ -170,10 +161,10 @@ class _Derender:
     """Sampled ids to the chat answer: vLLM's derender, fed what the engine's own detokenizer would see."""
 
     def __init__(
-        self, owner: ExactHistory, replicas: list[Replica], call: ChatCall, prompt: list[int], body: dict[str, Any],
+        self, upstream: UpstreamClient, replicas: list[Replica], call: ChatCall, prompt: list[int], body: dict[str, Any],
         response_id: str,
     ) -> None:  # fmt: skip
-        self.owner = owner
+        self.upstream = upstream
         self.replicas = replicas
         self.call = call
         self.prompt = prompt
@@ -198,7 +189,7 @@ class _Derender:
             "prompt_tokens": len(self.prompt), "prompt_token_ids": self.prompt, "chat_request": self.chat_request,
         }  # fmt: skip
         try:
-            status, answer_payload = await self.owner._ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+            status, answer_payload = await self.upstream.ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
         except openai_errors.HttpError as error:
             await capture.finish(UPSTREAM_ERROR, error.message)
             raise
@@ -279,7 +270,7 @@ class _Derender:
             "stream_state": state, "prompt_tokens": len(self.prompt), "prompt_token_ids": self.prompt,
             "chat_request": self.chat_request,
         }  # fmt: skip
-        status, payload = await self.owner._ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+        status, payload = await self.upstream.ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
         if status != 200:
             raise openai_errors.bad_gateway(f"derender failed with {status}: {payload[:300]!r}")
         answer = orjson.loads(payload)

@@ -67,6 +67,16 @@ class UpstreamClient:
     async def stop(self) -> None:
         await self._pool.close()
 
+    async def ask(self, candidates: list[Replica], path: str, body: bytes) -> tuple[int, bytes]:
+        """A request that is no call to capture (a render, a probe, token counting): its status and whole body."""
+        reply = await self.post(candidates, path, body)
+        try:
+            return reply.response.status, await reply.response.read()
+        except (UpstreamConnectionError, TimeoutError) as error:
+            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
+        finally:
+            reply.release()
+
     async def post(self, candidates: list[Replica], path: str, body: bytes) -> UpstreamReply:
         """POST to the first replica that answers without a connection error or 5xx.
         The caller reads `response`, then calls `release()` on the reply."""
