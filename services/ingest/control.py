@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from parity.services.ingest.capture_sink import CaptureSink
 from parity.services.ingest.chat_backend import PolicyState
+from parity.services.ingest.policy_record import PolicyRecord, RecordedPolicy
 from parity.services.ingest.replica_router import Replica, ReplicaRouter
-from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.ingest.traffic_gate import JOIN_HOLD, TrafficGate
 from parity.services.runtime.errors import InvalidArgument
 
 
@@ -21,6 +22,7 @@ class IngestStats:
     spool_size: int
     captured_call_count: int
     paused: bool
+    joining: bool
     policy_version: int
     start_time: float
     policy_model: str
@@ -29,12 +31,13 @@ class IngestStats:
 
 class IngestControl:
     def __init__(
-        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState
+        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState, record: PolicyRecord
     ) -> None:
         self.gate = gate
         self.router = router
         self.sink = sink
         self.policy = policy
+        self.record = record
         self.start_time = time.time()
 
     def stats(self) -> IngestStats:
@@ -46,6 +49,7 @@ class IngestControl:
             spool_size=self.sink.spool.count,
             captured_call_count=self.sink.captured,
             paused=self.gate.paused,
+            joining=self.gate.held_for(JOIN_HOLD),
             policy_version=self.policy.version,
             start_time=self.start_time,
             policy_model=self.policy.adapter.model,
@@ -71,4 +75,12 @@ class IngestControl:
             raise InvalidArgument(f"policy_version {version} is lower than the current {self.policy.version}")
         self.policy.adapter.set(policy_model, lora_adapter)
         previous, self.policy.version = self.policy.version, version
+        self.record.save(RecordedPolicy(version, self.policy.adapter.model, self.policy.adapter.adapter))
         return previous
+
+    def adopt(self, version: int, policy_model: str, lora_adapter: str) -> bool:
+        """Take on a peer's or the record's policy when it is newer than this ingest's."""
+        if version <= self.policy.version:
+            return False
+        self.set_policy_version(version, policy_model, lora_adapter)
+        return True

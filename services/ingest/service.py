@@ -27,11 +27,13 @@ from parity.services.ingest.endpoints.openai_responses.chain import ResponseChai
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.exact_history import ExactHistory
 from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.fleet_join import FleetJoin
 from parity.services.ingest.history_book import HistoryBook
 from parity.services.ingest.http_api import Endpoints, IngestHttpApp
 from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.model_aliases import AliasRule, ModelAliases
+from parity.services.ingest.policy_record import PolicyRecord
 from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.servicer import IngestServicer
 from parity.services.ingest.spool import Spool
@@ -39,6 +41,7 @@ from parity.services.ingest.template_facts import TemplateFacts
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream import UpstreamClient
 from parity.services.ingest.upstream_http import Origin
+from parity.services.runtime.addresses import AddressSet, parse_address_list
 from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument, Unavailable
@@ -63,11 +66,19 @@ class IngestConfig(ServerConfig):
     )  # fmt: skip
     upstreams: str = setting("", "comma-separated vLLM base URLs, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100")
     store: str = setting("127.0.0.1:50051", "token store gRPC address")
+    peers: str = setting(
+        "", "the other ingests of this deployment (comma-separated gRPC addresses, or dns:///NAME:PORT for every "
+        "address NAME holds): a starting ingest takes on their policy version and, while they are paused for a "
+        "weight sync, starts paused; empty: none"
+    )  # fmt: skip
     durability: str = setting(
         "before", "before: the agent's response waits until the call is in the store or spool; "
         "after: answer first (lowest latency; a crash of ingest loses calls still in memory)", DURABILITY_MODES,
     )  # fmt: skip
-    spool_path: str = setting(".parity/ingest-spool.db", "local durable spool for calls the store cannot take yet")
+    spool_path: str = setting(
+        ".parity/ingest-spool.db", "local durable spool for calls the store cannot take yet; it also keeps the last "
+        "policy version, so a restarted ingest goes on stamping it"
+    )  # fmt: skip
     spool_max_mb: int = setting(1024, "spool disk budget; when spent, new requests get 503")
     capture_batch_size: int = setting(256, "calls per WriteCalls to the store")
     max_pending_captures: int = setting(8192, "captured calls held in memory at most (backpressure beyond)")
@@ -80,7 +91,10 @@ class IngestConfig(ServerConfig):
         "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
     )
     external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
-    policy_version: int = setting(0, "policy version stamped on calls until SetPolicyVersion changes it")
+    policy_version: int = setting(
+        0, "policy version stamped on calls until SetPolicyVersion changes it; a higher one recorded in the spool "
+        "or held by a peer wins"
+    )  # fmt: skip
     history_mode: str = setting(
         "as_deployed", "how sessions that do not name one build their prompts: as_deployed (vLLM renders every "
         "request's messages) or exact_history (later calls continue the exact ids of earlier ones; docs/multi-turn.md)",
@@ -111,6 +125,10 @@ class IngestConfig(ServerConfig):
                 Origin.parse(url)
             except ValueError as error:
                 raise InvalidArgument(f"upstreams: {error}") from None
+        try:
+            AddressSet(parse_address_list(self.peers))
+        except ValueError as error:
+            raise InvalidArgument(f"peers: {error}") from None
         for rule in self.model_alias:
             try:
                 AliasRule.parse(rule)
@@ -176,6 +194,11 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     )  # fmt: skip
     policy = PolicyState(config.policy_version)
     gate = TrafficGate()
+    record = PolicyRecord(Path(config.spool_path))
+    control = IngestControl(gate, router, sink, policy, record)
+    recorded = record.load()
+    control.adopt(recorded.version, recorded.model, recorded.adapter)
+    fleet = FleetJoin(AddressSet(parse_address_list(config.peers)), control)
     external = ExternalModels(config.external_models)
     exact = ExactHistory(router, upstream, HistoryBook(config.exact_history_budget_tokens))
     backend = ChatBackend(router, upstream, sink, policy, external, exact, config.history_mode)
@@ -205,6 +228,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     async def start() -> None:
         await router.start()
         await sink.start()
+        await fleet.join()
         serving.append(asyncio.create_task(http_server.serve(), name="ingest-http"))
         while not http_server.started:
             if serving[0].done():
@@ -220,11 +244,13 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         http_server.should_exit = True
         await asyncio.gather(*serving, return_exceptions=True)
         await sink.stop()
+        await fleet.close()
+        record.close()
         await chains.close()
         await upstream.stop()
         await router.stop()
 
-    servicer = IngestServicer(IngestControl(gate, router, sink, policy))
+    servicer = IngestServicer(control)
     return [
         ServiceBinding(
             FULL_NAME,

@@ -24,7 +24,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
             capture_queue_depth=stats.capture_queue_depth, spool_size=stats.spool_size,
             captured_call_count=stats.captured_call_count, paused=stats.paused, policy_version=stats.policy_version,
-            policy_model=stats.policy_model, lora_adapter=stats.lora_adapter,
+            policy_model=stats.policy_model, lora_adapter=stats.lora_adapter, joining=stats.joining,
         )  # fmt: skip
         response.start_time.FromNanoseconds(int(stats.start_time * 1e9))
         return response

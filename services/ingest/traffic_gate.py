@@ -1,4 +1,9 @@
-"""Pausing traffic for a weight sync: new requests wait, in-flight ones finish."""
+"""Pausing traffic: new requests wait, in-flight ones finish.
+
+A weight sync pauses (and drains); an ingest joining a paused fleet holds its traffic
+until the fleet resumes. Each is a hold of its own, so lifting one never opens the gate
+while the other still stands; the trainer's resume lifts every hold.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,15 @@ from types import TracebackType
 
 from parity.services.runtime.errors import DeadlineExceeded
 
+SYNC_HOLD = "weight sync"
+JOIN_HOLD = "joining a paused fleet"
+
 
 class TrafficGate:
     def __init__(self) -> None:
         self.in_flight = 0
         self.paused_since: float | None = None
+        self._holds: set[str] = set()
         self._open = asyncio.Event()
         self._open.set()
         self._idle = asyncio.Event()
@@ -38,11 +47,25 @@ class TrafficGate:
         if self.in_flight == 0:
             self._idle.set()
 
-    async def pause(self, drain_timeout_s: float) -> int:
-        """Stop admitting; return once nothing is in flight. Stays paused on timeout."""
+    def hold(self, reason: str) -> None:
+        """Stop admitting until `release(reason)` or `resume()`; requests in flight carry on."""
+        self._holds.add(reason)
         self._open.clear()
         if self.paused_since is None:
             self.paused_since = time.time()
+
+    def release(self, reason: str) -> None:
+        """Lift one hold; traffic flows once none is left."""
+        self._holds.discard(reason)
+        if not self._holds:
+            self.resume()
+
+    def held_for(self, reason: str) -> bool:
+        return reason in self._holds
+
+    async def pause(self, drain_timeout_s: float) -> int:
+        """Stop admitting; return once nothing is in flight. Stays paused on timeout."""
+        self.hold(SYNC_HOLD)
         draining = self.in_flight
         try:
             await asyncio.wait_for(self._idle.wait(), drain_timeout_s)
@@ -53,8 +76,9 @@ class TrafficGate:
         return draining
 
     def resume(self) -> float:
-        """Admit again; returns how long traffic was paused (0 if it was not)."""
+        """Lift every hold and admit again; returns how long traffic was paused (0 if it was not)."""
         paused_for = time.time() - self.paused_since if self.paused_since is not None else 0.0
+        self._holds.clear()
         self.paused_since = None
         self._open.set()
         return paused_for

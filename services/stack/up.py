@@ -259,7 +259,8 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     vllm = VllmServer(config)
     ingest_args = ["--http-port", str(args.http_port), "--upstreams", vllm.base_url, "--store", services["store"].address]
     if len(ingests) > 1:
-        ingest_args.append("--http-reuse-port")
+        # Each lists every ingest, itself included (it tells itself apart), as a headless Service would.
+        ingest_args += ["--http-reuse-port", "--peers", ",".join(ingest.address for ingest in ingests)]
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
         **{ingest.name: [*ingest_args, "--spool-path", str(data_dir / f"{ingest.name}-spool.db")] for ingest in ingests},

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.api.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+from parity.services.runtime.addresses import parse_address_list
 from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig, setting
 from parity.services.runtime.errors import InvalidArgument
@@ -53,7 +54,7 @@ class TrainerConfig(ServerConfig):
 
     @property
     def ingest_addresses(self) -> tuple[str, ...]:
-        return tuple(address.strip() for address in self.ingest_address.split(",") if address.strip())
+        return tuple(parse_address_list(self.ingest_address))
 
     def deployment(self) -> TrainerDeployment:
         return TrainerDeployment(

@@ -27,6 +27,7 @@ from parity.api.assembler.v1 import batch_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError
+from parity.services.runtime.addresses import UnresolvedAddress
 from parity.services.runtime.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -40,7 +41,7 @@ from parity.services.trainer.backends import TrainingBackend, backend_name, sele
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.ingest_fleet import IngestFleet, UnresolvedIngest
+from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.lora import check_run
 from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
@@ -379,7 +380,7 @@ class Trainer:
         versions = [0]
         try:
             members = self._ingests.members()
-        except UnresolvedIngest as error:
+        except UnresolvedAddress as error:
             raise Unavailable(f"ingest {error}") from None
         for ingest in members:
             try:

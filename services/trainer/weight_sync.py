@@ -22,20 +22,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import numpy as np
 import structlog
 from google.protobuf import duration_pb2
 
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import IngestClient, RPCError
+from parity.services.runtime.addresses import UnresolvedAddress
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
-from parity.services.trainer.ingest_fleet import IngestFleet, UnresolvedIngest
+from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.lora import adapter_name
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 
 log = structlog.get_logger(__name__)
+
+UNREACHABLE_RETRY_S = 0.5
 
 PROBE_LENGTH = 64
 KEEP_WEIGHT_VERSIONS = 2
@@ -89,6 +93,7 @@ class WeightSync:
     ingests: IngestFleet = field(default_factory=lambda: IngestFleet(()))
     """Every ingest replica in front of the replicas; none in tests and offline use: nothing to pause or version."""
     drain_timeout_s: float = 120.0
+    """How long each ingest has to finish its requests in flight, and one that cannot be reached to come back."""
 
     def sync(self, backend: TrainingBackend, policy_version: int, verify: bool = True) -> SyncResult:
         durations: dict[str, float] = {}
@@ -194,10 +199,11 @@ class WeightSync:
             return
         try:
             members = self.ingests.members()
-        except UnresolvedIngest as error:
+        except UnresolvedAddress as error:
             raise SyncFailed(f"ingest {error}") from None
+        deadline = time.monotonic() + self.drain_timeout_s
         with ThreadPoolExecutor(max_workers=len(members)) as pool:
-            outcomes = list(pool.map(lambda ingest: _attempt(call, ingest), members))
+            outcomes = list(pool.map(lambda ingest: _attempt(call, ingest, deadline), members))
         failures = [f"ingest at {ingest.address}: {error}" for ingest, error in zip(members, outcomes, strict=True)
                     if error is not None]  # fmt: skip
         if failures:
@@ -211,9 +217,15 @@ class WeightSync:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def _attempt(call: Callable[[IngestClient], object], ingest: IngestClient) -> RPCError | None:
-    try:
-        call(ingest)
-    except RPCError as error:
-        return error
-    return None
+def _attempt(call: Callable[[IngestClient], object], ingest: IngestClient, deadline: float) -> RPCError | None:
+    """`call`'s error, if any. An ingest that cannot be reached is tried again until `deadline`: one restarting
+    (a pod rescheduled, a process killed and started again) rejoins the sync instead of failing the run."""
+    while True:
+        try:
+            call(ingest)
+        except RPCError as error:
+            if error.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= deadline:
+                return error
+        else:
+            return None
+        time.sleep(UNREACHABLE_RETRY_S)

@@ -74,7 +74,7 @@ class ServiceLauncher:
         """`environment` is added to this process's; `security` is how the health check reaches a TLS service."""
         port = port or free_port()
         log_path = self.log_dir / f"{name}-{port}.log"
-        with log_path.open("w") as log_file:
+        with log_path.open("a") as log_file:  # a service restarted on its port goes on in the same log
             process = subprocess.Popen(
                 [sys.executable, "-m", "parity.cli", name, "serve", "--port", str(port), "--log-format", "json", *extra_args],
                 stdout=log_file,

@@ -54,12 +54,13 @@ class IngestStack:
 
 
 def start_ingest(
-    launcher: ServiceLauncher, store_address: str, upstream: str, spool_path: Path, *extra: str
+    launcher: ServiceLauncher, store_address: str, upstream: str, spool_path: Path, *extra: str,
+    port: int | None = None, http_port: int | None = None,
 ) -> tuple[RunningService, int]:
-    http_port = free_port()
+    http_port = http_port or free_port()
     ingest = launcher.start(
         "ingest", "--http-port", str(http_port), "--upstreams", upstream, "--store", store_address,
-        "--spool-path", str(spool_path), "--health-interval-s", "0.5", *extra,
+        "--spool-path", str(spool_path), "--health-interval-s", "0.5", *extra, port=port,
     )  # fmt: skip
     return ingest, http_port
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,8 @@ def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fa
     stats = [client.get_stats(ingest_pb.GetStatsRequest()) for client in clients]
     assert [(s.policy_version, s.paused) for s in stats] == [(7, False), (7, False)]
 
-    # One ingest goes away: the next sync fails within the client's retries, naming it, and leaves no other paused.
+    # One ingest goes away for good: the next sync fails once it has not come back within the drain timeout,
+    # naming it, and leaves no other paused.
     ingests[1].terminate()
     started = time.monotonic()
     with pytest.raises(SyncFailed, match=f"ingest at {ingests[1].address}"):
@@ -119,3 +121,25 @@ def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fa
     assert time.monotonic() - started < 60
     survivor = clients[0].get_stats(ingest_pb.GetStatsRequest())
     assert (survivor.policy_version, survivor.paused) == (7, False)
+
+
+def test_an_ingest_restarting_during_a_sync_rejoins_it_instead_of_failing_the_run(
+    trainer_vllm, module_services, tmp_path
+) -> None:
+    store = module_services.start("store", "--url", "memory://")
+    ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / "spool.db")
+    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
+    sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024),
+                      ingests=IngestFleet([ingest.address]), drain_timeout_s=60)  # fmt: skip
+    assert sync.sync(backend, policy_version=3).verified
+    ingest.process.kill()
+    ingest.process.wait()
+
+    port = int(ingest.address.rpartition(":")[2])
+    with ThreadPoolExecutor(1) as pool:
+        restarted = pool.submit(start_ingest, module_services, store.address, trainer_vllm.base_url,
+                                tmp_path / "spool.db", port=port, http_port=http_port)  # fmt: skip
+        assert sync.sync(backend, policy_version=4).verified
+        restarted.result()
+    stats = IngestClient(ingest.address).get_stats(ingest_pb.GetStatsRequest())
+    assert (stats.policy_version, stats.paused) == (4, False)

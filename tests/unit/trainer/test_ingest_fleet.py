@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from parity.services.trainer.ingest_fleet import IngestFleet, UnresolvedIngest
+from parity.services.runtime.addresses import UnresolvedAddress
+from parity.services.trainer.ingest_fleet import IngestFleet
 
 
 def test_a_name_is_every_address_it_resolves_to_now_beside_fixed_addresses() -> None:
@@ -22,9 +23,9 @@ def test_a_name_is_every_address_it_resolves_to_now_beside_fixed_addresses() -> 
 
 def test_a_name_that_resolves_to_nothing_is_named() -> None:
     fleet = IngestFleet(["dns:///gone.parity.svc:50052"], lambda host, port: [])
-    with pytest.raises(UnresolvedIngest, match="gone.parity.svc"):
+    with pytest.raises(UnresolvedAddress, match="gone.parity.svc"):
         fleet.addresses()
-    with pytest.raises(UnresolvedIngest, match="does not resolve"):
+    with pytest.raises(UnresolvedAddress, match="does not resolve"):
         IngestFleet(["dns:///no-such-host.invalid:50052"]).addresses()
 
 

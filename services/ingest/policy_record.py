@@ -1,0 +1,48 @@
+"""The last policy version an ingest was given, kept on disk beside its spool.
+
+A restarted ingest must not stamp calls with a version older than the weights the
+replicas serve: it starts from the version it last recorded (or a higher one from its
+peers or its flags), never from 0 mid-run. One row in the spool's SQLite file, written
+with synchronous=FULL like the spool itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+
+@dataclass(frozen=True)
+class RecordedPolicy:
+    version: int = 0
+    model: str = ""
+    adapter: str = ""
+
+
+class PolicyRecord:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = apsw.Connection(str(path))
+        self._db.set_busy_timeout(10_000)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS policy (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL,"
+            " model TEXT NOT NULL, adapter TEXT NOT NULL)"
+        )
+
+    def load(self) -> RecordedPolicy:
+        rows = self._db.execute("SELECT version, model, adapter FROM policy").fetchall()
+        return RecordedPolicy(*rows[0]) if rows else RecordedPolicy()
+
+    def save(self, policy: RecordedPolicy) -> None:
+        self._db.execute(
+            "INSERT INTO policy (id, version, model, adapter) VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE"
+            " SET version = excluded.version, model = excluded.model, adapter = excluded.adapter",
+            (policy.version, policy.model, policy.adapter),
+        )
+
+    def close(self) -> None:
+        self._db.close()
