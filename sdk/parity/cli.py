@@ -19,10 +19,10 @@ import sys
 from collections.abc import Callable
 
 SERVICE_MODULES = {
-    "store": "parity.services.store.service",
-    "ingest": "parity.services.ingest.service",
-    "assembler": "parity.services.assembler.service",
-    "trainer": "parity.services.trainer.service",
+    "store": "parity.services.store.serve_command",
+    "ingest": "parity.services.ingest.serve_command",
+    "assembler": "parity.services.assembler.serve_command",
+    "trainer": "parity.services.trainer.serve_command",
 }
 
 
@@ -62,7 +62,7 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
 # Commands whose module owns its own argument parsing; imported only when they run.
 DELEGATED_COMMANDS = {
     ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer, vLLM and the console locally"),
-    ("console", "serve"): ("parity.services.console.service", "the web console: watch runs, read trajectories token by token"),
+    ("console", "serve"): ("parity.services.console.serve_command", "the web console: watch runs, read trajectories token by token"),
     ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
     ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from parity.cli import build_parser
-from parity.services.console.service import build_parser as console_parser
+from parity.services.console.serve_command import build_parser as console_parser
 from parity.services.console.settings import ConsoleConfig
 from parity.services.runtime.config import config_from_args
 from parity.services.runtime.service_definition import ServiceDefinition

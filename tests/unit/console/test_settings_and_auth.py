@@ -7,7 +7,7 @@ import threading
 import pytest
 from starlette.testclient import TestClient
 
-from parity.services.console import service
+from parity.services.console import serve_command
 from parity.services.console.app import create_app
 from parity.services.console.auth import COOKIE
 from parity.services.console.settings import ConsoleConfig
@@ -28,10 +28,10 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
 def test_the_command_exits_with_the_reason_and_reads_the_token_from_the_environment(
     monkeypatch, capsys
 ) -> None:
-    assert service.main(["--host", "0.0.0.0", "--port", "0"]) == 2
+    assert serve_command.main(["--host", "0.0.0.0", "--port", "0"]) == 2
     assert "without a token" in capsys.readouterr().err
     monkeypatch.setenv("PARITY_CONSOLE_TOKEN", "from-env")
-    args = service.build_parser().parse_args(["--host", "0.0.0.0"])
+    args = serve_command.build_parser().parse_args(["--host", "0.0.0.0"])
     from parity.services.runtime.config import config_from_args
 
     assert config_from_args(ConsoleConfig, args, "console").token == "from-env"

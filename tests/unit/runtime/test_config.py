@@ -4,7 +4,7 @@ import pytest
 
 from parity.services.runtime.config import ServerConfig, add_config_arguments, config_from_args
 from parity.services.runtime.errors import InvalidArgument
-from parity.services.store.service import StoreConfig
+from parity.services.store.serve_command import StoreConfig
 
 
 def parse(config_cls, argv: list[str]):
