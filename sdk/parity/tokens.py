@@ -15,6 +15,23 @@ import numpy.typing as npt
 TOKEN_ID_DTYPE = np.dtype("<i4")
 FLOAT_DTYPE = np.dtype("<f4")
 MASK_DTYPE = np.dtype("u1")
+TOKEN_BYTES = 4
+"""Bytes one token takes in a packed array of token ids, logprobs or per-token rewards."""
+
+
+def token_count(packed: bytes) -> int:
+    """How many tokens a packed token id, logprob or per-token reward array holds."""
+    return len(packed) // TOKEN_BYTES
+
+
+def token_span(count: int) -> int:
+    """How many bytes `count` packed tokens take."""
+    return count * TOKEN_BYTES
+
+
+def head_tokens(packed: bytes, count: int) -> bytes:
+    """The first `count` tokens of a packed array (all of it when it holds fewer)."""
+    return packed[: count * TOKEN_BYTES]
 
 
 def pack_token_ids(token_ids: Sequence[int] | npt.NDArray[np.integer]) -> bytes:

@@ -78,7 +78,7 @@ class MergedSequence:
 
     @property
     def token_count(self) -> int:
-        return len(self.token_ids) // 4
+        return tokens.token_count(self.token_ids)
 
     @property
     def call_ids(self) -> list[str]:
@@ -117,15 +117,15 @@ class _Builder:
         )  # fmt: skip
 
     def append(self, step: StepTokens, new_prompt: bytes, choice: ChoiceTokens) -> None:
-        start = len(self.token_ids) // 4
+        start = tokens.token_count(self.token_ids)
         self.token_ids += new_prompt
-        self.mask.append(bytes(len(new_prompt) // 4))
+        self.mask.append(bytes(tokens.token_count(new_prompt)))
         self.logprobs.append(bytes(len(new_prompt)))
-        sampled = len(choice.token_ids) // 4
+        sampled = tokens.token_count(choice.token_ids)
         self.token_ids += choice.token_ids
         self.mask.append(b"\x01" * sampled)
         self.logprobs.append(choice.logprobs if choice.logprobs else _ZERO_FLOAT * sampled)
-        first_sampled = self.last_sampled_start = start + len(new_prompt) // 4
+        first_sampled = self.last_sampled_start = start + tokens.token_count(new_prompt)
         self.steps.append(StepEnd(step.index, step.call_id, first_sampled + sampled - 1 if sampled else -1))
         if sampled:
             if self.prompt_length < 0:
@@ -140,7 +140,7 @@ class _Builder:
             loss_mask=b"".join(self.mask),
             logprobs=b"".join(self.logprobs),
             steps=self.steps,
-            prompt_length=self.prompt_length if self.prompt_length >= 0 else len(token_ids) // 4,
+            prompt_length=self.prompt_length if self.prompt_length >= 0 else tokens.token_count(token_ids),
             policy_version=self.policy_version or 0,
         )
 

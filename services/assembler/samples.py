@@ -29,6 +29,7 @@ from parity.services.assembler.prefix_merge import (
     merge_steps,
 )
 from parity.services.assembler.trajectories import Trajectory
+from parity.tokens import head_tokens, token_span
 
 OVERLONG_POLICIES = ("truncate", "drop")
 _FINAL = {"parity.final_sample": "true"}
@@ -123,9 +124,9 @@ def unique_token_count(token_count: int, repeated_tokens: int) -> int:
 def _truncate(sequence: MergedSequence, max_tokens: int) -> MergedSequence:
     """The first max_tokens tokens; a step whose last sampled token is cut loses its reward."""
     return MergedSequence(
-        token_ids=sequence.token_ids[: max_tokens * 4],
+        token_ids=head_tokens(sequence.token_ids, max_tokens),
         loss_mask=sequence.loss_mask[:max_tokens],
-        logprobs=sequence.logprobs[: max_tokens * 4],
+        logprobs=head_tokens(sequence.logprobs, max_tokens),
         steps=[s if s.last_token < max_tokens else StepEnd(s.step_index, s.call_id, -1) for s in sequence.steps],
         prompt_length=sequence.prompt_length,
         policy_version=sequence.policy_version,
@@ -136,7 +137,7 @@ def _token_rewards(sequence: MergedSequence, step_rewards: dict[int, float]) -> 
     placed = [(s.last_token, step_rewards[s.step_index]) for s in sequence.steps
               if s.last_token >= 0 and s.step_index in step_rewards]  # fmt: skip
     if not placed:
-        return bytes(len(sequence.loss_mask) * 4)
+        return bytes(token_span(len(sequence.loss_mask)))
     rewards = np.zeros(len(sequence.loss_mask), dtype="<f4")
     for position, value in placed:
         rewards[position] += value

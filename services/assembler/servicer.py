@@ -19,6 +19,7 @@ from parity.services.assembler.batches import Batch
 from parity.services.assembler.samples import history_mode
 from parity.services.assembler.trajectory_views import TrajectoryView
 from parity.services.runtime.errors import InvalidArgument, ParityError
+from parity.tokens import token_count
 
 
 def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
@@ -51,8 +52,8 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
     trajectory = view.trajectory
     steps = []
     for index, call in enumerate(trajectory.calls):
-        prompt_tokens = len(call.prompt_token_ids) // 4 or call.usage.prompt_tokens
-        completion_tokens = sum(len(c.token_ids) for c in call.choices) // 4 or call.usage.completion_tokens
+        prompt_tokens = token_count(call.prompt_token_ids) or call.usage.prompt_tokens
+        completion_tokens = sum(token_count(c.token_ids) for c in call.choices) or call.usage.completion_tokens
         steps.append(trajectory_pb2.Step(
             call_id=call.call_id, step_index=index, prompt_token_count=prompt_tokens,
             completion_token_count=completion_tokens, reward=trajectory.step_rewards.get(index, 0.0),

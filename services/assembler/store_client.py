@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
+from parity import splice_delta
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
@@ -28,6 +29,7 @@ from parity.services.runtime.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from parity.splice_delta import token_splice
 from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
@@ -171,7 +173,8 @@ def rebuild_prompts(contents: pb.SessionContents) -> None:
             base = base_call.prompt_token_ids
             if splice.base_choice >= 0:
                 base += base_call.choices[splice.base_choice].token_ids
-            suffix = base[len(base) - splice.suffix_token_count * 4 :] if splice.suffix_token_count else b""
-            call.prompt_token_ids = base[: splice.prefix_token_count * 4] + splice.middle_token_ids + suffix
+            call.prompt_token_ids = splice_delta.decode(
+                base, token_splice(splice.prefix_token_count, splice.suffix_token_count, splice.middle_token_ids)
+            )
         earlier[call.call_id] = call
     del contents.prompt_splices[:]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from parity import splice_delta
 from parity.api.common.v1 import llm_call_pb2
-from parity.services.store import splice_delta
 from parity.services.store.records import MAX_REF_DEPTH, CallRow
-from parity.services.store.splice_delta import Splice
+from parity.splice_delta import Splice
+from parity.tokens import TOKEN_BYTES
 
 # A reference must save at least this many bytes of prompt tokens to be worth a
 # chain hop on every read.
 MIN_SHARED_PROMPT_BYTES = 64
-_TOKEN_BYTES = 4
 
 
 class CallTokens(NamedTuple):
@@ -66,7 +66,7 @@ def encode_call(
         ref_call_id=ref.call_id if ref else None,
         ref_choice=ref_choice,
         ref_depth=depth,
-        logical_tokens=(len(prompt) + sum(map(len, completions))) // _TOKEN_BYTES,
+        logical_tokens=(len(prompt) + sum(map(len, completions))) // TOKEN_BYTES,
         create_time=create_time,
     )
     return row, CallTokens(row.call_id, prompt, request, completions, depth)
@@ -81,11 +81,11 @@ def _best_prompt_splice(ref: CallTokens, prompt: bytes) -> tuple[int, Splice]:
             if completion and prompt.startswith(completion, start):
                 end = start + len(completion)
                 return index, Splice(end, 0, prompt[end:])
-    best_choice, best = -1, splice_delta.encode(ref.prompt, prompt, _TOKEN_BYTES)
+    best_choice, best = -1, splice_delta.encode(ref.prompt, prompt, TOKEN_BYTES)
     if best.prefix_len < len(ref.prompt):
         return best_choice, best
     for index, completion in enumerate(ref.completions):
-        candidate = splice_delta.encode(ref.prompt + completion, prompt, _TOKEN_BYTES)
+        candidate = splice_delta.encode(ref.prompt + completion, prompt, TOKEN_BYTES)
         if candidate.prefix_len > best.prefix_len:
             best_choice, best = index, candidate
     return best_choice, best
@@ -125,5 +125,5 @@ def spliced_view(row: CallRow) -> tuple[llm_call_pb2.LlmCall, tuple[str, str, in
         call.prompt_token_ids = row.prompt.middle
         return call, None
     splice = row.prompt
-    return call, (row.call_id, row.ref_call_id, row.ref_choice, splice.prefix_len // _TOKEN_BYTES,
-                  splice.suffix_len // _TOKEN_BYTES, splice.middle)  # fmt: skip
+    return call, (row.call_id, row.ref_call_id, row.ref_choice, splice.prefix_len // TOKEN_BYTES,
+                  splice.suffix_len // TOKEN_BYTES, splice.middle)  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from parity.services.store.splice_delta import Splice
+from parity.splice_delta import Splice
 
 UNASSIGNED_SESSION = "unassigned"
 MAX_REF_DEPTH = 32

@@ -18,6 +18,7 @@ import numpy as np
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store.records import UNASSIGNED_SESSION, MetadataUpdate
+from parity.tokens import token_count
 
 MAX_BATCH = 1000
 # Metadata updates are small; a batch feed marks every rollout of a batch in one request.
@@ -162,7 +163,7 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
             token_ids, logprobs = choice.token_ids, choice.logprobs
             check_token_ids(token_ids, f"{at}.token_ids")
             if logprobs and len(logprobs) != len(token_ids):
-                raise InvalidArgument(f"{at}: {len(logprobs) // 4} logprobs for {len(token_ids) // 4} tokens")
+                raise InvalidArgument(f"{at}: {token_count(logprobs)} logprobs for {token_count(token_ids)} tokens")
             check_logprobs(logprobs, f"{at}.logprobs")
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from parity.services.store.records import CallRow, RewardRow, SessionRow
-from parity.services.store.splice_delta import Splice
+from parity.splice_delta import Splice
 
 CALL_COLUMNS = (
     "seq, call_id, session_id, trajectory_name, ref_call_id, ref_choice, ref_depth, "

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
+from parity import splice_delta
 from parity.api.common.v1 import reward_pb2
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
-from parity.services.store import splice_delta
 from parity.services.store.records import MetadataUpdate
-from parity.services.store.splice_delta import Splice
 from parity.services.store.token_store import TokenStore
+from parity.splice_delta import Splice
 from tests.integration.store.call_factory import conversation, make_call
 from tests.integration.store.test_backend_conformance import reward, wire, write
 

@@ -42,3 +42,13 @@ def test_rejects_mask_values_other_than_zero_and_one() -> None:
 def test_rejects_truncated_buffers() -> None:
     with pytest.raises(ValueError, match="multiple of 4"):
         tokens.unpack_token_ids(b"\x00\x00\x00")
+
+
+@given(st.lists(int32s, max_size=300), st.integers(min_value=0, max_value=400))
+def test_counting_and_cutting_packed_tokens_is_counting_and_cutting_the_ids(ids: list[int], count: int) -> None:
+    packed = tokens.pack_token_ids(ids)
+    assert tokens.token_count(packed) == len(ids)
+    assert tokens.unpack_token_ids(tokens.head_tokens(packed, count)).tolist() == ids[:count]
+    assert tokens.token_span(len(ids)) == len(packed)
+    logprobs = tokens.pack_floats([0.5] * len(ids))
+    assert tokens.token_count(logprobs) == len(ids) and tokens.token_count(tokens.head_tokens(logprobs, count)) == min(count, len(ids))

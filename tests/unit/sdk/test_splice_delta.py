@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity.services.store import splice_delta
+from parity import splice_delta
+from parity.tokens import TOKEN_BYTES, pack_token_ids, unpack_token_ids
 
 
 @given(st.binary(max_size=200), st.binary(max_size=200))
@@ -43,3 +44,15 @@ def test_shared_prefix_and_suffix_are_the_longest_there_are(shared: bytes, left:
     a, b = shared + left, shared + right
     assert splice_delta.common_prefix_len(a, b) == _naive_prefix_len(a, b)
     assert splice_delta.common_suffix_len(a[::-1], b[::-1], len(a)) == _naive_prefix_len(a, b)
+
+
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=80), st.lists(st.integers(0, 2**31 - 1), max_size=20), st.data())
+def test_a_splice_in_tokens_rebuilds_the_prompt_the_ids_describe(base: list[int], middle: list[int], data) -> None:
+    prefix = data.draw(st.integers(0, len(base)))
+    suffix = data.draw(st.integers(0, len(base) - prefix))
+    splice = splice_delta.token_splice(prefix, suffix, pack_token_ids(middle))
+    rebuilt = splice_delta.decode(pack_token_ids(base), splice)
+    assert unpack_token_ids(rebuilt).tolist() == base[:prefix] + middle + base[len(base) - suffix :]
+    # The encoder, cutting on whole tokens, finds a splice at least as short.
+    target = pack_token_ids(base[:prefix] + middle + base[len(base) - suffix :])
+    assert len(splice_delta.encode(pack_token_ids(base), target, TOKEN_BYTES).middle) <= len(splice.middle)

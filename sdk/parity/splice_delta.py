@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from parity.tokens import token_span
+
 
 # A tuple, not a frozen dataclass: the writer makes two per stored call, and a frozen
 # dataclass takes twice as long to build.
@@ -64,6 +66,11 @@ def encode(base: bytes, target: bytes, unit: int = 1) -> Splice:
     # The suffix may not overlap the prefix in either string.
     suffix_len = common_suffix_len(base, target, min(len(base), len(target)) - prefix_len, unit)
     return Splice(prefix_len, suffix_len, target[prefix_len : len(target) - suffix_len])
+
+
+def token_splice(prefix_tokens: int, suffix_tokens: int, middle: bytes) -> Splice:
+    """A splice of packed token arrays given in tokens, as CALL_VIEW_SPLICED sends it."""
+    return Splice(token_span(prefix_tokens), token_span(suffix_tokens), middle)
 
 
 def decode(base: bytes, splice: Splice) -> bytes:
