@@ -42,6 +42,8 @@ def _add_service_commands(
         try:
             definition = importlib.import_module(module_name).DEFINITION
         except ImportError as error:
+            if (error.name or "").startswith("parity"):
+                raise  # Parity's own code is broken, not an optional dependency missing
             serve = actions.add_parser("serve", help=f"unavailable: {error}")
             serve.set_defaults(handler=_missing_extra(name, error))
             continue

@@ -10,14 +10,13 @@ FAILED_PRECONDITION, and its acknowledgements still count.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from parity.services.assembler.batch_former import BatchFormer
 from parity.services.assembler.batches import Batch
+from parity.services.assembler.changes import Changes
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, ParityError
-
-if TYPE_CHECKING:
-    from parity.services.assembler.assembler import Assembler
 
 MAX_GROUPS_PER_BATCH = 10_000
 MAX_UNACKED_BATCHES = 1_000
@@ -46,11 +45,16 @@ class Subscription:
 
 
 class BatchFeed:
-    def __init__(self, assembler: Assembler, subscription: Subscription, redeliver: list[int]) -> None:
-        self.assembler = assembler
+    def __init__(
+        self, former: BatchFormer, changes: Changes, subscription: Subscription, redeliver: list[int],
+        on_close: Callable[[BatchFeed], None],
+    ) -> None:  # fmt: skip
+        self.former = former
+        self.changes = changes
         self.subscription = subscription
         self.policy_version = subscription.policy_version
         self._redeliver = deque(redeliver)
+        self._on_close = on_close
         # Sequences sent on this stream and not acknowledged yet: the credit in use.
         self._outstanding: set[int] = set()
         self._failure: ParityError | None = None
@@ -62,7 +66,7 @@ class BatchFeed:
     async def next_batch(self) -> Batch:
         """The next batch to send, once there is credit and data for one."""
         while True:
-            changed = self.assembler.changed
+            changed = self.changes.event
             if self._failure is not None:
                 raise self._failure
             if len(self._outstanding) < self.subscription.max_unacked_batches:
@@ -70,30 +74,32 @@ class BatchFeed:
                 if batch is not None:
                     self._outstanding.add(batch.sequence)
                     return batch
-            await self.assembler.wait(changed)
+            await self.changes.wait(changed)
 
     async def _take(self) -> Batch | None:
         while self._redeliver:
-            plan = self.assembler.ledger(self.consumer_id).unacknowledged.get(self._redeliver.popleft())
+            plan = self.former.unacknowledged(self.consumer_id, self._redeliver.popleft())
             if plan is not None:
-                return await self.assembler.rebuild_batch(plan)
-        return await self.assembler.form_batch(self)
+                return await self.former.rebuild_batch(plan)
+        subscription = self.subscription
+        staleness = self.former.staleness(subscription.max_policy_lag, self.policy_version)
+        return await self.former.form_batch(self.consumer_id, subscription.groups_per_batch, subscription.run_id,
+                                            staleness)  # fmt: skip
 
     async def acknowledge(self, batch_id: str, policy_version: int | None) -> None:
-        sequence = await self.assembler.acknowledge(self.consumer_id, batch_id)
+        sequence = await self.former.acknowledge(self.consumer_id, batch_id)
         self._outstanding.discard(sequence)
         if policy_version is not None:
             self.policy_version = policy_version
-        self.assembler.notify()
+        self.changes.notify()
 
     def fail(self, error: ParityError) -> None:
         """End the stream with `error` at the next batch it waits for."""
         self._failure = error
-        self.assembler.notify()
+        self.changes.notify()
 
     def supersede(self) -> None:
         self.fail(FailedPrecondition(f"consumer {self.consumer_id!r} subscribed again on another stream"))
 
     def close(self) -> None:
-        self.assembler.release(self)
-
+        self._on_close(self)

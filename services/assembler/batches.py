@@ -110,6 +110,20 @@ class ConsumerLedger:
         plan.groups.append((group_id, [rollout]))
 
 
+class ConsumerLedgers:
+    """Every consumer's ledger: rebuilt from batch marks as closes replay, kept up as batches form and are
+    acknowledged."""
+
+    def __init__(self) -> None:
+        self._ledgers: dict[str, ConsumerLedger] = {}
+
+    def of(self, consumer_id: str) -> ConsumerLedger:
+        ledger = self._ledgers.get(consumer_id)
+        if ledger is None:
+            ledger = self._ledgers[consumer_id] = ConsumerLedger(consumer_id)
+        return ledger
+
+
 def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: BuildStats, filtered: Counter[str]) -> BatchStats:
     token_count = sum(len(s.loss_mask) for s in samples)
     loss_tokens = sum(s.loss_mask.count(1) for s in samples)

@@ -6,10 +6,11 @@ import json
 from dataclasses import dataclass
 
 from parity.api.assembler.v1 import assembler_service_pb2, assembler_service_pb2_grpc
-from parity.services.assembler.assembler import Assembler, AssemblySettings
+from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.filters import FilterSettings
 from parity.services.assembler.llm_judge import DEFAULT_INSTRUCTIONS, JudgeSettings, LlmJudge
 from parity.services.assembler.reward_function import RewardFunction
+from parity.services.assembler.rollout_tracker import AssemblySettings
 from parity.services.assembler.samples import OVERLONG_POLICIES, LengthLimit
 from parity.services.assembler.scoring import Scorer
 from parity.services.assembler.servicer import AssemblerServicer

@@ -101,7 +101,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
     async def GetTrajectory(self, request: pb.GetTrajectoryRequest, context: grpc.aio.ServicerContext) -> pb.GetTrajectoryResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
         view = await trajectory_views.get_trajectory(
-            self.assembler, request.session_id, request.trajectory_name, request.view == pb.TRAJECTORY_VIEW_FULL
+            self.assembler.tracker, request.session_id, request.trajectory_name, request.view == pb.TRAJECTORY_VIEW_FULL
         )
         return pb.GetTrajectoryResponse(trajectory=trajectory_to_proto(view))
 
@@ -109,7 +109,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         self, request: pb.ListTrajectoriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTrajectoriesResponse:
         views, token = await trajectory_views.list_trajectories(
-            self.assembler, session_id=request.session_id, group_id=request.group_id, state=request.state,
+            self.assembler.tracker, session_id=request.session_id, group_id=request.group_id, state=request.state,
             page_size=request.page_size, page_token=request.page_token,
             with_samples=request.view == pb.TRAJECTORY_VIEW_FULL,
         )  # fmt: skip

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import sample_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.services.assembler.assembler import Assembler
+from parity.services.assembler.rollout_tracker import RolloutTracker
 from parity.services.assembler.rollouts import Rollout
 from parity.services.assembler.samples import TrajectorySamples, build_samples, unique_token_count
 from parity.services.assembler.trajectories import Trajectory, split_trajectories
@@ -61,7 +61,7 @@ class TrajectoryView:
         return unique_token_count(self.token_count, self.built.repeated_tokens)
 
 
-def rollout_state(assembler: Assembler, rollout: Rollout | None) -> tuple[int, str]:
+def rollout_state(tracker: RolloutTracker, rollout: Rollout | None) -> tuple[int, str]:
     if rollout is None:
         return _STATE.TRAJECTORY_STATE_OPEN, ""
     if rollout.validation:
@@ -70,67 +70,67 @@ def rollout_state(assembler: Assembler, rollout: Rollout | None) -> tuple[int, s
         return _STATE.TRAJECTORY_STATE_FILTERED, rollout.error or rollout.filtered
     if rollout.batch is not None:
         return (_STATE.TRAJECTORY_STATE_TRAINED if rollout.batch.acknowledged else _STATE.TRAJECTORY_STATE_READY), ""
-    if rollout.failed and assembler.settings.filters.drop_failed_rollouts:
+    if rollout.failed and tracker.settings.filters.drop_failed_rollouts:
         return _STATE.TRAJECTORY_STATE_FILTERED, "failed_rollout"
     return _STATE.TRAJECTORY_STATE_PENDING, ""
 
 
-def views_of(assembler: Assembler, contents: store_pb.SessionContents, with_samples: bool) -> list[TrajectoryView]:
+def views_of(tracker: RolloutTracker, contents: store_pb.SessionContents, with_samples: bool) -> list[TrajectoryView]:
     session = contents.session
-    rollout = assembler.rollouts.get(session.session_id)
+    rollout = tracker.rollouts.get(session.session_id)
     if rollout is None and session.state == session_pb2.SESSION_STATE_CLOSED:
         # Closed, but the watch has not brought the close here yet.
         state, reason = _STATE.TRAJECTORY_STATE_PENDING, ""
     else:
-        state, reason = rollout_state(assembler, rollout)
+        state, reason = rollout_state(tracker, rollout)
     episode = rollout.episode_id if rollout else session.session_id
     group = rollout.group_id if rollout else episode
     views = []
     trajectories, _ = split_trajectories(session.session_id, contents.calls, contents.rewards)
     for trajectory in trajectories:
-        built = build_samples(trajectory, episode, group, assembler.settings.filters.length)
+        built = build_samples(trajectory, episode, group, tracker.settings.filters.length)
         views.append(TrajectoryView(trajectory, episode, group, state, reason, built, session.outcome, with_samples))
     return views
 
 
-async def get_trajectory(assembler: Assembler, session_id: str, name: str, with_samples: bool) -> TrajectoryView:
+async def get_trajectory(tracker: RolloutTracker, session_id: str, name: str, with_samples: bool) -> TrajectoryView:
     if not session_id:
         raise InvalidArgument("session_id is required")
-    contents = (await assembler.store.read_sessions([session_id])).get(session_id)
+    contents = (await tracker.store.read_sessions([session_id])).get(session_id)
     if contents is None:
         raise NotFound(f"session {session_id!r} does not exist")
-    for view in views_of(assembler, contents, with_samples):
+    for view in views_of(tracker, contents, with_samples):
         if view.trajectory.name == name:
             return view
     raise NotFound(f"session {session_id!r} has no trajectory named {name!r}")
 
 
 async def list_trajectories(
-    assembler: Assembler, *, session_id: str, group_id: str, state: int, page_size: int, page_token: str,
+    tracker: RolloutTracker, *, session_id: str, group_id: str, state: int, page_size: int, page_token: str,
     with_samples: bool,
 ) -> tuple[list[TrajectoryView], str]:  # fmt: skip
     scope = f"trajectories:{session_id}:{group_id}:{state}"
     position = page_tokens.decode_page_token(page_token, scope)
     limit = page_tokens.page_size(page_size)
     start_rollout, skip = position >> _TRAJECTORY_BITS, position & ((1 << _TRAJECTORY_BITS) - 1)
-    if session_id and session_id not in assembler.rollouts:
+    if session_id and session_id not in tracker.rollouts:
         # An open session (or an unknown one): only the store knows it.
         candidates: list[tuple[int, str]] = [(0, session_id)]
     else:
         candidates = [
-            (index, r.session_id) for index, r in enumerate(assembler.closed[start_rollout:], start_rollout)
+            (index, r.session_id) for index, r in enumerate(tracker.closed[start_rollout:], start_rollout)
             if (not session_id or r.session_id == session_id) and (not group_id or r.group_id == group_id)
-            and (not state or rollout_state(assembler, r)[0] == state)
+            and (not state or rollout_state(tracker, r)[0] == state)
         ]  # fmt: skip
     views: list[TrajectoryView] = []
     next_token = ""
     # Each session holds at least one trajectory, so `limit` sessions fill a page.
     window = candidates[: limit + 1]
-    contents = await assembler.store.read_sessions([sid for _, sid in window])
+    contents = await tracker.store.read_sessions([sid for _, sid in window])
     for index, sid in window:
         if sid not in contents:
             continue
-        session_views = [v for v in views_of(assembler, contents[sid], with_samples) if not state or v.state == state]
+        session_views = [v for v in views_of(tracker, contents[sid], with_samples) if not state or v.state == state]
         offset = skip if index == start_rollout else 0
         for place, view in enumerate(session_views[offset:], offset):
             if len(views) == limit:

@@ -28,16 +28,16 @@ def test_failures_and_timeouts_are_recorded_retried_and_closed(full_stack, vllm_
         if task["id"] == "always-fails":
             raise RuntimeError("tool crashed")
         if task["id"] == "slow" and attempts[key] == 1:
-            await asyncio.sleep(5)
+            await asyncio.sleep(30)
         if task["id"] == "bad-reward":
             return "great"  # type: ignore[return-value]
         return 0.5
 
     tasks = [{"id": "fine"}, {"id": "always-fails"}, {"id": "slow"}, {"id": "bad-reward"}]
-    # A freshly started vLLM's first answer can take longer than the 2 s the agents get.
+    # A freshly started vLLM's first answer can take longer than the 4 s the agents get.
     parity.get_chat_client().chat.completions.create(model=vllm_server.model_name, max_tokens=2,
                                                      messages=[{"role": "user", "content": "warm up"}])  # fmt: skip
-    results = engine.run(flaky, tasks, rollouts_per_task=1, timeout_s=2, retries=1, progress=False, run_id="eng")
+    results = engine.run(flaky, tasks, rollouts_per_task=1, timeout_s=4, retries=1, progress=False, run_id="eng")
     by_session = {r.session_id: r for r in results}
     assert by_session["eng-fine-r0-a0"].outcome == "succeeded" and by_session["eng-fine-r0-a0"].reward == 0.5
     assert [by_session[f"eng-always-fails-r0-a{i}"].outcome for i in (0, 1)] == ["failed", "failed"]

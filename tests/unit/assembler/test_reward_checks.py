@@ -9,7 +9,8 @@ from typing import Any, NoReturn
 import pytest
 
 from parity.api.common.v1 import reward_pb2, session_pb2
-from parity.services.assembler.assembler import Assembler, AssemblySettings
+from parity.services.assembler.assembler import Assembler
+from parity.services.assembler.rollout_tracker import AssemblySettings
 from parity.services.runtime.errors import InvalidArgument
 
 
