@@ -4,9 +4,10 @@ Usage: python scripts/generate_protos.py [--out DIR]
 
 The proto folder layout matches the Python package (`parity/api/<area>/v1`), so
 protoc's imports are correct as generated and nothing is post-processed. Beside
-protoc's output it writes one typed client per service
-(`<area>_service_client.py`), a method per RPC over parity.clients.base. The
-staleness test runs this into a temporary folder and diffs it with the tree.
+protoc's output it writes typed clients per service
+(`<area>_service_client.py`), a method per RPC: a sync one over parity.clients.base
+and an asyncio one over parity.clients.aio. The staleness test runs this into a
+temporary folder and diffs it with the tree.
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         "",
         "from __future__ import annotations",
         "",
-        "from collections.abc import Iterator",
+        "from collections.abc import AsyncIterator, Iterator",
         "",
         f"from {package} import {module}_pb2 as pb",
         f"from {package} import {module}_pb2_grpc as pb_grpc",
+        "from parity.clients.aio import AsyncServiceClient",
         "from parity.clients.base import ServiceClient",
         "",
         "",
@@ -95,22 +97,46 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         "    def __init__(self, address: str, **options: object) -> None:",
         f"        super().__init__(pb_grpc.{service.name}Stub, address, **options)  # type: ignore[arg-type]",
     ]
+    lines += _methods(service, asynchronous=False)
+    lines += [
+        "",
+        "",
+        f"class Async{client}(AsyncServiceClient):",
+        f'    """{service.name} for asyncio code, on a channel of its own (`await client.close()`). Unary calls',
+        '    have a deadline and are retried (see parity.clients.aio); every method raises parity.RPCError."""',
+        "",
+        "    def __init__(self, address: str, **options: object) -> None:",
+        f"        super().__init__(pb_grpc.{service.name}Stub, address, **options)  # type: ignore[arg-type]",
+    ]
+    lines += _methods(service, asynchronous=True)
+    return "\n".join(lines) + "\n"
+
+
+def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bool) -> list[str]:
+    lines = []
     for method in service.method:
         if method.client_streaming:
             continue
         request, response = method.input_type.rsplit(".", 1)[1], method.output_type.rsplit(".", 1)[1]
+        signature = f"{_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None)"
         lines.append("")
         if method.server_streaming:
+            iterator = "AsyncIterator" if asynchronous else "Iterator"
             lines += [
-                f"    def {_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None) -> Iterator[pb.{response}]:",
+                f"    def {signature} -> {iterator}[pb.{response}]:",
                 f'        return self._stream("{method.name}", request, timeout_s)',
+            ]
+        elif asynchronous:
+            lines += [
+                f"    async def {signature} -> pb.{response}:",
+                f'        return await self._unary("{method.name}", request, timeout_s)',
             ]
         else:
             lines += [
-                f"    def {_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None) -> pb.{response}:",
+                f"    def {signature} -> pb.{response}:",
                 f'        return self._unary("{method.name}", request, timeout_s)',
             ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,11 +21,10 @@ from typing import Any, Protocol
 
 from parity import tokens
 from parity.api.store.v1 import store_service_pb2 as pb
-from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+from parity.clients import AsyncStoreClient
 from parity.services.assembler.samples import LengthLimit, build_samples
 from parity.services.assembler.store_client import rebuild_prompts
 from parity.services.assembler.trajectories import split_trajectories
-from parity.transport import open_aio_channel
 
 
 class Tokenizer(Protocol):
@@ -90,15 +89,16 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
     """Parity's samples and the sampled completions of up to `limit` sessions in the store."""
     sequences: list[list[int]] = []
     completions: list[list[int]] = []
-    async with open_aio_channel(address, [("grpc.max_receive_message_length", 256 << 20)]) as channel:
-        stub = pb_grpc.TokenStoreServiceStub(channel)
+    store = AsyncStoreClient(address, max_message_bytes=256 << 20)
+    try:
         token, seen = "", 0
         while seen < limit:
-            page = await stub.ListSessions(pb.ListSessionsRequest(page_size=100, page_token=token))
+            page = await store.list_sessions(pb.ListSessionsRequest(page_size=100, page_token=token))
             ids = [s.session_id for s in page.sessions if s.call_count][: limit - seen]
             seen += len(ids)
             if ids:
-                response = await stub.BatchGetSessions(pb.BatchGetSessionsRequest(session_ids=ids, view=pb.CALL_VIEW_SPLICED))
+                response = await store.batch_get_sessions(
+                    pb.BatchGetSessionsRequest(session_ids=ids, view=pb.CALL_VIEW_SPLICED))  # fmt: skip
                 for contents in response.sessions:
                     rebuild_prompts(contents)
                     trajectories, _ = split_trajectories(contents.session.session_id, contents.calls, contents.rewards)
@@ -110,6 +110,8 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
             token = page.next_page_token
             if not token:
                 break
+    finally:
+        await store.close()
     return sequences, completions
 
 

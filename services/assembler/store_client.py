@@ -1,16 +1,15 @@
-"""The token store as the assembler uses it: gRPC with retries while the store is down.
+"""The token store as the assembler uses it: Parity's asyncio store client, retried while the store is down.
 
 Every store RPC the assembler makes is idempotent (rewards carry ids, closes and
-metadata updates converge), so each is retried with exponential backoff on
-UNAVAILABLE and DEADLINE_EXCEEDED until `retry_s` runs out; then the caller gets
-`Unavailable`. Other statuses become the domain error they stand for, with the
-store's message. The watch of closes reconnects forever from its last cursor.
+metadata updates converge), so each is retried with backoff on UNAVAILABLE and
+DEADLINE_EXCEEDED until `retry_s` runs out; then the caller gets `Unavailable`.
+Other statuses become the domain error they stand for, with the store's message.
+The watch of closes reconnects forever from its last cursor.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -20,7 +19,7 @@ import structlog
 from parity import splice_delta
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
-from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+from parity.clients import AsyncStoreClient, RPCError
 from parity.services.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -30,7 +29,6 @@ from parity.services.runtime.errors import (
     Unavailable,
 )
 from parity.splice_delta import token_splice
-from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
 
@@ -56,11 +54,10 @@ class StoreClient:
     def __init__(self, address: str, *, retry_s: float, max_message_bytes: int) -> None:
         self.address = address
         self.retry_s = retry_s
-        self._channel = open_aio_channel(
-            address,
-            [
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes),
+        self._client = AsyncStoreClient(
+            address, timeout_s=_CALL_TIMEOUT_S, retry_for_s=retry_s, retry_codes=_RETRIED, backoff_s=_FIRST_BACKOFF_S,
+            max_backoff_s=_MAX_BACKOFF_S, max_message_bytes=max_message_bytes,
+            options=[
                 # Notice a store that vanished without closing the connection.
                 ("grpc.keepalive_time_ms", 20_000),
                 # Reconnect within a couple of seconds of the store coming back, not
@@ -68,11 +65,10 @@ class StoreClient:
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2_000),
             ],
-        )
-        self._stub = pb_grpc.TokenStoreServiceStub(self._channel)
+        )  # fmt: skip
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._client.close()
 
     async def close_session(
         self, session_id: str, outcome: int, error_message: str, metadata: dict[str, str]
@@ -80,14 +76,14 @@ class StoreClient:
         request = pb.CloseSessionRequest(
             session_id=session_id, outcome=outcome, error_message=error_message, metadata=metadata
         )
-        return (await self._call(self._stub.CloseSession, request)).session
+        return (await self._call(self._client.close_session, request)).session
 
     async def write_rewards(self, rewards: Sequence[reward_pb2.Reward]) -> pb.WriteRewardsResponse:
         """Rewards must carry their ids, so a retry writes nothing twice."""
-        return await self._call(self._stub.WriteRewards, pb.WriteRewardsRequest(rewards=rewards))
+        return await self._call(self._client.write_rewards, pb.WriteRewardsRequest(rewards=rewards))
 
     async def get_session(self, session_id: str) -> session_pb2.Session:
-        return (await self._call(self._stub.GetSession, pb.GetSessionRequest(session_id=session_id))).session
+        return (await self._call(self._client.get_session, pb.GetSessionRequest(session_id=session_id))).session
 
     async def read_sessions(
         self, session_ids: Sequence[str], *, tokens_only: bool = False, call_counts: Mapping[str, int] | None = None
@@ -101,7 +97,8 @@ class StoreClient:
         view = pb.CALL_VIEW_SPLICED if tokens_only else pb.CALL_VIEW_FULL
         limit = MAX_SPLICED_CALLS_PER_READ if tokens_only else MAX_FULL_CALLS_PER_READ
         for chunk in _chunks(session_ids, call_counts or {}, limit):
-            response = await self._call(self._stub.BatchGetSessions, pb.BatchGetSessionsRequest(session_ids=chunk, view=view))
+            request = pb.BatchGetSessionsRequest(session_ids=chunk, view=view)
+            response = await self._call(self._client.batch_get_sessions, request)
             for contents in response.sessions:
                 rebuild_prompts(contents)
                 found[contents.session.session_id] = contents
@@ -109,41 +106,32 @@ class StoreClient:
 
     async def update_metadata(self, updates: Sequence[pb.SessionMetadataUpdate]) -> int:
         request = pb.UpdateSessionMetadataRequest(updates=updates)
-        return (await self._call(self._stub.UpdateSessionMetadata, request)).updated_count
+        return (await self._call(self._client.update_session_metadata, request)).updated_count
 
     async def watch_closed_sessions(self, cursor: str = "") -> AsyncIterator[tuple[list[session_pb2.Session], str]]:
         """Every close after the cursor, then new ones, forever; an empty list is a heartbeat."""
         backoff = _FIRST_BACKOFF_S
         while True:
+            request = pb.WatchClosedSessionsRequest(cursor=cursor, max_batch_size=1000)
             try:
-                stream = self._stub.WatchClosedSessions(pb.WatchClosedSessionsRequest(cursor=cursor, max_batch_size=1000))
-                async for response in stream:
+                async for response in self._client.watch_closed_sessions(request):
                     cursor = response.cursor
                     backoff = _FIRST_BACKOFF_S
                     yield list(response.sessions), cursor
-            except grpc.aio.AioRpcError as error:
-                log.warning("store_watch_interrupted", address=self.address, code=error.code().name,
-                            details=error.details(), retry_in_s=backoff)  # fmt: skip
+            except RPCError as error:
+                log.warning("store_watch_interrupted", address=self.address, code=error.code.name,
+                            details=error.message, retry_in_s=backoff)  # fmt: skip
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    async def _call(self, method: Callable[..., Awaitable[Response]], request: Any) -> Response:
-        deadline = time.monotonic() + self.retry_s
-        backoff = _FIRST_BACKOFF_S
-        while True:
-            try:
-                return await method(request, timeout=_CALL_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                code, details = error.code(), error.details() or ""
-                if code not in _RETRIED:
-                    raise _ERRORS.get(code, Unavailable)(details or f"token store answered {code.name}") from None
-                if time.monotonic() + backoff > deadline:
-                    raise Unavailable(
-                        f"token store at {self.address} unavailable for {self.retry_s:g} s ({code.name}: {details})"
-                    ) from None
-                log.debug("store_retry", address=self.address, code=code.name, retry_in_s=backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+    async def _call(self, method: Callable[[Any], Awaitable[Response]], request: Any) -> Response:
+        try:
+            return await method(request)
+        except RPCError as error:
+            if error.code in _RETRIED:
+                raise Unavailable(f"token store at {self.address} unavailable for {self.retry_s:g} s "
+                                  f"({error.code.name}: {error.message})") from None  # fmt: skip
+            raise _ERRORS.get(error.code, Unavailable)(error.message or f"token store answered {error.code.name}") from None
 
 
 def _chunks(session_ids: Sequence[str], call_counts: Mapping[str, int], max_calls: int) -> Iterator[list[str]]:

@@ -36,14 +36,14 @@ import grpc
 import structlog
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.clients import AsyncStoreClient, RPCError
+from parity.clients.store_writes import CallWriteStream, StreamEnded
 from parity.services.ingest import openai_errors
 from parity.services.ingest.spool import Spool, batch_length
-from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
 
 Durability = Literal["before", "after"]
-STREAM_WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/StreamWriteCalls"
 # Well under any store's message limit, however large single calls are.
 MAX_BATCH_BYTES = 16 << 20
 # The store answered and said no: sending the same calls again cannot succeed.
@@ -55,33 +55,6 @@ _REFUSALS = frozenset({
 
 class _StoreUnreachable(Exception):
     """The store did not answer (down, slow, or unreachable); the calls may be retried."""
-
-
-class _StreamEnded(Exception):
-    """The store closed the write stream without an error, before answering a batch."""
-
-
-_WRITE_CALLS_FIELD_TAG = b"\x0a"  # field 1 (calls), wire type 2 (length-delimited)
-
-
-def encode_write_calls(serialized_calls: list[bytes]) -> bytes:
-    """A serialized StreamWriteCallsRequest (or WriteCallsRequest: the same fields) built
-    from already-serialized calls, without a copy through message objects."""
-    parts = []
-    for call in serialized_calls:
-        parts.append(_WRITE_CALLS_FIELD_TAG)
-        parts.append(_varint(len(call)))
-        parts.append(call)
-    return b"".join(parts)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class CaptureSink:
@@ -116,9 +89,8 @@ class CaptureSink:
         self._next_replay = 0.0
         self._write_error: str | None = None
         self._stopping = False
-        self._channel: grpc.aio.Channel | None = None
-        self._open_stream: grpc.aio.StreamStreamMultiCallable | None = None
-        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._store = AsyncStoreClient(store_address)
+        self._writer: CallWriteStream | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -126,8 +98,7 @@ class CaptureSink:
         return len(self._pending)
 
     async def start(self) -> None:
-        self._channel = open_aio_channel(self.store_address, [("grpc.max_send_message_length", 64 << 20)])
-        self._open_stream = self._channel.stream_stream(STREAM_WRITE_CALLS)
+        self._writer = self._store.call_writer()
         self._task = asyncio.create_task(self._run(), name="capture-sink")
 
     async def stop(self) -> None:
@@ -143,13 +114,9 @@ class CaptureSink:
                 log.error("calls_lost_on_stop", calls=len(self._pending), spool_error=self._write_error)
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
-        if self._stream is not None:
-            # Ended from this side, so the store logs the stream as finished, not cancelled.
-            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
-                await asyncio.wait_for(self._stream.done_writing(), self.store_timeout_s)
-                await asyncio.wait_for(self._stream.code(), self.store_timeout_s)
-        if self._channel is not None:
-            await self._channel.close()
+        if self._writer is not None:
+            await self._writer.finish(self.store_timeout_s)
+        await self._store.close()
         await asyncio.to_thread(self.spool.close)
 
     def check_accepting(self) -> None:
@@ -306,41 +273,25 @@ class CaptureSink:
 
     async def _send(self, calls: list[bytes]) -> str | None:
         """None once the store holds the calls, else why it refused them."""
+        assert self._writer is not None
         try:
             # asyncio.timeout rather than wait_for, which on Python 3.11 runs the write
             # in a task of its own: one more task and loop turn for every batch.
             async with asyncio.timeout(self.store_timeout_s):
-                await self._write_on_stream(encode_write_calls(calls))
-        except grpc.aio.AioRpcError as error:
-            self._drop_stream()
-            if error.code() in _REFUSALS:
+                await self._writer.write(calls)
+        except RPCError as error:
+            if error.code in _REFUSALS:
                 self.store_reachable = True
-                return f"{error.code().name}: {error.details()}"
-            self._unreachable(error.code().name, error.details() or "")
-        except (TimeoutError, _StreamEnded, asyncio.InvalidStateError) as error:
-            self._drop_stream()
+                return f"{error.code.name}: {error.message}"
+            self._unreachable(error.code.name, error.message)
+        except (TimeoutError, StreamEnded, asyncio.InvalidStateError) as error:
+            self._writer.drop()
             self._unreachable(type(error).__name__, str(error) or f"no answer within {self.store_timeout_s} s")
         if not self.store_reachable:
             log.info("store_reachable_again")
         self.store_reachable = True
         self.stored += len(calls)
         return None
-
-    async def _write_on_stream(self, request: bytes) -> None:
-        if self._stream is not None and self._stream.done():
-            # Ended by the store since the last batch (it shut down, and may be back).
-            self._stream = None
-        if self._stream is None:
-            assert self._open_stream is not None
-            self._stream = self._open_stream()
-        await self._stream.write(request)
-        if await self._stream.read() is grpc.aio.EOF:
-            raise _StreamEnded("the store ended the write stream without answering")
-
-    def _drop_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.cancel()
-            self._stream = None
 
     def _unreachable(self, code: str, details: str) -> NoReturn:
         if self.store_reachable:

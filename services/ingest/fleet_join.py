@@ -19,11 +19,10 @@ import grpc
 import structlog
 
 from parity.api.ingest.v1 import ingest_service_pb2 as pb
-from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from parity.clients import AsyncIngestClient, RPCError
 from parity.services.ingest.control import IngestControl
 from parity.services.ingest.traffic_gate import JOIN_HOLD
 from parity.services.runtime.addresses import AddressSet, UnresolvedAddress
-from parity.transport import open_aio_channel
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +50,7 @@ class FleetJoin:
         self.control = control
         self.poll_s = poll_s
         self.timeout_s = timeout_s
-        self._stubs: dict[str, tuple[grpc.aio.Channel, pb_grpc.IngestServiceStub]] = {}
+        self._clients: dict[str, AsyncIngestClient] = {}
         self._watch: asyncio.Task[None] | None = None
 
     async def join(self) -> None:
@@ -94,9 +93,9 @@ class FleetJoin:
         if self._watch is not None:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
-        for channel, _ in self._stubs.values():
-            await channel.close()
-        self._stubs.clear()
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
 
     async def _wait_for_resume(self) -> None:
         gate = self.control.gate
@@ -116,13 +115,14 @@ class FleetJoin:
             log.info("policy_adopted_from_peers", policy_version=view.policy_version, lora_adapter=view.lora_adapter)
 
     async def _stats(self, address: str) -> pb.GetStatsResponse | None:
-        if address not in self._stubs:
-            channel = open_aio_channel(address)
-            self._stubs[address] = (channel, pb_grpc.IngestServiceStub(channel))
+        client = self._clients.get(address)
+        if client is None:
+            # Not retried: a peer that does not answer now is left out of this survey, and the next one asks again.
+            client = self._clients[address] = AsyncIngestClient(address, timeout_s=self.timeout_s, retries=0)
         try:
-            return await self._stubs[address][1].GetStats(pb.GetStatsRequest(), timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as error:
+            return await client.get_stats(pb.GetStatsRequest())
+        except RPCError as error:
             # A peer that refuses this ingest's token is a misconfiguration to see, not a peer that is down.
-            report = log.debug if error.code() in GONE else log.warning
-            report("peer_unanswered", address=address, code=error.code().name, details=error.details())
+            report = log.debug if error.code in GONE else log.warning
+            report("peer_unanswered", address=address, code=error.code.name, details=error.message)
             return None

@@ -1,18 +1,23 @@
 """Typed clients for Parity's gRPC services.
 
-Generated from the protos beside the stubs (parity.api.<area>.v1.<area>_service_client)
-over one hand-written base (parity.clients.base): shared channels, deadlines,
+Generated from the protos beside the stubs (parity.api.<area>.v1.<area>_service_client),
+each service twice: a sync client over parity.clients.base (shared channels) and an
+asyncio one over parity.clients.aio (a channel per client). Both give deadlines,
 retries on UNAVAILABLE, and parity.RPCError.
 
     from parity.clients import StoreClient
     StoreClient("127.0.0.1:50051").get_call(GetCallRequest(call_id="..."))
+
+    from parity.clients import AsyncStoreClient
+    await AsyncStoreClient("127.0.0.1:50051").get_call(GetCallRequest(call_id="..."))
 """
 
-from parity.api.assembler.v1.assembler_service_client import AssemblerClient
-from parity.api.ingest.v1.ingest_service_client import IngestClient
+from parity.api.assembler.v1.assembler_service_client import AssemblerClient, AsyncAssemblerClient
+from parity.api.ingest.v1.ingest_service_client import AsyncIngestClient, IngestClient
 from parity.api.store.v1.store_service_client import TokenStoreClient as StoreClient
-from parity.api.trainer.v1.trainer_service_client import TrainerClient
+from parity.api.trainer.v1.trainer_service_client import AsyncTrainerClient, TrainerClient
 from parity.clients.errors import RPCError
+from parity.clients.store_writes import AsyncStoreClient
 
 
 def admin_metadata(token: str) -> tuple[tuple[str, str], ...]:
@@ -20,4 +25,7 @@ def admin_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-__all__ = ["AssemblerClient", "IngestClient", "RPCError", "StoreClient", "TrainerClient", "admin_metadata"]
+__all__ = [
+    "AssemblerClient", "AsyncAssemblerClient", "AsyncIngestClient", "AsyncStoreClient", "AsyncTrainerClient",
+    "IngestClient", "RPCError", "StoreClient", "TrainerClient", "admin_metadata",
+]  # fmt: skip

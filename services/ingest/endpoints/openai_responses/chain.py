@@ -9,7 +9,6 @@ ingest and works through any ingest that shares the store. A response created wi
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from typing import Any
 
@@ -18,10 +17,9 @@ import orjson
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.clients import AsyncStoreClient, RPCError
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints.openai_responses import answers, protocol
-from parity.transport import open_aio_channel
 
 SUCCEEDED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED
 CACHED_CONVERSATIONS = 4096
@@ -49,10 +47,10 @@ def without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class ResponseChains:
     def __init__(self, store_address: str, max_message_bytes: int) -> None:
-        self.store_address = store_address
-        self.max_message_bytes = max_message_bytes
+        # An agent waits on this read: a store restarting gets two quick retries, not the default five.
+        self._store = AsyncStoreClient(store_address, timeout_s=STORE_TIMEOUT_S, retries=2,
+                                       max_message_bytes=max_message_bytes)  # fmt: skip
         self._recent: collections.OrderedDict[str, list[dict[str, Any]]] = collections.OrderedDict()
-        self._channel: grpc.aio.Channel | None = None
 
     def remember(self, response_id: str, conversation: list[dict[str, Any]]) -> None:
         self._recent[response_id] = conversation
@@ -76,27 +74,18 @@ class ResponseChains:
         return [dict(message) for message in conversation]
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+        await self._store.close()
 
     async def _stored_call(self, response_id: str) -> llm_call_pb2.LlmCall:
         call_id = answers.call_id_of(response_id)
         if not call_id:
             raise not_found(response_id, "")
-        if self._channel is None:
-            self._channel = open_aio_channel(
-                self.store_address, [("grpc.max_receive_message_length", self.max_message_bytes)]
-            )
-        stub = store_grpc.TokenStoreServiceStub(self._channel)
         try:
-            response = await stub.GetCall(store_pb.GetCallRequest(call_id=call_id, view=store_pb.CALL_VIEW_FULL),
-                                          timeout=STORE_TIMEOUT_S)  # fmt: skip
-        except grpc.aio.AioRpcError as error:
-            if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+            response = await self._store.get_call(store_pb.GetCallRequest(call_id=call_id, view=store_pb.CALL_VIEW_FULL))
+        except RPCError as error:
+            if error.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise not_found(response_id, "") from None
-            raise openai_errors.unavailable(f"the token store cannot be read for {response_id}: {error.details()}") from None
-        except asyncio.CancelledError:
-            raise
+            raise openai_errors.unavailable(f"the token store cannot be read for {response_id}: {error.message}") from None
         call = response.call
         if call.endpoint != llm_call_pb2.CALL_ENDPOINT_RESPONSES:
             raise not_found(response_id, "")

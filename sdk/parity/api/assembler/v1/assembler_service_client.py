@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
+from parity.clients.aio import AsyncServiceClient
 from parity.clients.base import ServiceClient
 
 
@@ -30,3 +31,26 @@ class AssemblerClient(ServiceClient):
 
     def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
         return self._unary("GetStats", request, timeout_s)
+
+
+class AsyncAssemblerClient(AsyncServiceClient):
+    """AssemblerService for asyncio code, on a channel of its own (`await client.close()`). Unary calls
+    have a deadline and are retried (see parity.clients.aio); every method raises parity.RPCError."""
+
+    def __init__(self, address: str, **options: object) -> None:
+        super().__init__(pb_grpc.AssemblerServiceStub, address, **options)  # type: ignore[arg-type]
+
+    async def report_reward(self, request: pb.ReportRewardRequest, timeout_s: float | None = None) -> pb.ReportRewardResponse:
+        return await self._unary("ReportReward", request, timeout_s)
+
+    async def close_session(self, request: pb.CloseSessionRequest, timeout_s: float | None = None) -> pb.CloseSessionResponse:
+        return await self._unary("CloseSession", request, timeout_s)
+
+    async def get_trajectory(self, request: pb.GetTrajectoryRequest, timeout_s: float | None = None) -> pb.GetTrajectoryResponse:
+        return await self._unary("GetTrajectory", request, timeout_s)
+
+    async def list_trajectories(self, request: pb.ListTrajectoriesRequest, timeout_s: float | None = None) -> pb.ListTrajectoriesResponse:
+        return await self._unary("ListTrajectories", request, timeout_s)
+
+    async def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
+        return await self._unary("GetStats", request, timeout_s)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from parity.api.ingest.v1 import ingest_service_pb2 as pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from parity.clients.aio import AsyncServiceClient
 from parity.clients.base import ServiceClient
 
 
@@ -30,3 +31,26 @@ class IngestClient(ServiceClient):
 
     def set_policy_version(self, request: pb.SetPolicyVersionRequest, timeout_s: float | None = None) -> pb.SetPolicyVersionResponse:
         return self._unary("SetPolicyVersion", request, timeout_s)
+
+
+class AsyncIngestClient(AsyncServiceClient):
+    """IngestService for asyncio code, on a channel of its own (`await client.close()`). Unary calls
+    have a deadline and are retried (see parity.clients.aio); every method raises parity.RPCError."""
+
+    def __init__(self, address: str, **options: object) -> None:
+        super().__init__(pb_grpc.IngestServiceStub, address, **options)  # type: ignore[arg-type]
+
+    async def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
+        return await self._unary("GetStats", request, timeout_s)
+
+    async def list_replicas(self, request: pb.ListReplicasRequest, timeout_s: float | None = None) -> pb.ListReplicasResponse:
+        return await self._unary("ListReplicas", request, timeout_s)
+
+    async def pause_traffic(self, request: pb.PauseTrafficRequest, timeout_s: float | None = None) -> pb.PauseTrafficResponse:
+        return await self._unary("PauseTraffic", request, timeout_s)
+
+    async def resume_traffic(self, request: pb.ResumeTrafficRequest, timeout_s: float | None = None) -> pb.ResumeTrafficResponse:
+        return await self._unary("ResumeTraffic", request, timeout_s)
+
+    async def set_policy_version(self, request: pb.SetPolicyVersionRequest, timeout_s: float | None = None) -> pb.SetPolicyVersionResponse:
+        return await self._unary("SetPolicyVersion", request, timeout_s)
