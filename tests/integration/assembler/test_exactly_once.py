@@ -11,6 +11,7 @@ import pytest
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from tests.integration.assembler.conftest import Trainer
 from tests.integration.assembler.test_batches import rollout
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,8 @@ def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
     groups(stack, 1)
     trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
     trainer.ack(trainer.next().batch_id)
-    wait_until(lambda: stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count == 1)
+    eventually(lambda: stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count == 1, timeout_s=10,
+               what="the batch to be acknowledged")  # fmt: skip
     stack.store.terminate()
     with pytest.raises(grpc.RpcError) as caught:
         stack.close("during-outage", reward=1.0)
@@ -106,10 +108,3 @@ def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
     batch = trainer.next(timeout=30)
     assert list(batch.group_ids) == ["g1"] and batch.sequence == 2
     trainer.stop()
-
-
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)

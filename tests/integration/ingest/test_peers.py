@@ -18,6 +18,7 @@ from parity.clients import IngestClient, StoreClient
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.stack_fixtures import start_ingest
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -38,13 +39,6 @@ def ask(http_port: int, model: str, session: str) -> httpx.Response:
         f"http://127.0.0.1:{http_port}/sessions/{session}/v1/chat/completions",
         json={"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}, timeout=60,
     )  # fmt: skip
-
-
-def wait_until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -100,7 +94,7 @@ def test_the_trainer_resuming_a_held_ingest_lifts_its_hold_and_ingests_restarted
     assert stats(a).joining and stats(b).joining
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
-    wait_until(lambda: not stats(a).paused and not stats(b).paused)
+    eventually(lambda: not stats(a).paused and not stats(b).paused, timeout_s=20, what="both joiners serving")
 
 
 def test_a_restarted_ingest_goes_on_at_the_version_it_was_given(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import grpc
@@ -18,6 +17,7 @@ from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.inference.tiny_model import generate_tiny_model
 from tests.conftest import free_port
 from tests.integration.store.call_factory import make_call
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -35,21 +35,13 @@ def run_config(model_dir: Path, steps: int = 1) -> run_pb2.RunConfig:
     )  # fmt: skip
 
 
-def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_trainer_started_before_the_assembler_waits_retries_and_then_trains(start_service, model_dir, tmp_path) -> None:
     assembler_port = free_port()
     trainer = start_service("trainer", "--assembler-address", f"127.0.0.1:{assembler_port}", "--work-dir", str(tmp_path))
     stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
     stub.StartRun(pb.StartRunRequest(config=run_config(model_dir)))
-    wait_for(lambda: "assembler_unavailable" in trainer.log(), what="the trainer to report the missing assembler")
+    eventually(lambda: "assembler_unavailable" in trainer.log(),
+               timeout_s=60, what="the trainer to report the missing assembler")  # fmt: skip
     assert "waiting for the assembler" in trainer.log()
     assert stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
 
@@ -64,8 +56,8 @@ def test_a_trainer_started_before_the_assembler_waits_retries_and_then_trains(st
         store_stub.WriteCalls(store_pb.WriteCallsRequest(calls=[call]))
         assembler.CloseSession(assembler_pb.CloseSessionRequest(session_id=session, group_id="task", group_size=2, reward=reward))
 
-    run = wait_for(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_COMPLETED and r,
-                   what="the run to complete")  # fmt: skip
+    run = eventually(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_COMPLETED and r,
+                   timeout_s=60, what="the run to complete")  # fmt: skip
     assert run.step == 1 and run.error_message == ""
     assert Path(run.plot_path).read_bytes()[:4] == b"\x89PNG"
     metrics = next(iter(stub.StreamMetrics(pb.StreamMetricsRequest(), timeout=10))).metrics
@@ -101,8 +93,8 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     trainer = start_service("trainer", *common, "--replicas", dead_replica)
     stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
     stub.StartRun(pb.StartRunRequest(config=run_config(model_dir, steps=3)))
-    run = wait_for(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_FAILED and r,
-                   what="the run to fail")  # fmt: skip
+    run = eventually(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_FAILED and r,
+                   timeout_s=60, what="the run to fail")  # fmt: skip
     assert dead_replica in run.error_message and "resumable from checkpoint" in run.error_message
     assert "weight sync" in run.error_message
     (checkpoint,) = stub.ListCheckpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
@@ -118,15 +110,15 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     assert (remembered.state, remembered.error_message) == (run_pb2.RUN_STATE_FAILED, run.error_message)
     resumed = fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=checkpoint.checkpoint_id)).run
     assert (resumed.run_id, resumed.step, resumed.config.total_steps) == (run.run_id, 0, 3)
-    wait_for(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
-             what="the resumed run to wait for data")  # fmt: skip
+    eventually(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
+             timeout_s=60, what="the resumed run to wait for data")  # fmt: skip
     stopped = fixed_stub.StopRun(pb.StopRunRequest())
     assert stopped.run.state == run_pb2.RUN_STATE_STOPPED and stopped.checkpoint.run_id == run.run_id
 
     # A trainer killed during a run leaves it active on disk; the next one reports it cut short.
     fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=stopped.checkpoint.checkpoint_id))
-    wait_for(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
-             what="the run to wait for data again")  # fmt: skip
+    eventually(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
+             timeout_s=60, what="the run to wait for data again")  # fmt: skip
     fixed.process.kill()
     fixed.process.wait()
     after_kill = start_service("trainer", *common)

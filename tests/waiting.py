@@ -1,0 +1,21 @@
+"""Waiting on a real signal in tests: poll a condition until it holds, or fail naming it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def eventually(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05,
+               what: str = "the condition") -> T:  # fmt: skip
+    """The first truthy value `condition()` returns; AssertionError naming `what` once `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if value := condition():
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout_s:g} s")
+        time.sleep(interval_s)
