@@ -10,8 +10,8 @@ from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from tests.call_factory import conversation, make_call
 from tests.integration.assembler.conftest import Trainer
-from tests.integration.store.call_factory import conversation, make_call
 
 
 def rollout(stack, session_id: str, group_id: str, reward: float, *, turns: int = 3, size: int = 2, seed: int = 0) -> None:

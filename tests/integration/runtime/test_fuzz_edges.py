@@ -37,10 +37,10 @@ from parity.api.ingest.v1 import ingest_service_pb2  # noqa: F401  (registers In
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import trainer_service_pb2  # noqa: F401  (registers TrainerService's descriptor)
+from tests.call_factory import make_call
 from tests.conftest import free_port
 from tests.integration.runtime.message_strategies import messages
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
-from tests.integration.store.call_factory import make_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -29,7 +29,7 @@ from parity.services.store.records import (
     SessionQuery,
 )
 from parity.services.store.token_store import TokenStore
-from tests.integration.store.call_factory import conversation, make_call
+from tests.call_factory import conversation, make_call
 
 SUCCEEDED, FAILED = 1, 2
 

@@ -13,7 +13,7 @@ import pytest
 
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
-from tests.integration.store.call_factory import conversation
+from tests.call_factory import conversation
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 WRITERS = 8

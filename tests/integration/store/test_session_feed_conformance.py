@@ -13,7 +13,7 @@ from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, 
 from parity.services.store.records import MetadataUpdate
 from parity.services.store.token_store import TokenStore
 from parity.splice_delta import Splice
-from tests.integration.store.call_factory import conversation, make_call
+from tests.call_factory import conversation, make_call
 from tests.integration.store.test_backend_conformance import reward, wire, write
 
 SUCCEEDED, FAILED = 1, 2

@@ -18,7 +18,7 @@ from parity.services.runtime.errors import NotFound, Unavailable
 from parity.services.store.backends import sqlite
 from parity.services.store.backends.sqlite import SqliteBackend
 from parity.services.store.token_store import TokenStore
-from tests.integration.store.call_factory import conversation, make_call
+from tests.call_factory import conversation, make_call
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
-from tests.integration.store.call_factory import conversation, make_call
+from tests.call_factory import conversation, make_call
 from tests.integration.test_grpcurl import grpcurl
 
 

@@ -15,8 +15,8 @@ from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.inference.tiny_model import generate_tiny_model
+from tests.call_factory import make_call
 from tests.conftest import free_port
-from tests.integration.store.call_factory import make_call
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

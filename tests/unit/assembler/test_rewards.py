@@ -16,7 +16,7 @@ from parity.services.assembler.scoring import ScoringError
 from parity.services.assembler.session_marks import BatchMark
 from parity.services.assembler.trajectories import split_trajectories
 from parity.services.runtime.errors import InvalidArgument
-from tests.integration.store.call_factory import conversation, make_call
+from tests.call_factory import conversation, make_call
 
 TRAJECTORY, STEP = reward_pb2.REWARD_LEVEL_TRAJECTORY, reward_pb2.REWARD_LEVEL_STEP
 
