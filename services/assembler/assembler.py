@@ -4,7 +4,8 @@ delivers batches exactly once.
 Two owners, one concern each: the rollout tracker (closes, groups, scoring, readiness,
 the SDK's closes and rewards) and the batch former (forming, redelivering and
 acknowledging batches, the consumers' ledgers). This object wires them together and
-keeps one StreamBatches feed per consumer. Run one assembler per store.
+keeps one StreamBatches feed per consumer; the servicer asks the tracker for closes,
+rewards and pending groups. Run one assembler per store.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Sequence
 
 import structlog
 
-from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
 from parity.services.assembler.batch_former import BatchFormer
 from parity.services.assembler.batches import ConsumerLedgers
@@ -31,7 +31,6 @@ log = structlog.get_logger(__name__)
 class Assembler:
     def __init__(self, store: StoreClient, settings: AssemblySettings, scorers: Sequence[Scorer] = ()) -> None:
         self.store = store
-        self.settings = settings
         self.stats = AssemblerStats()
         ledgers = ConsumerLedgers()
         self.tracker = RolloutTracker(store, settings, scorers, self.stats, ledgers)
@@ -44,21 +43,6 @@ class Assembler:
     async def stop(self) -> None:
         await self.tracker.stop()
         await self.store.close()
-
-    async def report_reward(self, reward: reward_pb2.Reward) -> str:
-        return await self.tracker.report_reward(reward)
-
-    async def close_session(
-        self, session_id: str, outcome: int, error_message: str, *, reward: float | None, group_id: str,
-        episode_id: str, group_size: int, validation: bool = False, run_id: str = "",
-    ) -> session_pb2.Session:  # fmt: skip
-        return await self.tracker.close_session(
-            session_id, outcome, error_message, reward=reward, group_id=group_id, episode_id=episode_id,
-            group_size=group_size, validation=validation, run_id=run_id,
-        )  # fmt: skip
-
-    def pending_group_count(self, run_id: str = "") -> int:
-        return self.tracker.pending_group_count(run_id)
 
     async def subscribe(self, subscription: Subscription) -> BatchFeed:
         # The ledger is complete only once every close has been replayed.

@@ -86,11 +86,11 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         self.assembler = assembler
 
     async def ReportReward(self, request: pb.ReportRewardRequest, context: grpc.aio.ServicerContext) -> pb.ReportRewardResponse:
-        return pb.ReportRewardResponse(reward_id=await self.assembler.report_reward(request.reward))
+        return pb.ReportRewardResponse(reward_id=await self.assembler.tracker.report_reward(request.reward))
 
     async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
-        session = await self.assembler.close_session(
+        session = await self.assembler.tracker.close_session(
             request.session_id, request.outcome, request.error_message,
             reward=request.reward if request.HasField("reward") else None,
             group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
@@ -143,7 +143,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         stats = self.assembler.stats
         return pb.GetStatsResponse(
             closed_session_count=stats.closed_sessions,
-            pending_group_count=self.assembler.pending_group_count(request.run_id),
+            pending_group_count=self.assembler.tracker.pending_group_count(request.run_id),
             delivered_batch_count=stats.delivered_batches,
             acknowledged_batch_count=stats.acknowledged_batches,
             delivered_sample_count=stats.delivered_samples,

@@ -111,22 +111,36 @@ def two_replicas(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @dataclass
 class Fleet:
+    """Ingests sharing one HTTP port and their store, each with its own gRPC port and spool."""
+
     launcher: ServiceLauncher
-    store: RunningService
-    assembler: RunningService
-    trainer: RunningService
-    ingests: list[RunningService]
-    ingest_args: list[list[str]]
+    store_address: str
+    upstreams: str
     http_port: int
+    ports: list[int]
+    spool_dir: Path
+    ingests: list[RunningService] = field(default_factory=list)
+
+    @property
+    def peers(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def start(self, index: int) -> RunningService:
+        ingest, _ = start_ingest(self.launcher, self.store_address, self.upstreams, self.spool_dir / f"spool-{index}.db",
+                                 "--http-reuse-port", "--peers", self.peers, port=self.ports[index],
+                                 http_port=self.http_port)  # fmt: skip
+        if index < len(self.ingests):
+            self.ingests[index] = ingest
+        else:
+            self.ingests.append(ingest)
+        return ingest
 
     def restart(self, index: int) -> RunningService:
         """Kill ingest `index` with SIGKILL and start it again on the same ports and spool."""
         victim = self.ingests[index]
         victim.process.send_signal(signal.SIGKILL)
         victim.process.wait()
-        port = int(victim.address.rpartition(":")[2])
-        self.ingests[index] = self.launcher.start("ingest", *self.ingest_args[index], port=port)
-        return self.ingests[index]
+        return self.start(index)
 
 
 def stats(ingest: RunningService) -> ingest_pb.GetStatsResponse:
@@ -172,21 +186,14 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
     store = launcher.start("store", "--url", fresh_postgres_url, "--shutdown-grace-s", "0.5")
     assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                "--shutdown-grace-s", "0.5")  # fmt: skip
-    http_port, ports = free_port(), [free_port() for _ in range(3)]
-    peers = ",".join(f"127.0.0.1:{port}" for port in ports)
-    ingests, ingest_args = [], []
-    for n, port in enumerate(ports):
-        ingest, _ = start_ingest(launcher, store.address, upstreams, tmp_path / f"spool-{n}.db", "--http-reuse-port",
-                                 "--peers", peers, port=port, http_port=http_port)  # fmt: skip
-        ingests.append(ingest)
-        ingest_args.append(["--http-port", str(http_port), "--upstreams", upstreams, "--store", store.address,
-                            "--spool-path", str(tmp_path / f"spool-{n}.db"), "--health-interval-s", "0.5",
-                            "--http-reuse-port", "--peers", peers])  # fmt: skip
+    fleet = Fleet(launcher, store.address, upstreams, free_port(), [free_port() for _ in range(3)], tmp_path)
+    for n in range(3):
+        fleet.start(n)
+    http_port = fleet.http_port
     trainer = launcher.start(
-        "trainer", "--assembler-address", assembler.address, "--ingest-address", peers, "--replicas", upstreams,
+        "trainer", "--assembler-address", assembler.address, "--ingest-address", fleet.peers, "--replicas", upstreams,
         "--work-dir", str(tmp_path / "trainer"), "--shutdown-grace-s", "1",
     )  # fmt: skip
-    fleet = Fleet(launcher, store, assembler, trainer, ingests, ingest_args, http_port)
 
     done, report = threading.Event(), {}
     killer = threading.Thread(target=kill_mid_step, args=(fleet, 1, done, report), daemon=True)

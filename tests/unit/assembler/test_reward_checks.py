@@ -42,13 +42,13 @@ async def test_report_reward_refuses_a_reward_that_cannot_be_trained_on(
     assembler: Assembler, reward: reward_pb2.Reward, message: str
 ) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        await assembler.report_reward(reward)
+        await assembler.tracker.report_reward(reward)
     assert assembler.stats.errors == {"invalid_reward": 1}
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 async def test_close_session_refuses_a_non_finite_reward_before_closing(assembler: Assembler, value: float) -> None:
     with pytest.raises(InvalidArgument, match="reward must be a finite number"):
-        await assembler.close_session(
+        await assembler.tracker.close_session(
             "s", session_pb2.SESSION_OUTCOME_SUCCEEDED, "", reward=value, group_id="g", episode_id="", group_size=2
         )
