@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -22,6 +23,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive free ports, below the kernel's ephemeral range.
+
+    A run inside that range can be taken between this check and the bind by any process's outgoing connection or
+    port-0 listener (vLLM opens several); below it only an explicit bind can take one.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for first in random.sample(range(10_000, low - count), 200):
+        if all(_bindable(first + n) for n in range(count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @pytest.fixture

@@ -90,14 +90,8 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        for binding in self.bindings:
-            if binding.on_start is not None:
-                await binding.on_start()
-            binding.add_to_server(self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
-        )
+        # The port is taken before any binding starts, so a port in use fails before anything (ingest's HTTP
+        # listener, its upstream sessions) would need undoing.
         try:
             address = f"{self.config.host}:{self.config.port}"
             credentials = server_credentials(self.config)
@@ -105,6 +99,22 @@ class GrpcServer:
                          else self._server.add_insecure_port(address))  # fmt: skip
         except RuntimeError as error:
             raise Unavailable(f"cannot listen on {self.config.host}:{self.config.port}: {error}") from None
+        started: list[ServiceBinding] = []
+        try:
+            for binding in self.bindings:
+                if binding.on_start is not None:
+                    await binding.on_start()
+                started.append(binding)
+                binding.add_to_server(self._server)
+        except BaseException:
+            for binding in reversed(started):
+                if binding.on_stop is not None:
+                    await binding.on_stop()
+            raise
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
         await self._server.start()
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)

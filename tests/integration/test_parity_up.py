@@ -15,7 +15,7 @@ import pytest
 from parity.services.inference.engine_core_placement import engine_core_pids
 from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 from parity.services.runtime.auth import ROLES
-from tests.conftest import free_port
+from tests.conftest import free_port, free_port_run
 from tests.integration.test_grpcurl import SERVICES, grpcurl
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -110,9 +110,7 @@ def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) ->
 
 def test_parity_up_spreads_agents_over_several_ingests_behind_one_port(tmp_path: Path, tiny_model_dir: Path) -> None:
     ports = {name: free_port() for name in ("store", "assembler", "trainer", "vllm", "http", "console")}
-    ingest_port = free_port()
-    while any(_port_open(ingest_port + n) for n in range(3)):
-        ingest_port = free_port()
+    ingest_port = free_port_run(3)
     command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir),
                "--ingests", "3", "--ingest-port", str(ingest_port)]  # fmt: skip
     command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
