@@ -18,6 +18,7 @@ class IngestStats:
     request_count: int
     error_count: int
     in_flight: int
+    held: int
     capture_queue_depth: int
     spool_size: int
     captured_call_count: int
@@ -45,6 +46,7 @@ class IngestControl:
             request_count=sum(r.request_count for r in self.router.replicas),
             error_count=sum(r.error_count for r in self.router.replicas),
             in_flight=self.gate.in_flight,
+            held=self.gate.held,
             capture_queue_depth=self.sink.queue_depth,
             spool_size=self.sink.spool.count,
             captured_call_count=self.sink.captured,

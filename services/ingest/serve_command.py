@@ -211,7 +211,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         backend=backend, sink=sink,
     )  # fmt: skip
     metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes,
-                            lambda: spool.refused_count, lambda: gate.in_flight)  # fmt: skip
+                            lambda: spool.refused_count, lambda: gate.in_flight, lambda: gate.held)  # fmt: skip
     # The HTTP API's keys are the token table's agent-role (and higher) tokens.
     app = IngestHttpApp(endpoints, gate, metrics, config.token_table(), config.max_body_mb << 20)
     http_server = _EmbeddedUvicorn(

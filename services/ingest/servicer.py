@@ -21,7 +21,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
         stats = self.control.stats()
         response = pb.GetStatsResponse(
-            request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight,
+            request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight, held=stats.held,
             capture_queue_depth=stats.capture_queue_depth, spool_size=stats.spool_size,
             captured_call_count=stats.captured_call_count, paused=stats.paused, policy_version=stats.policy_version,
             policy_model=stats.policy_model, lora_adapter=stats.lora_adapter, joining=stats.joining,

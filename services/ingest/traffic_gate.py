@@ -20,6 +20,8 @@ JOIN_HOLD = "joining a paused fleet"
 class TrafficGate:
     def __init__(self) -> None:
         self.in_flight = 0
+        # Requests waiting at the gate for a hold to lift.
+        self.held = 0
         self.paused_since: float | None = None
         self._holds: set[str] = set()
         self._open = asyncio.Event()
@@ -38,7 +40,11 @@ class TrafficGate:
 
     async def _enter(self) -> None:
         if not self._open.is_set():
-            await self._open.wait()
+            self.held += 1
+            try:
+                await self._open.wait()
+            finally:
+                self.held -= 1
         self.in_flight += 1
         self._idle.clear()
 

@@ -200,10 +200,10 @@ def test_an_agent_that_leaves_a_stalled_stream_stops_it_at_once(
     with httpx.stream("POST", f"{stack.session_url('left')}/chat/completions", json=body, timeout=60) as reply:
         # Held, so the connection stays open until the agent leaves: a dropped line
         # iterator closes it as soon as the generator is collected.
-        lines = reply.iter_lines()
-        assert next(line for line in lines if line.startswith("data: "))
-        # Ingest reads what passed before the stall, and then waits on a silent upstream.
-        time.sleep(1)
+        # The role's event and two tokens': what passed before the stall has reached ingest, which now waits on a
+        # silent upstream.
+        events = (line for line in reply.iter_lines() if line.startswith("data: "))
+        assert [next(events) for _ in range(3)]
     [call] = stack.wait_for_calls("left", 1, timeout=60)
     assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, call.error_message
     assert 0 < len(call.choices[0].token_ids) // 4 < 1000

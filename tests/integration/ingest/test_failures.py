@@ -18,6 +18,8 @@ from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.services.ingest.spool import Spool
 from tests.conftest import free_port
 from tests.integration.stack_fixtures import IngestStack, start_ingest
+from tests.integration.vllm_engine import engine_frozen, engine_requests
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -83,28 +85,30 @@ def test_metrics_and_health(ingest_stack, vllm_server) -> None:
 
 def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, vllm_server) -> None:
     body = chat(vllm_server.model_name, max_tokens=1500, stream=True, ignore_eos=True)
-    # On busy cores the agent can get its first events only as the stream ends (vLLM
-    # merges pending outputs when its server falls behind, and sends them at once):
-    # then nothing was left to stop, and the scenario is tried again.
-    for attempt in range(6):
-        session_url = ingest_stack.session_url(f"gone-agent-{attempt}")
-        with httpx.stream("POST", f"{session_url}/chat/completions", json=body, timeout=60) as reply:
-            events = (line for line in reply.iter_lines() if line.startswith("data: "))
-            # The role's event, then two tokens': ingest stops vLLM as soon as the agent
-            # leaves, so leaving after the first would record no token at all.
-            assert [next(events) for _ in range(3)]
-        left_at = time.time()
-        [call] = ingest_stack.wait_for_calls(f"gone-agent-{attempt}", 1, timeout=60)
-        if call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED:
-            break
-        assert call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED
-        ended_at = call.timings.start_time.ToNanoseconds() + call.timings.upstream_duration.ToNanoseconds()
-        assert ended_at < (left_at + 0.5) * 1e9, "the stream was still coming when the agent left, and ran to its end"
-    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED, "every stream ended before its agent left"
-    assert 0 < len(call.choices[0].token_ids) // 4 < 1500
-    with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
-        [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest()).replicas
-    assert replica.in_flight == 0
+    generated_before = engine_requests(vllm_server).generated_tokens
+
+    def forwarded() -> int:
+        with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
+            [replica] = pb_grpc.IngestServiceStub(channel).ListReplicas(pb.ListReplicasRequest()).replicas
+        return replica.in_flight
+
+    # Frozen, vLLM cannot finish the answer before the agent leaves, however busy the cores.
+    with engine_frozen(vllm_server):
+        with httpx.stream("POST", f"{ingest_stack.session_url('gone-agent')}/chat/completions", json=body,
+                          timeout=60) as reply:  # fmt: skip
+            assert reply.status_code == 200
+            eventually(lambda: forwarded() == 1, what="the request forwarded to vLLM")
+        # Recorded while vLLM is still frozen: ingest did not wait for an answer nobody reads.
+        [call] = ingest_stack.wait_for_calls("gone-agent", 1, timeout=60)
+    assert call.outcome == llm_call_pb2.CALL_OUTCOME_CLIENT_DISCONNECTED
+    assert not call.choices or not call.choices[0].token_ids
+    assert forwarded() == 0
+    # Had ingest kept its upstream request, it would now generate beside this one, a token a step: vLLM generates
+    # this one's two tokens alone.
+    post(ingest_stack.session_url("after-gone-agent"), chat(vllm_server.model_name, max_tokens=2, ignore_eos=True))
+    generated = eventually(lambda: engine_requests(vllm_server).generated_tokens - generated_before,
+                           what="vLLM counting the tokens it generated")  # fmt: skip
+    assert generated == 2
 
 
 def test_control_and_the_http_api_need_tokens_of_their_role(module_services, vllm_server, tmp_path) -> None:
@@ -152,37 +156,36 @@ def test_pause_drains_in_flight_and_holds_new_requests(ingest_stack, vllm_server
         bodies[name] = response.text
         finished[name] = time.monotonic()
 
-    def in_flight_at_ingest() -> int:
-        return control.GetStats(pb.GetStatsRequest()).in_flight
-
     with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
         control = pb_grpc.IngestServiceStub(channel)
-        # The pause has to reach ingest while the answer is still coming, and on a busy
-        # machine vLLM can hold a whole generation and send it at the end: then the
-        # answer may be over before the pause, and the scenario is tried again.
-        for _ in range(3):
-            in_flight = threading.Thread(target=request, args=("in_flight", 1500))
+
+        def stats() -> pb.GetStatsResponse:
+            return control.GetStats(pb.GetStatsRequest())
+
+        # vLLM frozen holds the answer in flight until the pause has reached ingest.
+        with engine_frozen(vllm_server):
+            in_flight = threading.Thread(target=request, args=("in_flight", 200))
             in_flight.start()
-            while in_flight.is_alive() and not in_flight_at_ingest():
-                time.sleep(0.02)
-            paused = control.PauseTraffic(pb.PauseTrafficRequest(reason="sync"))
-            paused_at = time.monotonic()
-            in_flight.join(60)
-            if paused.drained_count:
-                break
-            control.ResumeTraffic(pb.ResumeTrafficRequest())
+            eventually(lambda: stats().in_flight == 1, what="the request in flight at ingest")
+            pausing = control.PauseTraffic.future(pb.PauseTrafficRequest(reason="sync"))
+            eventually(lambda: stats().paused, what="ingest paused")
+            assert not pausing.done() and "in_flight" not in finished
+        paused = pausing.result(60)
+        paused_at = time.monotonic()
+        in_flight.join(60)
         # Pause waited for the request in flight, which ran to its end, not cut short.
-        assert paused.drained_count == 1, "every answer ended before the pause reached ingest"
+        assert paused.drained_count == 1
         assert finished["in_flight"] <= paused_at + 0.5
         assert bodies["in_flight"].endswith("data: [DONE]\n\n") and '"error"' not in bodies["in_flight"]
         held = threading.Thread(target=request, args=("held", 2))
         held.start()
-        time.sleep(1.0)
-        assert "held" not in finished and control.GetStats(pb.GetStatsRequest()).paused
+        eventually(lambda: stats().held == 1, what="the new request held at ingest's gate")
+        assert "held" not in finished and stats().paused and stats().in_flight == 0
         previous = control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=5))
+        resuming_at = time.monotonic()
         resumed = control.ResumeTraffic(pb.ResumeTrafficRequest())
         held.join(60)
-        assert finished["held"] > paused_at + 1.0 and resumed.paused_duration.ToNanoseconds() > 0
+        assert finished["held"] > resuming_at and resumed.paused_duration.ToNanoseconds() > 0
         with pytest.raises(grpc.RpcError) as backwards:
             control.SetPolicyVersion(pb.SetPolicyVersionRequest(policy_version=1))
         assert backwards.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -213,10 +216,8 @@ def test_a_store_outage_spools_calls_and_replays_them_in_order(module_services, 
     restarted = module_services.start("store", "--url", f"sqlite:///{tmp_path}/store.db", port=store_port)
     calls = IngestStack(restarted, ingest, http_port, tmp_path / "spool.db").wait_for_calls("outage", 7)
     assert [json.loads(c.request_json).get("user") for c in calls[1:]] == sent, "replayed, in capture order"
-    deadline = time.monotonic() + 10  # the spool deletes a batch just after the store acknowledges it
-    while spool_size(ingest) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert spool_size(ingest) == 0, "the spool forgets calls once the store has them"
+    # The spool deletes a batch just after the store acknowledges it.
+    eventually(lambda: spool_size(ingest) == 0, timeout_s=10, what="the spool forgetting calls the store has")
 
 
 def test_answered_calls_survive_a_sigkill_of_ingest(module_services, vllm_server, tmp_path) -> None:
@@ -259,10 +260,8 @@ def test_a_full_spool_refuses_with_503_until_the_store_returns(module_services, 
     base = f"http://127.0.0.1:{http_port}/v1"
     assert_openai_error(post(base, chat(vllm_server.model_name)), 503, "capture spool is full")
     module_services.start("store", "--url", "memory://", port=store_port)
-    deadline = time.monotonic() + 30
-    while post(base, chat(vllm_server.model_name)).status_code != 200:
-        assert time.monotonic() < deadline, "the spool should drain once the store is back"
-        time.sleep(0.5)
+    eventually(lambda: post(base, chat(vllm_server.model_name)).status_code == 200, interval_s=0.5,
+               what="the spool draining once the store is back, and calls answered again")  # fmt: skip
 
 
 def test_a_dying_upstream_gets_502_and_timeouts_504(module_services, tiny_model_dir, tmp_path) -> None:

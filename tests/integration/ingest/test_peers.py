@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -63,7 +62,7 @@ def test_an_ingest_started_during_a_sync_is_held_at_the_fleet_version_and_serves
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         held = pool.submit(ask, joiner_http, vllm_server.model_name, "joiner-held")
-        time.sleep(1.0)
+        eventually(lambda: stats(joiner).held == 1, what="the request held at the joiner's gate")
         assert not held.done(), "a request to an ingest held for its fleet's sync waits"
         sync_to(first, 7)
         assert held.result(timeout=30).status_code == 200

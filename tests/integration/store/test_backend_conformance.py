@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import re
 import threading
+import time
 
 import psycopg
 import pytest
@@ -538,17 +539,28 @@ async def test_the_postgresql_writer_reconnects_after_losing_its_connection(
     assert [c.call_id for c in await all_calls(store, "s")] == ["before", "after"]
 
 
+async def session_exists(store: TokenStore, session_id: str) -> bool:
+    try:
+        await store.get_session(session_id)
+    except NotFound:
+        return False
+    return True
+
+
 async def test_the_retention_setting_deletes_idle_sessions_in_the_background(backend_url: str) -> None:
-    store = TokenStore(open_backend(backend_url), retention_s=1.0)
+    store = TokenStore(open_backend(backend_url), retention_s=2.0)
     await store.start()
     try:
-        await write(store, [make_call("old", "old", [1], [[2]])])
-        await asyncio.sleep(1.3)
-        await write(store, [make_call("new", "new", [1], [[2]])])
-        await asyncio.sleep(0.3)
-        with pytest.raises(NotFound):
-            await store.get_session("old")
-        assert (await store.get_session("new")).call_count == 1
+        await write(store, [make_call("old", "old", [1], [[2]]), make_call("new-0", "new", [1], [[2]])])
+        # "new" stays active, a call every 0.1 s, until retention has deleted "old", idle since its one call.
+        written, written_at = 1, time.monotonic()
+        while await session_exists(store, "old"):
+            assert written < 300, "the idle session was never deleted"
+            await asyncio.sleep(0.1)
+            await write(store, [make_call(f"new-{written}", "new", [1], [[2]])])
+            written += 1
+        assert time.monotonic() - written_at > 1.5, "deleted before it had been idle for the retention period"
+        assert (await store.get_session("new")).call_count == written
     finally:
         await store.stop()
 

@@ -48,10 +48,18 @@ async def test_a_held_request_enters_once_the_last_hold_lifts() -> None:
     gate = TrafficGate()
     gate.hold(JOIN_HOLD)
     waiting = asyncio.ensure_future(admitted(gate, within_s=5.0))
-    await asyncio.sleep(0.02)
-    assert not waiting.done()
+    while not gate.held:
+        await asyncio.sleep(0)
+    assert not waiting.done() and gate.in_flight == 0
     gate.release(JOIN_HOLD)
-    assert await waiting
+    assert await waiting and gate.held == 0
+
+
+async def test_a_held_request_that_gives_up_is_no_longer_counted() -> None:
+    gate = TrafficGate()
+    await gate.pause(1.0)
+    assert not await admitted(gate, within_s=0.01)
+    assert gate.held == 0 and gate.in_flight == 0
 
 
 async def test_a_pause_that_cannot_drain_stays_paused() -> None:

@@ -17,7 +17,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining")
+    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining", "held")
     REQUEST_COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class GetStatsResponse(_message.Message):
     POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
     LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     JOINING_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     request_count: int
     error_count: int
     in_flight: int
@@ -42,7 +43,8 @@ class GetStatsResponse(_message.Message):
     policy_model: str
     lora_adapter: str
     joining: bool
-    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: _Optional[bool] = ...) -> None: ...
+    held: int
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: _Optional[bool] = ..., held: _Optional[int] = ...) -> None: ...
 
 class ListReplicasRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "model")
