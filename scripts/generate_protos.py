@@ -72,9 +72,10 @@ def _snake(name: str) -> str:
 
 
 def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descriptor_pb2.ServiceDescriptorProto) -> str:
-    """A typed client: one method per unary or server-streaming RPC. Bidirectional
-    streams have no generic shape; their users drive the stub directly."""
+    """A typed client: one method per unary or server-streaming RPC, and in the sync client one per
+    bidirectional stream (a StreamCall the caller can cancel from another thread)."""
     module = Path(file_proto.name).stem
+    bidi = any(m.client_streaming and m.server_streaming for m in service.method)
     package = file_proto.package
     client = service.name.removesuffix("Service") + "Client"
     lines = [
@@ -82,12 +83,12 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         "",
         "from __future__ import annotations",
         "",
-        "from collections.abc import AsyncIterator, Iterator",
+        f"from collections.abc import AsyncIterator, {'Iterable, ' if bidi else ''}Iterator",
         "",
         f"from {package} import {module}_pb2 as pb",
         f"from {package} import {module}_pb2_grpc as pb_grpc",
         "from parity.clients.aio import AsyncServiceClient",
-        "from parity.clients.base import ServiceClient",
+        f"from parity.clients.base import ServiceClient{', StreamCall' if bidi else ''}",
         "",
         "",
         f"class {client}(ServiceClient):",
@@ -115,9 +116,19 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
 def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bool) -> list[str]:
     lines = []
     for method in service.method:
-        if method.client_streaming:
-            continue
         request, response = method.input_type.rsplit(".", 1)[1], method.output_type.rsplit(".", 1)[1]
+        if method.client_streaming:
+            # Sync bidirectional streams only: asyncio code writes the store's calls through
+            # AsyncStoreClient.call_writer(), and no client-only stream exists.
+            if asynchronous or not method.server_streaming:
+                continue
+            lines += [
+                "",
+                f"    def {_snake(method.name)}(self, requests: Iterable[pb.{request}], timeout_s: float | None = None)"
+                f" -> StreamCall[pb.{response}]:",
+                f'        return self._bidi("{method.name}", requests, timeout_s)',
+            ]
+            continue
         signature = f"{_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None)"
         lines.append("")
         if method.server_streaming:

@@ -24,11 +24,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import httpx
 import structlog
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from parity.clients.health import HealthClient
 from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
@@ -41,7 +40,7 @@ from parity.services.inference.vllm_launcher import (
 from parity.services.runtime.auth import ROLES, is_loopback
 from parity.services.runtime.structured_logging import configure_logging
 from parity.services.stack.local_ca import LocalCertificateAuthority
-from parity.transport import ChannelSecurity, open_channel, set_process_security
+from parity.transport import ChannelSecurity, set_process_security
 
 log = structlog.get_logger(__name__)
 
@@ -94,19 +93,14 @@ class ServiceProcess:
             )
 
     def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
-        with open_channel(self.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while not stop_requested.is_set():
-                self.raise_if_exited()
-                try:
-                    response = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                    if response.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise StackError(f"{self.name} did not become healthy at {self.address}; see {self.log_path}")
-                time.sleep(0.2)
+        health = HealthClient(self.address)
+        while not stop_requested.is_set():
+            self.raise_if_exited()
+            if health.serving(timeout_s=1.0):
+                return
+            if time.monotonic() > deadline:
+                raise StackError(f"{self.name} did not become healthy at {self.address}; see {self.log_path}")
+            time.sleep(0.2)
         raise StartupInterrupted
 
     def raise_if_exited(self) -> None:

@@ -1,7 +1,8 @@
 """The trainer's end of StreamBatches: subscribe, receive batches, acknowledge them, reconnect.
 
-Runs in the training thread with a blocking gRPC stream; a reader thread moves
-responses into a queue so waiting for a batch can be interrupted by a stop. While
+Runs in the training thread over the assembler's client (`AssemblerClient.stream_batches`);
+a reader thread moves responses into a queue so waiting for a batch can be interrupted by
+a stop. While
 the assembler is down (UNAVAILABLE at connect or mid-stream) it logs and retries
 with backoff, forever: unacknowledged batches are redelivered on reconnect, so
 nothing is lost or trained twice. Any other error ends the run with its message.
@@ -18,10 +19,11 @@ import grpc
 import structlog
 
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
-from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from parity.api.assembler.v1 import batch_pb2
+from parity.api.assembler.v1.assembler_service_client import AssemblerClient
+from parity.clients.base import StreamCall
+from parity.clients.errors import RPCError
 from parity.services.runtime.errors import FailedPrecondition
-from parity.transport import open_channel
 
 log = structlog.get_logger(__name__)
 
@@ -55,17 +57,14 @@ class BatchSource:
         self.address = address
         self.subscription = subscription
         self._policy_version = policy_version
-        self._options = [("grpc.max_receive_message_length", max_message_bytes),
-                         ("grpc.max_send_message_length", max_message_bytes)]  # fmt: skip
+        self._client = AssemblerClient(address, max_message_bytes=max_message_bytes)
         self._backoff = retry_backoff_s
-        self._channel: grpc.Channel | None = None
         self._requests: queue.Queue[object] | None = None
         self._responses: queue.Queue[object] = queue.Queue()
-        self._call: grpc.Future | None = None
+        self._call: StreamCall[pb.StreamBatchesResponse] | None = None
 
     def _connect(self) -> None:
         self._close_stream()
-        self._channel = open_channel(self.address, self._options)
         requests: queue.Queue[object] = queue.Queue()
         subscribe = pb.BatchSubscription(
             consumer_id=self.subscription.consumer_id, groups_per_batch=self.subscription.groups_per_batch,
@@ -78,7 +77,7 @@ class BatchSource:
         self._requests = requests
         responses: queue.Queue[object] = queue.Queue()
         self._responses = responses
-        call = pb_grpc.AssemblerServiceStub(self._channel).StreamBatches(_drain(requests))
+        call = self._client.stream_batches(_drain(requests))
         self._call = call
         threading.Thread(target=_read, args=(call, responses), name="batch-feed", daemon=True).start()
 
@@ -94,13 +93,13 @@ class BatchSource:
                 continue
             if isinstance(item, pb.StreamBatchesResponse):
                 return item.batch
-            error = item if isinstance(item, grpc.RpcError) else None
-            code = error.code() if error is not None else None
+            error = item if isinstance(item, RPCError) else None
+            code = error.code if error is not None else None
             if code not in (grpc.StatusCode.UNAVAILABLE, None, grpc.StatusCode.CANCELLED):
-                raise BatchFeedError(f"assembler at {self.address} ended the batch feed: {code.name}: {error.details()}")
+                raise BatchFeedError(f"assembler at {self.address} ended the batch feed: {code.name}: {error.message}")
             log.warning(
                 "assembler_unavailable", address=self.address, retry_in_s=round(delay, 1),
-                detail=error.details() if error is not None else "stream ended",
+                detail=error.message if error is not None else "stream ended",
                 hint="waiting for the assembler; unacknowledged batches are redelivered when it is back",
             )  # fmt: skip
             self._call = None
@@ -121,9 +120,7 @@ class BatchSource:
             self._requests.put(_END)
         if self._call is not None:
             self._call.cancel()
-        if self._channel is not None:
-            self._channel.close()
-        self._requests, self._call, self._channel = None, None, None
+        self._requests, self._call = None, None
 
 
 def _drain(requests: queue.Queue[object]) -> Iterator[pb.StreamBatchesRequest]:
@@ -131,10 +128,10 @@ def _drain(requests: queue.Queue[object]) -> Iterator[pb.StreamBatchesRequest]:
         yield item  # type: ignore[misc]
 
 
-def _read(call: Iterator[pb.StreamBatchesResponse], responses: queue.Queue[object]) -> None:
+def _read(call: StreamCall[pb.StreamBatchesResponse], responses: queue.Queue[object]) -> None:
     try:
         for response in call:
             responses.put(response)
         responses.put(_END)
-    except grpc.RpcError as error:
+    except RPCError as error:
         responses.put(error)

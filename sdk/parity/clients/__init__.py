@@ -17,6 +17,7 @@ from parity.api.ingest.v1.ingest_service_client import AsyncIngestClient, Ingest
 from parity.api.store.v1.store_service_client import TokenStoreClient as StoreClient
 from parity.api.trainer.v1.trainer_service_client import AsyncTrainerClient, TrainerClient
 from parity.clients.errors import RPCError
+from parity.clients.health import HealthClient
 from parity.clients.store_writes import AsyncStoreClient
 
 
@@ -27,5 +28,5 @@ def admin_metadata(token: str) -> tuple[tuple[str, str], ...]:
 
 __all__ = [
     "AssemblerClient", "AsyncAssemblerClient", "AsyncIngestClient", "AsyncStoreClient", "AsyncTrainerClient",
-    "IngestClient", "RPCError", "StoreClient", "TrainerClient", "admin_metadata",
+    "HealthClient", "IngestClient", "RPCError", "StoreClient", "TrainerClient", "admin_metadata",
 ]  # fmt: skip

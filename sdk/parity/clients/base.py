@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -19,23 +19,42 @@ Response = TypeVar("Response")
 # Retried: the service is restarting or not up yet. Anything else is the caller's to see.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 _MAX_MESSAGE_BYTES = 64 << 20
-_channels: dict[tuple[str, ChannelSecurity], grpc.Channel] = {}
+_channels: dict[tuple[str, ChannelSecurity, int], grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
 
-def shared_channel(address: str) -> grpc.Channel:
-    """One channel per address (and token) for the whole process: gRPC channels are meant to be reused."""
+def shared_channel(address: str, max_message_bytes: int = _MAX_MESSAGE_BYTES) -> grpc.Channel:
+    """One channel per address (and token, and message limit) for the whole process: gRPC channels are meant to be
+    reused."""
     security = process_security()
     with _channels_lock:
-        channel = _channels.get((address, security))
+        channel = _channels.get((address, security, max_message_bytes))
         if channel is None:
-            channel = _channels[address, security] = open_channel(
+            channel = _channels[address, security, max_message_bytes] = open_channel(
                 address,
-                [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
+                [("grpc.max_send_message_length", max_message_bytes),
+                 ("grpc.max_receive_message_length", max_message_bytes)],
                 security,
             )  # fmt: skip
         return channel
+
+
+class StreamCall(Generic[Response]):
+    """A bidirectional stream in progress: iterate its responses (errors as RPCError) in one thread, and `cancel()`
+    it from any other, which a generator cannot offer."""
+
+    def __init__(self, call: Any, method: str) -> None:
+        self._call = call
+        self._method = method
+
+    def __iter__(self) -> Iterator[Response]:
+        try:
+            yield from self._call
+        except grpc.RpcError as error:
+            raise RPCError.from_grpc(error, self._method) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
 
 
 class ServiceClient:
@@ -50,13 +69,14 @@ class ServiceClient:
         retries: int = 5,
         backoff_s: float = 0.1,
         metadata: tuple[tuple[str, str], ...] = (),
+        max_message_bytes: int = _MAX_MESSAGE_BYTES,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s if timeout_s is not None else current_config().rpc_timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
         self.metadata = metadata
-        self._stub = stub_class(shared_channel(address))
+        self._stub = stub_class(shared_channel(address, max_message_bytes))
 
     def _unary(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         call = getattr(self._stub, method)
@@ -77,3 +97,8 @@ class ServiceClient:
             yield from getattr(self._stub, method)(request, timeout=timeout_s, metadata=self.metadata or None)
         except grpc.RpcError as error:
             raise RPCError.from_grpc(error, method) from None
+
+    def _bidi(self, method: str, requests: Iterable[Any], timeout_s: float | None = None) -> StreamCall[Any]:
+        """A bidirectional stream fed by `requests` (gRPC reads it in a thread of its own). Not retried: the caller
+        knows what to send again. `timeout_s` bounds the whole stream; None: no deadline."""
+        return StreamCall(getattr(self._stub, method)(requests, timeout=timeout_s, metadata=self.metadata or None), method)

@@ -44,7 +44,7 @@ from tests.integration.trainer.test_learning import (
     served_rewards,
     train_on_agent_rollouts,
 )
-from tests.unit.trainer.test_backends import rewarded_batch
+from tests.training_batch_factory import rewarded_batch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 

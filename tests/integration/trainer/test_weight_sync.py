@@ -25,7 +25,7 @@ from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import SyncFailed, WeightSync, probe_tokens
 from tests.integration.stack_fixtures import start_ingest
 from tests.integration.trainer.conftest import serving
-from tests.unit.trainer.test_backends import rewarded_batch
+from tests.training_batch_factory import rewarded_batch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -14,6 +14,7 @@ import torch
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.run_settings import RunSettings
+from tests.training_batch_factory import rewarded_batch
 
 BACKENDS = [
     pytest.param("cpu", id="cpu"),
@@ -36,22 +37,6 @@ def head_and_embeddings(directory: Path) -> tuple[torch.Tensor | None, torch.Ten
 
     state = load_file(directory / "model.safetensors")
     return state.get("lm_head.weight"), state["model.embed_tokens.weight"]
-
-
-def rewarded_batch(good: int, bad: int) -> TrainingBatch:
-    """Four rollouts of one prompt: two answered `good`, two `bad`; the good ones are rewarded."""
-    prompt = [1, 2, 3, 4]
-    ids = torch.tensor([prompt + [good] * 3, prompt + [good] * 3, prompt + [bad] * 3, prompt + [bad] * 3])
-    mask = torch.zeros(4, 6)
-    mask[:, 3:] = 1
-    token_rewards = torch.zeros(4, 6)
-    token_rewards[:2, -1] = 1.0
-    return TrainingBatch(
-        input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=mask,
-        rollout_logprobs=torch.full((4, 6), -6.9) * mask, token_rewards=token_rewards,
-        group_index=np.array(["t"] * 4, dtype=object), rewards=np.array([1.0, 1.0, 0.0, 0.0]),
-        policy_versions=np.zeros(4, dtype=np.int64),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -12,7 +12,8 @@ from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.lora import check_run
 from parity.services.trainer.run_settings import RunSettings
-from tests.unit.trainer.test_backends import BACKENDS, generated_model, rewarded_batch
+from tests.training_batch_factory import rewarded_batch
+from tests.unit.trainer.test_backends import BACKENDS, generated_model
 
 PROBE = [1, 2, 3, 4, 100, 200]
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from parity.clients.aio import AsyncServiceClient
-from parity.clients.base import ServiceClient
+from parity.clients.base import ServiceClient, StreamCall
 
 
 class AssemblerClient(ServiceClient):
@@ -28,6 +28,9 @@ class AssemblerClient(ServiceClient):
 
     def list_trajectories(self, request: pb.ListTrajectoriesRequest, timeout_s: float | None = None) -> pb.ListTrajectoriesResponse:
         return self._unary("ListTrajectories", request, timeout_s)
+
+    def stream_batches(self, requests: Iterable[pb.StreamBatchesRequest], timeout_s: float | None = None) -> StreamCall[pb.StreamBatchesResponse]:
+        return self._bidi("StreamBatches", requests, timeout_s)
 
     def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
         return self._unary("GetStats", request, timeout_s)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
 from parity.clients.aio import AsyncServiceClient
-from parity.clients.base import ServiceClient
+from parity.clients.base import ServiceClient, StreamCall
 
 
 class TokenStoreClient(ServiceClient):
@@ -19,6 +19,9 @@ class TokenStoreClient(ServiceClient):
 
     def write_calls(self, request: pb.WriteCallsRequest, timeout_s: float | None = None) -> pb.WriteCallsResponse:
         return self._unary("WriteCalls", request, timeout_s)
+
+    def stream_write_calls(self, requests: Iterable[pb.StreamWriteCallsRequest], timeout_s: float | None = None) -> StreamCall[pb.StreamWriteCallsResponse]:
+        return self._bidi("StreamWriteCalls", requests, timeout_s)
 
     def get_call(self, request: pb.GetCallRequest, timeout_s: float | None = None) -> pb.GetCallResponse:
         return self._unary("GetCall", request, timeout_s)
