@@ -8,7 +8,7 @@ from parity.api.ingest.v1 import ingest_service_pb2 as pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.api.ingest.v1 import replica_pb2
 from parity.services.ingest.control import IngestControl
-from parity.services.runtime.page_tokens import decode_page_token, encode_page_token, page_size
+from parity.services.runtime.page_tokens import page_of
 
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 
@@ -32,12 +32,10 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def ListReplicas(
         self, request: pb.ListReplicasRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReplicasResponse:
-        scope = f"replicas:{request.model}"
-        start = decode_page_token(request.page_token, scope)
-        limit = page_size(request.page_size)
-        matching = self.control.replicas(request.model)
+        matching, next_token = page_of(self.control.replicas(request.model), request.page_size, request.page_token,
+                                       f"replicas:{request.model}")  # fmt: skip
         replicas = []
-        for r in matching[start : start + limit]:
+        for r in matching:
             replica = replica_pb2.Replica(
                 name=r.name, models=sorted(r.models), base_url=r.base_url, in_flight=r.in_flight,
                 request_count=r.request_count, error_count=r.error_count,
@@ -46,10 +44,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             if r.last_check:
                 replica.last_health_check_time.FromNanoseconds(int(r.last_check * 1e9))
             replicas.append(replica)
-        more = start + limit < len(matching)
-        return pb.ListReplicasResponse(
-            replicas=replicas, next_page_token=encode_page_token(scope, start + limit) if more else ""
-        )
+        return pb.ListReplicasResponse(replicas=replicas, next_page_token=next_token)
 
     async def PauseTraffic(
         self, request: pb.PauseTrafficRequest, context: grpc.aio.ServicerContext

@@ -77,13 +77,6 @@ def metrics_to_proto(record: StepRecord, kind: int = pb.METRICS_KIND_TRAINING) -
                           kind=kind)  # fmt: skip
 
 
-def _page(found: list, page_size: int, page_token: str, scope: str) -> tuple[list, str]:
-    size = page_tokens.page_size(page_size)
-    start = page_tokens.decode_page_token(page_token, scope)
-    next_token = page_tokens.encode_page_token(scope, start + size) if start + size < len(found) else ""
-    return found[start : start + size], next_token
-
-
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
@@ -140,12 +133,12 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.ListCheckpointsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCheckpointsResponse:
         found = self.trainer.list_checkpoints(request.run_id)
-        page, token = _page(found, request.page_size, request.page_token, f"checkpoints:{request.run_id}")
+        page, token = page_tokens.page_of(found, request.page_size, request.page_token, f"checkpoints:{request.run_id}")
         return pb.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in page], next_page_token=token)
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:
         runs = await asyncio.to_thread(self.trainer.list_runs)
-        page, token = _page(runs, request.page_size, request.page_token, "runs")
+        page, token = page_tokens.page_of(runs, request.page_size, request.page_token, "runs")
         return pb.ListRunsResponse(runs=[run_to_proto(r) for r in page], next_page_token=token)
 
     async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:
@@ -157,7 +150,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         kind = request.kind or pb.METRICS_KIND_TRAINING
         validation = kind == pb.METRICS_KIND_VALIDATION
         records = await asyncio.to_thread(self.trainer.run_metrics, request.run_id, validation)
-        page, token = _page(records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}")
+        page, token = page_tokens.page_of(records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}")
         return pb.ListRunMetricsResponse(metrics=[metrics_to_proto(r, kind) for r in page], next_page_token=token)
 
     async def GetStepBatch(self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetStepBatchResponse:
