@@ -10,12 +10,15 @@ T = TypeVar("T")
 
 
 def eventually(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05,
-               what: str = "the condition") -> T:  # fmt: skip
-    """The first truthy value `condition()` returns; AssertionError naming `what` once `timeout_s` has passed."""
+               what: str | Callable[[], str] = "the condition") -> T:  # fmt: skip
+    """The first truthy value `condition()` returns; AssertionError naming `what` once `timeout_s` has passed.
+
+    `condition` may fail the test itself (a process that exited); `what` may be a function, called only on
+    timeout, for a message that needs reading then (a log's tail)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if value := condition():
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout_s:g} s")
+            raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
         time.sleep(interval_s)

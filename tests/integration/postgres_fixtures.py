@@ -7,7 +7,6 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port
+from tests.waiting import eventually
 
 PG_BIN = Path(os.environ.get("PARITY_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -50,17 +50,18 @@ def postgres_admin_url() -> Iterator[str]:
             stdout=subprocess.DEVNULL, stderr=log_file,
         )  # fmt: skip
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def accepting() -> bool:
         if server.poll() is not None:
             pytest.fail(f"postgres exited with {server.returncode}:\n{log_path.read_text()}")
         try:
             psycopg.connect(url, connect_timeout=1).close()
-            break
         except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"postgres did not accept connections in 60 s:\n{log_path.read_text()}")
-            time.sleep(0.2)
+            return False
+        return True
+
+    eventually(accepting, timeout_s=60, interval_s=0.2,
+               what=lambda: f"postgres accepting connections:\n{log_path.read_text()}\n")  # fmt: skip
     yield url
     server.terminate()
     try:

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
+from tests.waiting import eventually
 
 HEALTH_TIMEOUT_S = 30.0
 
@@ -46,18 +46,19 @@ def wait_for_health(
     address: str, process: subprocess.Popen[str], log_path: Path, timeout: float, security: ChannelSecurity | None = None
 ) -> None:
     """Poll grpc.health.v1 until SERVING; fail fast with the log if the process exits."""
-    deadline = time.monotonic() + timeout
     with open_channel(address, security=security or ChannelSecurity()) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
+
+        def serving() -> bool:
             if process.poll() is not None:
                 pytest.fail(f"service at {address} exited with {process.returncode}:\n{log_path.read_text()}")
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
+                return stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING
             except grpc.RpcError:
-                time.sleep(0.1)
-    pytest.fail(f"service at {address} not healthy after {timeout}s:\n{log_path.read_text()}")
+                return False
+
+        eventually(serving, timeout_s=timeout, interval_s=0.1,
+                   what=lambda: f"service at {address} serving; its log:\n{log_path.read_text()}\n")  # fmt: skip
 
 
 class ServiceLauncher:

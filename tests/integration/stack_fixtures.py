@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from parity.api.common.v1 import llm_call_pb2
@@ -17,6 +17,7 @@ from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.waiting import eventually
 
 
 @dataclass
@@ -38,19 +39,25 @@ class IngestStack:
             stub = store_grpc.TokenStoreServiceStub(channel)
             return list(stub.ListCalls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls)
 
+    def stored_calls(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
+        """The session's calls; none while it has none (a session exists once its first call is stored)."""
+        try:
+            return self.calls(session_id)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND, error
+            return []
+
     def wait_for_calls(self, session_id: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
-        """The session's calls once it has `count` of them, or what it has at the timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                calls = self.calls(session_id)
-            except grpc.RpcError as error:
-                # The session does not exist until its first call is stored.
-                assert error.code() == grpc.StatusCode.NOT_FOUND
-                calls = []
-            if len(calls) >= count or time.monotonic() > deadline:
-                return calls
-            time.sleep(0.2)
+        """The session's calls once it has `count` of them."""
+        return eventually(lambda: len(calls := self.stored_calls(session_id)) >= count and calls, timeout_s=timeout,
+                          interval_s=0.2, what=f"{count} calls stored for session {session_id!r}")  # fmt: skip
+
+    def calls_after_flush(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
+        """The session's calls once ingest has stored every call it captured so far: for asserting what an answer
+        already received did, or did not, record."""
+        flushed = httpx.post(f"http://127.0.0.1:{self.http_port}/parity/v1/flush", timeout=60)
+        assert flushed.status_code == 200, flushed.text
+        return self.stored_calls(session_id)
 
 
 def start_ingest(

@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,8 +16,14 @@ from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
 from parity.services.runtime.auth import ROLES
 from tests.conftest import free_port, free_port_run
 from tests.integration.test_grpcurl import SERVICES, grpcurl
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def answered(response: httpx.Response) -> httpx.Response | None:
+    """The response, unless it is the 503 of an ingest whose replica is not healthy yet."""
+    return None if response.status_code == 503 else response
 
 
 def _port_open(port: int) -> bool:
@@ -54,10 +59,8 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         assert {oct(path.stat().st_mode & 0o777) for path in (tmp_path / "tokens").iterdir()} == {"0o600"}
         assert httpx.post(agent_url, json=request, timeout=30).status_code == 401
         agent = {"Authorization": f"Bearer {tokens['agent']}"}
-        deadline = time.monotonic() + 30
-        while (answer := httpx.post(agent_url, json=request, headers=agent, timeout=30)).status_code == 503:
-            assert time.monotonic() < deadline, answer.text
-            time.sleep(0.5)
+        answer = eventually(lambda: answered(httpx.post(agent_url, json=request, headers=agent, timeout=30)),
+                            interval_s=0.5, what="an answer once vLLM's replica is healthy")  # fmt: skip
         assert answer.status_code == 200, answer.text
         list_calls = ("-d", '{"session_id": "up-smoke"}', f"127.0.0.1:{ports['store']}",
                       "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
@@ -76,10 +79,8 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)
     assert exit_code == 0, stack.stderr.read()
-    deadline = time.monotonic() + 10
-    while any(_port_open(port) for port in ports.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [name for name, port in ports.items() if _port_open(port)], "processes still listening after Ctrl-C"
+    eventually(lambda: not any(_port_open(port) for port in ports.values()), timeout_s=10, interval_s=0.2,
+               what=lambda: f"every port closed after Ctrl-C ({[name for name, port in ports.items() if _port_open(port)]} open)")  # fmt: skip
     assert (tmp_path / "logs" / "store.log").read_text().strip(), "services log into DATA_DIR/logs"
 
 
@@ -136,10 +137,8 @@ def test_parity_up_spreads_agents_over_several_ingests_behind_one_port(tmp_path:
         for _ in range(30):
             # A connection each: the kernel picks the listening ingest per connection.
             with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
-                deadline = time.monotonic() + 30
-                while (answer := client.post(url, json=request)).status_code == 503:
-                    assert time.monotonic() < deadline, answer.text
-                    time.sleep(0.5)
+                answer = eventually(lambda: answered(client.post(url, json=request)), interval_s=0.5,
+                                    what="an answer once vLLM's replica is healthy")  # fmt: skip
                 assert answer.status_code == 200, answer.text
         read = ("-H", f"authorization: Bearer {(tmp_path / 'tokens' / 'read.token').read_text().strip()}")
         captured = [int(json.loads(grpcurl(*read, address, "parity.api.ingest.v1.IngestService/GetStats").stdout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 
 import grpc
 import pytest
@@ -47,9 +46,11 @@ def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_on
     third = again.next()
     assert third.sequence == 3 and not third.redelivered
     assert {g for b in (first, second, third) for g in b.group_ids} == {"g0", "g1", "g2"}
+    acknowledged = stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count
     again.ack(second.batch_id)
     again.ack(third.batch_id)
-    time.sleep(0.5)
+    eventually(lambda: stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count == acknowledged + 2,
+               what="the assembler recording both acknowledgements")  # fmt: skip
     again.stop()
 
     stack.restart_assembler()

@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
@@ -15,12 +14,18 @@ from openai import OpenAI
 
 from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.services.inference.vllm_launcher import VllmServer
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def judge_rewards(trajectory: trajectory_pb2.Trajectory) -> list:
+    return [r for r in trajectory.rewards if r.source.startswith("judge:openai/")]
 
 
 def captured_chat(client: OpenAI, server: VllmServer, session_id: str, turns: int, seed: int) -> list[llm_call_pb2.LlmCall]:
@@ -83,13 +88,12 @@ def test_an_llm_judge_over_litellm_scores_rollouts(start_stack, client, vllm_ser
     )  # fmt: skip
     stack.write(captured_chat(client, vllm_server, "judged", 2, 7))
     stack.close("judged")
-    deadline = time.monotonic() + 60
-    while True:
+
+    def judged_or_filtered() -> trajectory_pb2.Trajectory | None:
         trajectory = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="judged")).trajectory
-        judged = [r for r in trajectory.rewards if r.source.startswith("judge:openai/")]
-        if judged or trajectory.filter_reason:
-            break
-        assert time.monotonic() < deadline, "the judge neither scored nor failed"
-        time.sleep(0.5)
+        return trajectory if judge_rewards(trajectory) or trajectory.filter_reason else None
+
+    trajectory = eventually(judged_or_filtered, timeout_s=60, interval_s=0.5, what="the judge scoring or failing")
+    judged = judge_rewards(trajectory)
     assert trajectory.filter_reason == "", trajectory.filter_reason
     assert judged[0].value in (0.0, 1.0) and trajectory.has_reward

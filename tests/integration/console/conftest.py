@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.waiting import eventually
 
 CHROMIUM = Path("/usr/bin/chromium")
 STARTUP_S = 30.0
@@ -45,16 +45,17 @@ def _start(log_dir: Path, *args: str) -> Console:
             stdout=log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     console = Console(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
+
+    def answering() -> bool:
         if process.poll() is not None:
             pytest.fail(f"the console exited with {process.returncode}:\n{console.log()}")
         try:
-            if httpx.get(f"{console.url}/healthz", timeout=1).status_code == 200:
-                return console
+            return httpx.get(f"{console.url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.1)
-    pytest.fail(f"the console did not answer in {STARTUP_S} s:\n{console.log()}")
+            return False
+
+    eventually(answering, timeout_s=STARTUP_S, interval_s=0.1, what=lambda: f"the console answering:\n{console.log()}\n")
+    return console
 
 
 @pytest.fixture(scope="module")

@@ -151,7 +151,7 @@ def test_bad_input_gets_anthropics_error_shape_and_nothing_is_recorded(
     body = raised.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith(field) and fragment in body["error"]["message"]
-    assert ingest_stack.wait_for_calls(session, 1, timeout=1) == []
+    assert ingest_stack.calls_after_flush(session) == []
     assert client(ingest_stack, session).messages.create(
         model=vllm_server.model_name, max_tokens=2, messages=[{"role": "user", "content": "still up?"}]
     ).content is not None

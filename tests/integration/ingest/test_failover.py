@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import grpc
 import httpx
@@ -31,6 +30,7 @@ from parity.services.ingest.spool import Spool
 from parity.services.ingest.upstream import UpstreamClient
 from tests.integration.stack_fixtures import IngestStack, start_ingest
 from tests.integration.tcp_relay import TcpRelay
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -44,10 +44,8 @@ def replicas(ingest_address: str) -> dict[str, int]:
 
 
 def wait_for_health(ingest_address: str, expected: dict[str, int], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while (seen := replicas(ingest_address)) != expected:
-        assert time.monotonic() < deadline, f"replicas {seen}, expected {expected}"
-        time.sleep(0.2)
+    eventually(lambda: replicas(ingest_address) == expected, timeout_s=timeout, interval_s=0.2,
+               what=lambda: f"replicas {replicas(ingest_address)} becoming {expected}")  # fmt: skip
 
 
 def home_replicas(urls: list[str], model: str, sessions: list[str]) -> dict[str, str]:

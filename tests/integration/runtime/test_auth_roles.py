@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -25,6 +24,7 @@ from parity.services.stack.local_ca import LocalCertificateAuthority
 from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import GRPCURL
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -134,16 +134,16 @@ def test_tls_with_client_certificates_through_the_sdk_and_grpcurl(token_file, tm
     address = f"127.0.0.1:{port}"
     trusted = ChannelSecurity(token=TOKENS["read"], tls_ca_file=ca_file, tls_cert_file=client_cert, tls_key_file=client_key_file)
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def store_stats() -> store_pb.GetStoreStatsResponse | None:
             assert process.poll() is None, (tmp_path / "store.log").read_text()
             try:
                 with open_channel(address, security=trusted) as channel:
-                    stats = store_grpc.TokenStoreServiceStub(channel).GetStoreStats(store_pb.GetStoreStatsRequest(), timeout=2)
-                break
+                    return store_grpc.TokenStoreServiceStub(channel).GetStoreStats(store_pb.GetStoreStatsRequest(), timeout=2)
             except grpc.RpcError:
-                assert time.monotonic() < deadline, (tmp_path / "store.log").read_text()
-                time.sleep(0.2)
+                return None
+
+        stats = eventually(store_stats, interval_s=0.2, what=lambda: f"the store answering:\n{(tmp_path / 'store.log').read_text()}\n")
         assert stats.session_count == 0
         # Without a client certificate the handshake fails; without TLS nothing is answered.
         for security in (ChannelSecurity(token=TOKENS["read"], tls_ca_file=ca_file), ChannelSecurity(token=TOKENS["read"])):

@@ -27,6 +27,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.clients import AssemblerClient, TrainerClient
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -166,10 +167,8 @@ def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(t
     roller = threading.Thread(target=keep_rolling_out, daemon=True)
     roller.start()
     try:
-        deadline = time.monotonic() + 400
-        while (status := trainer.get_status(pb.GetStatusRequest())).run.state not in TERMINAL:
-            assert time.monotonic() < deadline, "async run did not finish"
-            time.sleep(0.5)
+        status = eventually(lambda: (now := trainer.get_status(pb.GetStatusRequest())).run.state in TERMINAL and now,
+                            timeout_s=400, interval_s=0.5, what="the async run finishing")  # fmt: skip
     finally:
         stop.set()
         roller.join(120)
