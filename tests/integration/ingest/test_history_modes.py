@@ -282,7 +282,7 @@ def test_a_short_training_run_in_exact_history_completes_and_its_reward_rises(st
         ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."])]  # fmt: skip
     result = parity.train(
         thinking_chat_agent, tasks, model=stack.vllm.config.model_path, stack=stack.addresses, steps=16,
-        groups_per_batch=2, rollouts_per_task=4, max_tokens=48, learning_rate=5e-3, history_mode="exact_history",
+        groups_per_batch=2, rollouts_per_task=4, max_tokens=48, learning_rate=1.5e-2, history_mode="exact_history",
         output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "completed", result.error
