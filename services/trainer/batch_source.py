@@ -2,9 +2,8 @@
 
 Runs in the training thread over the assembler's client (`AssemblerClient.stream_batches`);
 a reader thread moves responses into a queue so waiting for a batch can be interrupted by
-a stop. While
-the assembler is down (UNAVAILABLE at connect or mid-stream) it logs and retries
-with backoff, forever: unacknowledged batches are redelivered on reconnect, so
+a stop. While the assembler is down (UNAVAILABLE at connect or mid-stream) it logs and
+retries with backoff, forever: unacknowledged batches are redelivered on reconnect, so
 nothing is lost or trained twice. Any other error ends the run with its message.
 """
 

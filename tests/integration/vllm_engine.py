@@ -1,10 +1,9 @@
-"""Making vLLM's timing explicit: its scheduler frozen on request, and its own request gauges."""
+"""Making vLLM's timing explicit: its scheduler frozen on request, and its own count of generated tokens."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,26 +22,8 @@ def engine_frozen(server: VllmServer) -> Iterator[None]:
         httpx.post(f"{server.base_url}/resume", timeout=30).raise_for_status()
 
 
-@dataclass(frozen=True)
-class EngineRequests:
-    waiting: int
-    running: int
-    generated_tokens: int
-
-
-def engine_requests(server: VllmServer) -> EngineRequests:
-    """What vLLM's /metrics says of its requests: waiting and running (as of its last scheduler step), and the tokens
-    it has generated since it started."""
-    families = {family.name: family for family in text_string_to_metric_families(
-        httpx.get(f"{server.base_url}/metrics", timeout=30).text
-    )}  # fmt: skip
-
-    def total(name: str, **labels: str) -> int:
-        return int(sum(sample.value for sample in families[name].samples
-                       if sample.name in (name, f"{name}_total") and labels.items() <= sample.labels.items()))  # fmt: skip
-
-    return EngineRequests(
-        waiting=total("vllm:num_requests_waiting"),
-        running=total("vllm:num_requests_running"),
-        generated_tokens=total("vllm:generation_tokens"),
-    )
+def generated_tokens(server: VllmServer) -> int:
+    """The tokens vLLM has generated since it started (its /metrics `vllm:generation_tokens`, summed over engines)."""
+    families = text_string_to_metric_families(httpx.get(f"{server.base_url}/metrics", timeout=30).text)
+    return int(sum(sample.value for family in families if family.name == "vllm:generation_tokens"
+                   for sample in family.samples if sample.name == "vllm:generation_tokens_total"))  # fmt: skip

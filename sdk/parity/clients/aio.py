@@ -20,12 +20,10 @@ from typing import Any
 
 import grpc
 
-from parity.clients.base import RETRYABLE
+from parity.clients.base import MAX_MESSAGE_BYTES, RETRYABLE
 from parity.clients.errors import RPCError
 from parity.config import current_config
 from parity.transport import open_aio_channel
-
-_MAX_MESSAGE_BYTES = 64 << 20
 
 Options = Sequence[tuple[str, Any]]
 
@@ -45,7 +43,7 @@ class AsyncServiceClient:
         backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
         metadata: tuple[tuple[str, str], ...] = (),
-        max_message_bytes: int = _MAX_MESSAGE_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         options: Options = (),
     ) -> None:
         """`options`: gRPC channel arguments beyond the message size limits (keepalive, reconnect backoff)."""

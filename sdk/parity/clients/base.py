@@ -18,12 +18,12 @@ Response = TypeVar("Response")
 
 # Retried: the service is restarting or not up yet. Anything else is the caller's to see.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
-_MAX_MESSAGE_BYTES = 64 << 20
+MAX_MESSAGE_BYTES = 64 << 20
 _channels: dict[tuple[str, ChannelSecurity, int], grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
 
-def shared_channel(address: str, max_message_bytes: int = _MAX_MESSAGE_BYTES) -> grpc.Channel:
+def shared_channel(address: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> grpc.Channel:
     """One channel per address (and token, and message limit) for the whole process: gRPC channels are meant to be
     reused."""
     security = process_security()
@@ -69,7 +69,7 @@ class ServiceClient:
         retries: int = 5,
         backoff_s: float = 0.1,
         metadata: tuple[tuple[str, str], ...] = (),
-        max_message_bytes: int = _MAX_MESSAGE_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s if timeout_s is not None else current_config().rpc_timeout_s

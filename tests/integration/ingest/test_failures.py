@@ -18,7 +18,7 @@ from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.services.ingest.spool import Spool
 from tests.conftest import free_port
 from tests.integration.stack_fixtures import IngestStack, start_ingest
-from tests.integration.vllm_engine import engine_frozen, engine_requests
+from tests.integration.vllm_engine import engine_frozen, generated_tokens
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -85,7 +85,7 @@ def test_metrics_and_health(ingest_stack, vllm_server) -> None:
 
 def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, vllm_server) -> None:
     body = chat(vllm_server.model_name, max_tokens=1500, stream=True, ignore_eos=True)
-    generated_before = engine_requests(vllm_server).generated_tokens
+    generated_before = generated_tokens(vllm_server)
 
     def forwarded() -> int:
         with grpc.insecure_channel(ingest_stack.ingest.address) as channel:
@@ -106,7 +106,7 @@ def test_an_agent_that_goes_away_mid_stream_stops_the_generation(ingest_stack, v
     # Had ingest kept its upstream request, it would now generate beside this one, a token a step: vLLM generates
     # this one's two tokens alone.
     post(ingest_stack.session_url("after-gone-agent"), chat(vllm_server.model_name, max_tokens=2, ignore_eos=True))
-    generated = eventually(lambda: engine_requests(vllm_server).generated_tokens - generated_before,
+    generated = eventually(lambda: generated_tokens(vllm_server) - generated_before,
                            what="vLLM counting the tokens it generated")  # fmt: skip
     assert generated == 2
 
