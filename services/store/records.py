@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from parity.splice_delta import Splice
 
-UNASSIGNED_SESSION = "unassigned"
 MAX_REF_DEPTH = 32
 
 # Numeric values of the proto enums, stored as plain integers by every backend.

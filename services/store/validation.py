@@ -17,7 +17,7 @@ import numpy as np
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import InvalidArgument
-from parity.services.store.records import UNASSIGNED_SESSION, MetadataUpdate
+from parity.services.store.records import MetadataUpdate
 from parity.tokens import token_count
 
 MAX_BATCH = 1000
@@ -55,12 +55,11 @@ def check_text(value: str, what: str) -> None:
 
 
 def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
-    """Validate a WriteCalls batch; fills in the unassigned session where none was given."""
+    """Validate a WriteCalls batch (unary or streamed). Every call names its session: ingest
+    files a call that came with none under the reserved session "unassigned" itself, so an
+    empty session id is a writer's bug, refused like an empty call id."""
     if len(calls) > MAX_BATCH:
         raise InvalidArgument(f"a WriteCalls request holds at most {MAX_BATCH} calls, got {len(calls)}")
-    for call in calls:
-        if not call.session_id:
-            call.session_id = UNASSIGNED_SESSION
     # The store's hottest path checks a whole batch at once, with one scan of its ids;
     # only a batch that fails is walked call by call, to say which field is wrong.
     if not _calls_pass(calls):
@@ -144,7 +143,7 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
     for position, call in enumerate(calls):
         where = f"calls[{position}]"
         check_required_id(call.call_id, f"{where}.call_id")
-        check_id(call.session_id, f"{where}.session_id")
+        check_required_id(call.session_id, f"{where}.session_id")
         # Ancestors become sessions of their own, so they are held to the same rules.
         for depth, parent in enumerate(call.parent_session_ids):
             check_required_id(parent, f"{where}.parent_session_ids[{depth}]")

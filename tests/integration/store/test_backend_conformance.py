@@ -25,7 +25,6 @@ from parity.services.store.backends.postgres import WRITER_APPLICATION_NAME
 from parity.services.store.records import (
     SESSION_STATE_CLOSED,
     SESSION_STATE_OPEN,
-    UNASSIGNED_SESSION,
     MetadataUpdate,
     SessionQuery,
 )
@@ -113,10 +112,10 @@ async def test_concurrent_writers_all_land_in_one_commit_order(store: TokenStore
         assert wire(await all_calls(store, f"s{w}")) == wire(batch)
 
 
-async def test_calls_without_a_session_go_to_the_unassigned_session(store: TokenStore) -> None:
-    await write(store, [make_call("orphan", "", [1], [[2]])])
-    assert (await store.get_call("orphan", full=False)).session_id == UNASSIGNED_SESSION
-    assert (await store.get_session(UNASSIGNED_SESSION)).call_count == 1
+async def test_a_call_without_a_session_is_refused(store: TokenStore) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape("calls[0].session_id is required")):
+        await write(store, [make_call("orphan", "", [1], [[2]])])
+    assert (await store.stats()).call_count == 0
 
 
 async def test_basic_view_leaves_out_token_arrays(store: TokenStore) -> None:

@@ -8,6 +8,7 @@ import queue
 import grpc
 import pytest
 
+from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
 from tests.call_factory import conversation, make_call
@@ -110,6 +111,57 @@ def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_s
 
     # The service is still up and consistent after all of that.
     assert stub.WriteCalls(pb.WriteCallsRequest(calls=[good])).written_count == 1
+
+
+def _stream_write(stub, request: pb.WriteCallsRequest):
+    return list(stub.StreamWriteCalls(iter([pb.StreamWriteCallsRequest(calls=request.calls)])))
+
+
+# Every RPC that writes, each given one good item and then one that names no session.
+EMPTY_SESSION_WRITES = {
+    "WriteCalls": (
+        lambda stub: stub.WriteCalls,
+        pb.WriteCallsRequest(calls=[make_call("named", "s", [1], [[2]]), make_call("orphan", "", [1], [[2]])]),
+        "calls[1].session_id is required",
+    ),
+    "StreamWriteCalls": (
+        lambda stub: lambda request: _stream_write(stub, request),
+        pb.WriteCallsRequest(calls=[make_call("named", "s", [1], [[2]]), make_call("orphan", "", [1], [[2]])]),
+        "calls[1].session_id is required",
+    ),
+    "WriteRewards": (
+        lambda stub: stub.WriteRewards,
+        pb.WriteRewardsRequest(rewards=[
+            {"session_id": "s", "value": 1.0, "level": 1}, {"session_id": "", "value": 1.0, "level": 1},
+        ]),
+        "rewards[1].session_id is required",
+    ),
+    "CloseSession": (lambda stub: stub.CloseSession, pb.CloseSessionRequest(session_id=""), "session_id is required"),
+    "UpdateSessionMetadata": (
+        lambda stub: stub.UpdateSessionMetadata,
+        pb.UpdateSessionMetadataRequest(updates=[{"session_id": "s", "metadata": {"k": "v"}}, {"session_id": ""}]),
+        "updates[1].session_id is required",
+    ),
+    "DeleteSessions": (
+        lambda stub: stub.DeleteSessions,
+        pb.DeleteSessionsRequest(session_ids=["s", ""]),
+        "session_ids[1] is required",
+    ),
+}
+
+
+@pytest.mark.parametrize("rpc", EMPTY_SESSION_WRITES)
+def test_every_write_refuses_an_empty_session_id_naming_the_field(store_stub, rpc: str) -> None:
+    stub, _ = store_stub
+    assert stub.WriteCalls(pb.WriteCallsRequest(calls=[make_call("before", "s", [1], [[2]])])).written_count == 1
+    method, request, message = EMPTY_SESSION_WRITES[rpc]
+    error = status_of(method(stub), request)
+    assert (error.code(), error.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+    # Nothing of the request was written, the good part included.
+    stats = stub.GetStoreStats(pb.GetStoreStatsRequest())
+    assert (stats.session_count, stats.call_count, stats.reward_count) == (1, 1, 0)
+    session = stub.GetSession(pb.GetSessionRequest(session_id="s")).session
+    assert (session.state, dict(session.metadata)) == (session_pb2.SESSION_STATE_OPEN, {})
 
 
 def test_grpcurl_writes_and_reads_json(store_stub) -> None:
