@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -286,7 +287,9 @@ class Trainer:
     def _train(self, run: RunStatus, backend: TrainingBackend, source: BatchSource) -> RunState:
         """Train until the step budget or a stop; returns how the run ended."""
         settings = run.settings
-        progress = tqdm(total=settings.total_steps, initial=run.step, desc=f"training {run.run_id}", unit="step")
+        # A bar only on a terminal: a log has the JSON `step` line of each step.
+        progress = tqdm(total=settings.total_steps, initial=run.step, desc=f"training {run.run_id}", unit="step",
+                        disable=not sys.stderr.isatty())  # fmt: skip
         try:
             while run.step < settings.total_steps and not self._stop.is_set():
                 if not self._unpaused.is_set():

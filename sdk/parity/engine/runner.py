@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
-from tqdm.auto import tqdm
 
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import session_pb2
 from parity.clients import AssemblerClient, RPCError
 from parity.config import current_config
 from parity.flushing import flush
+from parity.progress import show_progress
 from parity.sessions import session
 
 log = structlog.get_logger(__name__)
@@ -41,6 +41,7 @@ Outcome = Literal["succeeded", "failed", "timed_out"]
 # Threads beyond `concurrency`: a sync agent past its timeout keeps its thread, and the
 # rollout taking its place should not queue behind it.
 SPARE_THREADS = 4
+PROGRESS_LINE_S = 30.0
 _OUTCOMES = {
     "succeeded": session_pb2.SESSION_OUTCOME_SUCCEEDED,
     "failed": session_pb2.SESSION_OUTCOME_FAILED,
@@ -111,7 +112,9 @@ class AgentEngine:
             for rollout in range(self.config.rollouts_per_task)
         ]
         limit = asyncio.Semaphore(self.config.concurrency)
-        progress = tqdm(total=len(jobs), desc="rollouts", unit="rollout", disable=not self.config.progress)
+        # In a log, a line every PROGRESS_LINE_S at most: rollouts end many times a second.
+        progress = show_progress(total=len(jobs), desc="rollouts", unit="rollout", enabled=self.config.progress,
+                                 every_s=PROGRESS_LINE_S)  # fmt: skip
         # Sync agents, flushes and closes run here, not in asyncio's default executor,
         # whose min(32, cores + 4) threads would cap `concurrency` (at 6 on 2 cores).
         threads = ThreadPoolExecutor(self.config.concurrency + SPARE_THREADS, thread_name_prefix="parity-rollout")

@@ -128,7 +128,7 @@ class TrainSettings:
     export: bool = setting(True, "write the trained policy to RUN_DIR/model at the end", group="output")
     wandb: str = setting("", "also log to this Weights & Biases project", group="output")
     wandb_mode: str = setting("auto", "auto: online when WANDB_API_KEY is set, else offline", choices=WANDB_MODES, group="output")
-    progress: bool = setting(True, "show a progress bar", group="output")
+    progress: bool = setting(True, "show progress: a bar on a terminal, else one line per step", group="output")
     # Where it runs.
     stack: StackAddresses | None = setting(None, "a deployed mesh to use instead of starting one: ingest=URL,assembler=ADDR,trainer=ADDR[,store=ADDR]", group="stack")
     startup_timeout_s: float = setting(900.0, "time the local stack may take to come up", group="stack")

@@ -34,7 +34,6 @@ from typing import Any
 
 import httpx
 import structlog
-from tqdm.auto import tqdm
 
 import parity
 from parity import transport
@@ -44,6 +43,7 @@ from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, RPCError, TrainerClient
 from parity.engine import RolloutResult
 from parity.engine.runner import Agent
+from parity.progress import Progress, show_progress
 from parity.training import tracking
 from parity.training.agents import CommandAgent, load_callable, parse_command
 from parity.training.local_stack import LocalStack, StackError
@@ -238,8 +238,9 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Validate, train every step (validating every val_every), validate, export; returns the result."""
-        progress = tqdm(total=self.total_steps, initial=self.step_index, desc=f"training {self.run_id}", unit="step",
-                        disable=not self.settings.progress, file=sys.stderr)  # fmt: skip
+        # A bar on a terminal; in a log, one line per step and per validation.
+        progress = show_progress(total=self.total_steps, initial=self.step_index, desc=f"training {self.run_id}",
+                                 unit="step", enabled=self.settings.progress, file=sys.stderr)  # fmt: skip
         try:
             self._show(progress, self.validate())
             while not self.done:
@@ -586,7 +587,7 @@ class Trainer:
             return ""
         return found.checkpoints[0].checkpoint_id if found.checkpoints else ""
 
-    def _show(self, progress: tqdm, validation: ValidationResult | None, step: StepResult | None = None) -> None:
+    def _show(self, progress: Progress, validation: ValidationResult | None, step: StepResult | None = None) -> None:
         postfix = {}
         if step is not None:
             postfix["reward"] = f"{step.reward:.3f}"
