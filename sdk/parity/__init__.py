@@ -15,6 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from parity.supported_versions import check_installed as _check_installed
+
+# Before anything imports the generated code: a protobuf or grpcio outside its range gets one
+# error naming both versions instead of a traceback from deep inside protobuf's import.
+_check_installed()
+
 if TYPE_CHECKING:
     from parity.chat_client import get_async_chat_client, get_chat_client
     from parity.clients import RPCError

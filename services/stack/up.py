@@ -37,6 +37,7 @@ from parity.services.inference.vllm_launcher import (
     cpu_layout,
     lora_rank_arg,
 )
+from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
 from parity.services.runtime.auth import ROLES, is_loopback
 from parity.services.runtime.structured_logging import configure_logging
 from parity.services.stack.local_ca import LocalCertificateAuthority
@@ -53,6 +54,7 @@ DEFAULT_PORTS = {"store": 50051, "ingest": 50052, "assembler": 50053, "trainer":
 DEFAULT_VLLM_PORT = 8100
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_CONSOLE_PORT = 8200
+DEFAULT_MAX_MODEL_LEN = 2048
 # The role each process calls the others with: the least its calls need. The store calls nobody.
 CLIENT_ROLES = {"ingest": "service", "assembler": "service", "trainer": "admin", "console": "read"}
 VLLM_KEY_SETTINGS = {"ingest": "UPSTREAM_API_KEY_FILE", "trainer": "REPLICA_API_KEY_FILE"}
@@ -174,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--served-model-name", default=None, help="the `model` agents ask for (default: the model folder's name)"
     )
     parser.add_argument(
+        "--model-aliases", type=_alias_rules, default=VENDOR_MODEL_ALIASES, metavar="PATTERN=MODEL,...",
+        help="other model names agents may ask for, as comma-separated glob rules; @policy is the served model "
+        "(default %(default)s: CLI agents' vendor names reach it; '' for none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-model-len", type=_at_least_one, default=DEFAULT_MAX_MODEL_LEN,
+        help=f"longest prompt and reply vLLM serves, in tokens (default {DEFAULT_MAX_MODEL_LEN}; Claude Code's "
+        "system prompt and tools alone are about 27,000)",
+    )  # fmt: skip
+    parser.add_argument(
         "--host", default="127.0.0.1", help="address every process listens on; beyond loopback, $PARITY_CONSOLE_TOKEN must be set"
     )
     for name, port in DEFAULT_PORTS.items():
@@ -243,6 +255,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         dtype=args.vllm_dtype,
         log_path=data_dir / "logs" / "vllm.log",
         lora_rank=args.vllm_lora_rank,
+        max_model_len=args.max_model_len,
         api_key=(tokens / "vllm.key").read_text().strip(),
     )
     layout = cpu_layout(config.python)
@@ -252,6 +265,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
                  pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
     vllm = VllmServer(config)
     ingest_args = ["--http-port", str(args.http_port), "--upstreams", vllm.base_url, "--store", services["store"].address]
+    ingest_args += [arg for rule in args.model_aliases for arg in ("--model-alias", rule)]
     if len(ingests) > 1:
         # Each lists every ingest, itself included (it tells itself apart), as a headless Service would.
         ingest_args += ["--http-reuse-port", "--peers", ",".join(ingest.address for ingest in ingests)]
@@ -311,6 +325,13 @@ def ingest_processes(host: str, first_port: int, count: int, data_dir: Path) -> 
         return [ServiceProcess("ingest", f"{host}:{first_port}", data_dir / "logs" / "ingest.log")]
     return [ServiceProcess(f"ingest-{n}", f"{host}:{first_port + n}", data_dir / "logs" / f"ingest-{n}.log", service="ingest")
             for n in range(count)]  # fmt: skip
+
+
+def _alias_rules(text: str) -> list[str]:
+    try:
+        return parse_rules(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _at_least_one(text: str) -> int:

@@ -17,8 +17,17 @@ from parity.api.ingest.v1.ingest_service_client import AsyncIngestClient, Ingest
 from parity.api.store.v1.store_service_client import TokenStoreClient as StoreClient
 from parity.api.trainer.v1.trainer_service_client import AsyncTrainerClient, TrainerClient
 from parity.clients.errors import RPCError
-from parity.clients.health import HealthClient
 from parity.clients.store_writes import AsyncStoreClient
+
+
+def __getattr__(name: str) -> object:
+    # grpc.health ships in grpcio-health-checking, a service extra: the SDK's base install, in an
+    # agent's environment, has no such package and imports the clients all the same.
+    if name == "HealthClient":
+        from parity.clients.health import HealthClient
+
+        return HealthClient
+    raise AttributeError(f"module 'parity.clients' has no attribute {name!r}")
 
 
 def admin_metadata(token: str) -> tuple[tuple[str, str], ...]:

@@ -47,11 +47,16 @@ class LocalStack:
     """The dtype vLLM serves in: the run's own, so the sync probe compares like with like."""
     lora_rank: int = 0
     """A LoRA run's rank, which vLLM must serve adapters of; 0 for a run that trains the whole model."""
+    model_aliases: str | None = None
+    """Comma-separated PATTERN=MODEL rules for ingest; None: `parity up`'s default (CLI agents' vendor names)."""
+    max_model_len: int | None = None
+    """vLLM's context length; None: `parity up`'s default."""
 
     @classmethod
     def for_run(cls, data_dir: Path, settings: TrainSettings) -> LocalStack:
         model = Path(settings.model) if settings.model else None
-        return cls(data_dir, model, vllm_dtype=settings.dtype, lora_rank=settings.lora_rank)
+        return cls(data_dir, model, vllm_dtype=settings.dtype, lora_rank=settings.lora_rank,
+                   model_aliases=settings.model_aliases, max_model_len=settings.max_model_len)  # fmt: skip
 
     def __post_init__(self) -> None:
         self.ports = {name: free_port() for name in (*SERVICES, "vllm", "http", "console")}
@@ -87,6 +92,8 @@ class LocalStack:
         command += ["--model", str(self.model)] if self.model else []
         command += ["--vllm-dtype", self.vllm_dtype]
         command += ["--vllm-lora-rank", str(self.lora_rank)] if self.lora_rank else []
+        command += ["--model-aliases", self.model_aliases] if self.model_aliases is not None else []
+        command += ["--max-model-len", str(self.max_model_len)] if self.max_model_len is not None else []
         return command + [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
 
     def start(self, timeout_s: float, cancelled: threading.Event | None = None) -> None:

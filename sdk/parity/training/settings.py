@@ -18,6 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
 from parity.session_slug import HISTORY_MODES
 
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
@@ -78,6 +79,7 @@ class TrainSettings:
     agent: str = setting("", "the agent, as pkg.module:function (sync or async; takes the task dict, returns a float reward or None)", group="agent")
     agent_command: str = setting("", "an agent in any language: a command run once per rollout (see docs/training.md)", group="agent")
     reward: str = setting("", "pkg.module:function scoring an agent command's output: reward(task, stdout) -> float", group="agent")
+    model_aliases: str = setting(VENDOR_MODEL_ALIASES, "other model names the agent may ask for, as comma-separated PATTERN=MODEL glob rules; @policy is the model being trained. The default lets CLI agents' vendor names (Claude Code's, Codex's, Gemini CLI's) reach it; empty: none. The local stack's; a deployed ingest takes --model-alias", group="agent")
     tasks: str = setting("", "training tasks: a .jsonl or .parquet file, or a Hugging Face datasets folder; each row has an id", group="data")
     val_tasks: str = setting("", "validation tasks, in the same formats; none: no validation", group="data")
     model: str = setting("", "the Hugging Face model folder to train; empty: the small generated model", group="data")
@@ -107,6 +109,7 @@ class TrainSettings:
     max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
+    ray_nodes: int = setting(1, "with ray_workers_per_node: nodes of the Ray cluster at $RAY_ADDRESS to spread the ranks over, ray_workers_per_node on each, rank 0 on the trainer's node", group="optimization")
     dtype: str = setting("float32", "the dtype forward and backward run in (weights and optimizer stay float32); the local stack's vLLM serves in it too", choices=DTYPES, group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     # LoRA.
@@ -132,6 +135,7 @@ class TrainSettings:
     # Where it runs.
     stack: StackAddresses | None = setting(None, "a deployed mesh to use instead of starting one: ingest=URL,assembler=ADDR,trainer=ADDR[,store=ADDR]", group="stack")
     startup_timeout_s: float = setting(900.0, "time the local stack may take to come up", group="stack")
+    max_model_len: int = setting(2048, "the local stack's vLLM serves prompts and replies up to this many tokens together; CLI agents need more (Claude Code's system prompt and tools are about 27,000)", group="stack")
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -141,12 +145,16 @@ class TrainSettings:
             value = getattr(self, key)
             if value and not _IMPORT_PATH.fullmatch(value):
                 raise SettingsError(key, f"must be pkg.module:function, got {value!r}")
+        try:
+            parse_rules(self.model_aliases)
+        except ValueError as error:
+            raise SettingsError("model_aliases", str(error)) from None
         if self.reward and not self.agent_command:
             raise SettingsError("reward", "scores an agent_command's output; a Python agent returns its reward")
         if self.steps is not None and self.epochs is not None:
             raise SettingsError("steps", "set steps or epochs, not both")
         positive = ("steps", "groups_per_batch", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens",
-                    "ppo_epochs")  # fmt: skip
+                    "ppo_epochs", "max_model_len", "ray_nodes")  # fmt: skip
         for key in positive:
             value = getattr(self, key)
             if value is not None and value < 1:
@@ -171,6 +179,10 @@ class TrainSettings:
             raise SettingsError("lora_dropout", f"must be at least 0 and below 1, got {self.lora_dropout}")
         if not self.lora_modules or not all(self.lora_modules):
             raise SettingsError("lora_target_modules", f"must be module names separated by commas, got {self.lora_target_modules!r}")
+        if self.ray_nodes > 1 and not self.ray_workers_per_node:
+            raise SettingsError("ray_nodes", "spreads Ray ranks over nodes; set ray_workers_per_node (ranks on each) too")
+        if self.ray_workers_per_node and self.backend == "cpu":
+            raise SettingsError("ray_workers_per_node", "places fsdp ranks as Ray actors; the cpu backend trains in the trainer process")
         if self.lora_merge and not self.lora_rank:
             raise SettingsError("lora_merge", "merges a LoRA adapter into the model; set lora_rank too")
         for key in ("run_id", "resume"):

@@ -342,7 +342,8 @@ class Trainer:
             checkpoint_interval=s.checkpoint_interval,
             overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed),
                        "dtype": s.dtype,
-                       **({"ray_workers_per_node": str(s.ray_workers_per_node)} if s.ray_workers_per_node else {})},
+                       **({"ray_workers_per_node": str(s.ray_workers_per_node), "ray_nodes": str(s.ray_nodes)}
+                          if s.ray_workers_per_node else {})},
             lora=run_pb2.LoraConfig(rank=s.lora_rank, alpha=s.lora_alpha, target_modules=s.lora_modules,
                                     dropout=s.lora_dropout) if s.lora_rank else None,
         )  # fmt: skip

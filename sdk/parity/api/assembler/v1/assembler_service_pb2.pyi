@@ -7,8 +7,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -53,7 +52,7 @@ class CloseSessionRequest(_message.Message):
     group_size: int
     validation: bool
     run_id: str
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: _Optional[bool] = ..., run_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)

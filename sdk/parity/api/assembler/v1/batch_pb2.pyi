@@ -2,8 +2,7 @@ from parity.api.common.v1 import sample_pb2 as _sample_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -23,7 +22,7 @@ class Batch(_message.Message):
     stats: BatchStats
     redelivered: bool
     dropped_group_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: _Optional[bool] = ..., dropped_group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: bool = ..., dropped_group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BatchStats(_message.Message):
     __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std", "unique_token_count", "split_reasons")

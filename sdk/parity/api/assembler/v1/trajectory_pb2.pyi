@@ -6,8 +6,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -42,7 +41,7 @@ class Step(_message.Message):
     completion_token_count: int
     reward: float
     has_reward: bool
-    def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., prompt_token_count: _Optional[int] = ..., completion_token_count: _Optional[int] = ..., reward: _Optional[float] = ..., has_reward: bool = ...) -> None: ...
 
 class Trajectory(_message.Message):
     __slots__ = ("session_id", "trajectory_name", "episode_id", "group_id", "state", "steps", "reward", "has_reward", "rewards", "samples", "filter_reason", "split_count", "outcome", "split_reasons", "token_count", "unique_token_count", "merged_call_count", "history_mode")
@@ -89,4 +88,4 @@ class Trajectory(_message.Message):
     unique_token_count: int
     merged_call_count: int
     history_mode: _llm_call_pb2.HistoryMode
-    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: _Optional[bool] = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., token_count: _Optional[int] = ..., unique_token_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[_Union[TrajectoryState, str]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., reward: _Optional[float] = ..., has_reward: bool = ..., rewards: _Optional[_Iterable[_Union[_reward_pb2.Reward, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., filter_reason: _Optional[str] = ..., split_count: _Optional[int] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., token_count: _Optional[int] = ..., unique_token_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...

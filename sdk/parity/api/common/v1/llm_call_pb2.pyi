@@ -1,13 +1,10 @@
-import datetime
-
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -106,7 +103,7 @@ class LlmCall(_message.Message):
     lora_adapter: str
     history_mode: HistoryMode
     history_fallback: str
-    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: _Optional[bool] = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., history_mode: _Optional[_Union[HistoryMode, str]] = ..., history_fallback: _Optional[str] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: bool = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., history_mode: _Optional[_Union[HistoryMode, str]] = ..., history_fallback: _Optional[str] = ...) -> None: ...
 
 class Choice(_message.Message):
     __slots__ = ("index", "token_ids", "logprobs", "finish_reason", "text", "tool_calls_json", "reasoning_text", "stop_reason")
@@ -140,7 +137,7 @@ class CallTimings(_message.Message):
     time_to_first_token: _duration_pb2.Duration
     upstream_duration: _duration_pb2.Duration
     upstream_attempts: int
-    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_attempts: _Optional[int] = ...) -> None: ...
+    def __init__(self, start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., time_to_first_token: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., upstream_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., upstream_attempts: _Optional[int] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")

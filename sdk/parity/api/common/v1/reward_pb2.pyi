@@ -1,12 +1,9 @@
-import datetime
-
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -48,4 +45,4 @@ class Reward(_message.Message):
     source: str
     metadata: _containers.ScalarMap[str, str]
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, reward_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., level: _Optional[_Union[RewardLevel, str]] = ..., call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., value: _Optional[float] = ..., source: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, reward_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., level: _Optional[_Union[RewardLevel, str]] = ..., call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., value: _Optional[float] = ..., source: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

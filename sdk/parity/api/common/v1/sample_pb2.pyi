@@ -2,8 +2,7 @@ from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -48,4 +47,4 @@ class Sample(_message.Message):
     truncated: bool
     metadata: _containers.ScalarMap[str, str]
     history_mode: _llm_call_pb2.HistoryMode
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ...) -> None: ...

@@ -1,12 +1,9 @@
-import datetime
-
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -61,4 +58,4 @@ class Session(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     close_time: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[SessionState, str]] = ..., outcome: _Optional[_Union[SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., call_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[SessionState, str]] = ..., outcome: _Optional[_Union[SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., call_count: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -1,5 +1,3 @@
-import datetime
-
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from parity.api.auth.v1 import auth_pb2 as _auth_pb2
@@ -7,8 +5,7 @@ from parity.api.ingest.v1 import replica_pb2 as _replica_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -44,7 +41,7 @@ class GetStatsResponse(_message.Message):
     lora_adapter: str
     joining: bool
     held: int
-    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: _Optional[bool] = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: _Optional[bool] = ..., held: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: bool = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: bool = ..., held: _Optional[int] = ...) -> None: ...
 
 class ListReplicasRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "model")
@@ -70,7 +67,7 @@ class PauseTrafficRequest(_message.Message):
     DRAIN_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     reason: str
     drain_timeout: _duration_pb2.Duration
-    def __init__(self, reason: _Optional[str] = ..., drain_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, reason: _Optional[str] = ..., drain_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PauseTrafficResponse(_message.Message):
     __slots__ = ("drained_count", "pause_time")
@@ -78,7 +75,7 @@ class PauseTrafficResponse(_message.Message):
     PAUSE_TIME_FIELD_NUMBER: _ClassVar[int]
     drained_count: int
     pause_time: _timestamp_pb2.Timestamp
-    def __init__(self, drained_count: _Optional[int] = ..., pause_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, drained_count: _Optional[int] = ..., pause_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ResumeTrafficRequest(_message.Message):
     __slots__ = ()
@@ -88,7 +85,7 @@ class ResumeTrafficResponse(_message.Message):
     __slots__ = ("paused_duration",)
     PAUSED_DURATION_FIELD_NUMBER: _ClassVar[int]
     paused_duration: _duration_pb2.Duration
-    def __init__(self, paused_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, paused_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SetPolicyVersionRequest(_message.Message):
     __slots__ = ("policy_version", "lora_adapter", "policy_model")

@@ -1,12 +1,9 @@
-import datetime
-
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -39,4 +36,4 @@ class Replica(_message.Message):
     error_count: int
     last_health_check_time: _timestamp_pb2.Timestamp
     external: bool
-    def __init__(self, name: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., base_url: _Optional[str] = ..., health: _Optional[_Union[ReplicaHealth, str]] = ..., in_flight: _Optional[int] = ..., request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., last_health_check_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., external: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., base_url: _Optional[str] = ..., health: _Optional[_Union[ReplicaHealth, str]] = ..., in_flight: _Optional[int] = ..., request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., last_health_check_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., external: bool = ...) -> None: ...

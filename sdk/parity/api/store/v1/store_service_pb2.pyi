@@ -1,5 +1,3 @@
-import datetime
-
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from parity.api.auth.v1 import auth_pb2 as _auth_pb2
 from parity.api.common.v1 import llm_call_pb2 as _llm_call_pb2
@@ -9,8 +7,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -106,7 +103,7 @@ class WatchCallsRequest(_message.Message):
     view: CallView
     max_batch_size: int
     from_latest: bool
-    def __init__(self, cursor: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ..., max_batch_size: _Optional[int] = ..., from_latest: _Optional[bool] = ...) -> None: ...
+    def __init__(self, cursor: _Optional[str] = ..., view: _Optional[_Union[CallView, str]] = ..., max_batch_size: _Optional[int] = ..., from_latest: bool = ...) -> None: ...
 
 class WatchCallsResponse(_message.Message):
     __slots__ = ("calls", "cursor")
@@ -315,7 +312,7 @@ class DeleteSessionsRequest(_message.Message):
     UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     session_ids: _containers.RepeatedScalarFieldContainer[str]
     updated_before: _timestamp_pb2.Timestamp
-    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., updated_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., updated_before: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DeleteSessionsResponse(_message.Message):
     __slots__ = ("deleted_session_count", "deleted_call_count")

@@ -1,12 +1,9 @@
-import datetime
-
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -125,7 +122,7 @@ class Checkpoint(_message.Message):
     policy_version: int
     path: str
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, checkpoint_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., path: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, checkpoint_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., path: _Optional[str] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "config", "state", "step", "policy_version", "error_message", "start_time", "update_time", "plot_path")
@@ -147,4 +144,4 @@ class Run(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     plot_path: str
-    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plot_path: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., plot_path: _Optional[str] = ...) -> None: ...

@@ -1,5 +1,3 @@
-import datetime
-
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from parity.api.assembler.v1 import batch_pb2 as _batch_pb2
@@ -9,8 +7,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -66,13 +63,13 @@ class StepMetrics(_message.Message):
     time: _timestamp_pb2.Timestamp
     values: _containers.ScalarMap[str, float]
     kind: MetricsKind
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ..., kind: _Optional[_Union[MetricsKind, str]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ..., kind: _Optional[_Union[MetricsKind, str]] = ...) -> None: ...
 
 class SyncWeightsRequest(_message.Message):
     __slots__ = ("skip_verification",)
     SKIP_VERIFICATION_FIELD_NUMBER: _ClassVar[int]
     skip_verification: bool
-    def __init__(self, skip_verification: _Optional[bool] = ...) -> None: ...
+    def __init__(self, skip_verification: bool = ...) -> None: ...
 
 class SyncWeightsResponse(_message.Message):
     __slots__ = ("policy_version", "replicas", "max_logprob_diff", "durations", "complete_time")
@@ -86,7 +83,7 @@ class SyncWeightsResponse(_message.Message):
     max_logprob_diff: float
     durations: SyncPhaseDurations
     complete_time: _timestamp_pb2.Timestamp
-    def __init__(self, policy_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSync, _Mapping]]] = ..., max_logprob_diff: _Optional[float] = ..., durations: _Optional[_Union[SyncPhaseDurations, _Mapping]] = ..., complete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, policy_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSync, _Mapping]]] = ..., max_logprob_diff: _Optional[float] = ..., durations: _Optional[_Union[SyncPhaseDurations, _Mapping]] = ..., complete_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReplicaSync(_message.Message):
     __slots__ = ("replica", "verified", "max_logprob_diff", "error_message")
@@ -98,7 +95,7 @@ class ReplicaSync(_message.Message):
     verified: bool
     max_logprob_diff: float
     error_message: str
-    def __init__(self, replica: _Optional[str] = ..., verified: _Optional[bool] = ..., max_logprob_diff: _Optional[float] = ..., error_message: _Optional[str] = ...) -> None: ...
+    def __init__(self, replica: _Optional[str] = ..., verified: bool = ..., max_logprob_diff: _Optional[float] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class SyncPhaseDurations(_message.Message):
     __slots__ = ("pause", "push", "verify", "resume", "total")
@@ -112,7 +109,7 @@ class SyncPhaseDurations(_message.Message):
     verify: _duration_pb2.Duration
     resume: _duration_pb2.Duration
     total: _duration_pb2.Duration
-    def __init__(self, pause: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., push: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, pause: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., push: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., verify: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., resume: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
     __slots__ = ("config", "resume_checkpoint_id", "run_id")
@@ -198,7 +195,7 @@ class ExportPolicyRequest(_message.Message):
     checkpoint_id: str
     output_dir: str
     merge_lora: bool
-    def __init__(self, checkpoint_id: _Optional[str] = ..., output_dir: _Optional[str] = ..., merge_lora: _Optional[bool] = ...) -> None: ...
+    def __init__(self, checkpoint_id: _Optional[str] = ..., output_dir: _Optional[str] = ..., merge_lora: bool = ...) -> None: ...
 
 class ExportPolicyResponse(_message.Message):
     __slots__ = ("path", "checkpoint", "merged_path")
@@ -320,7 +317,7 @@ class TrainedSample(_message.Message):
     policy_version: int
     truncated: bool
     call_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: _Optional[bool] = ..., call_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: bool = ..., call_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WriteValidationMetricsRequest(_message.Message):
     __slots__ = ("run_id", "step", "values")
