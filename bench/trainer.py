@@ -1,12 +1,17 @@
-"""Training backends side by side: the plain loop and verl's FSDP engine, on the same batches.
+"""Training backends side by side: verl's FSDP engine against a plain PyTorch loop, on the same batch.
 
 Generates a Qwen2-shaped model of the requested size, then for each backend runs
 warm-up and timed update steps on the same ragged, multi-turn-masked batch and prints
-step time, tokens/s and peak GPU memory. It also checks what weight sync relies on: the
-engine's probe logprobs against a plain Hugging Face forward pass of its saved weights.
+step time, tokens/s, the step's ratio to the plain loop's, peak GPU memory and, on CUDA,
+MFU. `plain` is the reference: a plain PyTorch loop on the same device, model, batch,
+loss (`policy_loss`) and dtype (bf16 autocast over float32 weights on CUDA by default),
+no engine. `cpu` is Parity's plain-loop backend, which runs on CPU only. It also checks
+what weight sync relies on: the engine's probe logprobs against a plain Hugging Face
+forward pass of its saved weights.
 
     .venv/bin/python bench/trainer.py                       # tiny model, CPU, ~1 minute
-    python bench/trainer.py --hidden 1024 --layers 16 --rows 64 --length 1024   # on a GPU
+    .venv/bin/python bench/trainer.py --profile             # also where a step's time goes
+    python bench/trainer.py --hidden 1024 --layers 16 --heads 16 --rows 32 --length 2048   # on a GPU
 
 The last line printed is one JSON object with every row.
 """
@@ -22,11 +27,27 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.batch_tensors import TrainingBatch
+from parity.services.trainer.compute_defaults import resolve_dtype
+from parity.services.trainer.policy_loss import (
+    LossSettings,
+    compute_advantages,
+    policy_loss,
+    token_logprobs,
+)
 from parity.services.trainer.run_settings import RunSettings
+
+# Dense bf16 peak of one card, FLOP/s, by a word of its name; MFU is 6 · parameters · tokens/s over it.
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+# The step profile's figures (milliseconds, and aten ops dispatched).
+PROFILE_KEYS = ("forward_ms", "backward_ms", "optimizer_ms", "other_ms", "aten_ops")
 
 
 def ragged_batch(rows: int, length: int, vocab: int, seed: int = 0) -> TrainingBatch:
@@ -53,8 +74,132 @@ def ragged_batch(rows: int, length: int, vocab: int, seed: int = 0) -> TrainingB
     )  # fmt: skip
 
 
+class PlainLoop:
+    """The baseline: one Hugging Face model on the device, AdamW, and `policy_loss`; nothing else.
+
+    Float32 weights and optimizer state; forward and backward under autocast in the run's
+    dtype (as FSDP's mixed precision computes); rows sorted by length into micro-batches of
+    at most `micro_batch_tokens` padded positions; the old log-probs are the first pass's own
+    (one PPO epoch), as the `cpu` backend takes them.
+    """
+
+    name = "plain"
+
+    def __init__(self, settings: RunSettings, device: torch.device) -> None:
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(settings.seed)
+        self.settings, self.device = settings, device
+        self.dtype = getattr(torch, resolve_dtype(settings.dtype))
+        self.model = AutoModelForCausalLM.from_pretrained(
+            settings.model_path, dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+        fused = {"fused": True} if device.type == "cuda" else {}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate, weight_decay=0.0, **fused)
+        self.loss_settings = LossSettings(settings.clip_ratio, settings.tis_cap, 0.0, settings.loss_agg_mode)
+
+    def micro_batches(self, batch: TrainingBatch) -> list[torch.Tensor]:
+        lengths = batch.attention_mask.sum(dim=1)
+        groups: list[list[int]] = []
+        for row in torch.argsort(lengths, descending=True).tolist():
+            if groups and int(lengths[groups[-1][0]]) * (len(groups[-1]) + 1) <= self.settings.micro_batch_tokens:
+                groups[-1].append(row)
+            else:
+                groups.append([row])
+        return [torch.tensor(group) for group in groups]
+
+    def train_step(self, batch: TrainingBatch) -> dict[str, float]:
+        self.model.train()
+        advantages = compute_advantages(batch, self.settings.advantage_estimator)
+        whole = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
+        for rows in self.micro_batches(batch):
+            length = int(batch.attention_mask[rows].sum(dim=1).max())
+            ids, attention = (t[rows, :length].to(self.device) for t in (batch.input_ids, batch.attention_mask))
+            mask, rollout, adv = (
+                t[rows, : length - 1].to(self.device) for t in (batch.response_mask, batch.rollout_logprobs, advantages)
+            )
+            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+                logits = self.model(input_ids=ids, attention_mask=attention).logits
+            logprobs, _entropy = token_logprobs(logits, ids)
+            loss, _ = policy_loss(logprobs, logprobs.detach(), adv, mask, rollout, self.loss_settings, None, whole)
+            loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": float(grad_norm)}
+
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        ids = torch.tensor([token_ids], device=self.device)
+        with torch.no_grad(), torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            logprobs, _ = token_logprobs(self.model(ids).logits, ids)
+        return logprobs[0].double().tolist()
+
+    def save_weights(self, directory: Path) -> None:
+        self.model.save_pretrained(directory)
+
+
+def policy_module(backend) -> torch.nn.Module:
+    """The model whose forward the profile times: the engine's FSDP module, or the loop's model."""
+    if backend.name == "fsdp":
+        return backend.policy.engine.module
+    return backend.model
+
+
+def profile_step(backend, batch: TrainingBatch) -> dict[str, float]:
+    """One step, split into the model's forward, autograd's backward, the optimizer, and the rest.
+
+    `other_ms` is everything a step spends outside those three: turning the batch into the
+    engine's layout, micro-batch planning, log-probs and entropy from the logits, the loss,
+    metrics and their device syncs. On a GPU every aten op is at least one kernel launch from
+    the host, so `aten_ops` counts the host's work independently of the device.
+    """
+    spent = {"forward_ms": 0.0, "backward_ms": 0.0, "optimizer_ms": 0.0}
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    starts: dict[str, float] = {}
+
+    def begin(key: str) -> None:
+        sync()
+        starts[key] = time.perf_counter()
+
+    def end(key: str) -> None:
+        sync()
+        spent[key] += (time.perf_counter() - starts.pop(key)) * 1000
+
+    module = policy_module(backend)
+    hooks = [
+        module.register_forward_pre_hook(lambda *_: begin("forward_ms")),
+        module.register_forward_hook(lambda *_: end("forward_ms")),
+        register_optimizer_step_pre_hook(lambda *_: begin("optimizer_ms")),
+        register_optimizer_step_post_hook(lambda *_: end("optimizer_ms")),
+    ]
+    autograd_backward = torch.autograd.backward
+
+    def timed_backward(*args, **kwargs):
+        begin("backward_ms")
+        try:
+            return autograd_backward(*args, **kwargs)
+        finally:
+            end("backward_ms")
+
+    torch.autograd.backward = timed_backward
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            sync()
+            started = time.perf_counter()
+            backend.train_step(batch)
+            sync()
+            step_ms = (time.perf_counter() - started) * 1000
+    finally:
+        torch.autograd.backward = autograd_backward
+        for hook in hooks:
+            hook.remove()
+    aten_ops = sum(event.count for event in profiler.key_averages() if event.key.startswith("aten::"))
+    spent["other_ms"] = step_ms - sum(spent.values())
+    return {key: round(value, 1) for key, value in spent.items()} | {"aten_ops": aten_ops}
+
+
 def probe_gap(backend, directory: Path, probe: list[int]) -> float:
-    """Largest |engine - transformers| logprob on the probe, from the weights the backend saves for vLLM."""
+    """Largest |backend - transformers| logprob on the probe, from the weights the backend saves for vLLM."""
     from transformers import AutoModelForCausalLM
 
     backend.save_weights(directory)
@@ -67,29 +212,61 @@ def probe_gap(backend, directory: Path, probe: list[int]) -> float:
     return float(np.abs(np.array(backend.probe_logprobs(probe)) - expected).max())
 
 
+def peak_flops() -> float | None:
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((flops for word, flops in PEAK_BF16_FLOPS.items() if word in name), None)
+
+
 def run(name: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path) -> dict[str, object]:
-    settings = RunSettings(model, 10, 1, backend=name, learning_rate=1e-5, micro_batch_tokens=args.micro_batch_tokens)
-    backend = select_backend(settings)
+    settings = RunSettings(
+        model, 10, 1, backend="cpu" if name == "plain" else name, learning_rate=1e-5,
+        micro_batch_tokens=args.micro_batch_tokens, dtype=args.dtype,
+    )  # fmt: skip
+    on_gpu = torch.cuda.is_available() and name != "cpu"
+    backend = PlainLoop(settings, torch.device("cuda" if on_gpu else "cpu")) if name == "plain" else select_backend(settings)
+    parameters = sum(p.numel() for p in policy_module(backend).parameters())
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     for _ in range(args.warmup):
         backend.train_step(batch)
     seconds = []
     for _ in range(args.steps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         started = time.perf_counter()
         metrics = backend.train_step(batch)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
     step = statistics.median(seconds)
-    probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()[:256]
-    return {
+    peak = peak_flops() if on_gpu else None
+    row: dict[str, object] = {
         "backend": name,
-        "device": "cuda" if name == "fsdp" and torch.cuda.is_available() else "cpu",
+        "device": "cuda" if on_gpu else "cpu",
+        "dtype": resolve_dtype(args.dtype),
         "step_ms": round(step * 1000, 1),
         "tokens_per_s": round(batch.token_count / step),
+        "mfu": round(6 * parameters * batch.token_count / step / peak, 4) if peak else None,
         "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0.0,
         "grad_norm": round(metrics["grad_norm"], 5),
-        "probe_max_diff": probe_gap(backend, work / name, probe),
     }
+    if args.profile:
+        row |= profile_step(backend, batch)
+    probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()[:256]
+    row["probe_max_diff"] = probe_gap(backend, work / name, probe)
+    del backend
+    return row
+
+
+def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each row's step time over the plain loop's on the same device (None without one)."""
+    plain = {row["device"]: row["step_ms"] for row in rows if row["backend"] == "plain"}
+    for row in rows:
+        baseline = plain.get(row["device"])
+        row["vs_plain"] = round(row["step_ms"] / baseline, 2) if baseline else None
+    return rows
 
 
 def main() -> None:
@@ -102,8 +279,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
-    parser.add_argument("--backends", default="cpu,fsdp")
+    parser.add_argument("--dtype", default="auto", help="float32, bfloat16, or auto (bfloat16 on CUDA, else float32)")
+    parser.add_argument(
+        "--backends", default=None, help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)"
+    )
+    parser.add_argument("--profile", action="store_true", help="also split one step: forward, backward, optimizer, other")
     args = parser.parse_args()
+    names = args.backends or ("plain,fsdp" if torch.cuda.is_available() else "plain,cpu,fsdp")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         spec = TinyModelSpec(
@@ -112,16 +294,25 @@ def main() -> None:
         )  # fmt: skip
         model = generate_tiny_model(work / "model", spec)
         batch = ragged_batch(args.rows, args.length, spec.vocab_size)
-        rows = [run(name, model, batch, args, work) for name in args.backends.split(",")]
-    print(f"model: hidden {args.hidden}, {args.layers} layers; batch {args.rows} rows, {batch.token_count} tokens")
-    header = f"{'backend':<8} {'device':<6} {'step ms':>9} {'tokens/s':>10} {'peak GPU GB':>12} {'probe diff':>11}"
-    print(header)
+        rows = with_ratios([run(name, model, batch, args, work) for name in names.split(",")])
+    card = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"model: hidden {args.hidden}, {args.layers} layers; batch {args.rows} rows, {batch.token_count} tokens; {card}")
+    print(
+        f"{'backend':<8} {'device':<6} {'dtype':<9} {'step ms':>9} {'vs plain':>9} {'tokens/s':>10} {'MFU':>7} "
+        f"{'peak GPU GB':>12} {'probe diff':>11}"
+    )
     for row in rows:
+        mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "-"
+        ratio = f"{row['vs_plain']:.2f}x" if row["vs_plain"] is not None else "-"
         print(
-            f"{row['backend']:<8} {row['device']:<6} {row['step_ms']:>9} {row['tokens_per_s']:>10} "
-            f"{row['peak_gpu_gb']:>12} {row['probe_max_diff']:>11.2e}"
+            f"{row['backend']:<8} {row['device']:<6} {row['dtype']:<9} {row['step_ms']:>9} {ratio:>9} "
+            f"{row['tokens_per_s']:>10} {mfu:>7} {row['peak_gpu_gb']:>12} {row['probe_max_diff']:>11.2e}"
         )
-    print(json.dumps({"tokens": batch.token_count, "rows": rows}))
+    if args.profile:
+        print(f"\n{'backend':<8} " + " ".join(f"{key:>13}" for key in PROFILE_KEYS))
+        for row in rows:
+            print(f"{row['backend']:<8} " + " ".join(f"{row[key]:>13}" for key in PROFILE_KEYS))
+    print(json.dumps({"tokens": batch.token_count, "card": card, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from parity.api.trainer.v1 import run_pb2
 from parity.services.runtime.errors import InvalidArgument
+from parity.services.trainer.compute_defaults import DTYPE_CHOICES, resolve_dtype
 
 # verl's registered names, by the proto enum that selects them.
 ADVANTAGE_ESTIMATORS = {
@@ -30,8 +31,9 @@ OVERRIDE_TYPES: dict[str, type] = {
     "ppo_epochs": int, "max_grad_norm": float, "loss_agg_mode": str, "seed": int,
     "micro_batch_tokens": int, "ray_workers_per_node": int, "ray_nodes": int, "dtype": str,
 }  # fmt: skip
-# Compute dtypes a run may train in; the master weights and optimizer state stay float32.
-TRAINING_DTYPES = ("float32", "bfloat16")
+# Compute dtypes a run may train in ("auto": bfloat16 on CUDA, float32 elsewhere, resolved where it
+# trains); the master weights and optimizer state stay float32.
+TRAINING_DTYPES = DTYPE_CHOICES
 # peft's name for every linear layer but the output head, the default LoRA target.
 ALL_LINEAR = "all-linear"
 
@@ -63,8 +65,11 @@ class RunSettings:
     )
     ray_nodes: int = field(default=1, metadata={"help": "fsdp backend: nodes of the Ray cluster to place ranks on"})
     dtype: str = field(
-        default="float32",
-        metadata={"help": "forward and backward dtype, float32 or bfloat16; weights and optimizer stay float32"},
+        default="auto",
+        metadata={
+            "help": "forward and backward dtype: float32, bfloat16, or auto (bfloat16 on CUDA, else float32), "
+            "resolved where the run trains; weights and optimizer stay float32"
+        },
     )
     lora_rank: int = field(
         default=0, metadata={"help": "rank of a LoRA adapter trained on the frozen model; 0 trains the whole model"}
@@ -92,6 +97,7 @@ class RunSettings:
             raise InvalidArgument("ray_workers_per_node places fsdp ranks; the cpu backend trains in this process")
         if self.dtype not in TRAINING_DTYPES:
             raise InvalidArgument(f"unknown dtype {self.dtype!r}; known: {list(TRAINING_DTYPES)}")
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
         if self.loss_agg_mode not in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
             raise InvalidArgument(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
         self._check_lora()
@@ -183,4 +189,6 @@ class RunSettings:
         values["checkpoint_dir"] = Path(str(values["checkpoint_dir"]))
         if "lora_target_modules" in values:
             values["lora_target_modules"] = tuple(values["lora_target_modules"])  # type: ignore[arg-type]
+        # A checkpoint written before the setting existed trained in float32.
+        values.setdefault("dtype", "float32")
         return cls(**values)  # type: ignore[arg-type]

@@ -11,18 +11,25 @@ Where the ranks run:
 - by default, in the trainer process: a one-rank torch.distributed group (NCCL on a
   GPU; gloo on CPU, where `verl_cpu_platform` supplies the device layer verl lacks);
 - with `ray_workers_per_node` > 0, as a verl `RayWorkerGroup` of `PolicyWorker` actors,
-  `ray_workers_per_node` on each of `ray_nodes` nodes of the Ray cluster at
-  `$RAY_ADDRESS` (or a local one): the trainer is verl's single controller, each
+  `ray_workers_per_node` on each of `ray_nodes` distinct nodes of the Ray cluster at
+  `$RAY_ADDRESS` (or a local one; `ray_placement.py`): the trainer is verl's single controller, each
   actor one FSDP rank holding one GPU. Batches are split across ranks and the loss
   normalised by the whole batch, so the update does not depend on the rank count.
 
 Batches keep `TrainingBatch`'s shifted layout: verl's prompt is each sequence's first
 token and its response the rest, so the engine's response-aligned log-probs line up
 with `response_mask` position for position, multi-turn masks included.
+
+Per step (docs/design/trainer-gpu-speed.md): with one PPO epoch the old log-probs are the
+training pass's own, detached, as the `cpu` loop and verl's own actor take them when a
+batch is one on-policy mini-batch, so there is no separate forward pass; the attention
+kernel, padding-free micro-batches and gradient checkpointing follow `compute_defaults`;
+entropy (a metric, not in the loss) is checkpointed so its softmax is not kept for backward.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -30,14 +37,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
 import torch.distributed as dist
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.batch_tensors import TrainingBatch
+from parity.services.trainer.compute_defaults import attention_layout, needs_gradient_checkpointing
 from parity.services.trainer.lora import peft_targets
 from parity.services.trainer.policy_loss import LossSettings, compute_advantages, policy_loss
 from parity.services.trainer.run_settings import RunSettings
+
+log = structlog.get_logger(__name__)
 
 ENGINE_CHECKPOINT = "engine"
 # verl's names for the dtypes a run computes in (`RunSettings.dtype`).
@@ -82,12 +93,14 @@ class _EngineLoss:
         from verl.workers.utils.padding import no_padding_2_padding
 
         logprobs = no_padding_2_padding(model_output["log_probs"], data)
-        fields = {key: _padded(data[key]) for key in ("response_mask", "old_log_probs", "advantages", "rollout_logprobs")}
+        fields = {key: _padded(data[key]) for key in ("response_mask", "advantages", "rollout_logprobs")}
+        # One epoch: the weights this pass runs on are the PPO "old" policy, so its own log-probs are the old ones.
+        old = _padded(data["old_log_probs"]) if "old_log_probs" in data else logprobs.detach()
         ref = _padded(data["ref_log_prob"]) if "ref_log_prob" in data else None
         mask = fields["response_mask"]
         global_batch = {key: data[key] for key in ("dp_size", "batch_num_tokens", "global_batch_size")}
         loss, metrics = policy_loss(
-            logprobs, fields["old_log_probs"], fields["advantages"], mask, fields["rollout_logprobs"],
+            logprobs, old, fields["advantages"], mask, fields["rollout_logprobs"],
             self.settings, ref, global_batch,
         )  # fmt: skip
         entropy = no_padding_2_padding(model_output["entropy"], data)
@@ -118,7 +131,8 @@ class FsdpBackend(TrainingBackend):
 
     def _ray_pool(self) -> Any:
         import ray
-        from verl.single_controller.ray import RayResourcePool
+
+        from parity.services.trainer.backends.ray_placement import NodeSpreadPool
 
         settings = self.settings
         # One bundle per rank: a GPU each, and a CPU for each actor on it (the reference
@@ -129,10 +143,7 @@ class FsdpBackend(TrainingBackend):
             # A local cluster counts one logical CPU per core; the actors mostly wait on each other.
             cpus = None if address else max(os.cpu_count() or 1, settings.ray_workers_per_node * colocated)
             ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=True)
-        return RayResourcePool(
-            process_on_nodes=[settings.ray_workers_per_node] * settings.ray_nodes, use_gpu=self.on_gpu,
-            max_colocate_count=colocated,
-        )  # fmt: skip
+        return NodeSpreadPool(settings.ray_nodes, settings.ray_workers_per_node, self.on_gpu, colocated)
 
     def _worker(self, forward_only: bool) -> Any:
         from verl.trainer.config import CheckpointConfig
@@ -146,11 +157,13 @@ class FsdpBackend(TrainingBackend):
         from parity.services.trainer.backends.verl_worker import PolicyWorker
 
         settings = self.settings
-        # sdpa: flash-attn is an optional extra verl does not require; without remove-padding the
-        # engine feeds sdpa a padded micro-batch and masks it.
+        # flash-attn's varlen kernel on packed micro-batches where it is installed, else sdpa on padded ones.
         # verl wraps the model with peft itself when lora_rank > 0, freezing the rest.
+        attention = attention_layout(self.on_gpu)
         model = HFModelConfig(
-            path=str(settings.model_path), use_remove_padding=False, override_config={"attn_implementation": "sdpa"},
+            path=str(settings.model_path), use_remove_padding=attention.padding_free,
+            override_config={"attn_implementation": attention.implementation},
+            enable_gradient_checkpointing=not forward_only and self._needs_checkpointing(attention.padding_free),
             lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=peft_targets(settings),
         )  # fmt: skip
         engine = FSDPEngineConfig(
@@ -160,7 +173,7 @@ class FsdpBackend(TrainingBackend):
             model_dtype="fp32",
             mixed_precision={"param_dtype": _VERL_DTYPES[settings.dtype], "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
             use_dynamic_bsz=True, max_token_len_per_gpu=settings.micro_batch_tokens,
-            infer_max_token_len_per_gpu=settings.micro_batch_tokens,
+            infer_max_token_len_per_gpu=settings.micro_batch_tokens, entropy_checkpointing=True,
         )  # fmt: skip
         optimizer = FSDPOptimizerConfig(lr=settings.learning_rate, weight_decay=0.0, clip_grad=settings.max_grad_norm)
         config = TrainingWorkerConfig(
@@ -173,12 +186,25 @@ class FsdpBackend(TrainingBackend):
             import ray
             from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
+            from parity.services.trainer.backends.ray_placement import rank_nodes
+
             worker = RayWorkerGroup(
                 resource_pool=self.pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(PolicyWorker), config=config),
                 device_name="cuda" if self.on_gpu else "cpu",
             )  # fmt: skip
+            log.info("ray_ranks", forward_only=forward_only, nodes=rank_nodes(worker))
         worker.reset()
         return worker
+
+    def _needs_checkpointing(self, padding_free: bool) -> bool:
+        """Only on a GPU whose memory one micro-batch's activations would overflow (`compute_defaults`)."""
+        if not self.on_gpu:
+            return False
+        config = json.loads((self.settings.model_path / "config.json").read_text())
+        return needs_gradient_checkpointing(
+            config, self.settings.micro_batch_tokens, self.settings.dtype,
+            torch.cuda.get_device_properties(0).total_memory, padding_free, lora=bool(self.settings.lora_rank),
+        )  # fmt: skip
 
     def _logprobs(self, worker: Any, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
         from verl.utils import tensordict_utils as tu
@@ -198,7 +224,9 @@ class FsdpBackend(TrainingBackend):
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
         # The weights before this update are the PPO "old" policy.
         per_token = {"advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
-        per_token["old_log_probs"] = self._logprobs(self.policy, batch.input_ids, batch.attention_mask)
+        if self.settings.ppo_epochs > 1:
+            # Later epochs need the log-probs of the weights before the first; one epoch takes its own (_EngineLoss).
+            per_token["old_log_probs"] = self._logprobs(self.policy, batch.input_ids, batch.attention_mask)
         if self.reference is not None:
             per_token["ref_log_prob"] = self._logprobs(self.reference, batch.input_ids, batch.attention_mask)
         names = list(per_token)

@@ -6,6 +6,10 @@ actor is a fresh process that imports this module to unpickle its class. The one
 addition to verl's worker is `save_hf_weights`, which gathers the sharded policy into
 one Hugging Face checkpoint that vLLM's `reload_weights` reads, written by rank 0; in a
 LoRA run, only the adapter, as the peft folder vLLM loads at run time.
+
+Importing it also puts `engine_logprobs`' chunked log-probs in place of verl's per-token
+loop, and on CUDA each training pass runs with TF32 matmuls (`compute_defaults`), while
+forward-only passes (old and reference log-probs, the weight-sync probe) stay strict float32.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from verl.single_controller.base.decorator import Dispatch, register  # noqa: E402
 from verl.workers.engine_workers import TrainingWorker  # noqa: E402
 
+from parity.services.trainer.backends import engine_logprobs  # noqa: E402
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights  # noqa: E402
+from parity.services.trainer.compute_defaults import tf32_matmuls  # noqa: E402
+
+engine_logprobs.install()
 
 _FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -37,6 +45,14 @@ class PolicyWorker(TrainingWorker):
             # Ray gave this actor its rank and the group's address in the environment.
             dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
         super().__init__(config)
+        if torch.cuda.is_available():
+            train_batch = self.engine.train_batch
+
+            def train_batch_in_tf32(*args, **kwargs):
+                with tf32_matmuls():
+                    return train_batch(*args, **kwargs)
+
+            self.engine.train_batch = train_batch_in_tf32
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf_weights(self, directory: str) -> None:
