@@ -77,15 +77,16 @@ def parameter_count(config: dict) -> int:
 def activation_bytes_per_token(config: dict, dtype: str) -> int:
     """Bytes one token's activations hold from forward to backward without checkpointing (an estimate).
 
-    Per decoder layer: the inputs autograd keeps for the q/k/v/o projections, attention, the
-    MLP's gate, up, activation and down (in the compute dtype), and each RMSNorm's float32
-    copy; then the logits (the engine keeps two copies) and a float32 chunk's share.
+    Per decoder layer, in the compute dtype: the projections' input, attention's q, k, v and
+    output, o_proj's input, the MLP's input, gate, activation, up and product; and each of the
+    two RMSNorms' float32 input and bf16 output. Then the logits (the engine keeps two copies)
+    and their float32 share.
     """
     size = COMPUTE_BYTES[dtype]
     hidden, inter = config["hidden_size"], config["intermediate_size"]
     heads = config["num_attention_heads"]
     kv = hidden * config.get("num_key_value_heads", heads) // heads
-    per_layer = size * (6 * hidden + 4 * kv + 4 * inter) + 20 * hidden
+    per_layer = size * (5 * hidden + 2 * kv + 4 * inter) + 2 * (4 + size) * hidden
     return config["num_hidden_layers"] * per_layer + config["vocab_size"] * (2 * size + 4)
 
 

@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.services.trainer.compute_defaults import resolve_dtype
 from parity.training.settings import StackAddresses, TrainSettings
 
 SERVICES = ("store", "ingest", "assembler", "trainer")
@@ -55,7 +56,8 @@ class LocalStack:
     @classmethod
     def for_run(cls, data_dir: Path, settings: TrainSettings) -> LocalStack:
         model = Path(settings.model) if settings.model else None
-        return cls(data_dir, model, vllm_dtype=settings.dtype, lora_rank=settings.lora_rank,
+        # The local trainer resolves `auto` on this machine too, so vLLM serves what it computes in.
+        return cls(data_dir, model, vllm_dtype=resolve_dtype(settings.dtype), lora_rank=settings.lora_rank,
                    model_aliases=settings.model_aliases, max_model_len=settings.max_model_len)  # fmt: skip
 
     def __post_init__(self) -> None:

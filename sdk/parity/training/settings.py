@@ -25,7 +25,7 @@ ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
 BACKENDS = ("auto", "cpu", "fsdp")
 MODES = ("sync", "async")
 WANDB_MODES = ("auto", "online", "offline")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -110,7 +110,7 @@ class TrainSettings:
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
     ray_nodes: int = setting(1, "with ray_workers_per_node: nodes of the Ray cluster at $RAY_ADDRESS to spread the ranks over, ray_workers_per_node on each, rank 0 on the trainer's node", group="optimization")
-    dtype: str = setting("float32", "the dtype forward and backward run in (weights and optimizer stay float32); the local stack's vLLM serves in it too", choices=DTYPES, group="optimization")
+    dtype: str = setting("auto", "the dtype forward and backward run in (weights and optimizer stay float32); auto: bfloat16 on a CUDA machine, float32 elsewhere, resolved where the trainer runs; the local stack's vLLM serves in the same", choices=DTYPES, group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     # LoRA.
     lora_rank: int = setting(0, "train a LoRA adapter of this rank on the frozen model instead of the whole model; 0: the whole model", group="lora")

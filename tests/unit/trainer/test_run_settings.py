@@ -4,6 +4,7 @@ import pytest
 
 from parity.api.trainer.v1 import run_pb2
 from parity.services.runtime.errors import InvalidArgument
+from parity.services.trainer.compute_defaults import resolve_dtype
 from parity.services.trainer.run_settings import RunSettings
 
 
@@ -53,9 +54,9 @@ def test_ray_workers_choose_the_engine_and_refuse_the_plain_loop(tmp_path) -> No
     assert RunSettings.from_proto(config).micro_batch_tokens == 4096
 
 
-def test_dtype_is_an_override_defaulting_to_float32() -> None:
+def test_dtype_is_an_override_defaulting_to_auto() -> None:
     config = run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1)
-    assert RunSettings.from_proto(config).dtype == "float32"
+    assert RunSettings.from_proto(config).dtype == resolve_dtype("auto")
     config.overrides["dtype"] = "bfloat16"
     assert RunSettings.from_proto(config).dtype == "bfloat16"
     # A checkpoint written before the setting existed resumes in float32.

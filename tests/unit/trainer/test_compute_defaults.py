@@ -1,0 +1,87 @@
+"""The defaults a run computes with on CUDA and on CPU, decided without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parity.services.trainer import compute_defaults
+from parity.services.trainer.backends.engine_logprobs import chunked_logprobs
+from parity.services.trainer.compute_defaults import (
+    attention_layout,
+    needs_gradient_checkpointing,
+    parameter_count,
+    resolve_dtype,
+)
+from parity.services.trainer.probe_tolerance import probe_tolerance
+from parity.services.trainer.run_settings import RunSettings
+
+# Qwen2.5-0.5B's config.json sizes, and the 0.9B shape bench/trainer.py runs on a GPU.
+QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
+BENCH_09B = {"hidden_size": 2048, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "vocab_size": 1024}  # fmt: skip
+H100 = 80 * 2**30
+
+
+@pytest.mark.parametrize(("cuda", "expected"), [(True, "bfloat16"), (False, "float32")])
+def test_auto_dtype_is_bfloat16_on_cuda_and_float32_elsewhere(cuda, expected) -> None:
+    assert resolve_dtype("auto", cuda=cuda) == expected
+    # A dtype that is named is kept on either.
+    assert resolve_dtype("float32", cuda=cuda) == "float32"
+    assert resolve_dtype("bfloat16", cuda=cuda) == "bfloat16"
+
+
+def test_a_run_resolves_auto_where_it_trains_and_the_probe_tolerance_follows(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(compute_defaults, "cuda_available", lambda: True)
+    on_gpu = RunSettings(tmp_path, 10, 1)
+    assert on_gpu.dtype == "bfloat16"
+    assert probe_tolerance(on_gpu.dtype, "bfloat16") == probe_tolerance("bfloat16", "bfloat16")
+    monkeypatch.setattr(compute_defaults, "cuda_available", lambda: False)
+    assert RunSettings(tmp_path, 10, 1).dtype == "float32"
+    # A run's saved settings hold the resolved dtype, so a resumed run keeps it on any machine.
+    assert RunSettings.from_json(on_gpu.to_json()).dtype == "bfloat16"
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("float16")
+
+
+def test_padding_free_flash_attention_only_where_flash_attn_is_installed_on_a_gpu() -> None:
+    assert attention_layout(on_gpu=True, flash_attn=True) == compute_defaults.AttentionLayout("flash_attention_2", True)
+    assert attention_layout(on_gpu=True, flash_attn=False).implementation == "sdpa"
+    assert not attention_layout(on_gpu=False, flash_attn=True).padding_free
+
+
+def test_parameter_count_from_config_matches_the_model() -> None:
+    # Qwen2.5-0.5B has 494M parameters (biases and norms are the rest).
+    assert abs(parameter_count(QWEN_05B) - 494e6) / 494e6 < 0.01
+
+
+def test_gradient_checkpointing_only_when_a_micro_batch_would_not_fit() -> None:
+    # The bench's 0.9B shape: 16,384-token micro-batches fit an H100 in bf16 without recomputing.
+    assert not needs_gradient_checkpointing(BENCH_09B, 16384, "bfloat16", H100, padding_free=False)
+    # Four times the tokens, or a 24 GB card, do not.
+    assert needs_gradient_checkpointing(BENCH_09B, 4 * 16384, "bfloat16", H100, padding_free=False)
+    assert needs_gradient_checkpointing(BENCH_09B, 16384, "bfloat16", 24 * 2**30, padding_free=False)
+    # float32 activations take twice the room; padding-free micro-batches carry no padding.
+    assert needs_gradient_checkpointing(BENCH_09B, 16384, "float32", H100, padding_free=False)
+    assert needs_gradient_checkpointing(BENCH_09B, 20000, "bfloat16", H100, padding_free=False)
+    assert not needs_gradient_checkpointing(BENCH_09B, 20000, "bfloat16", H100, padding_free=True)
+    # A config the estimate cannot read keeps checkpointing on.
+    assert needs_gradient_checkpointing({"text_config": QWEN_05B}, 1, "bfloat16", H100, padding_free=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_logprobs_equal_a_whole_log_softmax_with_the_same_gradient(dtype, monkeypatch) -> None:
+    monkeypatch.setattr("parity.services.trainer.backends.engine_logprobs.CHUNK_ELEMENTS", 3 * 50)  # 3 rows a chunk
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(2, 7, 50, generator=generator) * 4).to(dtype).requires_grad_()
+    labels = torch.randint(0, 50, (2, 7), generator=generator)
+    expected_logits = logits.detach().clone().requires_grad_()
+    expected = torch.log_softmax(expected_logits.float(), -1).gather(-1, labels[..., None]).squeeze(-1)
+    got = chunked_logprobs(logits, labels)
+    assert got.dtype == torch.float32 and got.shape == labels.shape
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    weights = torch.rand(2, 7, generator=generator)
+    (got * weights).sum().backward()
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(logits.grad, expected_logits.grad, atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=0)
