@@ -14,6 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 POLICY = "@policy"
+# What `parity up` and `parity train` give their ingests unless told otherwise: the names CLI
+# agents ask for (Claude Code's claude-*, Codex's gpt-* and o-series, Gemini CLI's gemini-*)
+# reach the policy, so such an agent trains unchanged.
+VENDOR_MODEL_ALIASES = "claude-*=@policy,gpt-*=@policy,o[0-9]*=@policy,gemini-*=@policy"
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,14 @@ class AliasRule:
         if not equals or not pattern or not target:
             raise ValueError(f"a model alias is PATTERN=MODEL (e.g. 'claude-*=@policy'), got {text!r}")
         return cls(pattern, target, re.compile(fnmatch.translate(pattern)))
+
+
+def parse_rules(text: str) -> list[str]:
+    """Comma-separated rules (`claude-*=@policy,gpt-*=@policy`), each checked; "" is none."""
+    rules = [rule.strip() for rule in text.split(",") if rule.strip()]
+    for rule in rules:
+        AliasRule.parse(rule)
+    return rules
 
 
 class ModelAliases:

@@ -29,7 +29,7 @@ from parity import session_slug
 from parity.config import current_config
 from parity.sessions import current_session, session_url
 
-# What a failed command's error keeps of its stderr.
+# What a failed command's error keeps of its stderr (or of its stdout, when stderr is empty).
 STDERR_TAIL_CHARS = 2000
 
 
@@ -121,12 +121,21 @@ class CommandAgent:
             raise
         output = stdout.decode(errors="replace")
         if process.returncode != 0:
-            tail = stderr.decode(errors="replace")[-STDERR_TAIL_CHARS:].strip()
-            raise CommandFailed(f"{self.__name__} exited with {process.returncode}: {tail or '(no stderr)'}")
+            raise CommandFailed(_failure(self.__name__, process.returncode, stderr, output))
         if self.reward is not None:
             value = self.reward(task, output)
             return await value if inspect.isawaitable(value) else value
         return reward_from_output(output)
+
+
+def _failure(name: str, returncode: int | None, stderr: bytes, stdout: str) -> str:
+    """Why a command failed: its stderr's tail, or, when it said nothing there, its stdout's
+    (a CLI agent such as Claude Code reports its errors in its stdout's result)."""
+    tail = stderr.decode(errors="replace")[-STDERR_TAIL_CHARS:].strip()
+    if tail:
+        return f"{name} exited with {returncode}: {tail}"
+    said = stdout[-STDERR_TAIL_CHARS:].strip()
+    return f"{name} exited with {returncode}: (no stderr); the end of its stdout: {said or '(none)'}"
 
 
 def reward_from_output(output: str) -> float | None:

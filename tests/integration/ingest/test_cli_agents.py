@@ -8,39 +8,28 @@ model's tokenizer), so it gets a vLLM of its own with a long context. Its words 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
 import parity
-from parity.api.common.v1 import llm_call_pb2
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
 from parity.training.agents import CommandAgent
 from tests.conftest import free_port
+from tests.integration.claude_code import (
+    LONG_CONTEXT,
+    check_token_exact,
+    claude_code,
+    offline_environment,
+)
 from tests.integration.stack_fixtures import IngestStack, start_ingest
 from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
-
-REPO = Path(__file__).resolve().parents[3]
-CLAUDE = REPO / ".tools" / "agents" / "node_modules" / ".bin" / "claude"
-LONG_CONTEXT = 65536
-REPLACEMENT_CHARACTER = "\ufffd"
-TOOL_CALL_START = "<tool_call>"
-
-
-def claude_code() -> str:
-    found = str(CLAUDE) if CLAUDE.exists() else shutil.which("claude")
-    if found is None:
-        pytest.fail(f"Claude Code is missing: no {CLAUDE}. Install it with `make env` (npm).", pytrace=False)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +61,7 @@ def run_claude_code(session_id: str, home: Path) -> list[dict]:
     """`claude -p` in a session, in the environment `parity train --agent-command` gives a command; its events."""
     with parity.session(session_id):
         environment = CommandAgent([claude_code()]).environment({"id": session_id})
-    environment |= {
-        "HOME": str(home),  # none of this machine's Claude settings or logins
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # no telemetry or update checks: the host is offline
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32",  # the small model seldom samples its end token
-    }
+    environment |= offline_environment(home)
     finished = subprocess.run(
         [claude_code(), "-p", "Say hello.", "--output-format", "stream-json", "--verbose"],
         env=environment, cwd=home, capture_output=True, text=True, timeout=300,
@@ -94,30 +79,4 @@ def test_claude_code_is_captured_token_exactly(cli_stack, long_context_vllm, tmp
 
     tokenizer = AutoTokenizer.from_pretrained(long_context_vllm.config.model_path)
     for call, answer in zip(calls, answers, strict=True):
-        request = json.loads(call.request_json)
-        assert call.endpoint == llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES and call.streamed
-        # The agent's own model name is kept; the policy served it.
-        assert call.model == request["model"] == answer["model"] and call.model.startswith("claude-")
-        assert call.served_model == "tiny"
-        # Claude Code's real request: its system prompt, tools, and turns so far.
-        assert len(request["tools"]) > 5 and len(call.prompt_token_ids) // 4 > 10_000
-
-        # The prompt is exactly what vLLM's own /v1/messages renders for that request.
-        render = httpx.post(f"{long_context_vllm.base_url}/v1/messages/render", json=request | {"model": "tiny"}, timeout=120)
-        assert render.status_code == 200, render.text
-        assert np.frombuffer(call.prompt_token_ids, dtype="<i4").tolist() == render.json()["token_ids"]
-
-        # What the agent was told is what the sampled ids decode to. vLLM's streaming detokenizer holds back
-        # a character whose bytes are not all sampled yet, so a reply cut at max_tokens may end one short.
-        choice = call.choices[0]
-        sampled = np.frombuffer(choice.token_ids, dtype="<i4").tolist()
-        assert len(sampled) == len(choice.logprobs) // 4 > 0
-        decoded = tokenizer.decode(sampled, skip_special_tokens=True)
-        received = "".join(block["text"] for block in answer["content"] if block["type"] == "text")
-        assert choice.text == received
-        if TOOL_CALL_START in decoded:
-            # From a sampled tool-call token on, the text is the tool parser's reading of it.
-            decoded, received = decoded.split(TOOL_CALL_START)[0], received[: len(decoded.split(TOOL_CALL_START)[0])]
-        assert decoded == received or (choice.finish_reason == "length" and decoded == received + REPLACEMENT_CHARACTER)
-        tool_uses = [block["name"] for block in answer["content"] if block["type"] == "tool_use"]
-        assert [tool["function"]["name"] for tool in json.loads(choice.tool_calls_json or b"[]")] == tool_uses
+        check_token_exact(call, answer, long_context_vllm.base_url, "tiny", tokenizer)

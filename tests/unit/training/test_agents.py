@@ -6,6 +6,7 @@ import pytest
 
 from parity.training.agents import (
     AgentError,
+    CommandAgent,
     CommandFailed,
     load_callable,
     parse_command,
@@ -52,3 +53,12 @@ def test_the_reward_is_the_last_json_line_with_a_reward() -> None:
     assert reward_from_output('{"reward": null}') is None
     with pytest.raises(CommandFailed, match="must be a number"):
         reward_from_output('{"reward": "high"}')
+
+
+async def test_a_failed_command_says_why_from_its_stderr_or_else_its_stdout() -> None:
+    with pytest.raises(CommandFailed, match=r"exited with 2: broken pipe to nowhere$"):
+        await CommandAgent(["sh", "-c", "echo progress; echo 'broken pipe to nowhere' >&2; exit 2"])({})
+    # A CLI agent such as Claude Code reports its API errors in its stdout's result, with nothing on stderr.
+    result = '{"type": "result", "is_error": true, "result": "API Error: response exceeded the 32 output token maximum"}'
+    with pytest.raises(CommandFailed, match=r"exited with 1: \(no stderr\); the end of its stdout: .*exceeded the 32"):
+        await CommandAgent(["sh", "-c", f"echo '{result}'; exit 1"])({})

@@ -49,3 +49,9 @@ def test_bad_lora_settings_are_refused_naming_the_key(values, key) -> None:
     with pytest.raises(SettingsError) as refused:
         TrainSettings(**values)
     assert refused.value.key == key
+
+
+def test_ray_nodes_reach_the_trainer_with_the_ranks_on_each(tmp_path) -> None:
+    assert run_settings(tmp_path).ray_workers_per_node == 0
+    spread = run_settings(tmp_path, backend="fsdp", ray_workers_per_node=2, ray_nodes=3)
+    assert (spread.backend, spread.ray_workers_per_node, spread.ray_nodes) == ("fsdp", 2, 3)

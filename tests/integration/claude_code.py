@@ -1,0 +1,74 @@
+"""Claude Code as a test drives it: where `make env` installs it, the environment that keeps it offline and
+short, and the check that a call it made was captured token-exactly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from transformers import PreTrainedTokenizerBase
+
+from parity.api.common.v1 import llm_call_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+CLAUDE = REPO / ".tools" / "agents" / "node_modules" / ".bin" / "claude"
+# Claude Code's system prompt and tool catalogue are about 27,000 tokens of the small model's tokenizer.
+LONG_CONTEXT = 65536
+REPLACEMENT_CHARACTER = "\ufffd"
+TOOL_CALL_START = "<tool_call>"
+
+
+def claude_code() -> str:
+    found = str(CLAUDE) if CLAUDE.exists() else shutil.which("claude")
+    if found is None:
+        pytest.fail(f"Claude Code is missing: no {CLAUDE}. Install it with `make env` (npm).", pytrace=False)
+    return found
+
+
+def offline_environment(home: Path) -> dict[str, str]:
+    """What Claude Code needs besides its base URL and key: nothing of this machine's, nothing off it."""
+    return {
+        "HOME": str(home),  # none of this machine's Claude settings or logins
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # no telemetry or update checks: the host is offline
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32",  # the small model seldom samples its end token
+    }
+
+
+def answer_text(message: dict) -> str:
+    return "".join(block["text"] for block in message["content"] if block["type"] == "text")
+
+
+def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, served_model: str,
+                      tokenizer: PreTrainedTokenizerBase) -> None:  # fmt: skip
+    """`call` is what ingest stored for the reply Claude Code received as `answer` (its assistant message)."""
+    request = json.loads(call.request_json)
+    assert call.endpoint == llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES and call.streamed
+    # The agent's own model name is kept; the policy served it.
+    assert call.model == request["model"] == answer["model"] and call.model.startswith("claude-")
+    assert call.served_model == served_model
+    # Claude Code's real request: its system prompt, tools, and turns so far.
+    assert len(request["tools"]) > 5 and len(call.prompt_token_ids) // 4 > 10_000
+
+    # The prompt is exactly what vLLM's own /v1/messages renders for that request.
+    render = httpx.post(f"{vllm_url}/v1/messages/render", json=request | {"model": served_model}, timeout=120)
+    assert render.status_code == 200, render.text
+    assert np.frombuffer(call.prompt_token_ids, dtype="<i4").tolist() == render.json()["token_ids"]
+
+    # What the agent was told is what the sampled ids decode to. vLLM's streaming detokenizer holds back
+    # a character whose bytes are not all sampled yet, so a reply cut at max_tokens may end one short.
+    choice = call.choices[0]
+    sampled = np.frombuffer(choice.token_ids, dtype="<i4").tolist()
+    assert len(sampled) == len(choice.logprobs) // 4 > 0
+    decoded = tokenizer.decode(sampled, skip_special_tokens=True)
+    received = answer_text(answer)
+    assert choice.text == received
+    if TOOL_CALL_START in decoded:
+        # From a sampled tool-call token on, the text is the tool parser's reading of it.
+        decoded, received = decoded.split(TOOL_CALL_START)[0], received[: len(decoded.split(TOOL_CALL_START)[0])]
+    assert decoded == received or (choice.finish_reason == "length" and decoded == received + REPLACEMENT_CHARACTER)
+    tool_uses = [block["name"] for block in answer["content"] if block["type"] == "tool_use"]
+    assert [tool["function"]["name"] for tool in json.loads(choice.tool_calls_json or b"[]")] == tool_uses
