@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
 
 import pytest
+
+from parity.services.inference.packaged_models import CACHE_ENV
 
 pytest_plugins = [
     "tests.integration.vllm_fixtures",
@@ -50,3 +53,12 @@ def _bindable(port: int) -> bool:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Named models (`--model smollm2-135m-instruct`, `tiny-test`) are prepared into the session's own cache,
+    which every `parity up` and `parity train` the tests start inherits: no test reads or fills the user's."""
+    cache = tmp_path_factory.mktemp("model_cache")
+    os.environ[CACHE_ENV] = str(cache)
+    return cache

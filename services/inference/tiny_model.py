@@ -25,6 +25,8 @@ from tokenizers import (
 )
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+from parity.services.inference.packaged_models import TEST_MODEL_MARKER
+
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 END_OF_TEXT = "<|endoftext|>"
@@ -268,6 +270,7 @@ def generate_tiny_model(out_dir: Path, spec: TinyModelSpec = TinyModelSpec()) ->
         pad_token_id=tokenizer.token_to_id(END_OF_TEXT),
     )
     model.save_pretrained(out_dir, safe_serialization=True)
+    (out_dir / TEST_MODEL_MARKER).write_text(json.dumps({"generated_by": "parity model generate", "seed": spec.seed}) + "\n")
     return out_dir
 
 

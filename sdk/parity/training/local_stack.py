@@ -2,8 +2,8 @@
 
 It is the same `parity up` a user runs by hand (store, ingest, assembler, trainer and
 vLLM, each its own process), so a run trained this way exercises what a deployment
-runs. Its state lives in RUN_DIR/stack: the store, the logs and, when no model is
-named, the small generated model, so resuming a run finds everything it left.
+runs. Its state lives in RUN_DIR/stack: the store and the logs, so resuming a run
+finds everything it left; the model comes from its folder or the model cache.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def free_port() -> int:
 @dataclass
 class LocalStack:
     data_dir: Path
-    model: Path | None
-    """None: `parity up` generates the small model into DATA_DIR/model."""
+    model: Path
+    """The model folder vLLM serves and the trainer trains."""
     vllm_dtype: str = "float32"
     """The dtype vLLM serves in: the run's own, so the sync probe compares like with like."""
     lora_rank: int = 0
@@ -54,8 +54,7 @@ class LocalStack:
     """vLLM's context length; None: `parity up`'s default."""
 
     @classmethod
-    def for_run(cls, data_dir: Path, settings: TrainSettings) -> LocalStack:
-        model = Path(settings.model) if settings.model else None
+    def for_run(cls, data_dir: Path, settings: TrainSettings, model: Path) -> LocalStack:
         # The local trainer resolves `auto` on this machine too, so vLLM serves what it computes in.
         return cls(data_dir, model, vllm_dtype=resolve_dtype(settings.dtype), lora_rank=settings.lora_rank,
                    model_aliases=settings.model_aliases, max_model_len=settings.max_model_len)  # fmt: skip
@@ -67,7 +66,7 @@ class LocalStack:
 
     @property
     def model_path(self) -> Path:
-        return (self.model or self.data_dir / "model").resolve()
+        return self.model.resolve()
 
     @property
     def addresses(self) -> StackAddresses:
@@ -91,7 +90,7 @@ class LocalStack:
     def command(self) -> list[str]:
         """The `parity up` this stack runs."""
         command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(self.data_dir)]
-        command += ["--model", str(self.model)] if self.model else []
+        command += ["--model", str(self.model)]
         command += ["--vllm-dtype", self.vllm_dtype]
         command += ["--vllm-lora-rank", str(self.lora_rank)] if self.lora_rank else []
         command += ["--model-aliases", self.model_aliases] if self.model_aliases is not None else []

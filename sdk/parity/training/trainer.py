@@ -44,9 +44,12 @@ from parity.clients import AssemblerClient, RPCError, TrainerClient
 from parity.engine import RolloutResult
 from parity.engine.runner import Agent
 from parity.progress import Progress, show_progress
+from parity.services.inference.packaged_models import DEFAULT_MODEL
 from parity.training import tracking
 from parity.training.agents import CommandAgent, load_callable, parse_command
 from parity.training.local_stack import LocalStack, StackError
+from parity.training.model_choice import choose_model
+from parity.training.plateau import flat_reward_warning
 from parity.training.plot import plot_rewards
 from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
@@ -113,10 +116,8 @@ class Trainer:
         self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
             raise SettingsError("run_id", f"{self.run_dir} already holds run {self.run_id}; resume it or name another")
-        if self.settings.stack is None and self.settings.model and not (Path(self.settings.model) / "config.json").exists():
-            raise SettingsError("model", f"{self.settings.model} is not a Hugging Face model folder (no config.json)")
-        if self.settings.stack is not None and not self.settings.model:
-            raise SettingsError("model", "is required with a deployed stack: the model folder as the trainer's host sees it")
+        self.model = choose_model(self.settings)
+        self.settings = self.settings.replace(learning_rate=self.model.learning_rate)
         self.total_steps = self.settings.total_steps(len(self.tasks))
         self.step_index = 0
         self.started_step = 0
@@ -317,7 +318,7 @@ class Trainer:
     def _bring_up_stack(self) -> StackAddresses:
         if self.settings.stack is not None:
             return self.settings.stack
-        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings)
+        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings, self.model.folder)
         print(f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True)
         self._stack.start(self.settings.startup_timeout_s)
         print(f"console: {self._stack.console_url} (the run, its batches, every trajectory)", file=sys.stderr, flush=True)
@@ -325,9 +326,7 @@ class Trainer:
 
     @property
     def model_path(self) -> str:
-        if self._stack is not None:
-            return str(self._stack.model_path)
-        return self.settings.model
+        return str(self.model.folder)
 
     def _run_config(self) -> run_pb2.RunConfig:
         s = self.settings
@@ -551,8 +550,8 @@ class Trainer:
         window = max(1, min(5, len(train) // 3))
         rewards = [r.values.get("reward_mean") for r in train if r.values.get("reward_mean") is not None]
         diffs = [r.values["sync_max_logprob_diff"] for r in train if "sync_max_logprob_diff" in r.values]
-        validation = [(r.step, r.values.get("reward", math.nan))
-                      for r in (self._tracker.records("validation") if self._tracker else [])]  # fmt: skip
+        validation_records = self._tracker.records("validation") if self._tracker else []
+        validation = [(r.step, r.values.get("reward", math.nan)) for r in validation_records]
         plot = ""
         if train:
             plot = str(plot_rewards([r.step for r in train], [r.values for r in train], self.run_dir / PLOT_FILE,
@@ -564,6 +563,10 @@ class Trainer:
             error=self.error, reward_first=_mean(rewards[:window]), reward_last=_mean(rewards[-window:]),
             val_reward_before=validation[0][1] if validation else None,
             val_reward_after=validation[-1][1] if len(validation) > 1 else None,
+            val_pass_before=_pass_rates(validation_records[0]) if validation_records else {},
+            val_pass_after=_pass_rates(validation_records[-1]) if len(validation_records) > 1 else {},
+            model=self.settings.model or DEFAULT_MODEL, learning_rate=self.settings.learning_rate,
+            warning=flat_reward_warning(rewards, self.settings.learning_rate),
             max_sync_logprob_diff=max(diffs) if diffs else None, plot=plot, run_dir=str(self.run_dir),
             exported_model=exported, serve_command=self._serve_command(exported) if exported else "",
             checkpoint=checkpoint,
@@ -592,6 +595,9 @@ class Trainer:
         postfix = {}
         if step is not None:
             postfix["reward"] = f"{step.reward:.3f}"
+            rewards = [s.reward for s in self.steps]
+            if flat_reward_warning(rewards, self.settings.learning_rate):
+                postfix["note"] = f"reward flat for {len(rewards)} steps"
         last = validation or (self.validations[-1] if self.validations else None)
         if last is not None:
             postfix["val_reward"] = f"{last.reward:.3f}"
@@ -696,6 +702,10 @@ def _local_checkpoints(root: Path, run_id: str) -> list[run_pb2.Checkpoint]:
 
 def _results(future: concurrent.futures.Future[list[RolloutResult]]) -> list[RolloutResult]:
     return future.result() if future.exception() is None else []
+
+
+def _pass_rates(record: tracking.MetricRecord) -> dict[str, float]:
+    return {key: value for key, value in record.values.items() if key.startswith("pass@")}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

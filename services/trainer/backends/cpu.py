@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.func import functional_call
 from transformers import AutoModelForCausalLM
-from verl.utils import torch_functional as verl_F
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights
@@ -36,6 +36,50 @@ from parity.services.trainer.policy_loss import compute_advantages, policy_loss,
 from parity.services.trainer.run_settings import RunSettings
 
 OPTIMIZER_FILE = "optimizer.pt"
+# Padded positions per micro-batch. On CPU a step is bound by arithmetic, not by launch overhead, so small
+# micro-batches cost nothing and keep activations to a few hundred MB (SmolLM2-135M: a 32-sample agent batch
+# padded whole took 12 GB).
+MICRO_BATCH_TOKENS = 2048
+# policy_loss's metrics that are shares of the batch's loss (summed over micro-batches); the rest are means.
+SUMMED_METRICS = frozenset({"policy_loss", "kl"})
+
+
+def micro_batch_rows(batch: TrainingBatch, token_budget: int) -> list[torch.Tensor]:
+    """Rows grouped by length so that each group, padded to its own longest row, holds at most
+    `token_budget` positions (a row longer than the budget goes alone). Agents' samples differ in
+    length by turns and tool results; padding all of them to the longest wastes a large share of a
+    step, and activation memory grows with the padded batch."""
+    lengths = batch.attention_mask.sum(dim=1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    groups: list[list[int]] = []
+    for row in order.tolist():
+        longest = int(lengths[groups[-1][0]]) if groups else 0
+        if groups and longest * (len(groups[-1]) + 1) <= token_budget:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return [torch.tensor(sorted(group)) for group in groups]
+
+
+@dataclass
+class MicroBatch:
+    """Some rows of a batch, cut to their own longest row."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, batch: TrainingBatch, advantages: torch.Tensor, rows: torch.Tensor) -> MicroBatch:
+        length = int(batch.attention_mask[rows].sum(dim=1).max())
+        return cls(
+            batch.input_ids[rows, :length], batch.attention_mask[rows, :length], batch.response_mask[rows, : length - 1],
+            batch.rollout_logprobs[rows, : length - 1], advantages[rows, : length - 1],
+        )  # fmt: skip
 
 
 class CpuBackend(TrainingBackend):
@@ -55,49 +99,71 @@ class CpuBackend(TrainingBackend):
         self.optimizer = torch.optim.AdamW(self.trained, lr=settings.learning_rate, weight_decay=0.0)
 
     def _forward(
-        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        response_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        """Logprob of each next token and the entropy at each position, (batch, length-1).
+
+        With `response_mask`, the output head runs only from the batch's first sampled position
+        on (zeros before it): an agent's prompt (system, examples, the question) is most of each
+        sequence, and the head, log-softmax and entropy over the whole vocabulary at every prompt
+        position were about half of a step on SmolLM2-135M."""
+        first = 0
+        if response_mask is not None and bool(response_mask.any()):
+            first = int(response_mask.any(dim=0).nonzero()[0])
+        keep = torch.arange(first, input_ids.shape[1])
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": keep}
         if self.compute_dtype == torch.float32:
             logits = model(**inputs).logits
         else:
             # Tied parameters stay tied in the cast (functional_call's tie_weights).
             cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
             logits = functional_call(model, cast, args=(), kwargs=inputs).logits
-        return token_logprobs(logits, input_ids)
+        logprobs, entropy = token_logprobs(logits, input_ids[:, first:])
+        return torch.nn.functional.pad(logprobs, (first, 0)), torch.nn.functional.pad(entropy, (first, 0))
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        ref_logprobs = None
+        pieces = [MicroBatch.of(batch, advantages, rows) for rows in micro_batch_rows(batch, MICRO_BATCH_TOKENS)]
+        # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.
+        whole = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
         if self.reference is not None:
             with torch.no_grad():
-                ref_logprobs, _ = self._forward(self.reference, batch.input_ids, batch.attention_mask)
-        old_logprobs: torch.Tensor | None = None
+                for piece in pieces:
+                    piece.ref_logprobs, _ = self._forward(self.reference, piece.input_ids, piece.attention_mask, piece.response_mask)
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
-            logprobs, entropy = self._forward(self.model, batch.input_ids, batch.attention_mask)
-            if old_logprobs is None:
-                # The first pass runs on the weights that the behaviour policy's
-                # successor holds, so its logprobs are the PPO "old" policy.
-                old_logprobs = logprobs.detach()
-            loss, metrics = policy_loss(
-                logprobs, old_logprobs, advantages, batch.response_mask, batch.rollout_logprobs,
-                self.loss_settings, ref_logprobs,
-            )  # fmt: skip
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            totals: dict[str, float] = {}
+            for piece in pieces:
+                logprobs, entropy = self._forward(self.model, piece.input_ids, piece.attention_mask, piece.response_mask)
+                if piece.old_logprobs is None:
+                    # The first pass runs on the weights that the behaviour policy's
+                    # successor holds, so its logprobs are the PPO "old" policy.
+                    piece.old_logprobs = logprobs.detach()
+                loss, piece_metrics = policy_loss(
+                    logprobs, piece.old_logprobs, piece.advantages, piece.response_mask, piece.rollout_logprobs,
+                    self.loss_settings, piece.ref_logprobs, whole,
+                )  # fmt: skip
+                loss.backward()
+                share = float(piece.response_mask.sum()) / max(1, whole["batch_num_tokens"])
+                for key, value in piece_metrics.items():
+                    # Losses are already shares of the batch's; means are weighted by the piece's tokens.
+                    totals[key] = totals.get(key, 0.0) + (value if key in SUMMED_METRICS else value * share)
+                entropy_sum = float((entropy.detach() * piece.response_mask).sum())
+                totals["entropy"] = totals.get("entropy", 0.0) + entropy_sum / max(1, whole["batch_num_tokens"])
             grad_norm = torch.nn.utils.clip_grad_norm_(self.trained, self.settings.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 raise FloatingPointError(f"gradient norm is {float(grad_norm)}; the batch was not applied")
             self.optimizer.step()
-            metrics["grad_norm"] = float(grad_norm)
-            metrics["entropy"] = float(verl_F.masked_mean(entropy.detach(), batch.response_mask))
+            metrics = totals | {"grad_norm": float(grad_norm)}
         metrics["loss"] = metrics["policy_loss"] + self.settings.kl_coef * metrics.get("kl", 0.0)
         seconds = time.perf_counter() - started
         metrics["train_seconds"] = seconds
         metrics["tokens_per_s"] = batch.token_count * self.settings.ppo_epochs / seconds
+        metrics["micro_batches"] = float(len(pieces))
         return metrics
 
     @torch.no_grad()

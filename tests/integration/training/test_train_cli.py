@@ -35,6 +35,7 @@ console.log(JSON.stringify({ reward: tokens.filter((t) => t.startsWith(" ")).len
 CONFIG = """
 agent_command = "node {agent}"
 tasks = "tasks.jsonl"
+model = "tiny-test"
 steps = 5
 groups_per_batch = 2
 rollouts_per_task = 4
@@ -100,6 +101,7 @@ def test_a_stack_that_does_not_come_up_ends_the_run_with_why(tmp_path) -> None:
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    (broken / "chat_template.jinja").write_text("{{ messages }}")
     (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "prompt": "hi"}\n')
     started = time.monotonic()
     run = parity_train("--agent", "json:dumps", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", str(broken),
@@ -109,3 +111,17 @@ def test_a_stack_that_does_not_come_up_ends_the_run_with_why(tmp_path) -> None:
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["state"] == "failed" and "parity up exited" in result["error"]
     assert "logs in" in result["error"] and time.monotonic() - started < 240
+
+
+def test_an_unusable_model_ends_the_run_with_the_fix_before_any_service_starts(tmp_path) -> None:
+    folder = tmp_path / "no-template"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "prompt": "hi"}\n')
+    run = parity_train("--agent", "json:dumps", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", str(folder),
+                       "--output-dir", str(tmp_path / "runs"), stderr=tmp_path / "stderr.log")  # fmt: skip
+    stdout, _ = run.communicate(timeout=60)
+    said = (tmp_path / "stderr.log").read_text()
+    assert run.returncode == 2 and stdout == ""
+    assert f"model: {folder} has no chat template" in said and "add chat_template.jinja" in said
+    assert not (tmp_path / "runs").exists(), "nothing started"

@@ -175,3 +175,33 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
         import ray
 
         ray.shutdown()
+
+
+def test_the_cpu_loop_computes_the_head_only_where_tokens_were_sampled_with_the_same_numbers(model_dir) -> None:
+    backend = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", learning_rate=1e-2))
+    batch = rewarded_batch(100, 200)
+    sampled = batch.response_mask.bool()
+    with torch.no_grad():
+        everywhere = backend._forward(backend.model, batch.input_ids, batch.attention_mask)
+        where_sampled = backend._forward(backend.model, batch.input_ids, batch.attention_mask, batch.response_mask)
+    for full, sliced in zip(everywhere, where_sampled, strict=True):
+        assert sliced.shape == full.shape
+        torch.testing.assert_close(sliced[sampled], full[sampled], rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_loop_trains_in_micro_batches_to_the_same_weights_as_one_batch(model_dir, monkeypatch) -> None:
+    from parity.services.trainer.backends import cpu
+
+    batch = rewarded_batch(100, 200)
+    probe = [1, 2, 3, 4, 100, 7, 200]
+    results = []
+    for budget in (1_000_000, 1):  # the whole batch at once; then every row its own micro-batch
+        monkeypatch.setattr(cpu, "MICRO_BATCH_TOKENS", budget)
+        backend = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", learning_rate=1e-2))
+        metrics = backend.train_step(batch)
+        results.append((metrics, backend.probe_logprobs(probe)))
+    (whole, whole_probe), (pieces, pieces_probe) = results
+    assert (whole["micro_batches"], pieces["micro_batches"]) == (1, batch.size)
+    for key in ("policy_loss", "entropy", "grad_norm", "clip_fraction"):
+        assert pieces[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+    np.testing.assert_allclose(pieces_probe, whole_probe, rtol=1e-4, atol=1e-5)

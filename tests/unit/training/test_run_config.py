@@ -16,6 +16,7 @@ TASKS = [{"id": "t0", "prompt": "hi"}]
 
 def run_settings(tmp_path: Path, **values: object) -> RunSettings:
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     trainer = Trainer(lambda task: 1.0, TASKS, steps=3, output_dir=str(tmp_path), model=str(tmp_path), **values)
     return RunSettings.from_proto(trainer._run_config())
 
@@ -28,16 +29,16 @@ def up_flag(stack: LocalStack, flag: str) -> str:
 def test_dtype_sets_what_the_trainer_computes_in_and_what_the_local_vllm_serves(tmp_path) -> None:
     assert run_settings(tmp_path).dtype == "float32"
     assert run_settings(tmp_path, dtype="bfloat16").dtype == "bfloat16"
-    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings()), "--vllm-dtype") == "float32"
-    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(dtype="bfloat16")), "--vllm-dtype") == "bfloat16"
+    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(), tmp_path), "--vllm-dtype") == "float32"
+    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(dtype="bfloat16"), tmp_path), "--vllm-dtype") == "bfloat16"
 
 
 def test_lora_settings_ask_for_an_adapter_and_a_vllm_that_serves_adapters(tmp_path) -> None:
     assert not run_settings(tmp_path).lora_rank
-    assert "--vllm-lora-rank" not in LocalStack.for_run(tmp_path, TrainSettings()).command()
+    assert "--vllm-lora-rank" not in LocalStack.for_run(tmp_path, TrainSettings(), tmp_path).command()
     lora = run_settings(tmp_path, lora_rank=8, lora_target_modules="q_proj, v_proj", lora_dropout=0.05)
     assert (lora.lora_rank, lora.lora_alpha, lora.lora_target_modules, lora.lora_dropout) == (8, 16, ("q_proj", "v_proj"), 0.05)
-    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(lora_rank=8)), "--vllm-lora-rank") == "8"
+    assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(lora_rank=8), tmp_path), "--vllm-lora-rank") == "8"
 
 
 @pytest.mark.parametrize(
@@ -55,3 +56,9 @@ def test_ray_nodes_reach_the_trainer_with_the_ranks_on_each(tmp_path) -> None:
     assert run_settings(tmp_path).ray_workers_per_node == 0
     spread = run_settings(tmp_path, backend="fsdp", ray_workers_per_node=2, ray_nodes=3)
     assert (spread.backend, spread.ray_workers_per_node, spread.ray_nodes) == ("fsdp", 2, 3)
+
+
+def test_the_learning_rate_follows_the_model_unless_set(tmp_path) -> None:
+    # A real model's folder (no weights here: counted as small) trains at 1e-5, not the rate a 7B model needs.
+    assert run_settings(tmp_path).learning_rate == 1e-5
+    assert run_settings(tmp_path, learning_rate=3e-6).learning_rate == 3e-6

@@ -1,0 +1,47 @@
+"""Which model a run trains, and the learning rate that suits it when none is set.
+
+A local run takes a model folder or a name (`parity model list`) and prepares a named
+model before anything starts, so a missing package or an unusable folder ends the run
+with the fix. A deployed stack's trainer reads the model from its own disk: the run
+names that folder as the trainer's host sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity.services.inference.gguf_import import ModelPreparationError
+from parity.services.inference.packaged_models import (
+    default_learning_rate,
+    is_model_name,
+    resolve_model,
+)
+from parity.training.settings import SettingsError, TrainSettings
+
+# A deployed trainer's model folder may not exist here to be measured: the rate for models of a few billion parameters.
+UNSEEN_MODEL_LEARNING_RATE = 1e-6
+
+
+@dataclass(frozen=True)
+class ChosenModel:
+    folder: Path
+    """As the trainer sees it: prepared here for a local stack, the deployed trainer's own path otherwise."""
+    learning_rate: float
+
+
+def choose_model(settings: TrainSettings) -> ChosenModel:
+    if settings.stack is not None:
+        if not settings.model or is_model_name(settings.model):
+            raise SettingsError(
+                "model", "with a deployed stack, name the model folder as the trainer's host sees it "
+                "(`parity model prepare NAME` there prints a named model's folder)",
+            )  # fmt: skip
+        folder = Path(settings.model)
+        rate = default_learning_rate(settings.model, folder) if folder.is_dir() else UNSEEN_MODEL_LEARNING_RATE
+        return ChosenModel(folder, settings.learning_rate or rate)
+    try:
+        folder = resolve_model(settings.model)
+    except ModelPreparationError as error:
+        raise SettingsError("model", str(error)) from None
+    return ChosenModel(folder.resolve(), settings.learning_rate or default_learning_rate(settings.model, folder))
