@@ -50,8 +50,6 @@ def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, s
     # The agent's own model name is kept; the policy served it.
     assert call.model == request["model"] == answer["model"] and call.model.startswith("claude-")
     assert call.served_model == served_model
-    # Claude Code's real request: its system prompt, tools, and turns so far.
-    assert len(request["tools"]) > 5 and len(call.prompt_token_ids) // 4 > 10_000
 
     # The prompt is exactly what vLLM's own /v1/messages renders for that request.
     render = httpx.post(f"{vllm_url}/v1/messages/render", json=request | {"model": served_model}, timeout=120)

@@ -79,4 +79,7 @@ def test_claude_code_is_captured_token_exactly(cli_stack, long_context_vllm, tmp
 
     tokenizer = AutoTokenizer.from_pretrained(long_context_vllm.config.model_path)
     for call, answer in zip(calls, answers, strict=True):
+        # Claude Code's real request: its system prompt, tools, and turns so far.
+        request = json.loads(call.request_json)
+        assert len(request["tools"]) > 5 and len(call.prompt_token_ids) // 4 > 10_000
         check_token_exact(call, answer, long_context_vllm.base_url, "tiny", tokenizer)

@@ -289,6 +289,12 @@ def _tools(tools: Any, chat: dict[str, Any]) -> None:
         function = {"name": tool["name"], "description": tool.get("description"), "parameters": parameters}
         function |= {key: tool[key] for key in ("strict", "defer_loading") if tool.get(key) is not None}
         converted.append({"type": "function", "function": function})
+    if not converted:
+        # Anthropic's API takes `tools: []` (Claude Code with `--tools ''` sends it) and vLLM's own /v1/messages
+        # renders it as no tools; its chat API refuses an empty array, so the chat request names none.
+        if chat.get("tool_choice") in ("auto", "none"):
+            del chat["tool_choice"]
+        return
     chat["tools"] = converted
     chat.setdefault("tool_choice", "auto")
 
