@@ -19,6 +19,7 @@ The last line printed is one JSON object with every row.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import tempfile
@@ -137,6 +138,9 @@ class PlainLoop:
     def save_weights(self, directory: Path) -> None:
         self.model.save_pretrained(directory)
 
+    def close(self) -> None:
+        """Nothing outlives the loop."""
+
 
 def policy_module(backend) -> torch.nn.Module:
     """The model whose forward the profile times: the engine's FSDP module, or the loop's model."""
@@ -198,18 +202,22 @@ def profile_step(backend, batch: TrainingBatch) -> dict[str, float]:
     return {key: round(value, 1) for key, value in spent.items()} | {"aten_ops": aten_ops}
 
 
-def probe_gap(backend, directory: Path, probe: list[int]) -> float:
-    """Largest |backend - transformers| logprob on the probe, from the weights the backend saves for vLLM."""
+def probe_gap(backend, directory: Path, probe: list[int]) -> tuple[float, float]:
+    """Largest |backend - transformers| logprob on the probe, from the weights the backend saves for vLLM,
+    and the seconds the save took (the trainer's half of a weight push: gather the weights, write safetensors)."""
     from transformers import AutoModelForCausalLM
 
+    started = time.perf_counter()
     backend.save_weights(directory)
+    save_seconds = time.perf_counter() - started
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device)
     ids = torch.tensor([probe], device=device)
     with torch.no_grad():
         logits = model(ids).logits[0, :-1].float()
     expected = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].double().cpu().numpy()
-    return float(np.abs(np.array(backend.probe_logprobs(probe)) - expected).max())
+    del model
+    return float(np.abs(np.array(backend.probe_logprobs(probe)) - expected).max()), save_seconds
 
 
 def peak_flops() -> float | None:
@@ -219,10 +227,10 @@ def peak_flops() -> float | None:
     return next((flops for word, flops in PEAK_BF16_FLOPS.items() if word in name), None)
 
 
-def run(name: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path) -> dict[str, object]:
+def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path) -> dict[str, object]:
     settings = RunSettings(
         model, 10, 1, backend="cpu" if name == "plain" else name, learning_rate=1e-5,
-        micro_batch_tokens=args.micro_batch_tokens, dtype=args.dtype,
+        micro_batch_tokens=args.micro_batch_tokens, dtype=dtype,
     )  # fmt: skip
     on_gpu = torch.cuda.is_available() and name != "cpu"
     backend = PlainLoop(settings, torch.device("cuda" if on_gpu else "cpu")) if name == "plain" else select_backend(settings)
@@ -244,8 +252,9 @@ def run(name: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, 
     peak = peak_flops() if on_gpu else None
     row: dict[str, object] = {
         "backend": name,
+        "parameters": parameters,
         "device": "cuda" if on_gpu else "cpu",
-        "dtype": resolve_dtype(args.dtype),
+        "dtype": settings.dtype,
         "step_ms": round(step * 1000, 1),
         "tokens_per_s": round(batch.token_count / step),
         "mfu": round(6 * parameters * batch.token_count / step / peak, 4) if peak else None,
@@ -255,16 +264,20 @@ def run(name: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, 
     if args.profile:
         row |= profile_step(backend, batch)
     probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()[:256]
-    row["probe_max_diff"] = probe_gap(backend, work / name, probe)
+    row["probe_max_diff"], row["save_weights_s"] = probe_gap(backend, work / f"{name}-{settings.dtype}", probe)
+    backend.close()
     del backend
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return row
 
 
 def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Each row's step time over the plain loop's on the same device (None without one)."""
-    plain = {row["device"]: row["step_ms"] for row in rows if row["backend"] == "plain"}
+    """Each row's step time over the plain loop's on the same device and dtype (None without one)."""
+    plain = {(row["device"], row["dtype"]): row["step_ms"] for row in rows if row["backend"] == "plain"}
     for row in rows:
-        baseline = plain.get(row["device"])
+        baseline = plain.get((row["device"], row["dtype"]))
         row["vs_plain"] = round(row["step_ms"] / baseline, 2) if baseline else None
     return rows
 
@@ -279,7 +292,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
-    parser.add_argument("--dtype", default="auto", help="float32, bfloat16, or auto (bfloat16 on CUDA, else float32)")
+    parser.add_argument(
+        "--dtype", default="auto", help="comma-separated of float32, bfloat16, auto (bfloat16 on CUDA, else float32)"
+    )
     parser.add_argument(
         "--backends", default=None, help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)"
     )
@@ -294,25 +309,30 @@ def main() -> None:
         )  # fmt: skip
         model = generate_tiny_model(work / "model", spec)
         batch = ragged_batch(args.rows, args.length, spec.vocab_size)
-        rows = with_ratios([run(name, model, batch, args, work) for name in names.split(",")])
+        runs = [(name, resolve_dtype(dtype)) for dtype in args.dtype.split(",") for name in names.split(",")]
+        rows = with_ratios([run(name, dtype, model, batch, args, work) for name, dtype in runs])
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    print(f"model: hidden {args.hidden}, {args.layers} layers; batch {args.rows} rows, {batch.token_count} tokens; {card}")
+    print(
+        f"model: hidden {args.hidden}, {args.layers} layers, {rows[0]['parameters'] / 1e6:.0f}M parameters; "
+        f"batch {args.rows} rows, {batch.token_count} tokens; {card}"
+    )
     print(
         f"{'backend':<8} {'device':<6} {'dtype':<9} {'step ms':>9} {'vs plain':>9} {'tokens/s':>10} {'MFU':>7} "
-        f"{'peak GPU GB':>12} {'probe diff':>11}"
+        f"{'peak GPU GB':>12} {'probe diff':>11} {'save s':>7}"
     )
     for row in rows:
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "-"
         ratio = f"{row['vs_plain']:.2f}x" if row["vs_plain"] is not None else "-"
         print(
             f"{row['backend']:<8} {row['device']:<6} {row['dtype']:<9} {row['step_ms']:>9} {ratio:>9} "
-            f"{row['tokens_per_s']:>10} {mfu:>7} {row['peak_gpu_gb']:>12} {row['probe_max_diff']:>11.2e}"
+            f"{row['tokens_per_s']:>10} {mfu:>7} {row['peak_gpu_gb']:>12} {row['probe_max_diff']:>11.2e} "
+            f"{row['save_weights_s']:>7.2f}"
         )
     if args.profile:
-        print(f"\n{'backend':<8} " + " ".join(f"{key:>13}" for key in PROFILE_KEYS))
+        print(f"\n{'backend':<8} {'dtype':<9} " + " ".join(f"{key:>13}" for key in PROFILE_KEYS))
         for row in rows:
-            print(f"{row['backend']:<8} " + " ".join(f"{row[key]:>13}" for key in PROFILE_KEYS))
-    print(json.dumps({"tokens": batch.token_count, "card": card, "rows": rows}))
+            print(f"{row['backend']:<8} {row['dtype']:<9} " + " ".join(f"{row[key]:>13}" for key in PROFILE_KEYS))
+    print(json.dumps({"tokens": batch.token_count, "card": card, "parameters": rows[0]["parameters"], "rows": rows}))
 
 
 if __name__ == "__main__":

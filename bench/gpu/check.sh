@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The trainer on a lent GPU in one call: what the machine lacks installed from the checkout, the
+# `gpu`-marked tests, bench/trainer.py at the 0.9B and 153M shapes in bfloat16 and float32 (fsdp
+# against the plain loop, MFU, peak memory, and the time to gather and write the weights a push
+# hands vLLM), and a Markdown table of it all for docs/trainer.md. Everything goes under $OUT
+# (six files). Each part has its own time limit, so one that hangs does not cost the others.
+#
+#   bash bench/gpu/prepare.sh                                   # here, once, with network (.gpu/whl)
+#   run(command="bash bench/gpu/check.sh", carry=[".gpu"], timeout_s=600)   # the device call
+#   PYTHON=.venv/bin/python bash bench/gpu/check.sh --quick    # on CPU: tiny shapes, GPU tests skip
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpu_check}
+PY=${PYTHON:-python3}
+GPU_DIR=${GPU_DIR:-.gpu}
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+mkdir -p "$OUT"
+started=$(date +%s)
+note() { echo "[$(( $(date +%s) - started ))s] $*" | tee -a "$OUT/env.txt"; }
+
+{ nvidia-smi 2>&1 || echo "no nvidia-smi"; "$PY" --version; } > "$OUT/env.txt"
+
+# 1. What the image lacks: the wheels prepare.sh carried, ray's import-only stand-in (verl imports ray
+#    at import time; the in-process trainer never starts it), and the project's sources as `parity`.
+if ! "$PY" -c "import verl" 2>/dev/null; then
+  [ -d "$GPU_DIR/whl" ] || { note "no $GPU_DIR/whl: run bench/gpu/prepare.sh here and carry $GPU_DIR"; exit 3; }
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-requires-python \
+    --upgrade --target /tmp/gpu_site "$GPU_DIR"/whl/*.whl > "$OUT/pip.log" 2>&1 || { note "pip failed"; tail -5 "$OUT/pip.log"; exit 3; }
+  export PYTHONPATH=/tmp/gpu_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! "$PY" -c "import ray" 2>/dev/null; then
+  export PYTHONPATH=$PWD/bench/gpu/ray_standin:$PYTHONPATH
+fi
+if ! "$PY" -c "import parity.services.trainer" 2>/dev/null; then
+  rm -rf /tmp/gpu_src && mkdir -p /tmp/gpu_src && cp -r sdk/parity /tmp/gpu_src/parity && cp -r services /tmp/gpu_src/parity/services
+  export PYTHONPATH=/tmp/gpu_src:$PYTHONPATH
+fi
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' 2>&1 | tee -a "$OUT/env.txt"
+note "installed"
+
+# 2. The gpu-marked tests (they skip without CUDA) and the CPU-decidable defaults beside them.
+timeout 150 "$PY" -m pytest -q -p no:cacheprovider -o addopts="--strict-markers" \
+  tests/unit/trainer/test_fsdp_on_gpu.py tests/unit/trainer/test_compute_defaults.py > "$OUT/tests.log" 2>&1
+note "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
+
+# 3. The bench's shapes: 32 rows of 1,024-2,048 tokens (about 50,000 a step), both dtypes, fsdp against the plain loop.
+if [ $QUICK = 1 ]; then
+  SHAPES=("tiny:--hidden 128 --layers 2 --heads 2 --rows 8 --length 128")
+  STEPS="--steps 2 --warmup 1"
+else
+  SHAPES=("0.9B:--hidden 2048 --layers 24 --heads 16 --rows 32 --length 2048"
+          "153M:--hidden 1024 --layers 16 --heads 16 --rows 32 --length 2048")
+  STEPS="--steps 3 --warmup 1"
+fi
+limits=(240 150)
+for i in "${!SHAPES[@]}"; do
+  name=${SHAPES[$i]%%:*}
+  # shellcheck disable=SC2086
+  timeout "${limits[$i]}" "$PY" bench/trainer.py ${SHAPES[$i]#*:} $STEPS --dtype bfloat16,float32 --profile \
+    > "$OUT/bench-$name.log" 2>&1
+  note "bench $name: exit $?"
+done
+
+# 4. One table for docs/trainer.md.
+"$PY" bench/gpu/summarize.py "$OUT"/bench-*.log > "$OUT/gpu_check.md" 2>>"$OUT/env.txt"
+cat "$OUT/gpu_check.md"
+note "done"
