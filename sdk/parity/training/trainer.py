@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import grpc
 import httpx
 import structlog
 
@@ -68,6 +69,8 @@ POLL_S = 0.2
 # long, more tasks top it up.
 TOP_UP_IDLE_S = 2.0
 METRICS_TIMEOUT_S = 30.0
+# How long the trainer may go without answering a status poll in time before the run fails on it.
+STATUS_PATIENCE_S = 300.0
 # Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
 # vary within groups (a task too hard or too easy for the model, or a constant reward), and the run says so.
 MAX_TOP_UPS_PER_GROUP = 8
@@ -132,6 +135,8 @@ class Trainer:
         self._previous_security = transport.process_security()
         self._task_order = self._task_stream()
         self._served_model = ""
+        self._last_status: trainer_pb.GetStatusResponse | None = None
+        self._last_status_at = 0.0
         self._failures_in_a_row = 0
         self._topped_up = 0
         self._last_failure = ""
@@ -360,10 +365,22 @@ class Trainer:
         return found[0]
 
     def _status(self) -> trainer_pb.GetStatusResponse:
+        """The trainer's status. An answer past its deadline is not a failure while the last one is recent: a
+        trainer in the middle of a step on a loaded host can be slow to answer (seen: 30 s at a load of 70 on
+        2 cores), and the run's state cannot have changed unseen, since the next poll reads it."""
         assert self._trainer is not None
         if self._stack is not None:
             self._stack.raise_if_down()
-        return self._trainer.get_status(trainer_pb.GetStatusRequest())
+        try:
+            status = self._trainer.get_status(trainer_pb.GetStatusRequest())
+        except RPCError as error:
+            late = error.code == grpc.StatusCode.DEADLINE_EXCEEDED and self._last_status is not None
+            if not late or time.monotonic() - self._last_status_at > STATUS_PATIENCE_S:
+                raise
+            log.warning("trainer_status_late", error=str(error))
+            return self._last_status
+        self._last_status, self._last_status_at = status, time.monotonic()
+        return status
 
     def _raise_if_ended(
         self, status: trainer_pb.GetStatusResponse, futures: Sequence[concurrent.futures.Future[Any]],

@@ -1,0 +1,35 @@
+"""A trainer slow to answer a status poll (a step in progress on a loaded host) does not fail the run; one
+that stays silent past the patience does, with the reason."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.clients import RPCError
+from parity.training import Trainer
+from parity.training import trainer as trainer_module
+
+
+class SlowTrainer:
+    """Answers once, then only past its deadline."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def get_status(self, request: trainer_pb.GetStatusRequest) -> trainer_pb.GetStatusResponse:
+        self.polls += 1
+        if self.polls == 1:
+            return trainer_pb.GetStatusResponse(run={"run_id": "r", "step": 3})
+        raise RPCError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", "GetStatus")
+
+
+def test_a_late_status_answer_keeps_the_last_one_until_the_patience_runs_out(tmp_path, monkeypatch, tiny_model_dir) -> None:
+    run = Trainer(lambda task: 1.0, [{"id": "t0"}], steps=1, output_dir=str(tmp_path), model=str(tiny_model_dir))
+    run._trainer = SlowTrainer()
+    assert run._status().run.step == 3
+    assert run._status().run.step == 3, "a late answer is not a failure"
+    monkeypatch.setattr(trainer_module, "STATUS_PATIENCE_S", 0.0)
+    with pytest.raises(RPCError, match="DEADLINE_EXCEEDED"):
+        run._status()
