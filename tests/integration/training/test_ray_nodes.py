@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,14 +36,14 @@ def node_ports() -> list[str]:
 
 
 @contextlib.contextmanager
-def ray_node(args: list[str], temp_dir: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def ray_node(args: list[str], temp_dir: Path, log: Path, environment: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """`ray start ... --block`: the node lives while the command does; stopped with its process group (only the
     processes this node started, never `ray stop`, which would stop every Ray node on the machine)."""
     with log.open("ab") as output:
         node = subprocess.Popen(
             [str(RAY), "start", "--block", "--num-cpus", str(NODE_CPUS), "--num-gpus", "0", "--disable-usage-stats",
              "--temp-dir", str(temp_dir), *node_ports(), *args],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=environment,
         )  # fmt: skip
     try:
         yield node
@@ -56,11 +57,11 @@ def ray_node(args: list[str], temp_dir: Path, log: Path) -> Iterator[subprocess.
             node.wait()
 
 
-def ray_nodes_alive(address: str) -> int:
+def ray_nodes_alive(address: str, environment: dict[str, str]) -> int:
     probe = subprocess.run(
         [sys.executable, "-c", f"import ray; ray.init(address={address!r}, log_to_driver=False); "
          "print(sum(node['Alive'] for node in ray.nodes()))"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env=environment,
     )  # fmt: skip
     return int(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 and probe.stdout.strip() else 0
 
@@ -76,14 +77,17 @@ def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(tmp_path: Path, tiny
     head_args = ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false",
                  "--ray-client-server-port", str(free_port())]  # fmt: skip
     second_args = ["--address", address, "--node-ip-address", "127.0.0.1"]
+    # Ray's token authentication, as a cluster is started now, with this cluster's own token: every node,
+    # and every driver (the trainer among them), holds it.
+    environment = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     with contextlib.ExitStack() as cluster:
         # Short: Ray's socket paths under it must fit a Unix socket's 107 characters.
         temp_root = Path(cluster.enter_context(tempfile.TemporaryDirectory(prefix="ray-")))
         # The head first; the second node joins it once it is up.
         for name, args in (("head", head_args), ("second", second_args)):
-            cluster.enter_context(ray_node(args, temp_root / name, tmp_path / f"ray-{name}.log"))
+            cluster.enter_context(ray_node(args, temp_root / name, tmp_path / f"ray-{name}.log", environment))
             count = 1 if name == "head" else 2
-            eventually(lambda count=count: ray_nodes_alive(address) == count, timeout_s=180, interval_s=3,
+            eventually(lambda count=count: ray_nodes_alive(address, environment) == count, timeout_s=180, interval_s=3,
                        what=lambda name=name: f"Ray's {name} node ({(tmp_path / f'ray-{name}.log').read_text()[-2000:]})")
         (tmp_path / "tasks.jsonl").write_text("".join(
             json.dumps({"id": f"t{n}", "prompt": prompt}) + "\n"
@@ -98,7 +102,7 @@ def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(tmp_path: Path, tiny
              "--steps", "2", "--groups-per-batch", "1", "--rollouts-per-task", "4", "--max-tokens", "8",
              "--learning-rate", "1e-3", "--checkpoint-interval", "0", "--no-export",
              "--output-dir", str(runs), "--run-id", "ray"],
-            env={**os.environ, "RAY_ADDRESS": address}, cwd=REPO_ROOT, capture_output=True, text=True,
+            env={**environment, "RAY_ADDRESS": address}, cwd=REPO_ROOT, capture_output=True, text=True,
             timeout=1200,
         )  # fmt: skip
         assert finished.returncode == 0, finished.stderr[-4000:]
