@@ -2,7 +2,7 @@
 `pip install parity FRAMEWORK` (current releases, nothing pinned by Parity), then a small agent of that framework
 run through ingest against real vLLM, and every call it made checked token-exact in its session.
 
-Environments are cached between runs (tests/integration/sdk/isolated_envs.py) and built three at a time while
+Environments are cached between runs (tests/integration/sdk/isolated_envs.py) and built four at a time while
 vLLM starts. The releases each run used are written to the test's output (`-rA`) and docs/sdk.md lists the last
 ones that passed.
 """
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 AGENTS = Path(__file__).parent / "frameworks"
 SERVED = "tiny"
-PARALLEL_INSTALLS = 3
+PARALLEL_INSTALLS = 4
 
 
 @dataclass(frozen=True)
