@@ -22,7 +22,10 @@ from parity.services.ingest.endpoints.openai_responses.protocol import tool_choi
 
 # What a response echoes of its request when the request did not say.
 DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "tools": [], "parallel_tool_calls": True,
-            "truncation": "disabled", "service_tier": "auto"}  # fmt: skip
+            "truncation": "disabled", "service_tier": "auto", "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
+# The fields vLLM's /v1/responses gives a function tool it echoes, unset ones as null.
+FUNCTION_TOOL_FIELDS = ("name", "parameters", "strict", "type", "allowed_callers", "async", "defer_loading",
+                        "description", "output_schema")  # fmt: skip
 
 
 def response_id(call_id: str) -> str:
@@ -57,12 +60,24 @@ class ResponseShell:
             "prompt": None, "reasoning": request.get("reasoning"), "service_tier": _given(request, "service_tier"),
             "status": status, "text": request.get("text"), "top_logprobs": None,
             "truncation": _given(request, "truncation"), "usage": usage, "user": request.get("user"),
+            # vLLM's own additions: the penalties it sampled with, and what it only fills for features ingest
+            # does not use (disaggregated prefill's transfer parameters, enable_response_messages).
+            "presence_penalty": _given(request, "presence_penalty"), "frequency_penalty": _given(request, "frequency_penalty"),
+            "kv_transfer_params": None, "ec_transfer_params": None, "input_messages": None, "output_messages": None,
         }  # fmt: skip
 
 
 def _given(request: Mapping[str, Any], name: str) -> Any:
     value = request.get(name)
+    if name == "tools" and value:
+        return [_echoed_tool(tool) for tool in value]
     return DEFAULTS[name] if value is None else value
+
+
+def _echoed_tool(tool: Any) -> Any:
+    if not isinstance(tool, Mapping) or tool.get("type") != "function":
+        return tool
+    return {name: tool.get(name) for name in FUNCTION_TOOL_FIELDS} | dict(tool)
 
 
 def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -70,8 +85,12 @@ def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     prompt, completion = chat_usage.get("prompt_tokens") or 0, chat_usage.get("completion_tokens") or 0
     cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}  # fmt: skip
+    # One generation, no built-in tools: vLLM's per-turn lists stay empty for such a request, as here.
+    return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0, "input_tokens_per_turn": [],
+                                     "cached_tokens_per_turn": []},
+            "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0, "output_tokens_per_turn": [],
+                                      "tool_output_tokens_per_turn": []}}  # fmt: skip
 
 
 def status_of(finish_reason: str | None) -> str:
@@ -93,7 +112,7 @@ def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     content = [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}] if text else []
-    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
+    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message", "phase": None}
 
 
 def _reasoning_item(item_id: str, text: str, status: str | None) -> dict[str, Any]:

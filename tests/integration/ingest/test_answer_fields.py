@@ -1,0 +1,95 @@
+"""Ingest's /v1/responses and /v1/messages answers against vLLM's own endpoints for the same request, field for
+field, whole and streamed: an agent pinned to vLLM's shape sees vLLM's shape. Only what differs per answer by
+nature (ids, creation times) is left out; at temperature 0 everything else is the same."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+
+# Values that differ between any two answers, whoever serves them; and cached_tokens, which counts what vLLM's
+# prefix cache held when the request came (ingest reports what vLLM's chat API reports: 0 unless vLLM serves
+# with --enable-prompt-tokens-details).
+PER_ANSWER = {"id", "created_at", "item_id", "call_id", "response_id", "cached_tokens"}
+CALCULATOR = {"name": "calculator", "description": "Add two integers.",
+              "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                               "required": ["a", "b"]}}  # fmt: skip
+FUNCTION = {"type": "function", "name": CALCULATOR["name"], "description": CALCULATOR["description"],
+            "parameters": CALCULATOR["input_schema"]}  # fmt: skip
+
+
+def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
+    """Every path where the two JSON values differ, leaving out per-answer values."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        found = [f"{where}.{key}: only vLLM has it ({theirs[key]!r})" for key in theirs.keys() - ours.keys()]
+        found += [f"{where}.{key}: only ingest has it ({ours[key]!r})" for key in ours.keys() - theirs.keys()]
+        for key in ours.keys() & theirs.keys():
+            if key not in PER_ANSWER:
+                found += differences(ours[key], theirs[key], f"{where}.{key}")
+        return found
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        return [found for index, (a, b) in enumerate(zip(ours, theirs, strict=True))
+                for found in differences(a, b, f"{where}[{index}]")]  # fmt: skip
+    return [] if ours == theirs else [f"{where}: ingest {ours!r}, vLLM {theirs!r}"]
+
+
+def answer(url: str, path: str, request: dict) -> Any:
+    if not request.get("stream"):
+        response = httpx.post(f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120)
+        assert response.status_code == 200, response.text
+        return response.json()
+    with httpx.stream("POST", f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120) as response:
+        assert response.status_code == 200, response.read()
+        return merged([json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")])
+
+
+def merged(events: list[dict]) -> list[dict]:
+    """A stream with each run of deltas of one kind joined into one event: vLLM sends as many tokens per event as
+    its engine step produced, which varies run to run."""
+    joined: list[dict] = []
+    for event in events:
+        previous = joined[-1] if joined else None
+        if previous is not None and event["type"].endswith("delta") and previous["type"] == event["type"]:
+            if isinstance(event.get("delta"), str):
+                previous["delta"] += event["delta"]
+            elif isinstance(event.get("delta"), dict):  # Anthropic's: text, partial_json or thinking
+                for name in ("text", "partial_json", "thinking"):
+                    if name in event["delta"]:
+                        previous["delta"][name] += event["delta"][name]
+            continue
+        joined.append(json.loads(json.dumps(event)))
+    for index, event in enumerate(joined):
+        # Sequence numbers count the unmerged events.
+        if "sequence_number" in event:
+            event["sequence_number"] = index
+    return joined
+
+
+CASES = {
+    "responses": ("/v1/responses", lambda model: {"model": model, "input": "What is 2 + 3?", "temperature": 0,
+                                                   "instructions": "Answer briefly.", "max_output_tokens": 12}),
+    "responses with tools": ("/v1/responses", lambda model: {"model": model, "input": "Add 2 and 3.", "temperature": 0,
+                                                              "tools": [FUNCTION], "max_output_tokens": 40}),
+    "messages": ("/v1/messages", lambda model: {"model": model, "max_tokens": 12, "temperature": 0,
+                                                 "system": "You add numbers.",
+                                                 "messages": [{"role": "user", "content": "What is 2 + 3?"}]}),
+    "messages with tools": ("/v1/messages", lambda model: {"model": model, "max_tokens": 40, "temperature": 0,
+                                                            "tools": [CALCULATOR],
+                                                            "messages": [{"role": "user", "content": "Add 2 and 3."}]}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("case", CASES)
+def test_ingest_answers_with_every_field_vllm_answers_with(ingest_stack, vllm_server, case: str, stream: bool) -> None:
+    path, make = CASES[case]
+    request = make(vllm_server.model_name) | ({"stream": True} if stream else {})
+    ours = answer(ingest_stack.session_url(f"fields-{case.replace(' ', '-')}").removesuffix("/v1"), path, request)
+    theirs = answer(vllm_server.base_url, path, request)
+    found = differences(ours, theirs)
+    assert not found, "\n".join(found)
