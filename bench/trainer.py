@@ -239,15 +239,16 @@ def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse
         torch.cuda.reset_peak_memory_stats()
     for _ in range(args.warmup):
         backend.train_step(batch)
-    seconds = []
+    seconds, cpu_seconds = [], []
     for _ in range(args.steps):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         metrics = backend.train_step(batch)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)
     step = statistics.median(seconds)
     peak = peak_flops() if on_gpu else None
     row: dict[str, object] = {
@@ -256,6 +257,8 @@ def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse
         "device": "cuda" if on_gpu else "cpu",
         "dtype": settings.dtype,
         "step_ms": round(step * 1000, 1),
+        # This process's CPU time a step: on a shared CPU machine it moves far less with the load than wall time.
+        "cpu_ms": round(statistics.median(cpu_seconds) * 1000, 1),
         "tokens_per_s": round(batch.token_count / step),
         "mfu": round(6 * parameters * batch.token_count / step / peak, 4) if peak else None,
         "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0.0,
@@ -275,10 +278,11 @@ def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse
 
 def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Each row's step time over the plain loop's on the same device and dtype (None without one)."""
-    plain = {(row["device"], row["dtype"]): row["step_ms"] for row in rows if row["backend"] == "plain"}
+    plain = {(row["device"], row["dtype"]): row for row in rows if row["backend"] == "plain"}
     for row in rows:
         baseline = plain.get((row["device"], row["dtype"]))
-        row["vs_plain"] = round(row["step_ms"] / baseline, 2) if baseline else None
+        row["vs_plain"] = round(row["step_ms"] / baseline["step_ms"], 2) if baseline else None
+        row["cpu_vs_plain"] = round(row["cpu_ms"] / baseline["cpu_ms"], 2) if baseline else None
     return rows
 
 
@@ -298,8 +302,11 @@ def main() -> None:
     parser.add_argument(
         "--backends", default=None, help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)"
     )
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's own)")
     parser.add_argument("--profile", action="store_true", help="also split one step: forward, backward, optimizer, other")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     names = args.backends or ("plain,fsdp" if torch.cuda.is_available() else "plain,cpu,fsdp")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -317,14 +324,17 @@ def main() -> None:
         f"batch {args.rows} rows, {batch.token_count} tokens; {card}"
     )
     print(
-        f"{'backend':<8} {'device':<6} {'dtype':<9} {'step ms':>9} {'vs plain':>9} {'tokens/s':>10} {'MFU':>7} "
+        f"{'backend':<8} {'device':<6} {'dtype':<9} {'step ms':>9} {'vs plain':>9} {'CPU ms':>9} {'vs plain':>9} "
+        f"{'tokens/s':>10} {'MFU':>7} "
         f"{'peak GPU GB':>12} {'probe diff':>11} {'save s':>7}"
     )
     for row in rows:
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "-"
         ratio = f"{row['vs_plain']:.2f}x" if row["vs_plain"] is not None else "-"
+        cpu_ratio = f"{row['cpu_vs_plain']:.2f}x" if row["cpu_vs_plain"] is not None else "-"
         print(
             f"{row['backend']:<8} {row['device']:<6} {row['dtype']:<9} {row['step_ms']:>9} {ratio:>9} "
+            f"{row['cpu_ms']:>9} {cpu_ratio:>9} "
             f"{row['tokens_per_s']:>10} {mfu:>7} {row['peak_gpu_gb']:>12} {row['probe_max_diff']:>11.2e} "
             f"{row['save_weights_s']:>7.2f}"
         )
