@@ -23,7 +23,7 @@ def test_a_training_run_logs_one_whole_line_per_step_and_validation() -> None:
     progress = ProgressLines(total=3, desc="training run-1", unit="step", file=log, clock=clock)
     # As Trainer.train drives it: validation, then each step's update and its postfix.
     progress.set_postfix({"val_reward": "0.300"})
-    for step, reward in enumerate(("0.310", "0.520", "0.900"), start=1):
+    for reward in ("0.310", "0.520", "0.900"):
         clock.now += 14.0
         progress.update(1)
         progress.set_postfix({"reward": reward, "val_reward": "0.300"})
