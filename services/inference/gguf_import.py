@@ -78,6 +78,10 @@ def import_gguf(path: Path, destination: Path) -> Path:
     summary = read_summary(path)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    # Its per-tensor progress bars would be the only output of a preparation; the caller says what happens.
+    transformers_logging.disable_progress_bar()
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))

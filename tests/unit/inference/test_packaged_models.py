@@ -110,3 +110,8 @@ def test_learning_rates_follow_the_model(tmp_path, tiny_model_dir) -> None:
     header = json.dumps({"w": {"dtype": "F32", "shape": [1000, 1000], "data_offsets": [0, 4_000_000]}}).encode()
     (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     assert default_learning_rate(str(tmp_path), tmp_path) == 1e-5
+
+
+def test_max_tokens_follow_the_named_model() -> None:
+    assert packaged_models.default_max_tokens("") == packaged_models.default_max_tokens(DEFAULT_MODEL) == 64
+    assert packaged_models.default_max_tokens(TEST_MODEL) is None

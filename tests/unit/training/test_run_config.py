@@ -62,3 +62,11 @@ def test_the_learning_rate_follows_the_model_unless_set(tmp_path) -> None:
     # A real model's folder (no weights here: counted as small) trains at 1e-5, not the rate a 7B model needs.
     assert run_settings(tmp_path).learning_rate == 1e-5
     assert run_settings(tmp_path, learning_rate=3e-6).learning_rate == 3e-6
+
+
+def test_max_tokens_default_to_the_general_one_for_a_folder_and_keep_a_set_value(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    common = {"steps": 1, "output_dir": str(tmp_path), "model": str(tmp_path)}
+    assert Trainer(lambda task: 1.0, TASKS, **common).settings.max_tokens == 256
+    assert Trainer(lambda task: 1.0, TASKS, max_tokens=12, **common).settings.max_tokens == 12

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+import structlog.testing
 
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError
@@ -29,7 +30,9 @@ def test_a_late_status_answer_keeps_the_last_one_until_the_patience_runs_out(tmp
     run = Trainer(lambda task: 1.0, [{"id": "t0"}], steps=1, output_dir=str(tmp_path), model=str(tiny_model_dir))
     run._trainer = SlowTrainer()
     assert run._status().run.step == 3
-    assert run._status().run.step == 3, "a late answer is not a failure"
+    with structlog.testing.capture_logs() as logged:
+        assert run._status().run.step == 3, "a late answer is not a failure"
+    assert [entry["event"] for entry in logged] == ["trainer_status_late"]
     monkeypatch.setattr(trainer_module, "STATUS_PATIENCE_S", 0.0)
     with pytest.raises(RPCError, match="DEADLINE_EXCEEDED"):
         run._status()
