@@ -4,8 +4,8 @@ Generates a Qwen2-shaped model of the requested size, then for each backend runs
 warm-up and timed update steps on the same ragged, multi-turn-masked batch and prints
 step time, tokens/s, the step's ratio to the plain loop's, peak GPU memory and, on CUDA,
 MFU. `plain` is the reference: a plain PyTorch loop on the same device, model, batch,
-loss (`policy_loss`) and dtype (bf16 autocast over float32 weights on CUDA by default),
-no engine. `cpu` is Parity's plain-loop backend, which runs on CPU only. It also checks
+loss (`policy_loss`) and dtype (bf16 autocast over float32 weights on CUDA by default, TF32
+for float32 matmuls there), no engine. `cpu` is Parity's plain-loop backend, which runs on CPU only. It also checks
 what weight sync relies on: the engine's probe logprobs against a plain Hugging Face
 forward pass of its saved weights.
 
@@ -19,6 +19,7 @@ The last line printed is one JSON object with every row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -36,7 +37,7 @@ from torch.optim.optimizer import (
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.compute_defaults import resolve_dtype
+from parity.services.trainer.compute_defaults import resolve_dtype, tf32_matmuls
 from parity.services.trainer.policy_loss import (
     LossSettings,
     compute_advantages,
@@ -110,6 +111,11 @@ class PlainLoop:
         return [torch.tensor(group) for group in groups]
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
+        # float32 matmuls on TF32 tensor cores on CUDA, as the engine's training passes run them.
+        with tf32_matmuls() if self.device.type == "cuda" else contextlib.nullcontext():
+            return self._train_step(batch)
+
+    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
         whole = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
