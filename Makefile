@@ -4,7 +4,7 @@
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), code generator (.venv-protoc),
 #                buf and Claude Code (.tools), chromium
 #   make test    the whole test suite (creates the environments first)
-#   make demo    the main job: `parity train` on examples/speak_in_words (stack, training, validation, export)
+#   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
 #   make protos  regenerate sdk/parity/api from protos/
 #   make lock    re-resolve requirements/constraints.txt, keeping its pins where they fit (UPGRADE=1: newest)
 
@@ -77,7 +77,7 @@ test: env
 	$(VENV)/bin/python -m pytest
 
 demo: env
-	$(VENV)/bin/python -m parity.cli train --config examples/speak_in_words/train.toml --output-dir .parity/runs
+	$(VENV)/bin/python -m parity.cli train --config examples/calculator/train.toml --output-dir .parity/runs
 
 protos: $(PROTOC_VENV)/.installed
 	$(PROTOC_VENV)/bin/python scripts/generate_protos.py

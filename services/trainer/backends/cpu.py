@@ -7,10 +7,10 @@ backends compute the same numbers and the probe sees what a bf16 vLLM serves.
 
 verl's FSDP engine runs on CPU too (the `fsdp` backend, through `verl_cpu_platform`);
 `auto` picks this loop on a machine without a GPU because it skips the engine's
-per-step machinery (nested-tensor packing, micro-batch planning, a separate forward for
-the old log-probs): on the tiny model `bench/trainer.py` measured 84 ms a step here
-against the engine's 194 ms. It computes advantages with verl's estimators and the
-loss with the same `policy_loss` as the engine path.
+per-step machinery (nested-tensor packing, verl's data protocol; `bench/trainer.py`
+measures both). It computes advantages with verl's estimators and the loss with the
+same `policy_loss` as the engine path, in micro-batches whose losses are normalised by
+the whole batch, as the engine's are.
 
 A LoRA run (`lora_rank` > 0) wraps the model with peft, as verl's engine does: the
 base weights are frozen, only the adapter's go into the optimizer, and the weights

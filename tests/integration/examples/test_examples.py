@@ -55,7 +55,7 @@ def test_math_agent_trains_with_validation_and_every_rollout_is_captured_closed_
 
 
 def test_solver_judge_has_two_trajectories_and_step_rewards(deployed_stack, tmp_path) -> None:
-    result = train_example(deployed_stack, "solver_judge", tmp_path)
+    result = train_example(deployed_stack, "solver_judge", tmp_path, val_tasks=None)
     sessions = {t.session_id for t in rollout_sessions(deployed_stack, result.run_id)}
     assert sessions
     for session_id in sorted(sessions)[:4]:
@@ -68,7 +68,7 @@ def test_solver_judge_has_two_trajectories_and_step_rewards(deployed_stack, tmp_
 def test_langgraph_agent_feeds_tool_results_back_with_no_parity_inside(deployed_stack, tmp_path) -> None:
     graph_source = (EXAMPLES / "langgraph_tools" / "graph.py").read_text()
     assert "parity" not in graph_source, "the graph must be configured by URL alone"
-    result = train_example(deployed_stack, "langgraph_tools", tmp_path)
+    result = train_example(deployed_stack, "langgraph_tools", tmp_path, val_tasks=None)
     store = StoreClient(deployed_stack.store.address)
     for view in rollout_sessions(deployed_stack, result.run_id)[:4]:
         calls = store.list_calls(store_pb.ListCallsRequest(session_id=view.session_id, view=store_pb.CALL_VIEW_FULL)).calls

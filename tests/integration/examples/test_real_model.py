@@ -39,7 +39,7 @@ def real_model_stack(module_services, real_model_dir: Path, tmp_path_factory) ->
 
 def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(real_model_stack, tmp_path) -> None:
     values, _ = load_file(CALCULATOR / "train.toml")
-    values |= {"steps": 3, "val_tasks": "", "progress": False, "stack": real_model_stack.addresses,
+    values |= {"steps": 3, "val_tasks": None, "progress": False, "stack": real_model_stack.addresses,
                "model": str(real_model_stack.vllm.config.model_path), "output_dir": str(tmp_path / "runs")}  # fmt: skip
     result = parity.train(**values)
     assert result.state == "completed", result.error
