@@ -14,11 +14,13 @@ time, depending on how the question is worded.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import parity
 
 MAX_CALLS = 3
+MAX_EXPRESSION = 40
 SYSTEM = "You can use a calculator. To use it, reply CALC followed by the expression."
 EXAMPLE = [
     {"role": "user", "content": "What is 12 * 7?"},
@@ -34,10 +36,15 @@ NUMBER = re.compile(r"-?\d+")
 def calculate(expression: str) -> str:
     """The tool: integer arithmetic with + - * / and parentheses, or an error the policy reads."""
     expression = expression.replace("x", "*").replace("×", "*").strip()
-    if not ARITHMETIC.fullmatch(expression) or not any(c.isdigit() for c in expression):
+    # No powers and nothing long: a sampled "9**9**9" must not stall the rollout computing it.
+    if not ARITHMETIC.fullmatch(expression) or "**" in expression or len(expression) > MAX_EXPRESSION:
+        return "Error: not an expression"
+    if not any(c.isdigit() for c in expression):
         return "Error: not an expression"
     try:
-        value = eval(expression, {"__builtins__": {}}, {})  # only digits, spaces, + - * / ( ) reach here
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # "12 (3)" reads as a call: an error for the policy, not a log line
+            value = eval(expression, {"__builtins__": {}}, {})  # only digits, spaces, + - * / ( ) reach here
     except (SyntaxError, ZeroDivisionError, TypeError):
         return "Error: not an expression"
     return f"Result: {value:g}" if isinstance(value, float) else f"Result: {value}"

@@ -8,6 +8,8 @@ written beside its destination and renamed into place: a failed import leaves no
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import tempfile
@@ -78,18 +80,17 @@ def import_gguf(path: Path, destination: Path) -> Path:
     summary = read_summary(path)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as transformers_logging
-
-    # Its per-tensor progress bars would be the only output of a preparation; the caller says what happens.
-    transformers_logging.disable_progress_bar()
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        _set_special_tokens(tokenizer, summary)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        model.save_pretrained(staging, safe_serialization=True)
+        # The loader's per-tensor progress bars (plain tqdm, on stderr) would be all a preparation prints;
+        # the caller says in one line what happens, and a failure is raised, not printed.
+        with contextlib.redirect_stderr(io.StringIO()):
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            _set_special_tokens(tokenizer, summary)
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         check_model_folder(staging)
         if destination.exists():
