@@ -1,4 +1,4 @@
-"""Session fixtures: the tiny model (untied and tied), the real default model, and a vLLM server for each on a free port."""
+"""Session fixtures: the tiny model (untied and tied) and a vLLM server serving it on a free port, and the real default model."""
 
 from __future__ import annotations
 
@@ -47,27 +47,19 @@ def real_model_dir(model_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with serving_session_model(tiny_model_dir, tmp_path_factory) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def real_vllm_server(real_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with serving_session_model(real_model_dir, tmp_path_factory) as server:
-        yield server
-
-
-def serving_session_model(model: Path, tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
     python = find_vllm_python()
     # A vllm-marked test that silently skips would hide a broken setup: fail instead.
     if python is None or not python.exists():
         pytest.fail(MISSING_INFERENCE_ENV.format(path=python or REPO_VLLM_PYTHON), pytrace=False)
     config = VllmLaunchConfig(
-        model_path=model,
+        model_path=tiny_model_dir,
         port=free_port(),
         python=python,
         log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
         startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )
-    return VllmServer(config)
+    with VllmServer(config) as server:
+        yield server

@@ -4,7 +4,7 @@ A key the settings do not have, a value of the wrong type or one out of range is
 refused with the file, the line and the key (`train.toml:7: learning_rate: must be
 greater than 0, got -1.0`), or with the flag that set it. Keys may be written
 `rollouts_per_task` or `rollouts-per-task`. Input paths in a file (tasks, val_tasks,
-model) are relative to the file, so a config works from any directory.
+model, unless it names a model) are relative to the file, so a config works from any directory.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parity.services.inference.packaged_models import is_model_name
 from parity.training.settings import (
     SettingsError,
     StackAddresses,
@@ -81,7 +82,8 @@ def load_file(path: Path) -> tuple[dict[str, Any], SettingsSources]:
             value = coerce(key, value, hints[key])
         except SettingsError as error:
             raise ConfigError(f"{_located(sources, '', raw_key)}: {error.message}") from None
-        if key in FILE_RELATIVE_KEYS and value:
+        # A model's name (`model = "tiny-test"`) is not a path.
+        if key in FILE_RELATIVE_KEYS and value and not (key == "model" and is_model_name(value)):
             value = str((path.parent / value).resolve()) if not Path(value).is_absolute() else value
         values[key] = value
     return values, sources

@@ -157,3 +157,10 @@ def test_sources_point_at_the_flag_when_a_flag_set_the_key(tmp_path) -> None:
     assert sources.where("steps") == "--steps"
     sources.flags = set()
     assert sources.where("steps") == f"{tmp_path / 't.toml'}:1: steps"
+
+
+def test_a_model_name_in_a_file_stays_a_name_and_a_model_folder_is_relative_to_the_file(tmp_path) -> None:
+    named = write(tmp_path, 'agent = "pkg.mod:fn"\ntasks = "t.jsonl"\nmodel = "tiny-test"\n')
+    assert load_file(named)[0]["model"] == "tiny-test"
+    folder = write(tmp_path, 'agent = "pkg.mod:fn"\ntasks = "t.jsonl"\nmodel = "models/mine"\n')
+    assert load_file(folder)[0]["model"] == str((tmp_path / "models" / "mine").resolve())
