@@ -21,6 +21,11 @@ Each load starts once every process of the setups is idle again (see wait_idle).
 The same ingest also serves /v1/messages and /v1/responses, translated to chat: their
 rows, non-streaming and streaming at 1, 32 and 256 connections, are compared with chat's.
 
+A mixed row loads one ingest as agents do: 64 connections over 1,000 sessions (each request
+names one in its URL), half of the requests streamed (`--mixed-only` runs just this row;
+`--against TREE` runs it alternately on this checkout and on another one, a `git worktree`
+of an older commit, and prints the ratio, so both meet the same machine).
+
 Then 1, 2 and 4 ingests share one port (SO_REUSEPORT, as `parity up --ingests N` runs
 them) in front of the stub: throughput against one ingest's, and the CPU the ingests and
 the store spend per call (`--scaling-only` runs just these rows).
@@ -413,6 +418,108 @@ def ingest_scaling(scratch: Path, seconds: float, counts: tuple[int, ...] = (1, 
     return rows
 
 
+MIXED_CONNECTIONS = 64
+MIXED_SESSIONS = 1000
+
+
+def _mixed_lua(sessions: int) -> str:
+    """Each request names one of `sessions` sessions in its URL, spread over them, and every other one streams."""
+    plain, streamed = json.dumps(BODY | {"stream": False}), json.dumps(BODY | {"stream": True})
+    return (
+        "local threads = 0\n"
+        'function setup(thread) threads = threads + 1; thread:set("id", threads) end\n'
+        "local count = 0\n"
+        'local headers = {["Content-Type"] = "application/json"}\n'
+        f"local plain, streamed = [[{plain}]], [[{streamed}]]\n"
+        "function request()\n"
+        "  count = count + 1\n"
+        f"  local session = (count * 7919 + id * 104729) % {sessions}\n"
+        "  local body = (count % 2 == 0) and streamed or plain\n"
+        '  return wrk.format("POST", "/sessions/mixed-" .. session .. "/v1/chat/completions", headers, body)\n'
+        "end\n"
+    )
+
+
+def code_tree(tree: Path, scratch: Path) -> dict[str, str]:
+    """The environment that runs `parity` from another checkout: its SDK and services copied into one package
+    on PYTHONPATH, which comes before this checkout's editable install."""
+    package = scratch / "tree" / "parity"
+    if not package.exists():
+        shutil.copytree(tree / "sdk" / "parity", package)
+        shutil.copytree(tree / "services", package / "services")
+    return {"PYTHONPATH": str(package.parent)}
+
+
+def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], rounds: int) -> list[dict[str, Any]]:
+    """Requests per second of one ingest and its SQLite store under the mixed load, for each code tree, the trees
+    taking turns `rounds` times; each round starts a fresh store."""
+    rows = []
+    for round_number in range(rounds):
+        for label, env in trees.items():
+            processes = Processes(scratch / f"mixed-{label}-{round_number}")
+            processes.scratch.mkdir(parents=True, exist_ok=True)
+            stub_port, store_port, http_port = free_port(), free_port(), free_port()
+            try:
+                processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
+                                f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
+                processes.start("store", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
+                                          "--url", f"sqlite:///{processes.scratch}/store.db", "--log-level", "warning"],
+                                env=env)  # fmt: skip
+                processes.start("ingest", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(free_port()),
+                                           "--http-port", str(http_port), "--upstreams", f"http://127.0.0.1:{stub_port}",
+                                           "--store", f"127.0.0.1:{store_port}", "--log-level", "warning",
+                                           "--spool-path", str(processes.scratch / "spool.db")],
+                                f"http://127.0.0.1:{http_port}/health", env=env)  # fmt: skip
+                deadline = time.monotonic() + 30
+                while not httpx.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("ingest never saw its upstream healthy")
+                    time.sleep(0.2)
+                measured = processes.pids(["store", "ingest"])
+                processes.wait_idle()
+                script = processes.scratch / "mixed.lua"
+                script.write_text(_mixed_lua(MIXED_SESSIONS))
+                before = _cpu_seconds(measured)
+                out = subprocess.run(
+                    ["wrk", "-t2", f"-c{MIXED_CONNECTIONS}", f"-d{seconds}s", "--latency", "--timeout", "30s",
+                     "-s", str(script), f"http://127.0.0.1:{http_port}"],
+                    capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+                cpu = _cpu_seconds(measured) - before
+                processes.wait_idle()
+                rss_mb = sum(_rss_mb(pid) for pid in measured)
+            finally:
+                processes.stop()
+            rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+            errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+            rows.append({"tree": label, "round": round_number, "rps": rps, "errors": errors,
+                         "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+                         "cpu_ms_per_call": 1000 * cpu / max(rps * seconds, 1), "rss_mb": rss_mb})  # fmt: skip
+    return rows
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process group's leader (the service itself)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def print_mixed(rows: list[dict[str, Any]]) -> None:
+    print(f"{'tree':>10} {'round':>5} | {'rps':>8}{'p50 ms':>8} | {'CPU ms per call':>16} | {'RSS MB':>7} | errors")
+    for row in rows:
+        print(f"{row['tree']:>10} {row['round']:>5} | {row['rps']:>8,.0f}{row['p50_ms']:>8.2f} | "
+              f"{row['cpu_ms_per_call']:>16.2f} | {row['rss_mb']:>7.0f} | {row['errors']}")  # fmt: skip
+    trees = list(dict.fromkeys(row["tree"] for row in rows))
+    means = {tree: statistics.mean(row["rps"] for row in rows if row["tree"] == tree) for tree in trees}
+    if len(trees) == 2:
+        print(f"{trees[0]} / {trees[1]}: {means[trees[0]] / means[trees[1]]:.2f}x (mean requests/s over the rounds)")
+    print(f"mixed: {MIXED_CONNECTIONS} connections over {MIXED_SESSIONS:,} sessions, every other request streamed, "
+          f"one ingest and its SQLite store, {os.cpu_count()} cores shared with wrk and the stub\n")
+
+
 def check_tools() -> None:
     """Say what is missing before minutes of setup, not as a baseline that dies mid-run."""
     if shutil.which("wrk") is None:
@@ -434,7 +541,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
     parser.add_argument("--scaling-only", action="store_true", help="only the 1, 2 and 4 ingest rows (a minute)")
+    parser.add_argument("--mixed-only", action="store_true", help="only the mixed row (streamed and not, many sessions)")
+    parser.add_argument("--against", type=Path, help="with --mixed-only: also run it on this checkout, alternately")
+    parser.add_argument("--rounds", type=int, default=2, help="with --mixed-only: turns each tree takes (default 2)")
     args = parser.parse_args(argv)
+    if args.against is not None and not (args.against / "services" / "ingest").is_dir():
+        raise SystemExit(f"--against {args.against}: not a Parity checkout (no services/ingest)")
+    if args.mixed_only:
+        if shutil.which("wrk") is None:
+            raise SystemExit("wrk is not installed: apt-get install wrk")
+        with scratch_dir("ingest-mixed") as scratch:
+            trees = {"this": {}}
+            if args.against is not None:
+                trees[args.against.name] = code_tree(args.against.resolve(), scratch)
+            rows = mixed_load(scratch, 3 if args.quick else 10, trees, args.rounds)
+        print_mixed(rows)
+        print(json.dumps({"mixed": rows}))
+        return 0
     if args.scaling_only:
         if shutil.which("wrk") is None:
             raise SystemExit("wrk is not installed: apt-get install wrk")
@@ -528,6 +651,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         generating.wait()
         processes.stop()
     scaling = ingest_scaling(scratch, seconds)
+    mixed = mixed_load(scratch, seconds, {"this": {}}, rounds=1)
     overhead = real_vllm_overhead(scratch / "vllm", model_dir, rounds=3 if args.quick else 10, agents=6, turns=3)
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
@@ -575,6 +699,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
     print("auth: tokens checked by ingest (the agent's key) and the store (ingest's service token); "
           "tls: the same, with ingest's HTTPS and both gRPC ports on TLS\n")
     print_scaling(scaling)
+    print_mixed(mixed)
     errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
     print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
           f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
@@ -604,6 +729,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         "parity_after_added_p50_ms": round(added["parity_after"], 2),
         "parity_after_added_p50_ms_paced": round(added["parity_after_paced"], 2),
         "parity_vs_litellm": round(at32["parity"]["rps"] / max(at32["litellm"]["rps"], 1e-9), 1),
+        "mixed_rps": round(mixed[0]["rps"]),
         "ingest_scaling": {str(row["ingests"]): {"rps_vs_one": round(row["rps"] / scaling[0]["rps"], 2),
                                                  "cpu_ms_per_call": round(row["cpu_ms_per_call"], 2)} for row in scaling},
         "vllm_overhead_pct": round(overhead["overhead_pct"], 2),
