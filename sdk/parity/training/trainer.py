@@ -45,7 +45,7 @@ from parity.clients import AssemblerClient, RPCError, TrainerClient
 from parity.engine import RolloutResult
 from parity.engine.runner import Agent
 from parity.progress import Progress, show_progress
-from parity.services.inference.packaged_models import DEFAULT_MODEL
+from parity.services.inference.packaged_models import DEFAULT_MODEL, is_model_name
 from parity.training import tracking
 from parity.training.agents import CommandAgent, load_callable, parse_command
 from parity.training.local_stack import LocalStack, StackError
@@ -638,7 +638,7 @@ def train(
     """Train `agent` on `tasks`; the keywords are TrainSettings fields. Returns how the run went;
     a run that fails or is stopped returns too (state and error say so), with its checkpoint."""
     if model is not None:
-        values["model"] = str(Path(model).resolve())
+        values["model"] = str(model) if is_model_name(str(model)) else str(Path(model).resolve())
     trainer = Trainer(agent, tasks, val_tasks=val_tasks, settings=settings, **values)
     try:
         trainer.start()
