@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,4 +64,16 @@ def vllm_server(
         startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )
     with VllmServer(config) as server:
+        yield server
+
+
+@contextmanager
+def serving_model(model: Path, tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[VllmServer]:
+    """A vLLM of a test module's own serving `model` (a module that trains, or needs a context or name of its own);
+    `config` is the rest of VllmLaunchConfig."""
+    launch = VllmLaunchConfig(
+        model_path=model, port=free_port(), python=find_vllm_python(),
+        log_path=tmp_path_factory.mktemp("own-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S, **config,
+    )  # fmt: skip
+    with VllmServer(launch) as server:
         yield server

@@ -14,12 +14,11 @@ import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
 from parity.tokens import unpack_token_ids
 from parity.training.config_file import load_file
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT
 from tests.integration.stack_fixtures import TrainingStack, start_training_stack
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 CALCULATOR = REPO_ROOT / "examples" / "calculator"
@@ -29,11 +28,7 @@ IM_START, IM_END = 1, 2  # SmolLM2's ChatML tokens
 @pytest.fixture(scope="module")
 def real_model_stack(module_services, real_model_dir: Path, tmp_path_factory) -> Iterator[TrainingStack]:
     """A deployment around a vLLM of its own serving the real model: training rewrites its weights."""
-    config = VllmLaunchConfig(
-        model_path=real_model_dir, port=free_port(), python=find_vllm_python(),
-        log_path=tmp_path_factory.mktemp("real-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-    )  # fmt: skip
-    with VllmServer(config) as vllm:
+    with serving_model(real_model_dir, tmp_path_factory) as vllm:
         yield start_training_stack(module_services, vllm, tmp_path_factory.mktemp("real-stack"))
 
 

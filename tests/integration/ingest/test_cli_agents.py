@@ -17,9 +17,8 @@ from transformers import AutoTokenizer
 
 import parity
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmServer
 from parity.training.agents import CommandAgent
-from tests.conftest import free_port
 from tests.integration.claude_code import (
     LONG_CONTEXT,
     check_token_exact,
@@ -27,7 +26,7 @@ from tests.integration.claude_code import (
     offline_environment,
 )
 from tests.integration.stack_fixtures import IngestStack, start_ingest
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -35,12 +34,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 @pytest.fixture(scope="module")
 def long_context_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
-    config = VllmLaunchConfig(
-        model_path=model, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
-        max_model_len=LONG_CONTEXT, log_path=tmp_path_factory.mktemp("long-vllm") / "vllm.log",
-        startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-    )  # fmt: skip
-    with VllmServer(config) as server:
+    with serving_model(model, tmp_path_factory, served_model_name="tiny", max_model_len=LONG_CONTEXT) as server:
         yield server
 
 

@@ -22,12 +22,11 @@ from transformers import AutoTokenizer
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
-from tests.conftest import free_port
+from parity.services.inference.vllm_launcher import VllmServer
 from tests.integration.claude_code import LONG_CONTEXT, REPLACEMENT_CHARACTER, TOOL_CALL_START
 from tests.integration.sdk.isolated_envs import IsolatedEnv, build_wheel, cached_env
 from tests.integration.stack_fixtures import IngestStack, start_ingest
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -83,12 +82,7 @@ def framework_envs(tmp_path_factory) -> Iterator[dict[str, Future[IsolatedEnv]]]
 def long_context_vllm(framework_envs, tmp_path_factory) -> Iterator[VllmServer]:
     """Claude Code's prompt is about 27,000 tokens of the small model's tokenizer; the others fit in it too."""
     model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
-    config = VllmLaunchConfig(
-        model_path=model, port=free_port(), python=find_vllm_python(), served_model_name=SERVED,
-        max_model_len=LONG_CONTEXT, log_path=tmp_path_factory.mktemp("fw-vllm") / "vllm.log",
-        startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-    )  # fmt: skip
-    with VllmServer(config) as server:
+    with serving_model(model, tmp_path_factory, served_model_name=SERVED, max_model_len=LONG_CONTEXT) as server:
         yield server
 
 
