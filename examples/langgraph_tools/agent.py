@@ -3,7 +3,7 @@
     parity train --config examples/langgraph_tools/train.toml
 
 The graph (graph.py) imports nothing from Parity. Each rollout builds it with the
-session's base URL, which is the only thing Parity changes.
+session's base URL and API key, the only things Parity changes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ def episode(task: dict[str, Any]) -> float:
     tool result that is a number rather than an error); 0.1 for a final answer with any number in it, as the math
     example gives: the steps an untrained model can learn first, and rewards that vary within a task's rollouts."""
     # A sync agent: the engine runs it in a thread that carries the session.
-    graph = build_graph(parity.session_url(), task["model"], max_tokens=task["max_tokens"],
-                        temperature=task["temperature"])  # fmt: skip
+    # The key too: `parity train`'s stack checks tokens, and this is the agent token it made.
+    graph = build_graph(parity.session_url(), task["model"], api_key=parity.current_config().api_key,
+                        max_tokens=task["max_tokens"], temperature=task["temperature"])  # fmt: skip
     conversation = ask(graph, task["question"])
     if task["answer"] in str(conversation[-1].content):
         return 1.0

@@ -23,7 +23,11 @@ async def solve(task: dict[str, Any]) -> float:
         model=task["model"], messages=[{"role": "user", "content": task["question"]}],
         max_tokens=task["max_tokens"], temperature=task["temperature"],
     )  # fmt: skip
-    text = reply.choices[0].message.content or ""
-    if task["answer"] in re.findall(r"\d+", text):
+    return score(reply.choices[0].message.content or "", task["answer"])
+
+
+def score(text: str, answer: str) -> float:
+    """1 for the right number, 0.1 for a reply with any number in it, else 0."""
+    if answer in re.findall(r"\d+", text):
         return 1.0
     return 0.1 if re.search(r"\d", text) else 0.0

@@ -4,8 +4,10 @@
 
 The solver drafts an answer, then revises it (two steps). The judge, a second
 trajectory of the same episode, checks the final answer. Each solver step gets its
-own reward; the judge's verdict is the judge trajectory's reward. The agent returns
-None: every reward is reported with parity.reward().
+own reward (the math example's score: 1 for the right number, 0.1 for any number); the
+judge's verdict is the judge trajectory's reward. The agent returns None: every reward
+is reported with parity.reward(), and validation scores an episode by the solver's last
+step (`val_trajectory = "solver"` in train.toml).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import parity
+from examples.math.agent import score
 
 
 async def ask(task: dict[str, Any], messages: list[dict[str, str]], max_tokens: int | None = None) -> str:
@@ -27,10 +30,10 @@ async def ask(task: dict[str, Any], messages: list[dict[str, str]], max_tokens: 
 async def solve(task: dict[str, Any]) -> str:
     messages = [{"role": "user", "content": task["question"]}]
     draft = await ask(task, messages)
-    await parity.areward(1.0 if task["answer"] in draft else 0.0, step=0)
+    await parity.areward(score(draft, task["answer"]), step=0)
     messages += [{"role": "assistant", "content": draft}, {"role": "user", "content": "Check and give the final number."}]
     final = await ask(task, messages)
-    await parity.areward(1.0 if task["answer"] in final else 0.0, step=1)
+    await parity.areward(score(final, task["answer"]), step=1)
     return final
 
 
@@ -39,7 +42,7 @@ async def judge(task: dict[str, Any], answer: str) -> None:
     question = f"Question: {task['question']}\nAnswer: {answer}\nCorrect? yes or no."
     verdict = await ask(task, [{"role": "user", "content": question}], max_tokens=4)
     # The judge is rewarded for agreeing with the ground truth.
-    correct = task["answer"] in answer
+    correct = score(answer, task["answer"]) == 1.0
     await parity.areward(1.0 if ("yes" in verdict.lower()) == correct else 0.0)
 
 

@@ -99,6 +99,7 @@ class TrainSettings:
     val_max_tokens: int | None = setting(None, "max_tokens for validation (default: max_tokens)", group="validation")
     val_temperature: float | None = setting(None, "temperature for validation (default: temperature)", group="validation")
     val_pass_threshold: float = setting(1.0, "a validation rollout passes (for pass@k) when its reward is at least this", group="validation")
+    val_trajectory: str = setting("", "the trajectory that scores a validation rollout when the agent returns None: its reward, else its last rewarded step's (default: the unnamed trajectory)", group="validation")
     # The update.
     learning_rate: float | None = setting(None, "AdamW learning rate; default: the named model's (`parity model list`), or for a folder by its size: 1e-5 up to 300M parameters, 1e-6 up to 3B, 5e-7 above", group="optimization")
     advantage_estimator: str = setting("grpo", "verl's advantage estimator", choices=ADVANTAGE_ESTIMATORS, group="optimization")

@@ -56,7 +56,7 @@ from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
 from parity.training.tasks import load_tasks, tasks_from_objects
-from parity.training.validation import ValidationResult, summarize
+from parity.training.validation import RolloutScorer, ValidationResult, summarize
 
 log = structlog.get_logger(__name__)
 
@@ -109,8 +109,11 @@ class Trainer:
         if isinstance(agent, str):
             values["agent"] = agent
         for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
-            if isinstance(given, str | Path):
+            # An empty string is "none" (no validation), not the current directory.
+            if isinstance(given, Path) or (isinstance(given, str) and given):
                 values[name] = str(Path(given).resolve())
+            elif given == "":
+                values[name] = ""
         self.settings = _resolve_settings(settings, values)
         self.agent = _resolve_agent(agent if callable(agent) else None, self.settings)
         self.tasks = _resolve_tasks(tasks, self.settings.tasks, "tasks")
@@ -236,8 +239,10 @@ class Trainer:
         while not future.done():
             self._raise_if_ended(self._status(), [future], expect_complete=True)
             time.sleep(POLL_S)
+        assert self._assembler is not None
+        scorer = RolloutScorer(self._assembler, self.settings.val_trajectory)
         result = summarize(self.step_index, future.result(), self.settings.val_pass_threshold,
-                           self.settings.val_samples, self._reward_of)  # fmt: skip
+                           self.settings.val_samples, scorer)  # fmt: skip
         self.validations.append(result)
         self._track("validation", self.step_index, result.values())
         return result
@@ -485,19 +490,6 @@ class Trainer:
         except RPCError as error:
             log.warning("step_metrics_unavailable", step=step, error=str(error))
         return {}
-
-    def _reward_of(self, result: RolloutResult) -> float | None:
-        """The agent's returned reward, else the one it reported with parity.reward()."""
-        if result.reward is not None:
-            return result.reward
-        assert self._assembler is not None
-        try:
-            trajectory = self._assembler.get_trajectory(
-                assembler_pb.GetTrajectoryRequest(session_id=result.session_id)
-            ).trajectory
-        except RPCError:
-            return None
-        return trajectory.reward if trajectory.has_reward else None
 
     # ----- tasks
 

@@ -4,6 +4,10 @@ pass@k is the unbiased estimator of Chen et al. (2021): for a task with n sample
 which c pass, 1 - C(n-c, k) / C(n, k), averaged over the tasks. A sample passes when
 its reward is at least the run's `val_pass_threshold`; a failed or unrewarded
 sample never passes and is left out of the mean reward.
+
+An agent that returns None is scored by one trajectory of its session (the unnamed one
+unless the run names another): its trajectory reward, or, for a trajectory rewarded
+only by steps, its last rewarded step's, the outcome the steps led to.
 """
 
 from __future__ import annotations
@@ -11,9 +15,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import grpc
+import structlog
+
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.assembler.v1 import trajectory_pb2
+from parity.clients import AssemblerClient, RPCError
 from parity.engine import RolloutResult
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,37 @@ class ValidationResult:
         values = {"reward": self.reward, "samples": float(self.sample_count), "failed": float(self.failed_count)}
         values.update({f"pass@{k}": value for k, value in self.pass_at.items()})
         return values
+
+
+def trajectory_score(trajectory: trajectory_pb2.Trajectory) -> float | None:
+    """A trajectory's validation score; None when nothing rewarded it."""
+    if trajectory.has_reward:
+        return trajectory.reward
+    rewarded = [step.reward for step in trajectory.steps if step.has_reward]
+    return rewarded[-1] if rewarded else None
+
+
+@dataclass
+class RolloutScorer:
+    """A validation rollout's reward: the agent's returned one, else its session's trajectory's."""
+
+    assembler: AssemblerClient
+    trajectory_name: str = ""
+    _warned: bool = field(default=False, init=False)
+
+    def __call__(self, result: RolloutResult) -> float | None:
+        if result.reward is not None:
+            return result.reward
+        request = assembler_pb.GetTrajectoryRequest(session_id=result.session_id, trajectory_name=self.trajectory_name)
+        try:
+            return trajectory_score(self.assembler.get_trajectory(request).trajectory)
+        except RPCError as error:
+            # A misspelt val_trajectory would otherwise leave every validation silently unscored.
+            if error.code == grpc.StatusCode.NOT_FOUND and not self._warned:
+                self._warned = True
+                log.warning("validation_trajectory_missing", trajectory=self.trajectory_name,
+                            session_id=result.session_id, error=error.message)  # fmt: skip
+            return None
 
 
 def pass_at_k(samples: int, passed: int, k: int) -> float:

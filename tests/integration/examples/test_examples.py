@@ -54,8 +54,9 @@ def test_math_agent_trains_with_validation_and_every_rollout_is_captured_closed_
         assert view.has_reward and view.reward in (0.0, 0.1, 1.0)
 
 
-def test_solver_judge_has_two_trajectories_and_step_rewards(deployed_stack, tmp_path) -> None:
-    result = train_example(deployed_stack, "solver_judge", tmp_path, val_tasks=None)
+def test_solver_judge_has_two_trajectories_and_step_rewards_and_validates_by_the_solver(deployed_stack, tmp_path) -> None:
+    result = train_example(deployed_stack, "solver_judge", tmp_path)
+    assert result.val_reward_before is not None and result.val_reward_after is not None, "val_trajectory scores it"
     sessions = {t.session_id for t in rollout_sessions(deployed_stack, result.run_id)}
     assert sessions
     for session_id in sorted(sessions)[:4]:

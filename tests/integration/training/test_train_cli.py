@@ -125,3 +125,15 @@ def test_an_unusable_model_ends_the_run_with_the_fix_before_any_service_starts(t
     assert run.returncode == 2 and stdout == ""
     assert f"model: {folder} has no chat template" in said and "add chat_template.jinja" in said
     assert not (tmp_path / "runs").exists(), "nothing started"
+
+
+def test_the_langgraph_example_runs_on_the_stack_parity_train_brings_up_whose_ingest_checks_tokens(tmp_path) -> None:
+    # The framework's client sends the key the SDK holds; a literal key is refused (401) by this stack.
+    log = tmp_path / "stderr.log"
+    run = parity_train("--config", str(REPO_ROOT / "examples/langgraph_tools/train.toml"), "--model", "tiny-test",
+                       "--steps", "1", "--groups-per-batch", "1", "--rollouts-per-task", "2", "--val-tasks", "",
+                       "--output-dir", str(tmp_path / "runs"), stderr=log)  # fmt: skip
+    stdout, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, log.read_text()[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["state"] == "completed" and result["steps"] == 1, result

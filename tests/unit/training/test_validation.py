@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from parity.api.assembler.v1 import trajectory_pb2
 from parity.engine import RolloutResult
-from parity.training.validation import pass_at_k, summarize
+from parity.training.validation import pass_at_k, summarize, trajectory_score
 
 
 def result(task: str, rollout: int, reward: float | None, outcome: str = "succeeded", attempt: int = 0) -> RolloutResult:
@@ -32,3 +33,11 @@ def test_summary_uses_final_attempts_and_leaves_failures_out_of_the_mean() -> No
     # Task a: 1 of 2 passed; task b: 1 of 2 (the timed-out rollout never passes).
     assert summary.pass_at[1] == pytest.approx(0.5)
     assert summary.pass_at[2] == pytest.approx(1.0)
+
+
+def test_a_trajectory_scores_by_its_reward_else_by_its_last_rewarded_step() -> None:
+    steps = [trajectory_pb2.Step(step_index=0, reward=1.0, has_reward=True),
+             trajectory_pb2.Step(step_index=1, reward=0.0, has_reward=True), trajectory_pb2.Step(step_index=2)]  # fmt: skip
+    assert trajectory_score(trajectory_pb2.Trajectory(steps=steps)) == 0.0
+    assert trajectory_score(trajectory_pb2.Trajectory(steps=steps, reward=0.5, has_reward=True)) == 0.5
+    assert trajectory_score(trajectory_pb2.Trajectory(steps=steps[2:])) is None
