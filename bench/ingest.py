@@ -476,16 +476,17 @@ def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], 
                         raise SystemExit("ingest never saw its upstream healthy")
                     time.sleep(0.2)
                 measured = processes.pids(["store", "ingest"])
+                store_group = processes.pids(["store"])
                 processes.wait_idle()
                 script = processes.scratch / "mixed.lua"
                 script.write_text(_mixed_lua(MIXED_SESSIONS))
-                before = _cpu_seconds(measured)
+                before, store_before = _cpu_seconds(measured), _cpu_seconds(store_group)
                 out = subprocess.run(
                     ["wrk", "-t2", f"-c{MIXED_CONNECTIONS}", f"-d{seconds}s", "--latency", "--timeout", "30s",
                      "-s", str(script), f"http://127.0.0.1:{http_port}"],
                     capture_output=True, text=True, check=True,
                 ).stdout  # fmt: skip
-                cpu = _cpu_seconds(measured) - before
+                cpu, store_cpu = _cpu_seconds(measured) - before, _cpu_seconds(store_group) - store_before
                 processes.wait_idle()
                 rss_mb = sum(_rss_mb(pid) for pid in measured)
             finally:
@@ -494,7 +495,8 @@ def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], 
             errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
             rows.append({"tree": label, "round": round_number, "rps": rps, "errors": errors,
                          "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-                         "cpu_ms_per_call": 1000 * cpu / max(rps * seconds, 1), "rss_mb": rss_mb})  # fmt: skip
+                         "cpu_ms_per_call": 1000 * cpu / max(rps * seconds, 1),
+                         "store_cpu_ms_per_call": 1000 * store_cpu / max(rps * seconds, 1), "rss_mb": rss_mb})  # fmt: skip
     return rows
 
 
@@ -508,10 +510,12 @@ def _rss_mb(pid: int) -> float:
 
 
 def print_mixed(rows: list[dict[str, Any]]) -> None:
-    print(f"{'tree':>10} {'round':>5} | {'rps':>8}{'p50 ms':>8} | {'CPU ms per call':>16} | {'RSS MB':>7} | errors")
+    print(f"{'tree':>10} {'round':>5} | {'rps':>8}{'p50 ms':>8} | {'CPU ms per call':>16}{'of it store':>12} | "
+          f"{'RSS MB':>7} | errors")  # fmt: skip
     for row in rows:
         print(f"{row['tree']:>10} {row['round']:>5} | {row['rps']:>8,.0f}{row['p50_ms']:>8.2f} | "
-              f"{row['cpu_ms_per_call']:>16.2f} | {row['rss_mb']:>7.0f} | {row['errors']}")  # fmt: skip
+              f"{row['cpu_ms_per_call']:>16.2f}{row['store_cpu_ms_per_call']:>12.2f} | {row['rss_mb']:>7.0f} | "
+              f"{row['errors']}")  # fmt: skip
     trees = list(dict.fromkeys(row["tree"] for row in rows))
     means = {tree: statistics.mean(row["rps"] for row in rows if row["tree"] == tree) for tree in trees}
     if len(trees) == 2:
