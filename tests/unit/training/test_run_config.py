@@ -70,3 +70,10 @@ def test_max_tokens_default_to_the_general_one_for_a_folder_and_keep_a_set_value
     common = {"steps": 1, "output_dir": str(tmp_path), "model": str(tmp_path)}
     assert Trainer(lambda task: 1.0, TASKS, **common).settings.max_tokens == 256
     assert Trainer(lambda task: 1.0, TASKS, max_tokens=12, **common).settings.max_tokens == 12
+
+
+def test_empty_val_tasks_mean_no_validation_not_the_current_directory(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    trainer = Trainer(lambda task: 1.0, TASKS, val_tasks="", steps=1, output_dir=str(tmp_path), model=str(tmp_path))
+    assert trainer.settings.val_tasks == "" and not trainer.val_tasks
