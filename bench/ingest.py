@@ -179,19 +179,22 @@ class Processes:
             time.sleep(0.2)
         return f"{scheme}://127.0.0.1:{http_port}/v1"
 
-    def start_ingests(self, upstream: str, count: int) -> tuple[str, list[str]]:
+    def start_ingests(self, upstream: str, count: int, env: dict[str, str] | None = None) -> tuple[str, list[str]]:
         """A store and `count` ingests sharing one HTTP port (SO_REUSEPORT, as `parity up --ingests` runs them);
-        returns the port's OpenAI base URL and the ingests' names."""
+        returns the port's OpenAI base URL and the ingests' names. `env` runs them from another code tree."""
         store_port, http_port = free_port(), free_port()
         label = f"x{count}"
         self.start(f"store-{label}", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
-                                      "--url", f"sqlite:///{self.scratch}/store-{label}.db", "--log-level", "warning"])  # fmt: skip
+                                      "--url", f"sqlite:///{self.scratch}/store-{label}.db", "--log-level", "warning"],
+                   env=env)  # fmt: skip
+        # One ingest needs no shared port (and trees older than the flag do not know it).
+        shared = ["--http-reuse-port"] if count > 1 else []
         names = [f"ingest-{label}-{n}" for n in range(count)]
         for name in names:
             self.start(name, [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(free_port()),
-                              "--http-port", str(http_port), "--http-reuse-port", "--upstreams", upstream,
+                              "--http-port", str(http_port), *shared, "--upstreams", upstream,
                               "--store", f"127.0.0.1:{store_port}", "--spool-path", str(self.scratch / f"spool-{name}.db"),
-                              "--log-level", "warning"], f"http://127.0.0.1:{http_port}/health")  # fmt: skip
+                              "--log-level", "warning"], f"http://127.0.0.1:{http_port}/health", env=env)  # fmt: skip
         # Each must have seen the upstream before any is loaded: ask until every one has answered a model list.
         deadline = time.monotonic() + 30
         seen = 0
@@ -251,15 +254,17 @@ def _cpu_seconds(process_groups: set[int]) -> float:
 
 
 def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path, auth: str = "",
-        pace_ms: int = 0, request: dict[str, Any] = BODY) -> dict[str, float]:  # fmt: skip
-    body = json.dumps(request | {"stream": stream})
-    script = scratch / f"wrk-{stream}-{pace_ms}-{len(body)}.lua"
-    script.write_text(
-        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-        + (f'wrk.headers["Authorization"] = "Bearer {auth}"\n' if auth else "")
-        + f"wrk.body = [[{body}]]\n"
-        + (_paced_lua(pace_ms) if pace_ms else "")
-    )
+        pace_ms: int = 0, request: dict[str, Any] = BODY, script: Path | None = None) -> dict[str, float]:  # fmt: skip
+    """wrk's throughput, latency and errors for `request` at `url`, or for what a ready `script` sends."""
+    if script is None:
+        body = json.dumps(request | {"stream": stream})
+        script = scratch / f"wrk-{stream}-{pace_ms}-{len(body)}.lua"
+        script.write_text(
+            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+            + (f'wrk.headers["Authorization"] = "Bearer {auth}"\n' if auth else "")
+            + f"wrk.body = [[{body}]]\n"
+            + (_paced_lua(pace_ms) if pace_ms else "")
+        )
     out = subprocess.run(
         ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "30s",
          "-s", str(script), url],
@@ -458,45 +463,26 @@ def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], 
         for label, env in trees.items():
             processes = Processes(scratch / f"mixed-{label}-{round_number}")
             processes.scratch.mkdir(parents=True, exist_ok=True)
-            stub_port, store_port, http_port = free_port(), free_port(), free_port()
+            stub_port = free_port()
             try:
                 processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
                                 f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
-                processes.start("store", [PYTHON, "-m", "parity.cli", "store", "serve", "--port", str(store_port),
-                                          "--url", f"sqlite:///{processes.scratch}/store.db", "--log-level", "warning"],
-                                env=env)  # fmt: skip
-                processes.start("ingest", [PYTHON, "-m", "parity.cli", "ingest", "serve", "--port", str(free_port()),
-                                           "--http-port", str(http_port), "--upstreams", f"http://127.0.0.1:{stub_port}",
-                                           "--store", f"127.0.0.1:{store_port}", "--log-level", "warning",
-                                           "--spool-path", str(processes.scratch / "spool.db")],
-                                f"http://127.0.0.1:{http_port}/health", env=env)  # fmt: skip
-                deadline = time.monotonic() + 30
-                while not httpx.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]:
-                    if time.monotonic() > deadline:
-                        raise SystemExit("ingest never saw its upstream healthy")
-                    time.sleep(0.2)
-                measured = processes.pids(["store", "ingest"])
-                store_group = processes.pids(["store"])
+                url, (ingest,) = processes.start_ingests(f"http://127.0.0.1:{stub_port}", 1, env)
+                measured, store_group = processes.pids([ingest, "store-x1"]), processes.pids(["store-x1"])
                 processes.wait_idle()
                 script = processes.scratch / "mixed.lua"
                 script.write_text(_mixed_lua(MIXED_SESSIONS))
                 before, store_before = _cpu_seconds(measured), _cpu_seconds(store_group)
-                out = subprocess.run(
-                    ["wrk", "-t2", f"-c{MIXED_CONNECTIONS}", f"-d{seconds}s", "--latency", "--timeout", "30s",
-                     "-s", str(script), f"http://127.0.0.1:{http_port}"],
-                    capture_output=True, text=True, check=True,
-                ).stdout  # fmt: skip
+                result = wrk(url.removesuffix("/v1"), MIXED_CONNECTIONS, seconds, False, processes.scratch, script=script)
                 cpu, store_cpu = _cpu_seconds(measured) - before, _cpu_seconds(store_group) - store_before
                 processes.wait_idle()
                 rss_mb = sum(_rss_mb(pid) for pid in measured)
             finally:
                 processes.stop()
-            rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-            errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
-            rows.append({"tree": label, "round": round_number, "rps": rps, "errors": errors,
-                         "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-                         "cpu_ms_per_call": 1000 * cpu / max(rps * seconds, 1),
-                         "store_cpu_ms_per_call": 1000 * store_cpu / max(rps * seconds, 1), "rss_mb": rss_mb})  # fmt: skip
+            calls = max(result["rps"] * seconds, 1)
+            rows.append({"tree": label, "round": round_number, "rps": result["rps"], "errors": result["errors"],
+                         "p50_ms": result["p50_ms"], "cpu_ms_per_call": 1000 * cpu / calls,
+                         "store_cpu_ms_per_call": 1000 * store_cpu / calls, "rss_mb": rss_mb})  # fmt: skip
     return rows
 
 

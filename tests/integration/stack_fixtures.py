@@ -13,10 +13,10 @@ import pytest
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmServer
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import serving_model
 from tests.waiting import eventually
 
 
@@ -136,11 +136,7 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
 def own_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
     """A vLLM for one module's training runs: training rewrites the served weights, so the session's shared
     vLLM is left alone."""
-    config = VllmLaunchConfig(
-        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
-        log_path=tmp_path_factory.mktemp("own-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-    )  # fmt: skip
-    with VllmServer(config) as server:
+    with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as server:
         yield server
 
 
