@@ -2,10 +2,11 @@
 
 Each endpoint (chat completions, completions, Anthropic Messages, the Responses API)
 turns its request into the chat or completions body vLLM takes and hands it here.
-What comes back is already recorded: the answer as a JSON object, or its stream as
-batches of chunk objects (one batch per network read: under load one read holds
-many events, and writing each alone would cost more than the relay). A stream that
-ends is recorded before its last batch is handed on, so with durability "before" an
+What comes back is already recorded, and without what capture added to the request
+(token ids and logprobs the agent did not ask for): the answer as a JSON object, or
+its stream, each chunk recorded and then rendered by the endpoint, one write per network read
+(under load one read holds many events, and writing each alone would cost more than
+the relay). A stream is recorded before it ends, so with durability "before" an
 endpoint's final event goes out only once the call is durable.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
 
 import orjson
 
@@ -21,7 +22,7 @@ from parity.services.ingest import openai_errors
 from parity.services.ingest.call_capture import CallCapture
 from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, Render, StreamFailed
 from parity.services.ingest.exact_history import ExactHistory
 from parity.services.ingest.external_models import ExternalModels
 from parity.services.ingest.policy_adapter import PolicyAdapter
@@ -108,7 +109,7 @@ class ChatBackend:
             raise
         if reply.response.status == 200 and call.body.get("stream"):
             capture.upstream(reply.replica.name, reply.attempts)
-            return Forwarded(capture, chunks=_stream(reply, capture), abandon=reply.response.abandon)
+            return Forwarded(capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon)
         capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
         return await _whole(reply, capture)
 
@@ -135,8 +136,8 @@ async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:
     return Forwarded(capture, response=response)
 
 
-async def _stream(reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[list[dict[str, Any]], None]:
-    """The upstream's SSE events as chunk objects, recorded as they pass.
+async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) -> AsyncGenerator[bytes, None]:
+    """The upstream's SSE events, each recorded and then rendered as the endpoint's events.
 
     Until the stream has run its course here, the agent leaving closes this generator
     at whichever yield it is held; the call is then recorded on the way out, whatever
@@ -151,24 +152,22 @@ async def _stream(reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[
             if not payloads:
                 continue
             capture.first_byte()
-            chunks = []
+            events: list[bytes] = []
             for payload in payloads:
                 if payload == b"[DONE]":
                     outcome = SUCCEEDED
                     break
                 chunk = orjson.loads(payload)
                 capture.add_chunk(chunk)
-                chunks.append(chunk)
+                events += render(chunk)
+            if events:
+                yield b"".join(events)
             if outcome == SUCCEEDED:
-                # Recorded before the last batch is handed on: whatever the endpoint sends after it
-                # (its final event) goes out only once the call is recorded.
+                # Recorded before this generator ends: whatever the endpoint sends after it (its
+                # final event) goes out only once the call is recorded.
                 ran_to_end = True
                 await capture.finish(SUCCEEDED)
-                if chunks:
-                    yield chunks
                 return
-            if chunks:
-                yield chunks
         outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
     except UpstreamAbandoned:
         # The agent went away while vLLM was silent: recorded as disconnected, below.

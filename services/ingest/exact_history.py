@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from functools import partial
 from typing import Any
 
 import orjson
@@ -26,7 +27,7 @@ import structlog
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed, render_batches
 from parity.services.ingest.history_book import Continuation, HistoryBook
 from parity.services.ingest.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.replies import DISCONNECTED, SUCCEEDED, UPSTREAM_ERROR
@@ -99,7 +100,7 @@ class ExactHistory:
         derender = _Derender(self.upstream, [reply.replica], call, prompt, body, rendered["request_id"])
         if reply.response.status == 200 and request["stream"]:
             capture.upstream(reply.replica.name, reply.attempts)
-            return Forwarded(capture, chunks=derender.stream(reply, capture), abandon=reply.response.abandon)
+            return Forwarded(capture, stream=partial(render_batches, derender.stream(reply, capture)), abandon=reply.response.abandon)
         capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
         return await derender.whole(reply, capture)
 
@@ -205,6 +206,7 @@ class _Derender:
         capture.add_response(record | {"prompt_token_ids": self.prompt})
         answer_choice["token_ids"] = choice["token_ids"]
         answer["prompt_token_ids"] = self.prompt
+        capture.request.strip(answer)
         await capture.finish(SUCCEEDED)
         return Forwarded(capture, response=answer)
 
@@ -244,6 +246,8 @@ class _Derender:
                         capture.add_chunk({"usage": step["usage"]})
                         if include_usage:
                             chunks.append(answer)
+                for chunk in chunks:
+                    capture.request.strip(chunk)
                 if done:
                     ran_to_end = True
                     await capture.finish(SUCCEEDED)

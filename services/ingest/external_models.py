@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from parity.services.ingest import openai_errors
 from parity.services.ingest.call_capture import CallCapture
 from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
 from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed, render_batches
 from parity.services.ingest.replies import DISCONNECTED, EXTERNAL, SUCCEEDED, UPSTREAM_ERROR
 
 log = structlog.get_logger(__name__)
@@ -76,7 +77,7 @@ class ExternalModels:
             capture.add_response(response)
             await capture.finish(SUCCEEDED)
             return Forwarded(capture, response=response)
-        return Forwarded(capture, chunks=_relay(result, capture, body["model"]))
+        return Forwarded(capture, stream=partial(render_batches, _relay(result, capture, body["model"])))
 
 
 async def _relay(result: Any, capture: CallCapture, model: str) -> AsyncGenerator[list[dict[str, Any]], None]:

@@ -44,32 +44,34 @@ class OpenAIChatServing:
             forwarded = await self.backend.forward(ChatCall(endpoint, body, raw_body, session, metadata, model, served))
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.body(), log | {"error": error.message})
-        if forwarded.chunks is not None:
+        if forwarded.stream is not None:
             return StreamReply(self._relay(forwarded, model), forwarded.capture, forwarded.abandon, log)
         if forwarded.response is None:
             return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
-        self._restore(forwarded, forwarded.response, model)
+        _rename(forwarded, forwarded.response, model)
         return JsonReply(200, orjson.dumps(forwarded.response), log, forwarded.capture)
 
     async def _relay(self, forwarded: Forwarded, model: str) -> AsyncGenerator[bytes, None]:
         """The events of one network read go to the agent in one write; `[DONE]` goes once the call is recorded."""
-        assert forwarded.chunks is not None
-        async with contextlib.aclosing(forwarded.chunks) as chunks:
+        assert forwarded.stream is not None
+
+        def render(chunk: dict[str, Any]) -> list[bytes]:
+            _rename(forwarded, chunk, model)
+            return [b"data: " + orjson.dumps(chunk) + b"\n\n"]
+
+        async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:
-                async for batch in chunks:
-                    for chunk in batch:
-                        self._restore(forwarded, chunk, model)
-                    yield b"".join([b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in batch])
+                async for data in events:
+                    yield data
             except StreamFailed as failure:
                 yield b"data: " + openai_errors.bad_gateway(str(failure)).body() + b"\n\n"
         yield b"data: [DONE]\n\n"
 
-    @staticmethod
-    def _restore(forwarded: Forwarded, answer: dict[str, Any], model: str) -> None:
-        """The answer as vLLM would have sent it to this request: without what capture added, under the name asked for."""
-        forwarded.capture.request.strip(answer)
-        if forwarded.capture.served_model != model and "model" in answer:
-            answer["model"] = model
+
+def _rename(forwarded: Forwarded, answer: dict[str, Any], model: str) -> None:
+    """The answer under the name the agent asked for (capture already took out what it added)."""
+    if forwarded.capture.served_model != model and "model" in answer:
+        answer["model"] = model
 
 
 def parse_json_object(raw_body: bytes) -> dict[str, Any]:

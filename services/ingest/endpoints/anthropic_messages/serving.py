@@ -50,7 +50,7 @@ class AnthropicMessagesServing:
             forwarded = await self.backend.forward(ChatCall(MESSAGES, chat, raw_body, session, metadata, model, served))
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.anthropic_body(), log | {"error": error.message})
-        if forwarded.chunks is not None:
+        if forwarded.stream is not None:
             return StreamReply(self._events(forwarded, model), forwarded.capture, forwarded.abandon, log)
         if forwarded.response is None:
             return JsonReply(forwarded.status, _anthropic_error(forwarded.status, forwarded.error_body), log, forwarded.capture)
@@ -73,17 +73,17 @@ class AnthropicMessagesServing:
         return JsonReply(status, payload if status == 200 else _anthropic_error(status, payload))
 
     async def _events(self, forwarded: Forwarded, model: str) -> AsyncGenerator[bytes, None]:
-        assert forwarded.chunks is not None
+        assert forwarded.stream is not None
         stream = answers.MessageStream()
-        async with contextlib.aclosing(forwarded.chunks) as chunks:
+
+        def render(chunk: dict[str, Any]) -> list[bytes]:
+            chunk["model"] = model
+            return stream.feed(chunk)
+
+        async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:
-                async for batch in chunks:
-                    events: list[bytes] = []
-                    for chunk in batch:
-                        chunk["model"] = model
-                        events += stream.feed(chunk)
-                    if events:
-                        yield b"".join(events)
+                async for data in events:
+                    yield data
             except StreamFailed as failure:
                 yield answers.error_event({"type": "api_error", "message": str(failure)})
                 return

@@ -54,7 +54,7 @@ class ResponsesServing:
             return JsonReply(error.status, error.body(), log | {"error": error.message})
         remember = self._remembering(request, messages, forwarded)
         shell = self._shell(request, model, served, forwarded)
-        if forwarded.chunks is not None:
+        if forwarded.stream is not None:
             return StreamReply(self._events(forwarded, shell, remember), forwarded.capture, forwarded.abandon, log)
         if forwarded.response is None:
             return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
@@ -86,19 +86,21 @@ class ResponsesServing:
     async def _events(
         self, forwarded: Forwarded, shell: Callable[[int], answers.ResponseShell], remember: Callable[[], None]
     ) -> AsyncGenerator[bytes, None]:
-        assert forwarded.chunks is not None
+        assert forwarded.stream is not None
         stream: answers.ResponseStream | None = None
-        async with contextlib.aclosing(forwarded.chunks) as chunks:
+
+        def render(chunk: dict[str, Any]) -> list[bytes]:
+            nonlocal stream
+            if stream is None:
+                # The prompt's length is recorded from the first chunk, before capture drops its ids from it.
+                stream = answers.ResponseStream(shell(len(forwarded.capture.recorder.prompt_token_ids or ())))
+                return [*stream.start(), *stream.feed(chunk)]
+            return stream.feed(chunk)
+
+        async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:
-                async for batch in chunks:
-                    events: list[bytes] = []
-                    for chunk in batch:
-                        if stream is None:
-                            stream = answers.ResponseStream(shell(len(chunk.get("prompt_token_ids") or ())))
-                            events += stream.start()
-                        events += stream.feed(chunk)
-                    if events:
-                        yield b"".join(events)
+                async for data in events:
+                    yield data
             except StreamFailed as failure:
                 stream = stream or answers.ResponseStream(shell(0))
                 yield stream.failed(str(failure))
