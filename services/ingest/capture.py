@@ -99,12 +99,6 @@ class CallRecorder:
         self.choices: dict[int, _ChoiceRecord] = {}
         self.usage: dict[str, Any] | None = None
 
-    def _choice(self, index: int) -> _ChoiceRecord:
-        record = self.choices.get(index)
-        if record is None:
-            record = self.choices[index] = _ChoiceRecord()
-        return record
-
     def add_response(self, response: dict[str, Any]) -> None:
         """A complete (non-streamed) response."""
         self.add_chunk(response, streamed=False)
@@ -114,13 +108,22 @@ class CallRecorder:
             self.prompt_token_ids = chunk["prompt_token_ids"]
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+        # Runs once per streamed token under load: lookups and logprobs are inlined.
         for choice in chunk.get("choices") or ():
-            record = self._choice(choice.get("index", 0))
+            index = choice.get("index", 0)
+            record = self.choices.get(index)
+            if record is None:
+                record = self.choices[index] = _ChoiceRecord()
             if choice.get("prompt_token_ids") and self.prompt_token_ids is None:
                 self.prompt_token_ids = choice["prompt_token_ids"]
             if choice.get("token_ids"):
                 record.token_ids.extend(choice["token_ids"])
-            _add_logprobs(record, choice.get("logprobs"))
+            logprobs = choice.get("logprobs")
+            if logprobs:
+                if (content := logprobs.get("content")) is not None:  # chat
+                    record.logprobs += [entry["logprob"] for entry in content]
+                elif (token_logprobs := logprobs.get("token_logprobs")) is not None:  # completions
+                    record.logprobs += token_logprobs
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]
             if choice.get("stop_reason") is not None:
@@ -208,15 +211,6 @@ class CallRecorder:
 
 def _pack_ids(ids: Any) -> bytes:
     return np.asarray(ids, dtype="<i4").tobytes()
-
-
-def _add_logprobs(record: _ChoiceRecord, logprobs: dict[str, Any] | None) -> None:
-    if not logprobs:
-        return
-    if logprobs.get("content") is not None:  # chat
-        record.logprobs.extend(entry["logprob"] for entry in logprobs["content"])
-    elif logprobs.get("token_logprobs") is not None:  # completions
-        record.logprobs.extend(logprobs["token_logprobs"])
 
 
 def _add_tool_call(record: _ChoiceRecord, tool_call: dict[str, Any], position: int, streamed: bool) -> None:

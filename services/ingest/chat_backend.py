@@ -159,9 +159,9 @@ async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) ->
                     break
                 chunk = orjson.loads(payload)
                 capture.add_chunk(chunk)
-                events += render(chunk)
-            if events:
-                yield b"".join(events)
+                events.append(render(chunk))
+            if data := b"".join(events):
+                yield data
             if outcome == SUCCEEDED:
                 # Recorded before this generator ends: whatever the endpoint sends after it (its
                 # final event) goes out only once the call is recorded.

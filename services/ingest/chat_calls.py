@@ -31,8 +31,8 @@ class ChatCall:
     started_at: float = field(default_factory=time.time)
 
 
-Render = Callable[[dict[str, Any]], list[bytes]]
-"""An endpoint's events for one recorded answer chunk: none, one or several."""
+Render = Callable[[dict[str, Any]], bytes]
+"""An endpoint's events for one recorded answer chunk, joined (empty for none)."""
 
 
 class StreamFailed(Exception):
@@ -62,6 +62,5 @@ async def render_batches(batches: AsyncGenerator[list[dict[str, Any]], None], re
     """A stream that makes each read's chunks together (derendered, or from a provider's SDK) as an endpoint's events."""
     async with contextlib.aclosing(batches):
         async for batch in batches:
-            events = [event for chunk in batch for event in render(chunk)]
-            if events:
-                yield b"".join(events)
+            if events := b"".join([render(chunk) for chunk in batch]):
+                yield events

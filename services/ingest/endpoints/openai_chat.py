@@ -48,16 +48,21 @@ class OpenAIChatServing:
             return StreamReply(self._relay(forwarded, model), forwarded.capture, forwarded.abandon, log)
         if forwarded.response is None:
             return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
-        _rename(forwarded, forwarded.response, model)
+        if forwarded.capture.served_model != model and "model" in forwarded.response:
+            forwarded.response["model"] = model
         return JsonReply(200, orjson.dumps(forwarded.response), log, forwarded.capture)
 
     async def _relay(self, forwarded: Forwarded, model: str) -> AsyncGenerator[bytes, None]:
         """The events of one network read go to the agent in one write; `[DONE]` goes once the call is recorded."""
         assert forwarded.stream is not None
 
-        def render(chunk: dict[str, Any]) -> list[bytes]:
-            _rename(forwarded, chunk, model)
-            return [b"data: " + orjson.dumps(chunk) + b"\n\n"]
+        # Capture took out what it added; what is left to restore is the name the agent asked for.
+        rename = forwarded.capture.served_model != model
+
+        def render(chunk: dict[str, Any]) -> bytes:
+            if rename and "model" in chunk:
+                chunk["model"] = model
+            return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
         async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:
@@ -66,12 +71,6 @@ class OpenAIChatServing:
             except StreamFailed as failure:
                 yield b"data: " + openai_errors.bad_gateway(str(failure)).body() + b"\n\n"
         yield b"data: [DONE]\n\n"
-
-
-def _rename(forwarded: Forwarded, answer: dict[str, Any], model: str) -> None:
-    """The answer under the name the agent asked for (capture already took out what it added)."""
-    if forwarded.capture.served_model != model and "model" in answer:
-        answer["model"] = model
 
 
 def parse_json_object(raw_body: bytes) -> dict[str, Any]:

@@ -76,9 +76,9 @@ class AnthropicMessagesServing:
         assert forwarded.stream is not None
         stream = answers.MessageStream()
 
-        def render(chunk: dict[str, Any]) -> list[bytes]:
+        def render(chunk: dict[str, Any]) -> bytes:
             chunk["model"] = model
-            return stream.feed(chunk)
+            return b"".join(stream.feed(chunk))
 
         async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:

@@ -89,13 +89,13 @@ class ResponsesServing:
         assert forwarded.stream is not None
         stream: answers.ResponseStream | None = None
 
-        def render(chunk: dict[str, Any]) -> list[bytes]:
+        def render(chunk: dict[str, Any]) -> bytes:
             nonlocal stream
             if stream is None:
                 # The prompt's length is recorded from the first chunk, before capture drops its ids from it.
                 stream = answers.ResponseStream(shell(len(forwarded.capture.recorder.prompt_token_ids or ())))
-                return [*stream.start(), *stream.feed(chunk)]
-            return stream.feed(chunk)
+                return b"".join([*stream.start(), *stream.feed(chunk)])
+            return b"".join(stream.feed(chunk))
 
         async with contextlib.aclosing(forwarded.stream(render)) as events:
             try:
