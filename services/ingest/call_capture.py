@@ -67,16 +67,12 @@ class CallCapture:
             self.first_byte_at = time.time()
 
     def add_response(self, response: dict[str, Any]) -> None:
-        """Record a whole answer, then drop from it what capture added (see `add_chunk`)."""
+        """Record a whole answer and take out of it what capture added (see CallRecorder.add_chunk)."""
         self.recorder.add_response(response)
-        self.request.strip(response)
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
-        """Record a stream chunk, then drop from it what capture added. Dropped at once rather than when the
-        answer goes out: the per-token logprob objects would otherwise live through the durable write, and under
-        load so many survive that the garbage collector's work on them cost a third of ingest's throughput."""
+        """Record a stream chunk and take out of it what capture added (see CallRecorder.add_chunk)."""
         self.recorder.add_chunk(chunk)
-        self.request.strip(chunk)
 
     async def finish(self, outcome: int, error_message: str = "") -> llm_call_pb2.LlmCall:
         """Record the call; returns once the sink has it (durable, under durability "before")."""

@@ -104,6 +104,11 @@ class CallRecorder:
         self.add_chunk(response, streamed=False)
 
     def add_chunk(self, chunk: dict[str, Any], streamed: bool = True) -> None:
+        """Record a response or stream chunk, then take out of it what capture added to the request.
+
+        Taken out at once rather than when the answer goes out: otherwise the per-token logprob
+        objects live through the durable write, and under load the allocator's and garbage
+        collector's work on them costs throughput (docs/design/ingest-mixed-load.md)."""
         if chunk.get("prompt_token_ids") and self.prompt_token_ids is None:
             self.prompt_token_ids = chunk["prompt_token_ids"]
         if chunk.get("usage"):
@@ -138,6 +143,7 @@ class CallRecorder:
                 record.reasoning.append(reasoning)
             for position, tool_call in enumerate(message.get("tool_calls") or ()):
                 _add_tool_call(record, tool_call, position, streamed)
+        self.request.strip(chunk)
 
     def to_call(
         self,

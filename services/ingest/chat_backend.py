@@ -146,6 +146,7 @@ async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) ->
     outcome, error_message = DISCONNECTED, ""
     partial = b""
     ran_to_end = False
+    record = capture.recorder.add_chunk  # once per streamed token: no wrapper call
     try:
         async for data in reply.response.iter_chunks():
             payloads, partial = split_sse_data(partial, data)
@@ -158,7 +159,7 @@ async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) ->
                     outcome = SUCCEEDED
                     break
                 chunk = orjson.loads(payload)
-                capture.add_chunk(chunk)
+                record(chunk)
                 events.append(render(chunk))
             if data := b"".join(events):
                 yield data

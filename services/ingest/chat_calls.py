@@ -52,8 +52,8 @@ class Forwarded:
     stream: Callable[[Render], AsyncGenerator[bytes, None]] | None = None
     """A stream's events: called once with the endpoint's renderer, it yields what each network read rendered to,
     every chunk rendered as soon as it is recorded; raises StreamFailed if the upstream breaks off. Close it when
-    done. Under load one read holds many chunks, and keeping them all as objects until the endpoint saw the read
-    cost ingest a tenth of its throughput in allocator and garbage-collector work."""
+    done. Under load one read holds many chunks; kept as objects until the endpoint saw the whole read, they cost
+    throughput in allocator and garbage-collector work (docs/design/ingest-mixed-load.md)."""
     abandon: Callable[[], None] | None = None
     """Stops the stream at once, even while it waits on a silent upstream (the agent left)."""
 
