@@ -144,12 +144,12 @@ async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) ->
     the outcome so far (the last events may have held `[DONE]`).
     """
     outcome, error_message = DISCONNECTED, ""
-    partial = b""
+    unfinished = b""
     ran_to_end = False
     record = capture.recorder.add_chunk  # once per streamed token: no wrapper call
     try:
         async for data in reply.response.iter_chunks():
-            payloads, partial = split_sse_data(partial, data)
+            payloads, unfinished = split_sse_data(unfinished, data)
             if not payloads:
                 continue
             capture.first_byte()
@@ -161,8 +161,8 @@ async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) ->
                 chunk = orjson.loads(payload)
                 record(chunk)
                 events.append(render(chunk))
-            if data := b"".join(events):
-                yield data
+            if rendered := b"".join(events):
+                yield rendered
             if outcome == SUCCEEDED:
                 # Recorded before this generator ends: whatever the endpoint sends after it (its
                 # final event) goes out only once the call is recorded.

@@ -215,12 +215,12 @@ class _Derender:
     far through vLLM's parsers, so one call per read rather than per engine step keeps a long reply's cost down
     when vLLM is busy and a read holds many steps."""
         outcome, error_message = DISCONNECTED, ""
-        partial, state, first, tool_call_seen = b"", None, True, False
+        unfinished, state, first, tool_call_seen = b"", None, True, False
         include_usage = bool((self.call.body.get("stream_options") or {}).get("include_usage"))
         ran_to_end = False
         try:
             async for data in reply.response.iter_chunks():
-                payloads, partial = split_sse_data(partial, data)
+                payloads, unfinished = split_sse_data(unfinished, data)
                 if not payloads:
                     continue
                 capture.first_byte()
