@@ -30,7 +30,7 @@ from parity.services.ingest.endpoints.anthropic_messages.serving import Anthropi
 from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing, parse_json_object
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.metrics import IngestMetrics
-from parity.services.ingest.replies import JsonReply, Reply
+from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.runtime.auth import TokenTable, role_name
 
@@ -142,19 +142,23 @@ class IngestHttpApp:
         if reply.abandon is not None:
             abandon = reply.abandon
             gone.add_done_callback(lambda done: None if done.cancelled() else abandon())
-        disconnected = False
+        disconnected = ended = False
         try:
             async for event in reply.events:
                 if gone.done():
                     break
-                await send({"type": "http.response.body", "body": event, "more_body": True})
+                ended = isinstance(event, FinalEvent)
+                await send({"type": "http.response.body", "body": event, "more_body": not ended})
+                if ended:
+                    break
         finally:
-            disconnected = gone.done()
+            disconnected = gone.done() and not ended
             gone.cancel()
             # Closing the relay releases vLLM's stream, which stops the generation, and
             # records the call with what was generated up to here.
             await reply.events.aclose()
-        await send({"type": "http.response.body", "body": b""})
+        if not ended:
+            await send({"type": "http.response.body", "body": b""})
         return 200, reply.log_fields() | ({"disconnected": True} if disconnected else {})
 
     async def _inference(self, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:

@@ -60,8 +60,10 @@ class ReplicaRouter:
         """Replicas serving `model`, the session's own first, then its fallbacks. Only the
         healthy ones; if none is, all of them: a try beats refusing outright."""
         serving = [r for r in self.replicas if model in r.models]
-        healthy = [r for r in serving if r.healthy]
-        return sorted(healthy or serving, key=lambda r: _score(session_id, r), reverse=True)
+        pool = [r for r in serving if r.healthy] or serving
+        if len(pool) < 2:
+            return pool
+        return sorted(pool, key=lambda r: _score(session_id, r), reverse=True)
 
     def policy_model(self) -> str | None:
         """The model the replicas serve, for requests that name none of theirs (`@policy` aliases)."""

@@ -18,6 +18,11 @@ POLICY = llm_call_pb2.CALL_KIND_POLICY
 EXTERNAL = llm_call_pb2.CALL_KIND_EXTERNAL
 
 
+class FinalEvent(bytes):
+    """A stream's last event: sent with the response's end, in one write rather than two. An endpoint
+    yields nothing after it; a stream that ends without one is ended by an empty write."""
+
+
 @dataclass
 class JsonReply:
     status: int

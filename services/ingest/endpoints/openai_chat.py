@@ -18,7 +18,7 @@ from parity.services.ingest.capture import CHAT, COMPLETIONS
 from parity.services.ingest.chat_backend import ChatBackend
 from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
 from parity.services.ingest.model_aliases import ModelAliases
-from parity.services.ingest.replies import JsonReply, Reply, StreamReply
+from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 
 
 class OpenAIChatServing:
@@ -70,7 +70,7 @@ class OpenAIChatServing:
                     yield data
             except StreamFailed as failure:
                 yield b"data: " + openai_errors.bad_gateway(str(failure)).body() + b"\n\n"
-        yield b"data: [DONE]\n\n"
+        yield FinalEvent(b"data: [DONE]\n\n")
 
 
 def parse_json_object(raw_body: bytes) -> dict[str, Any]:

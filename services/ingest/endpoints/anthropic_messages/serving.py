@@ -22,7 +22,7 @@ from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
 from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
 from parity.services.ingest.endpoints.openai_chat import parse_json_object
 from parity.services.ingest.model_aliases import ModelAliases
-from parity.services.ingest.replies import JsonReply, Reply, StreamReply
+from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.template_facts import TemplateFacts
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -85,9 +85,9 @@ class AnthropicMessagesServing:
                 async for data in events:
                     yield data
             except StreamFailed as failure:
-                yield answers.error_event({"type": "api_error", "message": str(failure)})
+                yield FinalEvent(answers.error_event({"type": "api_error", "message": str(failure)}))
                 return
-        yield b"".join(stream.finish())
+        yield FinalEvent(b"".join(stream.finish()))
 
 
 def _anthropic_error(status: int, payload: bytes) -> bytes:

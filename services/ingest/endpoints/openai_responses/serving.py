@@ -28,7 +28,7 @@ from parity.services.ingest.endpoints.openai_responses.chain import (
     without_system,
 )
 from parity.services.ingest.model_aliases import ModelAliases
-from parity.services.ingest.replies import JsonReply, Reply, StreamReply
+from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 
 
 class ResponsesServing:
@@ -103,8 +103,8 @@ class ResponsesServing:
                     yield data
             except StreamFailed as failure:
                 stream = stream or answers.ResponseStream(shell(0))
-                yield stream.failed(str(failure))
+                yield FinalEvent(stream.failed(str(failure)))
                 return
         opening = [] if stream is not None else (stream := answers.ResponseStream(shell(0))).start()
         remember()
-        yield b"".join([*opening, *stream.finish()])
+        yield FinalEvent(b"".join([*opening, *stream.finish()]))
