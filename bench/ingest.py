@@ -24,7 +24,8 @@ rows, non-streaming and streaming at 1, 32 and 256 connections, are compared wit
 A mixed row loads one ingest as agents do: 64 connections over 1,000 sessions (each request
 names one in its URL), half of the requests streamed (`--mixed-only` runs just this row;
 `--against TREE` runs it alternately on this checkout and on another one, a `git worktree`
-of an older commit, and prints the ratio, so both meet the same machine).
+of an older commit, each from a copy of its code so neither runs from an editable install
+the other lacks, and prints the ratio, so both meet the same machine).
 
 Then 1, 2 and 4 ingests share one port (SO_REUSEPORT, as `parity up --ingests N` runs
 them) in front of the stub: throughput against one ingest's, and the CPU the ingests and
@@ -445,10 +446,10 @@ def _mixed_lua(sessions: int) -> str:
     )
 
 
-def code_tree(tree: Path, scratch: Path) -> dict[str, str]:
-    """The environment that runs `parity` from another checkout: its SDK and services copied into one package
+def code_tree(tree: Path, scratch: Path, label: str) -> dict[str, str]:
+    """The environment that runs `parity` from a checkout: its SDK and services copied into one package
     on PYTHONPATH, which comes before this checkout's editable install."""
-    package = scratch / "tree" / "parity"
+    package = scratch / "trees" / label / "parity"
     if not package.exists():
         shutil.copytree(tree / "sdk" / "parity", package)
         shutil.copytree(tree / "services", package / "services")
@@ -541,9 +542,12 @@ def main(argv: list[str] | None = None) -> int:
         if shutil.which("wrk") is None:
             raise SystemExit("wrk is not installed: apt-get install wrk")
         with scratch_dir("ingest-mixed") as scratch:
-            trees = {"this": {}}
+            trees: dict[str, dict[str, str]] = {"this": {}}
             if args.against is not None:
-                trees[args.against.name] = code_tree(args.against.resolve(), scratch)
+                # Both from copies: an A/A run of this checkout against a copy of itself read 1.05x when this
+                # side ran from its editable install.
+                trees = {"this": code_tree(REPO, scratch, "this"),
+                         args.against.name: code_tree(args.against.resolve(), scratch, args.against.name)}  # fmt: skip
             rows = mixed_load(scratch, 3 if args.quick else 10, trees, args.rounds)
         print_mixed(rows)
         print(json.dumps({"mixed": rows}))

@@ -2,11 +2,14 @@
 
 Token ids are little-endian int32, logprobs and per-token rewards little-endian
 float32, loss masks uint8 (see protos/parity/api/common/v1/tokens.proto). numpy
-reads and writes these without a per-token Python loop.
+reads and writes these without a per-token Python loop. Python lists (what JSON
+decodes to: ingest packs every captured call) go through `struct`, which packs them
+in about half numpy's time, since numpy first converts every element to a scalar.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,6 +39,11 @@ def head_tokens(packed: bytes, count: int) -> bytes:
 
 def pack_token_ids(token_ids: Sequence[int] | npt.NDArray[np.integer]) -> bytes:
     """Pack token ids; raises ValueError if one is outside int32."""
+    if isinstance(token_ids, list | tuple):
+        try:
+            return struct.pack(f"<{len(token_ids)}i", *token_ids)
+        except struct.error:
+            raise ValueError("token ids must be integers that fit in int32") from None
     array = np.asarray(token_ids)
     if array.size and (array.min() < np.iinfo(TOKEN_ID_DTYPE).min or array.max() > np.iinfo(TOKEN_ID_DTYPE).max):
         raise ValueError("token ids must fit in int32")
@@ -48,6 +56,11 @@ def unpack_token_ids(packed: bytes) -> npt.NDArray[np.int32]:
 
 def pack_floats(values: Sequence[float] | npt.NDArray[np.floating]) -> bytes:
     """Pack logprobs or per-token rewards as float32."""
+    if isinstance(values, list | tuple):
+        try:
+            return struct.pack(f"<{len(values)}f", *values)
+        except (OverflowError, struct.error):
+            pass  # beyond float32's range: numpy rounds it to an infinity, as a float32 cast does
     return np.asarray(values, dtype=FLOAT_DTYPE).tobytes()
 
 

@@ -30,10 +30,17 @@ class IngestMetrics:
             ("parity_ingest_held", "Requests waiting for paused traffic to resume", held),
         ):
             Gauge(name, help_text, registry=self.registry).set_function(read)
+        # Every request is observed: its labelled series are looked up once, not per request.
+        self._series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
-        self.requests.labels(endpoint, str(status)).inc()
-        self.latency.labels(endpoint).observe(seconds)
+        series = self._series.get((endpoint, status))
+        if series is None:
+            series = self._series[endpoint, status] = (
+                self.requests.labels(endpoint, str(status)), self.latency.labels(endpoint),
+            )  # fmt: skip
+        series[0].inc()
+        series[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -40,7 +40,7 @@ async def _sent_for(events: list[bytes]) -> tuple[list[dict[str, Any]], bool, di
 
     app = IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 6), None, 1024)  # type: ignore[arg-type]
     _, fields = await app._respond(send, receive, "/v1/chat/completions", produce())
-    return [m for m in sent if m["type"] == "http.response.body"], closed, fields
+    return [m for m in sent if m["type"] == "http.response.body"], closed, fields()
 
 
 @pytest.mark.parametrize("failed", [False, True])
