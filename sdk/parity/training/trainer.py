@@ -20,87 +20,58 @@ the assembler builds from the captured calls.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import math
-import random
-import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import grpc
 import httpx
 import structlog
 
 import parity
 from parity import transport
-from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, RPCError, TrainerClient
-from parity.engine import RolloutResult
 from parity.engine.runner import Agent
 from parity.progress import Progress, show_progress
-from parity.services.inference.packaged_models import DEFAULT_MODEL, is_model_name
+from parity.services.inference.packaged_models import is_model_name
 from parity.training import tracking
-from parity.training.agents import CommandAgent, load_callable, parse_command
+from parity.training.batch_supply import BatchSupply, rollout_results
 from parity.training.local_stack import LocalStack, StackError
 from parity.training.model_choice import choose_model
 from parity.training.plateau import flat_reward_warning
-from parity.training.plot import plot_rewards
 from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
+from parity.training.run_control import POLL_S, RunControl, RunEnded
+from parity.training.run_inputs import (
+    SETTINGS_FILE,
+    Tasks,
+    new_run_id,
+    resolve_agent,
+    resolve_settings,
+    resolve_tasks,
+)
+from parity.training.run_report import RunOutcome, train_result
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
-from parity.training.tasks import load_tasks, tasks_from_objects
+from parity.training.task_order import TaskOrder
 from parity.training.validation import RolloutScorer, ValidationResult, summarize
 
 log = structlog.get_logger(__name__)
 
-SETTINGS_FILE = "settings.json"
-PLOT_FILE = "reward.png"
 MODEL_DIR = "model"
-POLL_S = 0.2
-# A batch can come up short when the assembler drops a group (all rewards equal, or
-# every rollout failed); once rollouts are done and the batch is still short for this
-# long, more tasks top it up.
-TOP_UP_IDLE_S = 2.0
-METRICS_TIMEOUT_S = 30.0
-# How long the trainer may go without answering a status poll in time before the run fails on it.
-STATUS_PATIENCE_S = 300.0
-# Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
-# vary within groups (a task too hard or too easy for the model, or a constant reward), and the run says so.
-MAX_TOP_UPS_PER_GROUP = 8
-TERMINAL = {
-    run_pb2.RUN_STATE_COMPLETED: "completed",
-    run_pb2.RUN_STATE_FAILED: "failed",
-    run_pb2.RUN_STATE_STOPPED: "stopped",
-}
-
-
-class RunEnded(RuntimeError):
-    """The trainer's run ended before the step asked for: failed, or stopped from elsewhere."""
-
-    def __init__(self, state: str, message: str, step: int) -> None:
-        super().__init__(message)
-        self.state = state
-        self.step = step
-
-
-class AgentFailing(RunEnded):
-    """Every rollout fails: the run cannot get data, so it ends rather than retry forever."""
 
 
 class Trainer:
     def __init__(
         self,
         agent: Agent | str | None = None,
-        tasks: str | Path | Sequence[Mapping[str, Any]] | None = None,
+        tasks: Tasks | None = None,
         *,
-        val_tasks: str | Path | Sequence[Mapping[str, Any]] | None = None,
+        val_tasks: Tasks | None = None,
         settings: TrainSettings | None = None,
         **values: Any,
     ) -> None:
@@ -114,11 +85,11 @@ class Trainer:
                 values[name] = str(Path(given).resolve())
             elif given == "":
                 values[name] = ""
-        self.settings = _resolve_settings(settings, values)
-        self.agent = _resolve_agent(agent if callable(agent) else None, self.settings)
-        self.tasks = _resolve_tasks(tasks, self.settings.tasks, "tasks")
-        self.val_tasks = _resolve_tasks(val_tasks, self.settings.val_tasks, "val_tasks", required=False)
-        self.run_id = self.settings.resume or self.settings.run_id or _new_run_id()
+        self.settings = resolve_settings(settings, values)
+        self.agent = resolve_agent(agent if callable(agent) else None, self.settings)
+        self.tasks = resolve_tasks(tasks, self.settings.tasks, "tasks")
+        self.val_tasks = resolve_tasks(val_tasks, self.settings.val_tasks, "val_tasks", required=False)
+        self.run_id = self.settings.resume or self.settings.run_id or new_run_id()
         self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
             raise SettingsError("run_id", f"{self.run_dir} already holds run {self.run_id}; resume it or name another")
@@ -131,18 +102,14 @@ class Trainer:
         self.steps: list[StepResult] = []
         self._stack: LocalStack | None = None
         self._runner: RolloutRunner | None = None
+        self._supply: BatchSupply | None = None
         self._tracker: tracking.Tracker | None = None
-        self._trainer: TrainerClient | None = None
+        self._control: RunControl | None = None
         self._assembler: AssemblerClient | None = None
         self._previous_config = parity.current_config()
         self._previous_security = transport.process_security()
-        self._task_order = self._task_stream()
+        self._task_order = TaskOrder(self.tasks, self.settings.seed)
         self._served_model = ""
-        self._last_status: trainer_pb.GetStatusResponse | None = None
-        self._last_status_at = 0.0
-        self._failures_in_a_row = 0
-        self._topped_up = 0
-        self._last_failure = ""
         self._started = time.monotonic()
         self.state = "created"
         self.error = ""
@@ -166,7 +133,7 @@ class Trainer:
         credentials = {"token": self._stack.token("admin"), "api_key": self._stack.token("agent")} if self._stack else {}
         parity.configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
                          **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
-        self._trainer = TrainerClient(addresses.trainer)
+        self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack)
         self._assembler = AssemblerClient(addresses.assembler)
         self._served_model = _served_model(addresses.ingest_url)
         resume_from = self._resume_checkpoint() if self.settings.resume else None
@@ -176,18 +143,21 @@ class Trainer:
         self._keep_given_tasks()
         (self.run_dir / SETTINGS_FILE).write_text(json.dumps(self._saved_settings(), indent=2) + "\n")
         self._tracker = self._open_tracker(keep_through_step=self.step_index if resume_from else None)
-        self._skip_consumed_tasks()
+        # A resumed run continues the task order where its checkpoint left it.
+        self._task_order.skip(self.step_index * self.settings.groups_per_batch)
         request = trainer_pb.StartRunRequest(config=self._run_config())
         if resume_from is not None:
             request.resume_checkpoint_id = resume_from.checkpoint_id
         else:
             request.run_id = self.run_id
-        self._trainer.start_run(request)
+        self._control.trainer.start_run(request)
         self._runner = RolloutRunner(
             self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
             timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
             history_mode=self.settings.history_mode,
         )  # fmt: skip
+        self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
+                                   self._served_model)  # fmt: skip
         self.state = "running"
         log.info("run_started", run_id=self.run_id, run_dir=str(self.run_dir), steps=self.total_steps,
                  resumed_at=self.step_index if resume_from else None)  # fmt: skip
@@ -201,26 +171,27 @@ class Trainer:
         target = self.step_index + 1
         if target > self.total_steps:
             raise RuntimeError(f"the run has done all {self.total_steps} steps")
-        runner = self._require_running()
-        futures = [self._roll_out(runner, self._take_tasks(self.settings.groups_per_batch), target)]
-        self._topped_up = 0
+        self._require_running()
+        supply, control = self._supply, self._control
+        assert supply is not None and control is not None
+        futures = supply.begin(target)
         idle_since: float | None = None
         while True:
-            status = self._status()
+            status = control.status()
             run = status.run
             # The trainer counts a step before its weight sync; the step is done once that sync is.
             if run.step > target or (run.step == target and run.state not in (run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_FAILED)):
                 break
             self._raise_if_ended(status, futures)
-            self._raise_if_agent_failing(futures)
+            supply.raise_if_agent_failing(futures, target)
             if self.settings.mode == "async" or not any(not f.done() for f in futures):
-                idle_since = self._top_up(runner, futures, status, idle_since, target)
+                idle_since = supply.top_up(futures, status, idle_since, target)
             time.sleep(POLL_S)
         # Sync mode: the batch is trained, so rollouts still running are surplus of this step and
         # will feed the next. Their results still count as this step's.
         failed = sum(r.outcome != "succeeded" for f in futures if f.done() and not f.cancelled()
-                     for r in _results(f))  # fmt: skip
-        values = self._step_metrics(target)
+                     for r in rollout_results(f))  # fmt: skip
+        values = control.step_metrics(target)
         values["failed_rollouts"] = float(failed)
         self.step_index = target
         result = StepResult(target, values, failed)
@@ -236,8 +207,9 @@ class Trainer:
         sampling = Sampling(self._served_model, self.settings.validation_max_tokens, self.settings.validation_temperature)
         future = runner.submit(self.val_tasks, prefix=f"{self.run_id}-v{self.step_index:05d}",
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
+        assert self._control is not None
         while not future.done():
-            self._raise_if_ended(self._status(), [future], expect_complete=True)
+            self._raise_if_ended(self._control.status(), [future], expect_complete=True)
             time.sleep(POLL_S)
         assert self._assembler is not None
         scorer = RolloutScorer(self._assembler, self.settings.val_trajectory)
@@ -280,10 +252,10 @@ class Trainer:
         """Write the latest checkpoint's policy as a Hugging Face model folder; returns its path
         (on the trainer's machine, for a deployed stack). A LoRA run writes its adapter there, and
         with lora_merge the merged model to PATH/merged, whose path it returns."""
-        assert self._trainer is not None, "start() the run first"
+        assert self._control is not None, "start() the run first"
         target = str(output_dir) if output_dir else self._default_export_dir()
         request = trainer_pb.ExportPolicyRequest(output_dir=target, merge_lora=self.settings.lora_merge)
-        response = self._trainer.export_policy(request, timeout_s=600)
+        response = self._control.trainer.export_policy(request, timeout_s=600)
         log.info("policy_exported", path=response.path, merged=response.merged_path,
                  checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip
         return response.merged_path or response.path
@@ -292,9 +264,9 @@ class Trainer:
         """Stop the run now, checkpointed and resumable (what Ctrl-C does)."""
         if self._runner is not None:
             self._runner.cancel_all()
-        if self._trainer is not None and self.state == "running":
+        if self._control is not None and self.state == "running":
             try:
-                self._trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
+                self._control.trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
             except RPCError as error:
                 log.error("stop_run_failed", error=str(error))
             self.state = "stopped"
@@ -358,10 +330,10 @@ class Trainer:
         )  # fmt: skip
 
     def _resume_checkpoint(self) -> run_pb2.Checkpoint:
-        assert self._trainer is not None
-        request = trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1)
+        assert self._control is not None
         if self._stack is None:
-            found = self._trainer.list_checkpoints(request).checkpoints
+            latest = self._control.latest_checkpoint()
+            found = [latest] if latest is not None else []
         else:
             # The embedded trainer started with no run, so it looks under its own work dir; ask for the run's folder.
             found = _local_checkpoints(self.run_dir / "checkpoints", self.run_id)
@@ -369,140 +341,23 @@ class Trainer:
             raise SettingsError("resume", f"run {self.run_id} has no checkpoint to resume from")
         return found[0]
 
-    def _status(self) -> trainer_pb.GetStatusResponse:
-        """The trainer's status. An answer past its deadline is not a failure while the last one is recent: a
-        trainer in the middle of a step on a loaded host can be slow to answer (seen: 30 s at a load of 70 on
-        2 cores), and the run's state cannot have changed unseen, since the next poll reads it."""
-        assert self._trainer is not None
-        if self._stack is not None:
-            self._stack.raise_if_down()
-        try:
-            status = self._trainer.get_status(trainer_pb.GetStatusRequest())
-        except RPCError as error:
-            late = error.code == grpc.StatusCode.DEADLINE_EXCEEDED and self._last_status is not None
-            if not late or time.monotonic() - self._last_status_at > STATUS_PATIENCE_S:
-                raise
-            log.warning("trainer_status_late", error=str(error))
-            return self._last_status
-        self._last_status, self._last_status_at = status, time.monotonic()
-        return status
-
     def _raise_if_ended(
-        self, status: trainer_pb.GetStatusResponse, futures: Sequence[concurrent.futures.Future[Any]],
-        expect_complete: bool = False,
-    ) -> None:  # fmt: skip
-        state = TERMINAL.get(status.run.state)
-        if state is None or (state == "completed" and expect_complete):
-            for future in futures:
-                if future.done() and not future.cancelled() and future.exception() is not None:
-                    raise future.exception()  # type: ignore[misc]
-            return
-        for future in futures:
-            future.cancel()
-        self.state = state
-        message = status.run.error_message or f"the run was {state} at step {status.run.step}"
-        raise RunEnded(state, message, status.run.step)
+        self, status: trainer_pb.GetStatusResponse, futures: Sequence[Any], expect_complete: bool = False
+    ) -> None:
+        assert self._control is not None
+        try:
+            self._control.raise_if_ended(status, futures, expect_complete)
+        except RunEnded as ended:
+            self.state = ended.state
+            raise
 
     def _wait_for_end(self) -> None:
-        """After the last step: until the trainer has saved the final checkpoint and the plot."""
-        while True:
-            status = self._status()
-            if status.run.state in TERMINAL:
-                if status.run.state != run_pb2.RUN_STATE_COMPLETED:
-                    self._raise_if_ended(status, [])
-                return
-            time.sleep(POLL_S)
-
-    def _top_up(
-        self, runner: RolloutRunner, futures: list[concurrent.futures.Future[list[RolloutResult]]],
-        status: trainer_pb.GetStatusResponse, idle_since: float | None, target: int,
-    ) -> float | None:  # fmt: skip
-        """One more task when the trainer waits and nothing is pending or running; returns the idle clock."""
-        assert self._assembler is not None
-        waiting = status.run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
-        running = any(not f.done() for f in futures)
-        if self.settings.mode == "async":
-            pending = self._pending_groups()
-            if not running and pending < self.settings.groups_per_batch:
-                futures.append(self._roll_out(runner, self._take_tasks(self.settings.groups_per_batch), target))
-            return None
-        if not waiting or running:
-            return None
-        # Every rollout has closed, so every pending group is complete: it is short only of groups a filter dropped.
-        missing = self.settings.groups_per_batch - self._pending_groups()
-        if missing <= 0:
-            return None
-        now = time.monotonic()
-        if idle_since is None:
-            return now
-        if now - idle_since >= TOP_UP_IDLE_S:
-            if self._topped_up >= MAX_TOP_UPS_PER_GROUP * self.settings.groups_per_batch:
-                raise AgentFailing("failed", self._no_batch_message(), self.step_index)
-            self._topped_up += missing
-            futures.append(self._roll_out(runner, self._take_tasks(missing), target))
-            return None
-        return idle_since
-
-    def _no_batch_message(self) -> str:
-        assert self._assembler is not None
-        dropped = dict(self._assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)
-        return (f"no batch for step {self.step_index + 1} after {self._topped_up} extra tasks: the assembler dropped "
-                f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}). "
-                "Rewards must vary within a task's rollouts: give easier tasks or partial credit, raise "
-                "rollouts_per_task, or check the reward.")  # fmt: skip
-
-    def _pending_groups(self) -> int:
-        assert self._assembler is not None
-        return self._assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
-
-    def _roll_out(self, runner: RolloutRunner, tasks: list[dict[str, Any]], step: int) -> concurrent.futures.Future[list[RolloutResult]]:
-        sampling = Sampling(self._served_model, self.settings.max_tokens, self.settings.temperature)
-        prefix = f"{self.run_id}-s{step:05d}-{secrets.token_hex(2)}"
-        future = runner.submit(tasks, prefix=prefix, rollouts_per_task=self.settings.rollouts_per_task, sampling=sampling)
-        future.add_done_callback(self._count_failures)
-        return future
-
-    def _count_failures(self, future: concurrent.futures.Future[list[RolloutResult]]) -> None:
-        for result in _results(future) if not future.cancelled() else []:
-            final = result.attempt == self.settings.retries or result.outcome == "succeeded"
-            if result.outcome == "succeeded":
-                self._failures_in_a_row = 0
-            elif final:
-                self._failures_in_a_row += 1
-                self._last_failure = result.error
-
-    def _raise_if_agent_failing(self, futures: Sequence[concurrent.futures.Future[Any]]) -> None:
-        """A whole batch's worth of rollouts failed in a row: no batch can form, so say why and end."""
-        limit = self.settings.groups_per_batch * self.settings.rollouts_per_task
-        if self._failures_in_a_row >= limit:
-            for future in futures:
-                future.cancel()
-            raise AgentFailing("failed", f"the agent failed {self._failures_in_a_row} rollouts in a row; "
-                                         f"the last: {self._last_failure}", self.step_index)  # fmt: skip
-
-    def _step_metrics(self, step: int) -> dict[str, float]:
-        assert self._trainer is not None
-        request = trainer_pb.StreamMetricsRequest(from_step=step)
+        assert self._control is not None
         try:
-            for response in self._trainer.stream_metrics(request, timeout_s=METRICS_TIMEOUT_S):
-                if response.metrics.step == step:
-                    return dict(response.metrics.values)
-        except RPCError as error:
-            log.warning("step_metrics_unavailable", step=step, error=str(error))
-        return {}
-
-    # ----- tasks
-
-    def _task_stream(self) -> Iterator[dict[str, Any]]:
-        """The tasks epoch after epoch, each epoch in a new order drawn from the seed."""
-        rng = random.Random(self.settings.seed)
-        while True:
-            order = list(self.tasks)
-            rng.shuffle(order)
-            yield from order
-
-    def _take_tasks(self, count: int) -> list[dict[str, Any]]:
-        return [next(self._task_order) for _ in range(count)]
+            self._control.wait_for_end()
+        except RunEnded as ended:
+            self.state = ended.state
+            raise
 
     def _keep_given_tasks(self) -> None:
         """Tasks handed over as objects are written into the run folder, so a resume finds them."""
@@ -511,11 +366,6 @@ class Trainer:
                 path = self.run_dir / f"{name}.jsonl"
                 path.write_text("".join(json.dumps(task, default=str) + "\n" for task in tasks))
                 self.settings = self.settings.replace(**{name: str(path)})
-
-    def _skip_consumed_tasks(self) -> None:
-        """A resumed run continues the task order where its checkpoint left it."""
-        for _ in range(self.step_index * self.settings.groups_per_batch):
-            next(self._task_order)
 
     # ----- output
 
@@ -530,17 +380,8 @@ class Trainer:
     def _track(self, kind: str, step: int, values: dict[str, float]) -> None:
         if self._tracker is not None:
             self._tracker.record(kind, step, values)
-        if kind == "validation" and self._trainer is not None:
-            self._record_validation(step, values)
-
-    def _record_validation(self, step: int, values: dict[str, float]) -> None:
-        """The trainer keeps it beside the run's steps, for readers like the console; the run goes on without."""
-        assert self._trainer is not None
-        request = trainer_pb.WriteValidationMetricsRequest(run_id=self.run_id, step=step, values=values)
-        try:
-            self._trainer.write_validation_metrics(request)
-        except RPCError as error:
-            log.warning("validation_not_recorded", run_id=self.run_id, step=step, error=str(error))
+        if kind == "validation" and self._control is not None:
+            self._control.record_validation(step, values)
 
     def _saved_settings(self) -> dict[str, Any]:
         return self.settings.replace(run_id=self.run_id, resume="").to_json()
@@ -548,57 +389,27 @@ class Trainer:
     def _default_export_dir(self) -> str:
         if self._stack is not None:
             return str(self.run_dir / MODEL_DIR)
-        assert self._trainer is not None
+        assert self._control is not None
         # A deployed trainer writes on its own machine, beside the run's checkpoints.
-        latest = self._trainer.list_checkpoints(trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1))
-        return str(Path(latest.checkpoints[0].path).parent / MODEL_DIR) if latest.checkpoints else ""
+        latest = self._control.latest_checkpoint()
+        return str(Path(latest.path).parent / MODEL_DIR) if latest is not None else ""
 
     def _result(self, exported: str) -> TrainResult:
-        records = self._tracker.records("train") if self._tracker else []
-        train = [r for r in records if r.step > 0]
-        window = max(1, min(5, len(train) // 3))
-        rewards = [r.values.get("reward_mean") for r in train if r.values.get("reward_mean") is not None]
-        diffs = [r.values["sync_max_logprob_diff"] for r in train if "sync_max_logprob_diff" in r.values]
-        validation_records = self._tracker.records("validation") if self._tracker else []
-        validation = [(r.step, r.values.get("reward", math.nan)) for r in validation_records]
-        plot = ""
-        if train:
-            plot = str(plot_rewards([r.step for r in train], [r.values for r in train], self.run_dir / PLOT_FILE,
-                                    f"{self.run_id}: reward and loss per step", validation))  # fmt: skip
-        checkpoint = self._latest_checkpoint()
-        resumable = self.state in ("failed", "stopped") and checkpoint
-        return TrainResult(
-            run_id=self.run_id, state=self.state if self.state != "running" else "stopped", steps=self.step_index,
-            error=self.error, reward_first=_mean(rewards[:window]), reward_last=_mean(rewards[-window:]),
-            val_reward_before=validation[0][1] if validation else None,
-            val_reward_after=validation[-1][1] if len(validation) > 1 else None,
-            val_pass_before=_pass_rates(validation_records[0]) if validation_records else {},
-            val_pass_after=_pass_rates(validation_records[-1]) if len(validation_records) > 1 else {},
-            model=self.settings.model or DEFAULT_MODEL, learning_rate=self.settings.learning_rate,
-            warning=flat_reward_warning(rewards, self.settings.learning_rate),
-            max_sync_logprob_diff=max(diffs) if diffs else None, plot=plot, run_dir=str(self.run_dir),
-            exported_model=exported, serve_command=self._serve_command(exported) if exported else "",
-            checkpoint=checkpoint,
-            resume_command=f"parity train --resume {self.run_id} --output-dir {self.run_dir.parent}" if resumable else "",
-            wall_seconds=round(time.monotonic() - self._started, 1), history_mode=self.settings.history_mode,
-            **_token_accounting(train),
+        outcome = RunOutcome(
+            run_id=self.run_id, state=self.state, steps=self.step_index, error=self.error, run_dir=self.run_dir,
+            model_path=self.model_path, exported=exported, checkpoint=self._latest_checkpoint(),
+            wall_seconds=round(time.monotonic() - self._started, 1),
         )  # fmt: skip
-
-    def _serve_command(self, exported: str) -> str:
-        s = self.settings
-        if s.lora_rank and not s.lora_merge:
-            # An adapter is served on its base model, under a name of its own.
-            return f"parity vllm serve --model {self.model_path} --lora-rank {s.lora_rank} --lora-modules {self.run_id}={exported}"
-        return f"parity vllm serve --model {exported}"
+        return train_result(outcome, self.settings, self._tracker)
 
     def _latest_checkpoint(self) -> str:
-        if self._trainer is None:
+        if self._control is None:
             return ""
         try:
-            found = self._trainer.list_checkpoints(trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1))
+            latest = self._control.latest_checkpoint()
         except RPCError:
             return ""
-        return found.checkpoints[0].checkpoint_id if found.checkpoints else ""
+        return latest.checkpoint_id if latest is not None else ""
 
     def _show(self, progress: Progress, validation: ValidationResult | None, step: StepResult | None = None) -> None:
         postfix = {}
@@ -620,9 +431,9 @@ class Trainer:
 
 def train(
     agent: Agent | str | None = None,
-    tasks: str | Path | Sequence[Mapping[str, Any]] | None = None,
+    tasks: Tasks | None = None,
     *,
-    val_tasks: str | Path | Sequence[Mapping[str, Any]] | None = None,
+    val_tasks: Tasks | None = None,
     model: str | Path | None = None,
     settings: TrainSettings | None = None,
     **values: Any,
@@ -644,50 +455,6 @@ def train(
         trainer.close()
 
 
-# ----- resolving inputs, before anything starts
-
-
-def _resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) -> TrainSettings:
-    resume = values.get("resume") or (settings.resume if settings else "")
-    if resume:
-        output_dir = Path(values.get("output_dir") or (settings.output_dir if settings else "runs"))
-        saved = output_dir / resume / SETTINGS_FILE
-        if not saved.exists():
-            raise SettingsError("resume", f"no run {resume!r} in {output_dir.resolve()} (no {SETTINGS_FILE})")
-        base = TrainSettings.from_json(json.loads(saved.read_text()))
-        return base.replace(**(values | {"resume": resume}))
-    return (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
-
-
-def _resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
-    if agent is not None:
-        if settings.agent or settings.agent_command:
-            raise SettingsError("agent", "an agent function was passed and one is named in the settings too")
-        return agent
-    if settings.agent:
-        return load_callable(settings.agent, "agent")
-    if settings.agent_command:
-        reward = load_callable(settings.reward, "reward") if settings.reward else None
-        return CommandAgent(parse_command(settings.agent_command), reward)
-    raise SettingsError("agent", "name the agent: agent = pkg.module:function, or agent_command = a command to run")
-
-
-def _resolve_tasks(
-    given: str | Path | Sequence[Mapping[str, Any]] | None, path: str, name: str, required: bool = True
-) -> list[dict[str, Any]]:
-    if given is not None and not isinstance(given, str | Path):
-        return tasks_from_objects(given, name)
-    if path:
-        return load_tasks(path)
-    if required:
-        raise SettingsError(name, "is required: a .jsonl or .parquet file, a datasets folder, or a list of task dicts")
-    return []
-
-
-def _new_run_id() -> str:
-    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
 def _served_model(ingest_url: str) -> str:
     """The model name agents ask for: what ingest lists first."""
     try:
@@ -707,29 +474,3 @@ def _local_checkpoints(root: Path, run_id: str) -> list[run_pb2.Checkpoint]:
         found.append(run_pb2.Checkpoint(checkpoint_id=f"{run_id}/{manifest.parent.name}", run_id=run_id,
                                         step=data["step"], path=str(manifest.parent)))  # fmt: skip
     return sorted(found, key=lambda c: c.step, reverse=True)
-
-
-def _results(future: concurrent.futures.Future[list[RolloutResult]]) -> list[RolloutResult]:
-    return future.result() if future.exception() is None else []
-
-
-def _pass_rates(record: tracking.MetricRecord) -> dict[str, float]:
-    return {key: value for key, value in record.values.items() if key.startswith("pass@")}
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return round(sum(present) / len(present), 4) if present else None
-
-
-def _token_accounting(records: list[tracking.MetricRecord]) -> dict[str, Any]:
-    """The run's token accounting, summed over its steps' batches."""
-
-    def total(key: str) -> int:
-        return int(sum(r.values.get(key, 0.0) for r in records))
-
-    merged, splits = total("merged_calls"), total("splits")
-    reasons = sorted({key.removeprefix("splits_") for r in records for key in r.values if key.startswith("splits_")})
-    return {"tokens_trained": total("tokens_trained"), "tokens_unique": total("tokens_unique"),
-            "merge_rate": merged / (merged + splits) if merged + splits else None,
-            "splits": {reason: total(f"splits_{reason}") for reason in reasons}}  # fmt: skip

@@ -9,8 +9,8 @@ import structlog.testing
 
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError
-from parity.training import Trainer
-from parity.training import trainer as trainer_module
+from parity.training import run_control
+from parity.training.run_control import RunControl
 
 
 class SlowTrainer:
@@ -26,13 +26,19 @@ class SlowTrainer:
         raise RPCError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", "GetStatus")
 
 
-def test_a_late_status_answer_keeps_the_last_one_until_the_patience_runs_out(tmp_path, monkeypatch, tiny_model_dir) -> None:
-    run = Trainer(lambda task: 1.0, [{"id": "t0"}], steps=1, output_dir=str(tmp_path), model=str(tiny_model_dir))
-    run._trainer = SlowTrainer()
-    assert run._status().run.step == 3
+def test_a_late_status_answer_keeps_the_last_one_until_the_patience_runs_out(monkeypatch) -> None:
+    control = RunControl(SlowTrainer(), "r", stack=None)  # type: ignore[arg-type]
+    assert control.status().run.step == 3
     with structlog.testing.capture_logs() as logged:
-        assert run._status().run.step == 3, "a late answer is not a failure"
+        assert control.status().run.step == 3, "a late answer is not a failure"
     assert [entry["event"] for entry in logged] == ["trainer_status_late"]
-    monkeypatch.setattr(trainer_module, "STATUS_PATIENCE_S", 0.0)
+    monkeypatch.setattr(run_control, "STATUS_PATIENCE_S", 0.0)
     with pytest.raises(RPCError, match="DEADLINE_EXCEEDED"):
-        run._status()
+        control.status()
+
+
+def test_a_first_status_past_its_deadline_is_a_failure_at_once() -> None:
+    trainer = SlowTrainer()
+    trainer.polls = 1
+    with pytest.raises(RPCError, match="DEADLINE_EXCEEDED"):
+        RunControl(trainer, "r", stack=None).status()  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""Rollouts that feed a step's batch: the step's tasks, and more when the assembler drops groups.
+
+A batch can come up short when the assembler drops a group (all rewards equal, or every
+rollout failed). Once rollouts are done and the batch is still short for TOP_UP_IDLE_S,
+more tasks top it up, up to a limit past which the rewards evidently do not vary within
+groups and the run says so. A whole batch's worth of rollouts failing in a row ends the
+run too: no batch can form.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.trainer.v1 import run_pb2
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.clients import AssemblerClient
+from parity.engine import RolloutResult
+from parity.training.rollout_runner import RolloutRunner, Sampling
+from parity.training.run_control import AgentFailing
+from parity.training.settings import TrainSettings
+from parity.training.task_order import TaskOrder
+
+TOP_UP_IDLE_S = 2.0
+# Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
+# vary within groups (a task too hard or too easy for the model, or a constant reward), and the run says so.
+MAX_TOP_UPS_PER_GROUP = 8
+
+Rollouts = concurrent.futures.Future[list[RolloutResult]]
+
+
+class BatchSupply:
+    def __init__(
+        self, runner: RolloutRunner, assembler: AssemblerClient, tasks: TaskOrder, settings: TrainSettings,
+        run_id: str, served_model: str,
+    ) -> None:  # fmt: skip
+        self.runner = runner
+        self.assembler = assembler
+        self.tasks = tasks
+        self.settings = settings
+        self.run_id = run_id
+        self.served_model = served_model
+        self._failures_in_a_row = 0
+        self._last_failure = ""
+        self._topped_up = 0
+
+    def begin(self, step: int) -> list[Rollouts]:
+        """Roll out a batch's worth of tasks for `step`; the list collects what top-ups add."""
+        self._topped_up = 0
+        return [self._roll_out(self.tasks.take(self.settings.groups_per_batch), step)]
+
+    def top_up(
+        self, futures: list[Rollouts], status: trainer_pb.GetStatusResponse, idle_since: float | None, step: int
+    ) -> float | None:
+        """One more task when the trainer waits and nothing is pending or running; returns the idle clock."""
+        waiting = status.run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
+        running = any(not f.done() for f in futures)
+        if self.settings.mode == "async":
+            pending = self._pending_groups()
+            if not running and pending < self.settings.groups_per_batch:
+                futures.append(self._roll_out(self.tasks.take(self.settings.groups_per_batch), step))
+            return None
+        if not waiting or running:
+            return None
+        # Every rollout has closed, so every pending group is complete: it is short only of groups a filter dropped.
+        missing = self.settings.groups_per_batch - self._pending_groups()
+        if missing <= 0:
+            return None
+        now = time.monotonic()
+        if idle_since is None:
+            return now
+        if now - idle_since >= TOP_UP_IDLE_S:
+            if self._topped_up >= MAX_TOP_UPS_PER_GROUP * self.settings.groups_per_batch:
+                raise AgentFailing("failed", self._no_batch_message(step), step - 1)
+            self._topped_up += missing
+            futures.append(self._roll_out(self.tasks.take(missing), step))
+            return None
+        return idle_since
+
+    def raise_if_agent_failing(self, futures: Sequence[concurrent.futures.Future[Any]], step: int) -> None:
+        """A whole batch's worth of rollouts failed in a row: no batch can form, so say why and end."""
+        limit = self.settings.groups_per_batch * self.settings.rollouts_per_task
+        if self._failures_in_a_row >= limit:
+            for future in futures:
+                future.cancel()
+            raise AgentFailing("failed", f"the agent failed {self._failures_in_a_row} rollouts in a row; "
+                                         f"the last: {self._last_failure}", step - 1)  # fmt: skip
+
+    def _roll_out(self, tasks: list[dict[str, Any]], step: int) -> Rollouts:
+        sampling = Sampling(self.served_model, self.settings.max_tokens, self.settings.temperature)
+        prefix = f"{self.run_id}-s{step:05d}-{secrets.token_hex(2)}"
+        future = self.runner.submit(tasks, prefix=prefix, rollouts_per_task=self.settings.rollouts_per_task,
+                                    sampling=sampling)  # fmt: skip
+        future.add_done_callback(self._count_failures)
+        return future
+
+    def _count_failures(self, future: Rollouts) -> None:
+        for result in rollout_results(future) if not future.cancelled() else []:
+            final = result.attempt == self.settings.retries or result.outcome == "succeeded"
+            if result.outcome == "succeeded":
+                self._failures_in_a_row = 0
+            elif final:
+                self._failures_in_a_row += 1
+                self._last_failure = result.error
+
+    def _pending_groups(self) -> int:
+        return self.assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
+
+    def _no_batch_message(self, step: int) -> str:
+        dropped = dict(self.assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)
+        return (f"no batch for step {step} after {self._topped_up} extra tasks: the assembler dropped "
+                f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}). "
+                "Rewards must vary within a task's rollouts: give easier tasks or partial credit, raise "
+                "rollouts_per_task, or check the reward.")  # fmt: skip
+
+
+def rollout_results(future: Rollouts) -> list[RolloutResult]:
+    """A finished batch's results; none if it raised."""
+    return future.result() if future.exception() is None else []

@@ -1,0 +1,117 @@
+"""The trainer's run as the driver sees it over gRPC: its state, how it ended, its metrics and checkpoints."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import structlog
+
+from parity.api.trainer.v1 import run_pb2
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.clients import RPCError, TrainerClient
+from parity.training.local_stack import LocalStack
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 0.2
+METRICS_TIMEOUT_S = 30.0
+# How long the trainer may go without answering a status poll in time before the run fails on it.
+STATUS_PATIENCE_S = 300.0
+TERMINAL = {
+    run_pb2.RUN_STATE_COMPLETED: "completed",
+    run_pb2.RUN_STATE_FAILED: "failed",
+    run_pb2.RUN_STATE_STOPPED: "stopped",
+}
+
+
+class RunEnded(RuntimeError):
+    """The trainer's run ended before the step asked for: failed, or stopped from elsewhere."""
+
+    def __init__(self, state: str, message: str, step: int) -> None:
+        super().__init__(message)
+        self.state = state
+        self.step = step
+
+
+class AgentFailing(RunEnded):
+    """Every rollout fails: the run cannot get data, so it ends rather than retry forever."""
+
+
+class RunControl:
+    def __init__(self, trainer: TrainerClient, run_id: str, stack: LocalStack | None) -> None:
+        self.trainer = trainer
+        self.run_id = run_id
+        self._stack = stack
+        self._last_status: trainer_pb.GetStatusResponse | None = None
+        self._last_status_at = 0.0
+
+    def status(self) -> trainer_pb.GetStatusResponse:
+        """The trainer's status. An answer past its deadline is not a failure while the last one is recent: a
+        trainer in the middle of a step on a loaded host can be slow to answer (seen: 30 s at a load of 70 on
+        2 cores), and the run's state cannot have changed unseen, since the next poll reads it."""
+        if self._stack is not None:
+            self._stack.raise_if_down()
+        try:
+            status = self.trainer.get_status(trainer_pb.GetStatusRequest())
+        except RPCError as error:
+            late = error.code == grpc.StatusCode.DEADLINE_EXCEEDED and self._last_status is not None
+            if not late or time.monotonic() - self._last_status_at > STATUS_PATIENCE_S:
+                raise
+            log.warning("trainer_status_late", error=str(error))
+            assert self._last_status is not None
+            return self._last_status
+        self._last_status, self._last_status_at = status, time.monotonic()
+        return status
+
+    def raise_if_ended(
+        self, status: trainer_pb.GetStatusResponse, futures: Sequence[concurrent.futures.Future[Any]],
+        expect_complete: bool = False,
+    ) -> None:  # fmt: skip
+        """RunEnded if the run has ended (its rollouts cancelled); else the error of a rollout batch that failed."""
+        state = TERMINAL.get(status.run.state)
+        if state is None or (state == "completed" and expect_complete):
+            for future in futures:
+                if future.done() and not future.cancelled() and future.exception() is not None:
+                    raise future.exception()  # type: ignore[misc]
+            return
+        for future in futures:
+            future.cancel()
+        message = status.run.error_message or f"the run was {state} at step {status.run.step}"
+        raise RunEnded(state, message, status.run.step)
+
+    def wait_for_end(self) -> None:
+        """After the last step: until the trainer has saved the final checkpoint and the plot."""
+        while True:
+            status = self.status()
+            if status.run.state in TERMINAL:
+                if status.run.state != run_pb2.RUN_STATE_COMPLETED:
+                    self.raise_if_ended(status, [])
+                return
+            time.sleep(POLL_S)
+
+    def step_metrics(self, step: int) -> dict[str, float]:
+        request = trainer_pb.StreamMetricsRequest(from_step=step)
+        try:
+            for response in self.trainer.stream_metrics(request, timeout_s=METRICS_TIMEOUT_S):
+                if response.metrics.step == step:
+                    return dict(response.metrics.values)
+        except RPCError as error:
+            log.warning("step_metrics_unavailable", step=step, error=str(error))
+        return {}
+
+    def record_validation(self, step: int, values: dict[str, float]) -> None:
+        """The trainer keeps it beside the run's steps, for readers like the console; the run goes on without."""
+        request = trainer_pb.WriteValidationMetricsRequest(run_id=self.run_id, step=step, values=values)
+        try:
+            self.trainer.write_validation_metrics(request)
+        except RPCError as error:
+            log.warning("validation_not_recorded", run_id=self.run_id, step=step, error=str(error))
+
+    def latest_checkpoint(self) -> run_pb2.Checkpoint | None:
+        """The run's newest checkpoint the trainer knows of; None if it has none."""
+        found = self.trainer.list_checkpoints(trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1))
+        return found.checkpoints[0] if found.checkpoints else None

@@ -1,0 +1,60 @@
+"""What a run is given, resolved and checked before anything starts: settings, agent, tasks, run id."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from parity.engine.runner import Agent
+from parity.training.agents import CommandAgent, load_callable, parse_command
+from parity.training.settings import SettingsError, TrainSettings
+from parity.training.tasks import load_tasks, tasks_from_objects
+
+SETTINGS_FILE = "settings.json"
+"""In the run's folder: the settings it ran with, which a resume starts from."""
+
+Tasks = str | Path | Sequence[Mapping[str, Any]]
+
+
+def resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) -> TrainSettings:
+    """`values` over `settings`; with `resume`, over the run's saved settings."""
+    resume = values.get("resume") or (settings.resume if settings else "")
+    if resume:
+        output_dir = Path(values.get("output_dir") or (settings.output_dir if settings else "runs"))
+        saved = output_dir / resume / SETTINGS_FILE
+        if not saved.exists():
+            raise SettingsError("resume", f"no run {resume!r} in {output_dir.resolve()} (no {SETTINGS_FILE})")
+        base = TrainSettings.from_json(json.loads(saved.read_text()))
+        return base.replace(**(values | {"resume": resume}))
+    return (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
+
+
+def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
+    if agent is not None:
+        if settings.agent or settings.agent_command:
+            raise SettingsError("agent", "an agent function was passed and one is named in the settings too")
+        return agent
+    if settings.agent:
+        return load_callable(settings.agent, "agent")
+    if settings.agent_command:
+        reward = load_callable(settings.reward, "reward") if settings.reward else None
+        return CommandAgent(parse_command(settings.agent_command), reward)
+    raise SettingsError("agent", "name the agent: agent = pkg.module:function, or agent_command = a command to run")
+
+
+def resolve_tasks(given: Tasks | None, path: str, name: str, required: bool = True) -> list[dict[str, Any]]:
+    if given is not None and not isinstance(given, str | Path):
+        return tasks_from_objects(given, name)
+    if path:
+        return load_tasks(path)
+    if required:
+        raise SettingsError(name, "is required: a .jsonl or .parquet file, a datasets folder, or a list of task dicts")
+    return []
+
+
+def new_run_id() -> str:
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
