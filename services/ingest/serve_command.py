@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import ssl
 from collections.abc import Iterator
@@ -120,6 +121,10 @@ class IngestConfig(ServerConfig):
                 raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.upstream_retries < 0:
             raise InvalidArgument(f"upstream_retries must be >= 0, got {self.upstream_retries}")
+        for name in ("store_timeout_s", "upstream_timeout_s", "health_interval_s"):
+            # A wait of zero (or less) fails every call at once; inf or nan cannot be scheduled.
+            if not 0 < getattr(self, name) < math.inf:
+                raise InvalidArgument(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         for url in self.upstream_urls:
             try:
                 Origin.parse(url)

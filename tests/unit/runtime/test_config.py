@@ -2,6 +2,7 @@ import argparse
 
 import pytest
 
+from parity.services.ingest.serve_command import IngestConfig
 from parity.services.runtime.config import ServerConfig, add_config_arguments, config_from_args
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store.serve_command import StoreConfig
@@ -50,3 +51,10 @@ def test_invalid_settings_are_rejected(kwargs, message) -> None:
 def test_store_url_must_name_a_known_backend() -> None:
     with pytest.raises(InvalidArgument, match="url must start with"):
         StoreConfig(url="mysql://x")
+
+
+@pytest.mark.parametrize("name", ["store_timeout_s", "upstream_timeout_s", "health_interval_s"])
+@pytest.mark.parametrize("value", [0.0, -5.0, float("inf"), float("nan")])
+def test_ingest_waits_must_be_positive_seconds(name: str, value: float) -> None:
+    with pytest.raises(InvalidArgument, match=f"{name} must be a positive number of seconds"):
+        IngestConfig(**{name: value})
