@@ -13,8 +13,8 @@ does only what a JSON POST to a replica needs.
 - The body of an answer is read as it arrives; a stream that the caller reads more
   slowly than the replica writes pauses the socket rather than buffering without
   bound.
-- Between any two reads the wait is bounded by `read_timeout_s` (TimeoutError), give or
-  take a tenth of it (at most a second): one sweep bounds every wait (ReadDeadlines).
+- Between any two reads the wait is bounded by `read_timeout_s` (TimeoutError), ending
+  up to a tenth of it later (at most a second): one sweep bounds every wait (ReadDeadlines).
 """
 
 from __future__ import annotations
