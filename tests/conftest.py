@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from parity.services.inference.packaged_models import CACHE_ENV
 
@@ -53,6 +56,17 @@ def _bindable(port: int) -> bool:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """For tests that configure logging: the root logger's handlers and level, and structlog's defaults, as before."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)

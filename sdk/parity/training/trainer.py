@@ -20,10 +20,11 @@ the assembler builds from the captured calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -182,7 +183,8 @@ class Trainer:
             # The trainer counts a step before its weight sync; the step is done once that sync is.
             if run.step > target or (run.step == target and run.state not in (run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_FAILED)):
                 break
-            self._raise_if_ended(status, futures)
+            with self._noting_the_end():
+                control.raise_if_ended(status, futures)
             supply.raise_if_agent_failing(futures, target)
             if self.settings.mode == "async" or not any(not f.done() for f in futures):
                 idle_since = supply.top_up(futures, status, idle_since, target)
@@ -209,7 +211,8 @@ class Trainer:
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
         assert self._control is not None
         while not future.done():
-            self._raise_if_ended(self._control.status(), [future], expect_complete=True)
+            with self._noting_the_end():
+                self._control.raise_if_ended(self._control.status(), [future], expect_complete=True)
             time.sleep(POLL_S)
         assert self._assembler is not None
         scorer = RolloutScorer(self._assembler, self.settings.val_trajectory)
@@ -341,23 +344,19 @@ class Trainer:
             raise SettingsError("resume", f"run {self.run_id} has no checkpoint to resume from")
         return found[0]
 
-    def _raise_if_ended(
-        self, status: trainer_pb.GetStatusResponse, futures: Sequence[Any], expect_complete: bool = False
-    ) -> None:
-        assert self._control is not None
+    @contextlib.contextmanager
+    def _noting_the_end(self) -> Iterator[None]:
+        """A run the trainer ended (failed, or stopped elsewhere) leaves its state here as it is raised."""
         try:
-            self._control.raise_if_ended(status, futures, expect_complete)
+            yield
         except RunEnded as ended:
             self.state = ended.state
             raise
 
     def _wait_for_end(self) -> None:
         assert self._control is not None
-        try:
+        with self._noting_the_end():
             self._control.wait_for_end()
-        except RunEnded as ended:
-            self.state = ended.state
-            raise
 
     def _keep_given_tasks(self) -> None:
         """Tasks handed over as objects are written into the run folder, so a resume finds them."""

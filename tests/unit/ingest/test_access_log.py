@@ -1,24 +1,14 @@
 import json
-import logging
 from typing import Any
 
 import pytest
-import structlog
 
 from parity.services.ingest.http_api import IngestHttpApp
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.runtime.structured_logging import configure_logging
 
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 async def _get_health(app: IngestHttpApp) -> list[dict[str, Any]]:

@@ -6,15 +6,7 @@ import structlog
 
 from parity.services.runtime.structured_logging import configure_logging
 
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def lines(captured: str) -> list[dict]:
