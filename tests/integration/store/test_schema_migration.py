@@ -7,19 +7,26 @@ from pathlib import Path
 
 import apsw
 
-from parity.services.store.backends.sqlite import MIGRATIONS, SqliteBackend
+from parity.services.store.backends.sql_schema import SQLITE_MIGRATIONS
+from parity.services.store.backends.sqlite import SqliteBackend
 
 
 def test_sqlite_v1_database_gets_close_numbers_in_close_order(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     db = apsw.Connection(str(path))
-    db.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    db.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
     with db:
-        for statement in MIGRATIONS[0]:
+        for statement in SQLITE_MIGRATIONS[0]:
             db.execute(statement)
         db.execute("INSERT INTO store_meta VALUES ('store_id', 'old')")
         db.execute("INSERT INTO schema_migrations VALUES (1, 0)")
-        for key, session_id, close_time in [(1, "first-created", 30.0), (2, "open", None), (3, "closed-first", 10.0)]:
+        for key, session_id, close_time in [
+            (1, "first-created", 30.0),
+            (2, "open", None),
+            (3, "closed-first", 10.0),
+        ]:
             state = 1 if close_time is None else 2
             db.execute(
                 "INSERT INTO sessions (key, session_id, parent_session_id, parent_session_ids, metadata, state,"
@@ -32,7 +39,10 @@ def test_sqlite_v1_database_gets_close_numbers_in_close_order(tmp_path: Path) ->
     backend = SqliteBackend(path)
     try:
         closed = backend.sessions_closed_after(0, 10)
-        assert [(s.session_id, s.close_seq) for s in closed] == [("closed-first", 1), ("first-created", 2)]
+        assert [(s.session_id, s.close_seq) for s in closed] == [
+            ("closed-first", 1),
+            ("first-created", 2),
+        ]
         assert backend.get_session("open").close_seq == 0 and backend.store_id == "old"
     finally:
         backend.close()

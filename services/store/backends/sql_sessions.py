@@ -1,0 +1,110 @@
+"""The statements on sessions both SQL backends run alike: creating and updating the
+sessions a write touches, with the ancestors they name, and paging through them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from parity.services.store.backends.sql_schema import SESSION_COLUMNS, SqlDialect
+from parity.services.store.records import SESSION_STATE_OPEN, SessionQuery, SessionTouch
+
+# (session_id, parent_session_ids, metadata, time) of a session a write creates if missing.
+NewSession = tuple[str, list[str], dict[str, str], float]
+# A statement and the rows of values it runs once each for (the driver's executemany).
+ExecuteMany = Callable[[str, list[tuple[Any, ...]]], object]
+EncodeJson = Callable[[Any], Any]
+# A condition on a sessions row, with the parameters its placeholders take.
+Condition = tuple[str, Sequence[object]]
+
+
+def write_touched_sessions(
+    executemany: ExecuteMany,
+    dialect: SqlDialect,
+    touches: list[SessionTouch],
+    encode_json: EncodeJson,
+) -> None:
+    """Creates each session a batch of calls touches, with the ancestors it names, and
+    adds the batch's calls to its count."""
+    m = dialect.mark
+    # A session first created as an ancestor or by a close takes its parents and
+    # metadata from its own calls; once set, they are never rewritten.
+    executemany(
+        f"{_insert_open_sessions(dialect, call_count=m)} ON CONFLICT (session_id) DO UPDATE"
+        " SET call_count = sessions.call_count + excluded.call_count,"
+        " update_time = excluded.update_time,"
+        " parent_session_id = coalesce(sessions.parent_session_id, excluded.parent_session_id),"
+        " parent_session_ids = CASE WHEN sessions.parent_session_id IS NULL"
+        " THEN excluded.parent_session_ids ELSE sessions.parent_session_ids END,"
+        f" metadata = CASE WHEN {dialect.empty_metadata}"
+        " THEN excluded.metadata ELSE sessions.metadata END",
+        [
+            (t.session_id, t.parent_session_ids[-1] if t.parent_session_ids else None,
+             encode_json(t.parent_session_ids), encode_json(t.metadata), SESSION_STATE_OPEN,
+             t.added_calls, t.time, t.time)
+            for t in touches
+        ],
+    )  # fmt: skip
+    # After the sessions' own rows, so a session's metadata wins over its
+    # creation as some other session's ancestor in the same batch.
+    ancestors = [
+        (ancestor, touch.parent_session_ids[:depth], {}, touch.time)
+        for touch in touches
+        for depth, ancestor in enumerate(touch.parent_session_ids)
+    ]
+    if ancestors:
+        create_missing_sessions(executemany, dialect, ancestors, encode_json)
+
+
+def create_missing_sessions(
+    executemany: ExecuteMany,
+    dialect: SqlDialect,
+    sessions: Iterable[NewSession],
+    encode_json: EncodeJson,
+) -> None:
+    """Creates the sessions that do not exist yet, with no calls; the others stay as they are."""
+    executemany(
+        f"{_insert_open_sessions(dialect, call_count='0')} ON CONFLICT (session_id) DO NOTHING",
+        [
+            (sid, parents[-1] if parents else None, encode_json(parents), encode_json(metadata),
+             SESSION_STATE_OPEN, time, time)
+            for sid, parents, metadata, time in sessions
+        ],
+    )  # fmt: skip
+
+
+def _insert_open_sessions(dialect: SqlDialect, call_count: str) -> str:
+    m = dialect.mark
+    return (
+        "INSERT INTO sessions (session_id, parent_session_id, parent_session_ids, metadata, state,"
+        " outcome, error_message, call_count, create_time, update_time)"
+        f" VALUES ({m}, {m}, {m}, {m}, {m}, 0, '', {call_count}, {m}, {m})"
+    )
+
+
+def sessions_page_query(
+    dialect: SqlDialect,
+    query: SessionQuery,
+    position: int,
+    limit: int,
+    dialect_filters: list[Condition],
+) -> tuple[str, list[object]]:
+    """The SELECT of ListSessions' page and its parameters. `dialect_filters` are the
+    query's conditions each dialect writes its own way (id prefix, metadata)."""
+    m = dialect.mark
+    conditions: list[Condition] = []
+    if position:
+        conditions.append((f"key < {m}" if query.newest_first else f"key > {m}", [position]))
+    if query.state is not None:
+        conditions.append((f"state = {m}", [query.state]))
+    if query.parent_session_id is not None:
+        conditions.append((f"parent_session_id = {m}", [query.parent_session_id]))
+    if query.outcome is not None:
+        conditions.append((f"outcome = {m}", [query.outcome]))
+    conditions += dialect_filters
+    where = " AND ".join(condition for condition, _ in conditions) or "TRUE"
+    order = "DESC" if query.newest_first else ""
+    return (
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {where} ORDER BY key {order} LIMIT {m}",
+        [*(param for _, params in conditions for param in params), limit],
+    )
