@@ -14,12 +14,12 @@ from parity.services.store.records import MetadataUpdate
 from parity.services.store.token_store import TokenStore
 from parity.splice_delta import Splice
 from tests.call_factory import conversation, make_call
-from tests.integration.store.test_backend_conformance import reward, wire, write
-
-SUCCEEDED, FAILED = 1, 2
+from tests.integration.store.store_requests import FAILED, SUCCEEDED, reward, wire, write
 
 
-async def closes(store: TokenStore, cursor: str = "", max_batch_size: int = 100) -> tuple[list, str]:
+async def closes(
+    store: TokenStore, cursor: str = "", max_batch_size: int = 100
+) -> tuple[list, str]:
     """Every close after the cursor, read until the first heartbeat."""
     seen = []
     stream = store.watch_closed_sessions(cursor, max_batch_size)
@@ -47,7 +47,9 @@ async def test_close_merges_metadata_on_first_close_and_on_repeats(store: TokenS
         await store.close_session("s", SUCCEEDED, "", {"": "x"})
 
 
-async def test_the_watch_of_closes_follows_close_order_not_creation_order(store: TokenStore) -> None:
+async def test_the_watch_of_closes_follows_close_order_not_creation_order(
+    store: TokenStore,
+) -> None:
     await write(store, [make_call(f"c{i}", f"s{i}", [1], [[2]]) for i in range(4)])
     for session_id in ("s2", "s0", "never-called", "s3"):
         await store.close_session(session_id, SUCCEEDED, "")
@@ -58,7 +60,9 @@ async def test_the_watch_of_closes_follows_close_order_not_creation_order(store:
     await store.close_session("s1", FAILED, "boom", {"group": "g"})
     await store.close_session("s2", SUCCEEDED, "", {"late": "metadata"})
     resumed, _ = await closes(store, cursor)
-    assert [(s.session_id, s.outcome, s.metadata) for s in resumed] == [("s1", FAILED, {"group": "g"})]
+    assert [(s.session_id, s.outcome, s.metadata) for s in resumed] == [
+        ("s1", FAILED, {"group": "g"})
+    ]
 
 
 async def test_close_numbers_are_never_reused_after_a_delete(store: TokenStore) -> None:
@@ -102,15 +106,22 @@ async def test_concurrent_closes_share_a_transaction_and_fail_alone(store: Token
         return_exceptions=True,
     )
     assert [r.metadata for r in results[:20]] == [{"i": str(i)} for i in range(20)]
-    assert isinstance(results[20], FailedPrecondition) and isinstance(results[21], FailedPrecondition)
+    assert isinstance(results[20], FailedPrecondition) and isinstance(
+        results[21], FailedPrecondition
+    )
     seen, _ = await closes(store)
     assert len(seen) == 21 and len({s.close_seq for s in seen}) == 21
 
 
 async def test_batch_get_returns_sessions_with_calls_and_rewards(store: TokenStore) -> None:
     multi = conversation("m", turns=4)
-    await write(store, [*multi, make_call("x", "single", [1, 2], [[3]]), make_call("other", "o", [5], [[6]])])
-    await store.write_rewards([reward("r1", "m", 1.0), reward("r2", "m", 0.5, call_id=multi[1].call_id)])
+    await write(
+        store,
+        [*multi, make_call("x", "single", [1, 2], [[3]]), make_call("other", "o", [5], [[6]])],
+    )
+    await store.write_rewards(
+        [reward("r1", "m", 1.0), reward("r2", "m", 0.5, call_id=multi[1].call_id)]
+    )
     contents, missing = await store.batch_get_sessions(["single", "nope", "m", "single"], "full")
     assert [c.session.session_id for c in contents] == ["single", "m"] and missing == ["nope"]
     assert wire(contents[1].calls) == wire(multi)
@@ -138,24 +149,40 @@ async def test_the_spliced_view_rebuilds_every_prompt_exactly(store: TokenStore)
             assert call.prompt_token_ids == b""
             base_call = next(c for c in session.calls if c.call_id == splice.base_call_id)
             base = rebuilt[base_call.call_id] + (
-                base_call.choices[splice.base_choice].token_ids if splice.base_choice >= 0 else b"")
+                base_call.choices[splice.base_choice].token_ids if splice.base_choice >= 0 else b""
+            )
             rebuilt[call.call_id] = splice_delta.decode(
-                base, Splice(splice.prefix_tokens * 4, splice.suffix_tokens * 4, splice.middle))
-        full = {c.call_id: c.prompt_token_ids for c in [*multi, edited] if c.session_id == session.session.session_id}
+                base, Splice(splice.prefix_tokens * 4, splice.suffix_tokens * 4, splice.middle)
+            )
+        full = {
+            c.call_id: c.prompt_token_ids
+            for c in [*multi, edited]
+            if c.session_id == session.session.session_id
+        }
         assert all(rebuilt[call_id] == prompt for call_id, prompt in full.items())
     assert len(contents[0].splices) == 5, "every turn after the first; the edit shares too little"
 
 
 async def test_metadata_updates_apply_in_one_transaction_or_not_at_all(store: TokenStore) -> None:
-    await write(store, [make_call(f"c{i}", f"s{i}", [1], [[2]], metadata={"keep": "k", "drop": "d"}) for i in range(3)])
+    await write(
+        store,
+        [
+            make_call(f"c{i}", f"s{i}", [1], [[2]], metadata={"keep": "k", "drop": "d"})
+            for i in range(3)
+        ],
+    )
     changed = await store.update_session_metadata(
         [MetadataUpdate("s0", {"batch": "1"}, ["drop"]), MetadataUpdate("s1", {"batch": "1"}, [])]
     )
     assert changed == 2
     assert (await store.get_session("s0")).metadata == {"keep": "k", "batch": "1"}
-    assert await store.update_session_metadata([MetadataUpdate("s0", {"batch": "1"}, ["drop"])]) == 0
+    assert (
+        await store.update_session_metadata([MetadataUpdate("s0", {"batch": "1"}, ["drop"])]) == 0
+    )
     with pytest.raises(NotFound, match="unknown session"):
-        await store.update_session_metadata([MetadataUpdate("s2", {"batch": "2"}, []), MetadataUpdate("nope", {}, [])])
+        await store.update_session_metadata(
+            [MetadataUpdate("s2", {"batch": "2"}, []), MetadataUpdate("nope", {}, [])]
+        )
     assert "batch" not in (await store.get_session("s2")).metadata
     with pytest.raises(InvalidArgument, match="session_id is required"):
         await store.update_session_metadata([MetadataUpdate("", {"a": "b"}, [])])
