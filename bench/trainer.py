@@ -235,7 +235,7 @@ def peak_flops() -> float | None:
 
 def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path) -> dict[str, object]:
     settings = RunSettings(
-        model, 10, 1, backend="cpu" if name == "plain" else name, learning_rate=1e-5,
+        model, 10, groups_per_batch=1, backend="cpu" if name == "plain" else name, learning_rate=1e-5,
         micro_batch_tokens=args.micro_batch_tokens, dtype=dtype,
     )  # fmt: skip
     on_gpu = torch.cuda.is_available() and name != "cpu"

@@ -97,11 +97,11 @@ def main() -> None:
         with VllmServer(config) as server:
             replica = VllmReplica(server.base_url)
             # The adapter first: it is trained on the base weights, which the full pushes then replace.
-            lora = measure(RunSettings(model, 100, 1, backend="cpu", learning_rate=1e-3, lora_rank=args.rank), replica,
+            lora = measure(RunSettings(model, 100, groups_per_batch=1, backend="cpu", learning_rate=1e-3, lora_rank=args.rank), replica,
                            work / "lora", args.steps)  # fmt: skip
-            full = measure(RunSettings(model, 100, 1, backend="cpu", learning_rate=1e-4), replica, work / "full", args.steps)
+            full = measure(RunSettings(model, 100, groups_per_batch=1, backend="cpu", learning_rate=1e-4), replica, work / "full", args.steps)
             rows = {"full": full, "lora": lora}
-        parameters = sum(p.numel() for p in CpuBackend(RunSettings(model, 1, 1)).model.parameters())
+        parameters = sum(p.numel() for p in CpuBackend(RunSettings(model, 1, groups_per_batch=1)).model.parameters())
     print(f"model: hidden {args.hidden}, {args.layers} layers, {parameters / 1e6:.1f}M parameters; "
           f"LoRA rank {args.rank} on every linear layer; median of {args.steps} syncs")  # fmt: skip
     print(f"{'sync':<6} {'pushed MB':>10} {'push s':>8} {'verify s':>9} {'total s':>8} {'probe diff':>11}")

@@ -15,10 +15,11 @@ from parity.services.assembler.samples import OVERLONG_POLICIES, LengthLimit
 from parity.services.assembler.scoring import Scorer
 from parity.services.assembler.servicer import AssemblerServicer
 from parity.services.assembler.store_client import StoreClient
-from parity.services.runtime.config import ServerConfig, setting
+from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.settings_fields import setting
 
 FULL_NAME = assembler_service_pb2.DESCRIPTOR.services_by_name["AssemblerService"].full_name
 DEFAULT_PORT = 50053

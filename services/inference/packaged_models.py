@@ -153,10 +153,17 @@ def packaged_file(model: PackagedModel) -> Path:
 def default_learning_rate(reference: str, folder: Path) -> float:
     """The learning rate `parity train` uses when none is set: the named model's, else one by the model's size."""
     reference = reference or DEFAULT_MODEL
-    if reference == TEST_MODEL or (folder / TEST_MODEL_MARKER).is_file():
+    if reference == TEST_MODEL:
         return TEST_MODEL_LEARNING_RATE
     if reference in PACKAGED_MODELS:
         return PACKAGED_MODELS[reference].learning_rate
+    return folder_learning_rate(folder)
+
+
+def folder_learning_rate(folder: Path) -> float:
+    """The learning rate for a model known only by its folder: the test model's, else one by its size."""
+    if (folder / TEST_MODEL_MARKER).is_file():
+        return TEST_MODEL_LEARNING_RATE
     return learning_rate_for_size(parameter_count(folder))
 
 

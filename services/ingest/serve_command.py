@@ -44,11 +44,12 @@ from parity.services.ingest.upstream import UpstreamClient
 from parity.services.ingest.upstream_http import Origin
 from parity.services.runtime.addresses import AddressSet, parse_address_list
 from parity.services.runtime.auth import read_secret
-from parity.services.runtime.config import ServerConfig, setting
+from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
 from parity.session_slug import HISTORY_MODES
+from parity.settings_fields import setting
 
 log = structlog.get_logger(__name__)
 

@@ -11,21 +11,17 @@ import argparse
 import dataclasses
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from parity.services.runtime.auth import TokenTable, is_loopback
 from parity.services.runtime.errors import InvalidArgument
+from parity.settings_fields import setting
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "json", "console")
 
 ConfigT = TypeVar("ConfigT", bound="ListenerConfig")
-
-
-def setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
-    """A config field with its help text (and allowed values) for the CLI."""
-    return field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclass

@@ -17,7 +17,8 @@ import torch
 from peft import LoraConfig
 
 from parity.services.runtime.errors import InvalidArgument
-from parity.services.trainer.run_settings import ALL_LINEAR, RunSettings
+from parity.services.trainer.run_settings import RunSettings
+from parity.update_settings import ALL_LINEAR
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -27,7 +28,7 @@ _ADAPTABLE = (torch.nn.Linear, torch.nn.Embedding)
 
 def peft_targets(settings: RunSettings) -> str | list[str]:
     """`target_modules` as peft (and verl) take it: the shorthand as a string, names as a list."""
-    modules = list(settings.lora_target_modules)
+    modules = list(settings.lora_modules)
     return ALL_LINEAR if modules == [ALL_LINEAR] else modules
 
 

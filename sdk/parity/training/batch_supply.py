@@ -59,7 +59,7 @@ class BatchSupply:
         """One more task when the trainer waits and nothing is pending or running; returns the idle clock."""
         waiting = status.run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
         running = any(not f.done() for f in futures)
-        if self.settings.mode == "async":
+        if self.settings.rollout_mode == "async":
             pending = self._pending_groups()
             if not running and pending < self.settings.groups_per_batch:
                 futures.append(self._roll_out(self.tasks.take(self.settings.groups_per_batch), step))

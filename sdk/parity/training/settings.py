@@ -15,35 +15,21 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
 from parity.session_slug import HISTORY_MODES
+from parity.settings_fields import SettingsError, setting
+from parity.update_settings import UpdateSettings
 
-ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
-BACKENDS = ("auto", "cpu", "fsdp")
-MODES = ("sync", "async")
+__all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
+
 WANDB_MODES = ("auto", "online", "offline")
-DTYPES = ("auto", "float32", "bfloat16")
 # max_tokens for a model that names none of its own.
 DEFAULT_MAX_TOKENS = 256
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class SettingsError(ValueError):
-    """A setting that cannot be used; `key` names it, so the caller can say where it was set."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
-
-
-def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, group: str = "") -> Any:
-    """A settings field with the help text the CLI, the TOML reference and the docs show."""
-    return field(default=default, metadata={"help": help, "choices": choices, "group": group})
 
 
 @dataclass(frozen=True)
@@ -76,7 +62,9 @@ class StackAddresses:
 
 
 @dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(UpdateSettings):
+    """Everything `parity train` takes: the update's settings (parity.update_settings, shared with the trainer) and the run's."""
+
     # What to train.
     agent: str = setting("", "the agent, as pkg.module:function (sync or async; takes the task dict, returns a float reward or None)", group="agent")
     agent_command: str = setting("", "an agent in any language: a command run once per rollout (see docs/training.md)", group="agent")
@@ -88,7 +76,6 @@ class TrainSettings:
     # How long.
     steps: int | None = setting(None, "update steps; set this or epochs", group="schedule")
     epochs: float | None = setting(None, "passes over the tasks (default 1 when steps is not set)", group="schedule")
-    groups_per_batch: int = setting(4, "tasks per training batch", group="schedule")
     rollouts_per_task: int = setting(8, "rollouts of each task; they are compared with each other (GRPO groups)", group="schedule")
     # Sampling: the trainer fills these into each task as task["max_tokens"] and task["temperature"].
     max_tokens: int | None = setting(None, "max_tokens the agent is asked to use for its rollouts; default: the named model's (64 for smollm2-135m-instruct, whose useful answers are short), else 256", group="sampling")
@@ -100,26 +87,7 @@ class TrainSettings:
     val_temperature: float | None = setting(None, "temperature for validation (default: temperature)", group="validation")
     val_pass_threshold: float = setting(1.0, "a validation rollout passes (for pass@k) when its reward is at least this", group="validation")
     val_trajectory: str = setting("", "the trajectory that scores a validation rollout when the agent returns None: its reward, else its last rewarded step's (default: the unnamed trajectory)", group="validation")
-    # The update.
-    learning_rate: float | None = setting(None, "AdamW learning rate; default: the named model's (`parity model list`), or for a folder by its size: 1e-5 up to 300M parameters, 1e-6 up to 3B, 5e-7 above", group="optimization")
-    advantage_estimator: str = setting("grpo", "verl's advantage estimator", choices=ADVANTAGE_ESTIMATORS, group="optimization")
-    backend: str = setting("auto", "cpu (a plain torch loop), fsdp (verl's FSDP engine), or auto (fsdp on a GPU)", choices=BACKENDS, group="optimization")
-    mode: str = setting("sync", "sync: rollouts wait for each update; async: they run on, at most max_policy_lag versions behind", choices=MODES, group="optimization")
-    max_policy_lag: int = setting(1, "async mode: policy versions a sample may lag the trainer", group="optimization")
-    kl_coef: float = setting(0.0, "KL penalty against the starting policy; 0 turns it off", group="optimization")
-    clip_ratio: float = setting(0.2, "PPO clip range", group="optimization")
-    ppo_epochs: int = setting(1, "passes over each batch", group="optimization")
-    max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
-    seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
-    ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
-    ray_nodes: int = setting(1, "with ray_workers_per_node: nodes of the Ray cluster at $RAY_ADDRESS to spread the ranks over, ray_workers_per_node on each, rank 0 on the trainer's node", group="optimization")
-    dtype: str = setting("auto", "the dtype forward and backward run in (weights and optimizer stay float32); auto: bfloat16 on a CUDA machine, float32 elsewhere, resolved where the trainer runs; the local stack's vLLM serves in the same", choices=DTYPES, group="optimization")
-    checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     # LoRA.
-    lora_rank: int = setting(0, "train a LoRA adapter of this rank on the frozen model instead of the whole model; 0: the whole model", group="lora")
-    lora_alpha: int = setting(0, "LoRA scale numerator: updates are scaled by lora_alpha / lora_rank; 0: twice the rank", group="lora")
-    lora_target_modules: str = setting("all-linear", "comma-separated names of the modules LoRA adapts (q_proj,v_proj); all-linear: every linear layer but the output head", group="lora")
-    lora_dropout: float = setting(0.0, "dropout on the adapter's input while training (the cpu backend; fsdp takes 0)", group="lora")
     lora_merge: bool = setting(False, "also export the model with the adapter merged into it, to RUN_DIR/model/merged", group="lora")
     # Multi-turn.
     history_mode: str = setting("as_deployed", "how ingest builds each later call's prompt: as_deployed renders the agent's messages as a deployment does; exact_history continues the exact ids of the session's earlier calls (docs/multi-turn.md)", choices=HISTORY_MODES, group="rollouts")
@@ -156,36 +124,19 @@ class TrainSettings:
             raise SettingsError("reward", "scores an agent_command's output; a Python agent returns its reward")
         if self.steps is not None and self.epochs is not None:
             raise SettingsError("steps", "set steps or epochs, not both")
-        positive = ("steps", "groups_per_batch", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens",
-                    "ppo_epochs", "max_model_len", "ray_nodes")  # fmt: skip
-        for key in positive:
+        super().__post_init__()
+        for key in ("steps", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens", "max_model_len"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise SettingsError(key, f"must be at least 1, got {value}")
-        non_negative = ("val_every", "max_policy_lag", "checkpoint_interval", "concurrency", "retries", "kl_coef",
-                        "temperature", "val_temperature", "ray_workers_per_node", "lora_rank", "lora_alpha")  # fmt: skip
-        for key in non_negative:
+        for key in ("val_every", "concurrency", "retries", "temperature", "val_temperature"):
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise SettingsError(key, f"must not be negative, got {value}")
-        for key in ("epochs", "learning_rate", "rollout_timeout_s", "startup_timeout_s", "max_grad_norm"):
+        for key in ("epochs", "rollout_timeout_s", "startup_timeout_s"):
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise SettingsError(key, f"must be greater than 0, got {value}")
-        if not 0 < self.clip_ratio < 1:
-            raise SettingsError("clip_ratio", f"must be between 0 and 1, got {self.clip_ratio}")
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                raise SettingsError(f.name, f"must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
-        if not 0 <= self.lora_dropout < 1:
-            raise SettingsError("lora_dropout", f"must be at least 0 and below 1, got {self.lora_dropout}")
-        if not self.lora_modules or not all(self.lora_modules):
-            raise SettingsError("lora_target_modules", f"must be module names separated by commas, got {self.lora_target_modules!r}")
-        if self.ray_nodes > 1 and not self.ray_workers_per_node:
-            raise SettingsError("ray_nodes", "spreads Ray ranks over nodes; set ray_workers_per_node (ranks on each) too")
-        if self.ray_workers_per_node and self.backend == "cpu":
-            raise SettingsError("ray_workers_per_node", "places fsdp ranks as Ray actors; the cpu backend trains in the trainer process")
         if self.lora_merge and not self.lora_rank:
             raise SettingsError("lora_merge", "merges a LoRA adapter into the model; set lora_rank too")
         for key in ("run_id", "resume"):
@@ -206,10 +157,6 @@ class TrainSettings:
     def validation_temperature(self) -> float:
         return self.temperature if self.val_temperature is None else self.val_temperature
 
-    @property
-    def lora_modules(self) -> list[str]:
-        return [name.strip() for name in self.lora_target_modules.split(",")]
-
     def total_steps(self, task_count: int) -> int:
         if self.steps is not None:
             return self.steps
@@ -224,6 +171,9 @@ class TrainSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrainSettings:
         values = dict(data)
+        # A run folder written before the setting was named as the trainer names it.
+        if "mode" in values:
+            values["rollout_mode"] = values.pop("mode")
         if values.get("stack"):
             values["stack"] = StackAddresses(**values["stack"])
         return cls(**values)

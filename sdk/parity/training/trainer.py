@@ -33,10 +33,9 @@ import httpx
 import structlog
 
 import parity
-from parity import transport
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.clients import AssemblerClient, RPCError, TrainerClient
+from parity.clients import AssemblerClient, RPCError, TrainerClient, transport
 from parity.engine.runner import Agent
 from parity.progress import Progress, show_progress
 from parity.services.inference.packaged_models import is_model_name
@@ -60,6 +59,7 @@ from parity.training.run_report import RunOutcome, train_result
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
 from parity.training.task_order import TaskOrder
 from parity.training.validation import RolloutScorer, ValidationResult, summarize
+from parity.update_settings import to_run_config
 
 log = structlog.get_logger(__name__)
 
@@ -186,7 +186,7 @@ class Trainer:
             with self._noting_the_end():
                 control.raise_if_ended(status, futures)
             supply.raise_if_agent_failing(futures, target)
-            if self.settings.mode == "async" or not any(not f.done() for f in futures):
+            if self.settings.rollout_mode == "async" or not any(not f.done() for f in futures):
                 idle_since = supply.top_up(futures, status, idle_since, target)
             time.sleep(POLL_S)
         # Sync mode: the batch is trained, so rollouts still running are surplus of this step and
@@ -314,23 +314,10 @@ class Trainer:
         return str(self.model.folder)
 
     def _run_config(self) -> run_pb2.RunConfig:
-        s = self.settings
-        return run_pb2.RunConfig(
-            model_path=self.model_path, total_steps=self.total_steps, groups_per_batch=s.groups_per_batch,
-            learning_rate=s.learning_rate, clip_ratio=s.clip_ratio, kl_coef=s.kl_coef, max_policy_lag=s.max_policy_lag,
-            advantage_estimator=run_pb2.AdvantageEstimator.Value(f"ADVANTAGE_ESTIMATOR_{s.advantage_estimator.upper()}"),
-            rollout_mode=run_pb2.RolloutMode.Value(f"ROLLOUT_MODE_{s.mode.upper()}"),
-            backend=0 if s.backend == "auto" else run_pb2.TrainingBackend.Value(f"TRAINING_BACKEND_{s.backend.upper()}"),
-            # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
-            checkpoint_dir=str(self.run_dir / "checkpoints") if self._stack is not None else "",
-            checkpoint_interval=s.checkpoint_interval,
-            overrides={"ppo_epochs": str(s.ppo_epochs), "max_grad_norm": str(s.max_grad_norm), "seed": str(s.seed),
-                       "dtype": s.dtype,
-                       **({"ray_workers_per_node": str(s.ray_workers_per_node), "ray_nodes": str(s.ray_nodes)}
-                          if s.ray_workers_per_node else {})},
-            lora=run_pb2.LoraConfig(rank=s.lora_rank, alpha=s.lora_alpha, target_modules=s.lora_modules,
-                                    dropout=s.lora_dropout) if s.lora_rank else None,
-        )  # fmt: skip
+        # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
+        checkpoint_dir = str(self.run_dir / "checkpoints") if self._stack is not None else ""
+        return to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
+                             checkpoint_dir=checkpoint_dir)  # fmt: skip
 
     def _resume_checkpoint(self) -> run_pb2.Checkpoint:
         assert self._control is not None

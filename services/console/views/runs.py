@@ -138,7 +138,6 @@ def _all_metrics(services: Services, run_id: str, kind: int) -> list[trainer_pb.
 
 def _config(config: run_pb2.RunConfig) -> list[tuple[str, str]]:
     data = MessageToDict(config, preserving_proto_field_name=True)
-    overrides = data.pop("overrides", {})
     rows = []
     for key, value in data.items():
         field = run_pb2.RunConfig.DESCRIPTOR.fields_by_name[key]
@@ -152,7 +151,7 @@ def _config(config: run_pb2.RunConfig) -> list[tuple[str, str]]:
             )
             value = str(value).removeprefix(prefix).lower()
         rows.append((key, str(value)))
-    return rows + [(f"overrides.{key}", value) for key, value in sorted(overrides.items())]
+    return rows
 
 
 def _charts(

@@ -96,7 +96,7 @@ class CpuBackend(TrainingBackend):
 
             self.model = get_peft_model(self.model, lora_config(settings))
         self.trained = [param for param in self.model.parameters() if param.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trained, lr=settings.learning_rate, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.trained, lr=settings.lr, weight_decay=0.0)
 
     def _forward(
         self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -175,7 +175,7 @@ class FsdpBackend(TrainingBackend):
             use_dynamic_bsz=True, max_token_len_per_gpu=settings.micro_batch_tokens,
             infer_max_token_len_per_gpu=settings.micro_batch_tokens, entropy_checkpointing=True,
         )  # fmt: skip
-        optimizer = FSDPOptimizerConfig(lr=settings.learning_rate, weight_decay=0.0, clip_grad=settings.max_grad_norm)
+        optimizer = FSDPOptimizerConfig(lr=settings.lr, weight_decay=0.0, clip_grad=settings.max_grad_norm)
         config = TrainingWorkerConfig(
             model_type="language_model", model_config=model, engine_config=engine,
             optimizer_config=optimizer, checkpoint_config=CheckpointConfig(),

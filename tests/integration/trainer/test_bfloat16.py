@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from parity.api.trainer.v1 import run_pb2
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import VllmReplica
@@ -27,14 +28,14 @@ STEPS = 12
 @pytest.fixture(scope="module")
 def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
     """The training stack's vLLM, serving bfloat16."""
-    with serving(tiny_model_dir, tmp_path_factory, dtype="bfloat16") as server:
+    with serving(tiny_model_dir, tmp_path_factory, dtype=run_pb2.TRAINING_DTYPE_BFLOAT16) as server:
         yield server
 
 
 def test_a_bfloat16_run_learns_and_every_sync_verifies_at_the_derived_tolerance(training_stack, tmp_path) -> None:
     assert VllmReplica(training_stack.vllm.base_url).served_dtype() == "bfloat16"
     before = served_rewards(training_stack.vllm.base_url)
-    _, records = train_on_agent_rollouts(training_stack, STEPS, tmp_path / "checkpoints", dtype="bfloat16")
+    _, records = train_on_agent_rollouts(training_stack, STEPS, tmp_path / "checkpoints", dtype=run_pb2.TRAINING_DTYPE_BFLOAT16)
     diffs = [r.values["sync_max_logprob_diff"] for r in records]
     print(f"probe differences per sync: {[round(d, 4) for d in diffs]}")
     # Both sides round like bf16 (float32 on both gives about 1e-6), and stay inside the derived tolerance.

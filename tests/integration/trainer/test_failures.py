@@ -124,3 +124,23 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     after_kill = start_service("trainer", *common)
     (cut_short,) = pb_grpc.TrainerServiceStub(grpc.insecure_channel(after_kill.address)).ListRuns(pb.ListRunsRequest()).runs
     assert cut_short.state == run_pb2.RUN_STATE_FAILED and "stopped during the run" in cut_short.error_message
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [({"learning_rate": 0.0}, "learning_rate"), ({"groups_per_batch": 0}, "groups_per_batch"),
+     ({"ppo_epochs": 0}, "ppo_epochs"), ({"dtype": 9}, "dtype")],
+)  # fmt: skip
+def test_a_zero_or_unknown_setting_over_grpc_is_refused_naming_the_field(
+    start_service, model_dir, tmp_path, setting, named
+) -> None:
+    trainer = start_service("trainer", "--assembler-address", f"127.0.0.1:{free_port()}", "--work-dir", str(tmp_path))
+    stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
+    config = run_config(model_dir)
+    for key, value in setting.items():
+        setattr(config, key, value)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.StartRun(pb.StartRunRequest(config=config))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details().startswith(f"{named}:"), refused.value.details()
+    assert not stub.GetStatus(pb.GetStatusRequest()).HasField("run")

@@ -70,7 +70,7 @@ def served_rewards(base_url: str, per_prompt: int = 128, model: str = "tiny") ->
 
 def train_on_agent_rollouts(
     stack: Any, steps: int, checkpoint_dir: Path, learning_rate: float = 3e-3, lora: run_pb2.LoraConfig | None = None,
-    **overrides: str,
+    **settings: Any,
 ) -> tuple[Any, list[Any]]:  # fmt: skip
     """A sync run of `steps` on the cpu backend, fed by agents through ingest; returns the run and its step metrics."""
     trainer = TrainerClient(stack.trainer.address)
@@ -78,7 +78,7 @@ def train_on_agent_rollouts(
     trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
         model_path=str(stack.vllm.config.model_path), total_steps=steps, groups_per_batch=GROUPS,
         learning_rate=learning_rate, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
-        checkpoint_dir=str(checkpoint_dir), overrides=overrides, lora=lora,
+        checkpoint_dir=str(checkpoint_dir), lora=lora, **settings,
     )))  # fmt: skip
     counter = iter(range(10**6))
 

@@ -64,7 +64,7 @@ def trainer_vllm(tmp_path_factory) -> Iterator[VllmServer]:
 
 @pytest.mark.parametrize("name", ["cpu", "fsdp"])
 def test_every_adapter_push_verifies_and_leaves_the_base_model_alone(trainer_vllm, name, tmp_path) -> None:
-    backend = select_backend(RunSettings(trainer_vllm.config.model_path, 10, 1, backend=name, learning_rate=1e-2,
+    backend = select_backend(RunSettings(trainer_vllm.config.model_path, 10, groups_per_batch=1, backend=name, learning_rate=1e-2,
                                          lora_rank=RANK))  # fmt: skip
     replica = VllmReplica(trainer_vllm.base_url)
     probe = probe_tokens(1024)

@@ -51,7 +51,7 @@ def served(request) -> VllmServer:
 
 @pytest.mark.parametrize("name", ["cpu", "fsdp"])
 def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tmp_path) -> None:
-    backend = select_backend(RunSettings(served.config.model_path, 10, 1, backend=name, learning_rate=1e-2))
+    backend = select_backend(RunSettings(served.config.model_path, 10, groups_per_batch=1, backend=name, learning_rate=1e-2))
     replica = VllmReplica(served.base_url)
     probe = probe_tokens(1024)
     sync = WeightSync([replica], tmp_path / "weights", probe)
@@ -71,7 +71,7 @@ def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tm
 
 
 def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(trainer_vllm, tmp_path) -> None:
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
+    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
     backend.train_step(rewarded_batch(100, 200))
     replica = VllmReplica(trainer_vllm.base_url)
     sync = WeightSync([replica], tmp_path / "weights", probe_tokens(1024))
@@ -102,7 +102,7 @@ def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fa
     ingests = [start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / f"spool-{n}.db")[0]
                for n in range(2)]  # fmt: skip
     clients = [IngestClient(ingest.address) for ingest in ingests]
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
+    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
     # One by address, one by a name resolved at each sync, as a Kubernetes headless Service is.
     port = ingests[0].address.rpartition(":")[2]
     fleet = IngestFleet([f"dns:///127.0.0.1:{port}", ingests[1].address])
@@ -128,7 +128,7 @@ def test_an_ingest_restarting_during_a_sync_rejoins_it_instead_of_failing_the_ru
 ) -> None:
     store = module_services.start("store", "--url", "memory://")
     ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / "spool.db")
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, 1, learning_rate=1e-2))
+    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
     sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024),
                       ingests=IngestFleet([ingest.address]), drain_timeout_s=60)  # fmt: skip
     assert sync.sync(backend, policy_version=3).verified

@@ -41,7 +41,7 @@ def head_and_embeddings(directory: Path) -> tuple[torch.Tensor | None, torch.Ten
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_training_moves_probability_towards_rewarded_tokens(name, model_dir) -> None:
-    backend = select_backend(RunSettings(model_dir, 10, 1, backend=name, learning_rate=1e-2))
+    backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2))
     good, bad = 100, 200
     # The first answer token after the prompt, where the batch rewards `good` and penalises `bad`.
     probes = ([1, 2, 3, 4, good], [1, 2, 3, 4, bad])
@@ -57,7 +57,7 @@ def test_training_moves_probability_towards_rewarded_tokens(name, model_dir) -> 
 def test_saved_weights_load_in_transformers_and_state_resumes_exactly(name, model_dir, tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
-    settings = RunSettings(model_dir, 10, 1, backend=name, learning_rate=1e-2)
+    settings = RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2)
     backend = select_backend(settings)
     backend.train_step(rewarded_batch(100, 200))
     backend.save_state(tmp_path / "state")
@@ -116,7 +116,7 @@ def test_every_backend_applies_the_same_update(request, layout, dtype) -> None:
     results = {}
     for name in ("cpu", "fsdp"):
         settings = RunSettings(
-            model_dir, 10, 1, backend=name, learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8,
+            model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8,
             dtype=dtype,
         )  # fmt: skip
         backend = select_backend(settings)
@@ -133,7 +133,7 @@ def test_every_backend_applies_the_same_update(request, layout, dtype) -> None:
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_bfloat16_computes_in_bfloat16_on_float32_weights(name, tiny_model_dir, tmp_path) -> None:
-    settings = RunSettings(tiny_model_dir, 10, 1, backend=name, learning_rate=1e-2)
+    settings = RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2)
     probe = [1, 2, 3, 4, 100, 200, 7, 8]
     exact = select_backend(settings).probe_logprobs(probe)
     backend = select_backend(replace(settings, dtype="bfloat16"))
@@ -155,8 +155,8 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
     workers = torch.cuda.device_count() or 2
     settings = dict(learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8, ray_workers_per_node=workers)
     probe = [1, 2, 3, 100, 100, 7, 8, 200]
-    single = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", **{**settings, "ray_workers_per_node": 0}))
-    ranks = select_backend(RunSettings(model_dir, 10, 1, backend="fsdp", **settings))
+    single = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", **{**settings, "ray_workers_per_node": 0}))
+    ranks = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings))
     try:
         assert ranks.ranks == workers
         expected, metrics = single.train_step(ragged_batch()), ranks.train_step(ragged_batch())
@@ -169,7 +169,7 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
         assert head is not None and torch.equal(head, embeddings)
         ranks.close()
         # The actors and their placement are gone: the same ranks can be placed again.
-        again = select_backend(RunSettings(model_dir, 10, 1, backend="fsdp", **settings))
+        again = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings))
         again.close()
     finally:
         import ray
@@ -178,7 +178,7 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
 
 
 def test_the_cpu_loop_computes_the_head_only_where_tokens_were_sampled_with_the_same_numbers(model_dir) -> None:
-    backend = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", learning_rate=1e-2))
+    backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2))
     batch = rewarded_batch(100, 200)
     sampled = batch.response_mask.bool()
     with torch.no_grad():
@@ -197,7 +197,7 @@ def test_the_cpu_loop_trains_in_micro_batches_to_the_same_weights_as_one_batch(m
     results = []
     for budget in (1_000_000, 1):  # the whole batch at once; then every row its own micro-batch
         monkeypatch.setattr(cpu, "MICRO_BATCH_TOKENS", budget)
-        backend = select_backend(RunSettings(model_dir, 10, 1, backend="cpu", learning_rate=1e-2))
+        backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2))
         metrics = backend.train_step(batch)
         results.append((metrics, backend.probe_logprobs(probe)))
     (whole, whole_probe), (pieces, pieces_probe) = results

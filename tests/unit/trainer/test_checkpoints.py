@@ -6,7 +6,7 @@ from parity.services.runtime.errors import NotFound
 from parity.services.trainer import checkpoints
 from parity.services.trainer.run_settings import RunSettings
 
-SETTINGS = RunSettings(Path("/m"), 10, 2)
+SETTINGS = RunSettings(Path("/m"), 10, groups_per_batch=2)
 
 
 def write(root: Path, run_id: str, step: int) -> Path:

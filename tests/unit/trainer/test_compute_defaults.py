@@ -34,11 +34,11 @@ def test_auto_dtype_is_bfloat16_on_cuda_and_float32_elsewhere(cuda, expected) ->
 
 def test_a_run_resolves_auto_where_it_trains_and_the_probe_tolerance_follows(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(compute_defaults, "cuda_available", lambda: True)
-    on_gpu = RunSettings(tmp_path, 10, 1)
+    on_gpu = RunSettings(tmp_path, 10, groups_per_batch=1)
     assert on_gpu.dtype == "bfloat16"
     assert probe_tolerance(on_gpu.dtype, "bfloat16") == probe_tolerance("bfloat16", "bfloat16")
     monkeypatch.setattr(compute_defaults, "cuda_available", lambda: False)
-    assert RunSettings(tmp_path, 10, 1).dtype == "float32"
+    assert RunSettings(tmp_path, 10, groups_per_batch=1).dtype == "float32"
     # A run's saved settings hold the resolved dtype, so a resumed run keeps it on any machine.
     assert RunSettings.from_json(on_gpu.to_json()).dtype == "bfloat16"
     with pytest.raises(ValueError, match="unknown dtype"):

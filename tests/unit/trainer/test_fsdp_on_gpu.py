@@ -24,7 +24,7 @@ PROBE = [1, 2, 3, 4, 100, 200, 7, 9]
 
 
 def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loop(tiny_model_dir) -> None:
-    settings = RunSettings(tiny_model_dir, 10, 1, backend="fsdp", learning_rate=1e-2)
+    settings = RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", learning_rate=1e-2)
     assert settings.dtype == "bfloat16"
     engine = select_backend(settings)
     assert not engine.policy.engine.module.is_gradient_checkpointing
@@ -39,7 +39,7 @@ def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loo
 def test_tf32_in_training_passes_and_a_strict_float32_probe(tiny_model_dir, tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
-    backend = select_backend(RunSettings(tiny_model_dir, 10, 1, backend="fsdp", dtype="float32", learning_rate=1e-2))
+    backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", dtype="float32", learning_rate=1e-2))
     seen: list[tuple[bool, bool]] = []
     backend.policy.engine.module.register_forward_pre_hook(
         lambda *_: seen.append((torch.is_grad_enabled(), torch.backends.cuda.matmul.allow_tf32))

@@ -29,8 +29,8 @@ def config(**lora: object) -> run_pb2.RunConfig:
 
 def test_a_lora_config_defaults_to_every_linear_layer_at_twice_the_rank_and_round_trips() -> None:
     settings = RunSettings.from_proto(config(rank=8))
-    assert (settings.lora_rank, settings.lora_alpha, settings.lora_target_modules) == (8, 16, ("all-linear",))
-    custom = RunSettings(Path("/m"), 1, 1, lora_rank=4, lora_alpha=4, lora_target_modules=("q_proj", "v_proj"),
+    assert (settings.lora_rank, settings.lora_alpha, settings.lora_target_modules) == (8, 16, "all-linear")
+    custom = RunSettings(Path("/m"), 1, groups_per_batch=1, lora_rank=4, lora_alpha=4, lora_target_modules="q_proj,v_proj",
                          lora_dropout=0.1)  # fmt: skip
     assert RunSettings.from_proto(custom.to_proto()) == custom
     assert RunSettings.from_json(custom.to_json()) == custom
@@ -55,14 +55,14 @@ def test_a_bad_lora_config_is_refused_naming_the_field(lora, field) -> None:
 
 
 def test_target_modules_that_match_nothing_in_the_model_are_refused(tiny_model_dir) -> None:
-    check_run(RunSettings(tiny_model_dir, 1, 1, lora_rank=8, lora_target_modules=("q_proj", "model.layers.1.mlp.up_proj")),
+    check_run(RunSettings(tiny_model_dir, 1, groups_per_batch=1, lora_rank=8, lora_target_modules="q_proj,model.layers.1.mlp.up_proj"),
               "cpu")  # fmt: skip
     with pytest.raises(InvalidArgument, match=r"lora.target_modules \['qproj'\] match no layer.*'q_proj'"):
-        check_run(RunSettings(tiny_model_dir, 1, 1, lora_rank=8, lora_target_modules=("qproj", "v_proj")), "cpu")
+        check_run(RunSettings(tiny_model_dir, 1, groups_per_batch=1, lora_rank=8, lora_target_modules="qproj,v_proj"), "cpu")
 
 
 def test_fsdp_refuses_adapter_dropout_it_cannot_apply(tiny_model_dir) -> None:
-    settings = RunSettings(tiny_model_dir, 1, 1, lora_rank=8, lora_dropout=0.1)
+    settings = RunSettings(tiny_model_dir, 1, groups_per_batch=1, lora_rank=8, lora_dropout=0.1)
     check_run(settings, "cpu")
     with pytest.raises(InvalidArgument, match="lora.dropout"):
         check_run(settings, "fsdp")
@@ -81,7 +81,7 @@ def adapter_logprobs(base: Path, adapter: Path) -> np.ndarray:
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_lora_trains_the_adapter_alone_and_resumes_exactly(name, model_dir, tmp_path) -> None:
-    settings = RunSettings(model_dir, 10, 1, backend=name, learning_rate=1e-2, lora_rank=8)
+    settings = RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, lora_rank=8)
     backend = select_backend(settings)
     before = backend.probe_logprobs(PROBE)
     for _ in range(2):
@@ -103,8 +103,8 @@ def test_lora_trains_the_adapter_alone_and_resumes_exactly(name, model_dir, tmp_
 def test_both_backends_apply_the_same_lora_update(tiny_model_dir) -> None:
     results = {}
     for name in ("cpu", "fsdp"):
-        backend = select_backend(RunSettings(tiny_model_dir, 10, 1, backend=name, learning_rate=1e-2, lora_rank=4,
-                                             lora_target_modules=("q_proj", "v_proj", "down_proj")))  # fmt: skip
+        backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, lora_rank=4,
+                                             lora_target_modules="q_proj,v_proj,down_proj"))  # fmt: skip
         metrics = backend.train_step(rewarded_batch(100, 200))
         results[name] = (metrics["grad_norm"], metrics["policy_loss"], backend.probe_logprobs(PROBE))
     (cpu_norm, cpu_loss, cpu_probe), (fsdp_norm, fsdp_loss, fsdp_probe) = results["cpu"], results["fsdp"]

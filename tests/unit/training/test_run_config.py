@@ -37,7 +37,7 @@ def test_lora_settings_ask_for_an_adapter_and_a_vllm_that_serves_adapters(tmp_pa
     assert not run_settings(tmp_path).lora_rank
     assert "--vllm-lora-rank" not in LocalStack.for_run(tmp_path, TrainSettings(), tmp_path).command()
     lora = run_settings(tmp_path, lora_rank=8, lora_target_modules="q_proj, v_proj", lora_dropout=0.05)
-    assert (lora.lora_rank, lora.lora_alpha, lora.lora_target_modules, lora.lora_dropout) == (8, 16, ("q_proj", "v_proj"), 0.05)
+    assert (lora.lora_rank, lora.lora_alpha, lora.lora_target_modules, lora.lora_dropout) == (8, 16, "q_proj,v_proj", 0.05)
     assert up_flag(LocalStack.for_run(tmp_path, TrainSettings(lora_rank=8), tmp_path), "--vllm-lora-rank") == "8"
 
 

@@ -15,31 +15,31 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fparity/api/trainer/v1/run.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n\tRunConfig\x12\x12\n\nmodel_path\x18\x01 \x01(\t\x12\x46\n\x13\x61\x64vantage_estimator\x18\x02 \x01(\x0e\x32).parity.api.trainer.v1.AdvantageEstimator\x12\x38\n\x0crollout_mode\x18\x03 \x01(\x0e\x32\".parity.api.trainer.v1.RolloutMode\x12\x37\n\x07\x62\x61\x63kend\x18\x04 \x01(\x0e\x32&.parity.api.trainer.v1.TrainingBackend\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x05\x12\x18\n\x10groups_per_batch\x18\x06 \x01(\x05\x12\x15\n\rlearning_rate\x18\x07 \x01(\x01\x12\x12\n\nclip_ratio\x18\x08 \x01(\x01\x12\x0f\n\x07kl_coef\x18\t \x01(\x01\x12\x0f\n\x07tis_cap\x18\n \x01(\x01\x12\x16\n\x0emax_policy_lag\x18\x0b \x01(\x05\x12\x16\n\x0e\x63heckpoint_dir\x18\x0c \x01(\t\x12\x1b\n\x13\x63heckpoint_interval\x18\r \x01(\x05\x12\x42\n\toverrides\x18\x0e \x03(\x0b\x32/.parity.api.trainer.v1.RunConfig.OverridesEntry\x12/\n\x04lora\x18\x0f \x01(\x0b\x32!.parity.api.trainer.v1.LoraConfig\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"R\n\nLoraConfig\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05\x61lpha\x18\x02 \x01(\x05\x12\x16\n\x0etarget_modules\x18\x03 \x03(\t\x12\x0f\n\x07\x64ropout\x18\x04 \x01(\x01\"\x98\x01\n\nCheckpoint\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x0c\n\x04path\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x02\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x30\n\x06\x63onfig\x18\x02 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.parity.api.trainer.v1.RunState\x12\x0c\n\x04step\x18\x04 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tplot_path\x18\t \x01(\t*\xd0\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aRUN_STATE_WAITING_FOR_DATA\x10\x01\x12\x16\n\x12RUN_STATE_TRAINING\x10\x02\x12\x15\n\x11RUN_STATE_SYNCING\x10\x03\x12\x14\n\x10RUN_STATE_PAUSED\x10\x04\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07*\xa2\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03*Z\n\x0bRolloutMode\x12\x1c\n\x18ROLLOUT_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11ROLLOUT_MODE_SYNC\x10\x01\x12\x16\n\x12ROLLOUT_MODE_ASYNC\x10\x02*h\n\x0fTrainingBackend\x12 \n\x1cTRAINING_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_BACKEND_FSDP\x10\x01\x12\x18\n\x14TRAINING_BACKEND_CPU\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fparity/api/trainer/v1/run.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x07\n\tRunConfig\x12\x12\n\nmodel_path\x18\x01 \x01(\t\x12\x46\n\x13\x61\x64vantage_estimator\x18\x02 \x01(\x0e\x32).parity.api.trainer.v1.AdvantageEstimator\x12\x38\n\x0crollout_mode\x18\x03 \x01(\x0e\x32\".parity.api.trainer.v1.RolloutMode\x12\x37\n\x07\x62\x61\x63kend\x18\x04 \x01(\x0e\x32&.parity.api.trainer.v1.TrainingBackend\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x05\x12\x1d\n\x10groups_per_batch\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rlearning_rate\x18\x07 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\nclip_ratio\x18\x08 \x01(\x01H\x02\x88\x01\x01\x12\x0f\n\x07kl_coef\x18\t \x01(\x01\x12\x14\n\x07tis_cap\x18\n \x01(\x01H\x03\x88\x01\x01\x12\x1b\n\x0emax_policy_lag\x18\x0b \x01(\x05H\x04\x88\x01\x01\x12\x16\n\x0e\x63heckpoint_dir\x18\x0c \x01(\t\x12 \n\x13\x63heckpoint_interval\x18\r \x01(\x05H\x05\x88\x01\x01\x12/\n\x04lora\x18\x0f \x01(\x0b\x32!.parity.api.trainer.v1.LoraConfig\x12\x17\n\nppo_epochs\x18\x10 \x01(\x05H\x06\x88\x01\x01\x12\x1a\n\rmax_grad_norm\x18\x11 \x01(\x01H\x07\x88\x01\x01\x12\x39\n\rloss_agg_mode\x18\x12 \x01(\x0e\x32\".parity.api.trainer.v1.LossAggMode\x12\x0c\n\x04seed\x18\x13 \x01(\x03\x12\x1f\n\x12micro_batch_tokens\x18\x14 \x01(\x05H\x08\x88\x01\x01\x12\x1c\n\x14ray_workers_per_node\x18\x15 \x01(\x05\x12\x16\n\tray_nodes\x18\x16 \x01(\x05H\t\x88\x01\x01\x12\x33\n\x05\x64type\x18\x17 \x01(\x0e\x32$.parity.api.trainer.v1.TrainingDtypeB\x13\n\x11_groups_per_batchB\x10\n\x0e_learning_rateB\r\n\x0b_clip_ratioB\n\n\x08_tis_capB\x11\n\x0f_max_policy_lagB\x16\n\x14_checkpoint_intervalB\r\n\x0b_ppo_epochsB\x10\n\x0e_max_grad_normB\x15\n\x13_micro_batch_tokensB\x0c\n\n_ray_nodesJ\x04\x08\x0e\x10\x0fR\toverrides\"R\n\nLoraConfig\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05\x61lpha\x18\x02 \x01(\x05\x12\x16\n\x0etarget_modules\x18\x03 \x03(\t\x12\x0f\n\x07\x64ropout\x18\x04 \x01(\x01\"\x98\x01\n\nCheckpoint\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x0c\n\x04path\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x02\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x30\n\x06\x63onfig\x18\x02 \x01(\x0b\x32 .parity.api.trainer.v1.RunConfig\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.parity.api.trainer.v1.RunState\x12\x0c\n\x04step\x18\x04 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tplot_path\x18\t \x01(\t*\xd0\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aRUN_STATE_WAITING_FOR_DATA\x10\x01\x12\x16\n\x12RUN_STATE_TRAINING\x10\x02\x12\x15\n\x11RUN_STATE_SYNCING\x10\x03\x12\x14\n\x10RUN_STATE_PAUSED\x10\x04\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07*\xa2\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03*Z\n\x0bRolloutMode\x12\x1c\n\x18ROLLOUT_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11ROLLOUT_MODE_SYNC\x10\x01\x12\x16\n\x12ROLLOUT_MODE_ASYNC\x10\x02*h\n\x0fTrainingBackend\x12 \n\x1cTRAINING_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_BACKEND_FSDP\x10\x01\x12\x18\n\x14TRAINING_BACKEND_CPU\x10\x02*\x97\x01\n\x0bLossAggMode\x12\x1d\n\x19LOSS_AGG_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18LOSS_AGG_MODE_TOKEN_MEAN\x10\x01\x12$\n LOSS_AGG_MODE_SEQ_MEAN_TOKEN_SUM\x10\x02\x12%\n!LOSS_AGG_MODE_SEQ_MEAN_TOKEN_MEAN\x10\x03*h\n\rTrainingDtype\x12\x1e\n\x1aTRAINING_DTYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16TRAINING_DTYPE_FLOAT32\x10\x01\x12\x1b\n\x17TRAINING_DTYPE_BFLOAT16\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parity.api.trainer.v1.run_pb2', _globals)
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._options = None
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_options = b'8\001'
-  _globals['_RUNSTATE']._serialized_start=1219
-  _globals['_RUNSTATE']._serialized_end=1427
-  _globals['_ADVANTAGEESTIMATOR']._serialized_start=1430
-  _globals['_ADVANTAGEESTIMATOR']._serialized_end=1592
-  _globals['_ROLLOUTMODE']._serialized_start=1594
-  _globals['_ROLLOUTMODE']._serialized_end=1684
-  _globals['_TRAININGBACKEND']._serialized_start=1686
-  _globals['_TRAININGBACKEND']._serialized_end=1790
+  _globals['_RUNSTATE']._serialized_start=1593
+  _globals['_RUNSTATE']._serialized_end=1801
+  _globals['_ADVANTAGEESTIMATOR']._serialized_start=1804
+  _globals['_ADVANTAGEESTIMATOR']._serialized_end=1966
+  _globals['_ROLLOUTMODE']._serialized_start=1968
+  _globals['_ROLLOUTMODE']._serialized_end=2058
+  _globals['_TRAININGBACKEND']._serialized_start=2060
+  _globals['_TRAININGBACKEND']._serialized_end=2164
+  _globals['_LOSSAGGMODE']._serialized_start=2167
+  _globals['_LOSSAGGMODE']._serialized_end=2318
+  _globals['_TRAININGDTYPE']._serialized_start=2320
+  _globals['_TRAININGDTYPE']._serialized_end=2424
   _globals['_RUNCONFIG']._serialized_start=92
-  _globals['_RUNCONFIG']._serialized_end=678
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_start=630
-  _globals['_RUNCONFIG_OVERRIDESENTRY']._serialized_end=678
-  _globals['_LORACONFIG']._serialized_start=680
-  _globals['_LORACONFIG']._serialized_end=762
-  _globals['_CHECKPOINT']._serialized_start=765
-  _globals['_CHECKPOINT']._serialized_end=917
-  _globals['_RUN']._serialized_start=920
-  _globals['_RUN']._serialized_end=1216
+  _globals['_RUNCONFIG']._serialized_end=1052
+  _globals['_LORACONFIG']._serialized_start=1054
+  _globals['_LORACONFIG']._serialized_end=1136
+  _globals['_CHECKPOINT']._serialized_start=1139
+  _globals['_CHECKPOINT']._serialized_end=1291
+  _globals['_RUN']._serialized_start=1294
+  _globals['_RUN']._serialized_end=1590
 # @@protoc_insertion_point(module_scope)

@@ -36,6 +36,19 @@ class TrainingBackend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRAINING_BACKEND_UNSPECIFIED: _ClassVar[TrainingBackend]
     TRAINING_BACKEND_FSDP: _ClassVar[TrainingBackend]
     TRAINING_BACKEND_CPU: _ClassVar[TrainingBackend]
+
+class LossAggMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOSS_AGG_MODE_UNSPECIFIED: _ClassVar[LossAggMode]
+    LOSS_AGG_MODE_TOKEN_MEAN: _ClassVar[LossAggMode]
+    LOSS_AGG_MODE_SEQ_MEAN_TOKEN_SUM: _ClassVar[LossAggMode]
+    LOSS_AGG_MODE_SEQ_MEAN_TOKEN_MEAN: _ClassVar[LossAggMode]
+
+class TrainingDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRAINING_DTYPE_UNSPECIFIED: _ClassVar[TrainingDtype]
+    TRAINING_DTYPE_FLOAT32: _ClassVar[TrainingDtype]
+    TRAINING_DTYPE_BFLOAT16: _ClassVar[TrainingDtype]
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_WAITING_FOR_DATA: RunState
 RUN_STATE_TRAINING: RunState
@@ -54,16 +67,16 @@ ROLLOUT_MODE_ASYNC: RolloutMode
 TRAINING_BACKEND_UNSPECIFIED: TrainingBackend
 TRAINING_BACKEND_FSDP: TrainingBackend
 TRAINING_BACKEND_CPU: TrainingBackend
+LOSS_AGG_MODE_UNSPECIFIED: LossAggMode
+LOSS_AGG_MODE_TOKEN_MEAN: LossAggMode
+LOSS_AGG_MODE_SEQ_MEAN_TOKEN_SUM: LossAggMode
+LOSS_AGG_MODE_SEQ_MEAN_TOKEN_MEAN: LossAggMode
+TRAINING_DTYPE_UNSPECIFIED: TrainingDtype
+TRAINING_DTYPE_FLOAT32: TrainingDtype
+TRAINING_DTYPE_BFLOAT16: TrainingDtype
 
 class RunConfig(_message.Message):
-    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "overrides", "lora")
-    class OverridesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "lora", "ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens", "ray_workers_per_node", "ray_nodes", "dtype")
     MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     ADVANTAGE_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -77,8 +90,15 @@ class RunConfig(_message.Message):
     MAX_POLICY_LAG_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
-    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
+    PPO_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    LOSS_AGG_MODE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RAY_WORKERS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    RAY_NODES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
     model_path: str
     advantage_estimator: AdvantageEstimator
     rollout_mode: RolloutMode
@@ -92,9 +112,16 @@ class RunConfig(_message.Message):
     max_policy_lag: int
     checkpoint_dir: str
     checkpoint_interval: int
-    overrides: _containers.ScalarMap[str, str]
     lora: LoraConfig
-    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., overrides: _Optional[_Mapping[str, str]] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ...) -> None: ...
+    ppo_epochs: int
+    max_grad_norm: float
+    loss_agg_mode: LossAggMode
+    seed: int
+    micro_batch_tokens: int
+    ray_workers_per_node: int
+    ray_nodes: int
+    dtype: TrainingDtype
+    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ..., ppo_epochs: _Optional[int] = ..., max_grad_norm: _Optional[float] = ..., loss_agg_mode: _Optional[_Union[LossAggMode, str]] = ..., seed: _Optional[int] = ..., micro_batch_tokens: _Optional[int] = ..., ray_workers_per_node: _Optional[int] = ..., ray_nodes: _Optional[int] = ..., dtype: _Optional[_Union[TrainingDtype, str]] = ...) -> None: ...
 
 class LoraConfig(_message.Message):
     __slots__ = ("rank", "alpha", "target_modules", "dropout")
