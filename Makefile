@@ -5,7 +5,7 @@
 #                buf and Claude Code (.tools), chromium
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
-#   make protos  regenerate sdk/parity/api from protos/
+#   make protos  regenerate sdk/parity/api and sdk/parity/clients/generated from protos/
 #   make lock    re-resolve requirements/constraints.txt, keeping its pins where they fit (UPGRADE=1: newest)
 
 PYTHON ?= python3
@@ -87,6 +87,7 @@ lock: $(VENV)/.installed
 
 lint: env
 	$(BUF) lint protos
+	$(VENV)/bin/python scripts/lint_imports.py
 	$(VENV)/bin/ruff check sdk services tests scripts bench examples
 
 clean:

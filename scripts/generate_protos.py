@@ -1,13 +1,13 @@
-"""Regenerate the Python code for protos/ into sdk/parity/api.
+"""Regenerate the Python code for protos/ into sdk/parity/api and sdk/parity/clients/generated.
 
 Usage: python scripts/generate_protos.py [--out DIR]
 
 The proto folder layout matches the Python package (`parity/api/<area>/v1`), so
-protoc's imports are correct as generated and nothing is post-processed. Beside
-protoc's output it writes typed clients per service
-(`<area>_service_client.py`), a method per RPC: a sync one over parity.clients.base
-and an asyncio one over parity.clients.aio. The staleness test runs this into a
-temporary folder and diffs it with the tree.
+protoc's imports are correct as generated and nothing is post-processed. The typed
+clients belong to the client layer above it: `parity/clients/generated/<area>.py`, a
+method per RPC of the area's service, a sync client over parity.clients.base and an
+asyncio one over parity.clients.aio. The staleness test runs this into a temporary
+folder and diffs it with the tree.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "protos"
 SDK_ROOT = REPO_ROOT / "sdk"
 GENERATED_PACKAGE = Path("parity") / "api"
+CLIENT_PACKAGE = Path("parity") / "clients" / "generated"
 GENERATED_NOTE = "Generated from protos/ by scripts/generate_protos.py. Do not edit."
 PACKAGE_DOCSTRING = f'"""{GENERATED_NOTE}"""\n'
 
@@ -36,11 +37,11 @@ def proto_files() -> list[Path]:
 
 
 def generate(out_root: Path) -> None:
-    """Write the generated package `parity/api` under out_root, replacing any old one."""
-    target = out_root / GENERATED_PACKAGE
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
+    """Write the generated packages `parity/api` and `parity/clients/generated` under out_root, replacing old ones."""
+    for package in (GENERATED_PACKAGE, CLIENT_PACKAGE):
+        if (out_root / package).exists():
+            shutil.rmtree(out_root / package)
+        (out_root / package).mkdir(parents=True)
     well_known_types = str(files("grpc_tools") / "_proto")
     sources = [str(p) for p in proto_files()]
     args = [
@@ -60,26 +61,37 @@ def generate(out_root: Path) -> None:
     files_proto = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set.read_bytes())
     descriptor_set.unlink()
     for file_proto in files_proto.file:
-        for service in file_proto.service:
-            path = out_root / Path(file_proto.name).with_name(Path(file_proto.name).stem + "_client.py")
-            path.write_text(render_client(file_proto, service))
-    for package_dir in [target, *sorted(p for p in target.rglob("*") if p.is_dir())]:
+        if file_proto.service:
+            path = out_root / CLIENT_PACKAGE / f"{client_module(file_proto)}.py"
+            if path.exists():
+                raise SystemExit(f"{file_proto.name}: a second file of services for {path.name}; one per area")
+            path.write_text(render_clients(file_proto))
+    api = out_root / GENERATED_PACKAGE
+    for package_dir in [api, *sorted(p for p in api.rglob("*") if p.is_dir()), out_root / CLIENT_PACKAGE]:
         (package_dir / "__init__.py").write_text(PACKAGE_DOCSTRING)
+
+
+def client_module(file_proto: descriptor_pb2.FileDescriptorProto) -> str:
+    """The area of `parity.api.<area>.v1`. Only v1 exists; a second version would need its own module names."""
+    _, _, area, version = file_proto.package.split(".")
+    if version != "v1":
+        raise SystemExit(f"{file_proto.name}: typed clients are generated for v1 packages only")
+    return area
 
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descriptor_pb2.ServiceDescriptorProto) -> str:
-    """A typed client: one method per unary or server-streaming RPC, and in the sync client one per
-    bidirectional stream (a StreamCall the caller can cancel from another thread)."""
+def render_clients(file_proto: descriptor_pb2.FileDescriptorProto) -> str:
+    """Typed clients for each service of the file: one method per unary or server-streaming RPC, and in the
+    sync client one per bidirectional stream (a StreamCall the caller can cancel from another thread)."""
     module = Path(file_proto.name).stem
-    bidi = any(m.client_streaming and m.server_streaming for m in service.method)
+    bidi = any(m.client_streaming and m.server_streaming for s in file_proto.service for m in s.method)
     package = file_proto.package
-    client = service.name.removesuffix("Service") + "Client"
+    services = ", ".join(f"`{package}.{service.name}`" for service in file_proto.service)
     lines = [
-        f'"""Typed client for `{package}.{service.name}`. {GENERATED_NOTE}"""',
+        f'"""Typed clients for {services}. {GENERATED_NOTE}"""',
         "",
         "from __future__ import annotations",
         "",
@@ -89,6 +101,15 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         f"from {package} import {module}_pb2_grpc as pb_grpc",
         "from parity.clients.aio import AsyncServiceClient",
         f"from parity.clients.base import ServiceClient{', StreamCall' if bidi else ''}",
+    ]
+    for service in file_proto.service:
+        lines += _clients(service)
+    return "\n".join(lines) + "\n"
+
+
+def _clients(service: descriptor_pb2.ServiceDescriptorProto) -> list[str]:
+    client = service.name.removesuffix("Service") + "Client"
+    lines = [
         "",
         "",
         f"class {client}(ServiceClient):",
@@ -110,7 +131,7 @@ def render_client(file_proto: descriptor_pb2.FileDescriptorProto, service: descr
         f"        super().__init__(pb_grpc.{service.name}Stub, address, **options)  # type: ignore[arg-type]",
     ]
     lines += _methods(service, asynchronous=True)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bool) -> list[str]:
@@ -152,16 +173,17 @@ def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=SDK_ROOT, help="root to write parity/api into")
+    parser.add_argument("--out", type=Path, default=SDK_ROOT, help="root to write parity/api and parity/clients/generated into")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         # Generate aside and swap in, so a protoc error never leaves a half-written package.
         generate(Path(scratch))
-        final = args.out / GENERATED_PACKAGE
-        if final.exists():
-            shutil.rmtree(final)
-        shutil.copytree(Path(scratch) / GENERATED_PACKAGE, final)
-    print(f"generated {len(proto_files())} protos into {args.out / GENERATED_PACKAGE}")
+        for package in (GENERATED_PACKAGE, CLIENT_PACKAGE):
+            final = args.out / package
+            if final.exists():
+                shutil.rmtree(final)
+            shutil.copytree(Path(scratch) / package, final)
+    print(f"generated {len(proto_files())} protos into {args.out / GENERATED_PACKAGE} and their clients into {args.out / CLIENT_PACKAGE}")
     return 0
 
 

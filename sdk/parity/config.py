@@ -4,7 +4,7 @@
     PARITY_ASSEMBLER_ADDRESS assembler gRPC address, e.g. 127.0.0.1:50053
     PARITY_STORE_ADDRESS     token store gRPC address
     PARITY_API_KEY           sent to ingest as the bearer token, if it requires one (an agent-role token)
-    PARITY_TOKEN             sent to the gRPC services (PARITY_TOKEN_FILE, TLS: see parity.transport)
+    PARITY_TOKEN             sent to the gRPC services (PARITY_TOKEN_FILE, TLS: see parity.clients.transport)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, replace
 
-from parity import transport
+from parity.clients import base, transport
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ParityConfig:
     store_address: str = "127.0.0.1:50051"
     api_key: str = "unused"
     # Deadline for each gRPC call the SDK makes, in seconds.
-    rpc_timeout_s: float = 30.0
+    rpc_timeout_s: float = base.DEFAULT_TIMEOUT_S
 
     @classmethod
     def from_environment(cls) -> ParityConfig:
@@ -52,6 +52,7 @@ def configure(**settings: object) -> ParityConfig:
     if "ingest_url" in settings:
         settings["ingest_url"] = str(settings["ingest_url"]).rstrip("/")
     _config = replace(_config, **settings)  # type: ignore[arg-type]
+    base.set_default_timeout_s(_config.rpc_timeout_s)
     return _config
 
 

@@ -28,6 +28,7 @@ import httpx
 import structlog
 
 from parity.clients.health import HealthClient
+from parity.clients.transport import ChannelSecurity, set_process_security
 from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
@@ -43,7 +44,6 @@ from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rul
 from parity.services.runtime.auth import ROLES, is_loopback
 from parity.services.runtime.structured_logging import configure_logging
 from parity.services.stack.local_ca import LocalCertificateAuthority
-from parity.transport import ChannelSecurity, set_process_security
 
 log = structlog.get_logger(__name__)
 

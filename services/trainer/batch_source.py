@@ -19,9 +19,9 @@ import structlog
 
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import batch_pb2
-from parity.api.assembler.v1.assembler_service_client import AssemblerClient
 from parity.clients.base import StreamCall
 from parity.clients.errors import RPCError
+from parity.clients.generated.assembler import AssemblerClient
 from parity.services.runtime.errors import FailedPrecondition
 
 log = structlog.get_logger(__name__)

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity.training.plot import plot_rewards
+from parity.services.trainer.run_plot import plot_rewards
 
 
 @dataclass(frozen=True)

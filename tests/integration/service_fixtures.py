@@ -14,7 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from parity.transport import ChannelSecurity, open_channel
+from parity.clients.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.waiting import eventually
 

@@ -1,4 +1,4 @@
-"""ruff over the hand-written code; generated code under sdk/parity/api is excluded in pyproject.toml."""
+"""ruff over the hand-written code; generated code (sdk/parity/api, sdk/parity/clients/generated) is excluded in pyproject.toml."""
 
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 """Typed clients for Parity's gRPC services.
 
-Generated from the protos beside the stubs (parity.api.<area>.v1.<area>_service_client),
+Generated from the protos with the stubs they call (parity.clients.generated.<area>),
 each service twice: a sync client over parity.clients.base (shared channels) and an
 asyncio one over parity.clients.aio (a channel per client). Both give deadlines,
 retries on UNAVAILABLE, and parity.RPCError.
@@ -12,11 +12,11 @@ retries on UNAVAILABLE, and parity.RPCError.
     await AsyncStoreClient("127.0.0.1:50051").get_call(GetCallRequest(call_id="..."))
 """
 
-from parity.api.assembler.v1.assembler_service_client import AssemblerClient, AsyncAssemblerClient
-from parity.api.ingest.v1.ingest_service_client import AsyncIngestClient, IngestClient
-from parity.api.store.v1.store_service_client import TokenStoreClient as StoreClient
-from parity.api.trainer.v1.trainer_service_client import AsyncTrainerClient, TrainerClient
 from parity.clients.errors import RPCError
+from parity.clients.generated.assembler import AssemblerClient, AsyncAssemblerClient
+from parity.clients.generated.ingest import AsyncIngestClient, IngestClient
+from parity.clients.generated.store import TokenStoreClient as StoreClient
+from parity.clients.generated.trainer import AsyncTrainerClient, TrainerClient
 from parity.clients.store_writes import AsyncStoreClient
 
 

@@ -20,10 +20,9 @@ from typing import Any
 
 import grpc
 
-from parity.clients.base import MAX_MESSAGE_BYTES, RETRYABLE
+from parity.clients.base import MAX_MESSAGE_BYTES, RETRYABLE, default_timeout_s
 from parity.clients.errors import RPCError
-from parity.config import current_config
-from parity.transport import open_aio_channel
+from parity.clients.transport import open_aio_channel
 
 Options = Sequence[tuple[str, Any]]
 
@@ -48,7 +47,7 @@ class AsyncServiceClient:
     ) -> None:
         """`options`: gRPC channel arguments beyond the message size limits (keepalive, reconnect backoff)."""
         self.address = address
-        self.timeout_s = timeout_s if timeout_s is not None else current_config().rpc_timeout_s
+        self.timeout_s = timeout_s if timeout_s is not None else default_timeout_s()
         self.retries = retries
         self.retry_for_s = retry_for_s
         self.retry_codes = frozenset(retry_codes)

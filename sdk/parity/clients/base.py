@@ -11,14 +11,15 @@ from typing import Any, Generic, TypeVar
 import grpc
 
 from parity.clients.errors import RPCError
-from parity.config import current_config
-from parity.transport import ChannelSecurity, open_channel, process_security
+from parity.clients.transport import ChannelSecurity, open_channel, process_security
 
 Response = TypeVar("Response")
 
 # Retried: the service is restarting or not up yet. Anything else is the caller's to see.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 MAX_MESSAGE_BYTES = 64 << 20
+DEFAULT_TIMEOUT_S = 30.0
+_default_timeout_s = DEFAULT_TIMEOUT_S
 _channels: dict[tuple[str, ChannelSecurity, int], grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
@@ -37,6 +38,17 @@ def shared_channel(address: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> 
                 security,
             )  # fmt: skip
         return channel
+
+
+def default_timeout_s() -> float:
+    """The deadline of each unary call of a client made without `timeout_s`."""
+    return _default_timeout_s
+
+
+def set_default_timeout_s(seconds: float) -> None:
+    """Change it for clients made from now on (`parity.configure(rpc_timeout_s=...)` does this)."""
+    global _default_timeout_s
+    _default_timeout_s = seconds
 
 
 class StreamCall(Generic[Response]):
@@ -72,7 +84,7 @@ class ServiceClient:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.address = address
-        self.timeout_s = timeout_s if timeout_s is not None else current_config().rpc_timeout_s
+        self.timeout_s = timeout_s if timeout_s is not None else default_timeout_s()
         self.retries = retries
         self.backoff_s = backoff_s
         self.metadata = metadata

@@ -14,8 +14,8 @@ import contextlib
 
 import grpc
 
-from parity.api.store.v1.store_service_client import AsyncTokenStoreClient
 from parity.clients.errors import RPCError
+from parity.clients.generated.store import AsyncTokenStoreClient
 
 STREAM_WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/StreamWriteCalls"
 _CALLS_FIELD_TAG = b"\x0a"  # field 1 (calls), wire type 2 (length-delimited)

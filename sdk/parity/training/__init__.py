@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from parity.training.trainer import Trainer, train
     from parity.training.validation import ValidationResult
 
-# Imported on first use: the trainer service imports the plot from here and needs none of the rest.
+# Imported on first use: a submodule (the CLI's flags, the settings) loads without the trainer and all it imports.
 _EXPORTS = {
     "StepResult": "parity.training.result",
     "TrainResult": "parity.training.result",

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from parity.services.inference.packaged_models import DEFAULT_MODEL
+from parity.services.trainer.run_plot import plot_rewards
 from parity.training import tracking
 from parity.training.plateau import flat_reward_warning
-from parity.training.plot import plot_rewards
 from parity.training.result import TrainResult
 from parity.training.settings import TrainSettings
 

@@ -13,8 +13,8 @@ import pytest
 
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.clients.transport import ChannelSecurity, open_channel
 from parity.services.stack.local_ca import LocalCertificateAuthority
-from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import GRPCURL
 

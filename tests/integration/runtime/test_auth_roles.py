@@ -19,9 +19,9 @@ from parity.api.ingest.v1 import ingest_service_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import trainer_service_pb2
+from parity.clients.transport import ChannelSecurity, open_channel
 from parity.services.runtime.auth import ROLE_NAMES, declared_roles
 from parity.services.stack.local_ca import LocalCertificateAuthority
-from parity.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.integration.test_grpcurl import GRPCURL
 from tests.waiting import eventually

@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-GENERATED = REPO_ROOT / "sdk" / "parity" / "api"
+# The messages and stubs, and the typed clients over them in the client layer.
+GENERATED_PACKAGES = (Path("parity") / "api", Path("parity") / "clients" / "generated")
 GENERATOR_PYTHON = REPO_ROOT / ".venv-protoc" / "bin" / "python"
 
 
@@ -26,15 +27,16 @@ def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    fresh = tmp_path / "parity" / "api"
-    committed_files, fresh_files = _relative_files(GENERATED), _relative_files(fresh)
-    assert committed_files == fresh_files, (
-        "generated files differ; run `make protos`: "
-        f"missing {sorted(map(str, fresh_files - committed_files))}, "
-        f"extra {sorted(map(str, committed_files - fresh_files))}"
-    )
-    stale = [str(p) for p in sorted(fresh_files) if not filecmp.cmp(GENERATED / p, fresh / p, shallow=False)]
-    assert not stale, f"stale generated code, run `make protos`: {stale}"
+    for package in GENERATED_PACKAGES:
+        committed, fresh = REPO_ROOT / "sdk" / package, tmp_path / package
+        committed_files, fresh_files = _relative_files(committed), _relative_files(fresh)
+        assert committed_files == fresh_files, (
+            f"generated files in {package} differ; run `make protos`: "
+            f"missing {sorted(map(str, fresh_files - committed_files))}, "
+            f"extra {sorted(map(str, committed_files - fresh_files))}"
+        )
+        stale = [str(p) for p in sorted(fresh_files) if not filecmp.cmp(committed / p, fresh / p, shallow=False)]
+        assert not stale, f"stale generated code in {package}, run `make protos`: {stale}"
 
 
 def test_every_area_is_importable_from_the_sdk() -> None:

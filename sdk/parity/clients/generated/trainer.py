@@ -1,4 +1,4 @@
-"""Typed client for `parity.api.trainer.v1.TrainerService`. Generated from protos/ by scripts/generate_protos.py. Do not edit."""
+"""Typed clients for `parity.api.trainer.v1.TrainerService`. Generated from protos/ by scripts/generate_protos.py. Do not edit."""
 
 from __future__ import annotations
 
