@@ -24,7 +24,9 @@ get verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 codetiming==1.4.0 omegaconf==2.
     typing_inspection==0.4.5 typing_extensions==4.16.0 fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 \
     uvicorn==0.54.0 opentelemetry_api==1.45.2
 # The project's own imports (parity.api, the services' logging) and the tests' runner.
-get grpcio==1.85.1 protobuf==7.36.2 structlog==26.1.0 pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 \
+# The tests' conftest loads the service fixtures, which import grpc's health stubs and psycopg.
+get grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 psycopg==3.3.9 psycopg-binary==3.3.9 \
+    protobuf==7.36.2 structlog==26.1.0 pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 \
     pytest-timeout==2.4.0 pytest-asyncio==1.5.0
 # omegaconf's antlr4-python3-runtime 4.9.3 is an sdist only: its pure-Python wheel is built here.
 "$PYTHON" -m pip wheel -q --no-deps -w "$WHL" antlr4-python3-runtime==4.9.3
