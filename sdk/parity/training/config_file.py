@@ -27,6 +27,8 @@ from parity.training.settings import (
 )
 
 FILE_RELATIVE_KEYS = ("tasks", "val_tasks", "model")
+# Keys whose setting now goes by the name the trainer's RunConfig gives it.
+RENAMED_KEYS = {"mode": "rollout_mode"}
 STACK_TABLE = "stack"
 
 
@@ -76,6 +78,8 @@ def load_file(path: Path) -> tuple[dict[str, Any], SettingsSources]:
         if key == STACK_TABLE:
             values[key] = _stack_table(value, sources)
             continue
+        if key in RENAMED_KEYS:
+            raise ConfigError(f"{_located(sources, '', raw_key)}: renamed {RENAMED_KEYS[key]!r}")
         if key not in known:
             raise ConfigError(f"{_located(sources, '', raw_key)}: unknown key{_suggestion(key, known)}")
         try:

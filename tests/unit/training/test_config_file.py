@@ -38,6 +38,12 @@ def test_an_unknown_key_names_the_file_line_and_a_close_match(tmp_path) -> None:
         load_file(path)
 
 
+def test_a_renamed_key_says_its_new_name(tmp_path) -> None:
+    path = write(tmp_path, 'mode = "async"\n')
+    with pytest.raises(ConfigError, match=r"train\.toml:1: mode: renamed 'rollout_mode'"):
+        load_file(path)
+
+
 def test_a_wrong_type_names_the_file_line_and_key(tmp_path) -> None:
     path = write(tmp_path, 'agent = "pkg.mod:fn"\nsteps = "ten"\n')
     with pytest.raises(ConfigError, match=r"train\.toml:2: steps: must be an integer, got 'ten' \(string\)"):
