@@ -1,6 +1,6 @@
 """The HTTP front door: a thin ASGI router over the endpoints.
 
-    POST /v1/chat/completions        POST /v1/completions          (OpenAI, endpoints/openai_chat.py)
+    POST /v1/chat/completions        POST /v1/completions          (OpenAI, endpoints/openai_chat/)
     POST /v1/messages                POST /v1/messages/count_tokens (Anthropic, endpoints/anthropic_messages/)
     POST /v1/responses                                              (OpenAI Responses, endpoints/openai_responses/)
     GET  /v1/models                  POST /parity/v1/flush          GET /health      GET /metrics
@@ -24,15 +24,18 @@ import structlog
 
 from parity.api.auth.v1 import auth_pb2
 from parity.services.ingest import openai_errors
-from parity.services.ingest.capture import CHAT, COMPLETIONS
-from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_backend import ChatBackend
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
-from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing, parse_json_object
+from parity.services.ingest.endpoints.openai_chat.serving import (
+    OpenAIChatServing,
+    parse_json_object,
+)
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.ingest.upstream.chat_backend import ChatBackend
 from parity.services.runtime.auth import TokenTable, role_name
 
 ACCESS_LOG = "parity.ingest.access"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from parity.api.common.v1 import llm_call_pb2
 
 if TYPE_CHECKING:
-    from parity.services.ingest.call_capture import CallCapture
+    from parity.services.ingest.capture.call_capture import CallCapture
 
 SUCCEEDED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED
 UPSTREAM_ERROR = llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR

@@ -19,29 +19,29 @@ import structlog
 import uvicorn
 
 from parity.api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
-from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_backend import ChatBackend, PolicyState
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.policy_record import PolicyRecord
+from parity.services.ingest.capture.spool import Spool
 from parity.services.ingest.control import IngestControl
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
-from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing
+from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
+from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.chain import ResponseChains
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
-from parity.services.ingest.exact_history import ExactHistory
-from parity.services.ingest.external_models import ExternalModels
 from parity.services.ingest.fleet_join import FleetJoin
-from parity.services.ingest.history_book import HistoryBook
+from parity.services.ingest.history.exact_history import ExactHistory
+from parity.services.ingest.history.history_book import HistoryBook
 from parity.services.ingest.http_api import Endpoints, IngestHttpApp
 from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.model_aliases import AliasRule, ModelAliases
-from parity.services.ingest.policy_record import PolicyRecord
-from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.servicer import IngestServicer
-from parity.services.ingest.spool import Spool
-from parity.services.ingest.template_facts import TemplateFacts
 from parity.services.ingest.traffic_gate import TrafficGate
-from parity.services.ingest.upstream import UpstreamClient
-from parity.services.ingest.upstream_http import Origin
+from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
+from parity.services.ingest.upstream.client import UpstreamClient
+from parity.services.ingest.upstream.external_models import ExternalModels
+from parity.services.ingest.upstream.http_pool import Origin
+from parity.services.ingest.upstream.replica_router import ReplicaRouter
 from parity.services.runtime.addresses import AddressSet, parse_address_list
 from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig

@@ -1,1 +1,2 @@
-"""One module (or package) per API ingest serves; http_api.py routes to them."""
+"""One package per API ingest serves, which http_api.py routes to; session_resolution.py says which session
+a request belongs to."""

@@ -10,9 +10,9 @@ import pytest
 
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
-from parity.services.ingest.capture_sink import CaptureSink
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.spool import Spool
 from parity.services.ingest.openai_errors import HttpError
-from parity.services.ingest.spool import Spool
 from tests.call_factory import make_call
 from tests.conftest import free_port
 

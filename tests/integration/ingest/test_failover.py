@@ -18,16 +18,16 @@ from parity.api.common.v1 import llm_call_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.api.ingest.v1 import replica_pb2
-from parity.services.ingest.capture import CHAT
-from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_backend import ChatBackend, PolicyState
-from parity.services.ingest.endpoints.openai_chat import OpenAIChatServing
-from parity.services.ingest.external_models import ExternalModels
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.recorder import CHAT
+from parity.services.ingest.capture.spool import Spool
+from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.model_aliases import ModelAliases
-from parity.services.ingest.replica_router import ReplicaRouter
 from parity.services.ingest.replies import StreamReply
-from parity.services.ingest.spool import Spool
-from parity.services.ingest.upstream import UpstreamClient
+from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
+from parity.services.ingest.upstream.client import UpstreamClient
+from parity.services.ingest.upstream.external_models import ExternalModels
+from parity.services.ingest.upstream.replica_router import ReplicaRouter
 from tests.integration.stack_fixtures import IngestStack, start_ingest
 from tests.integration.tcp_relay import TcpRelay
 from tests.waiting import eventually

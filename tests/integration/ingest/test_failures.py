@@ -15,7 +15,7 @@ from parity.api.common.v1 import llm_call_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
-from parity.services.ingest.spool import Spool
+from parity.services.ingest.capture.spool import Spool
 from tests.conftest import free_port
 from tests.integration.stack_fixtures import IngestStack, start_ingest
 from tests.integration.vllm_engine import engine_frozen, generated_tokens

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from parity.services.ingest import upstream_http
-from parity.services.ingest.upstream_http import (
+from parity.services.ingest.upstream import http_pool
+from parity.services.ingest.upstream.http_pool import (
     Origin,
     UpstreamConnectionError,
     UpstreamPool,
@@ -140,7 +140,7 @@ async def test_streams_arrive_in_pieces_and_a_slow_reader_pauses_the_socket() ->
         response = await pool.post(base_url, "/v1/completions", b"{}")
         await asyncio.sleep(0.5)
         # 8 MB were sent; what waits unread is bounded by the pause threshold and one read.
-        assert response._buffered <= upstream_http._PAUSE_BYTES + 4 * len(chunk)
+        assert response._buffered <= http_pool._PAUSE_BYTES + 4 * len(chunk)
         received = 0
         async for piece in response.iter_chunks():
             received += len(piece)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from parity.services.ingest.history_book import (
+from parity.services.ingest.history.history_book import (
     HISTORY_CHANGED,
     NO_NEW_TURNS,
     REPLY_CHANGED,

@@ -3,8 +3,8 @@ The agent's answer names the model it asked for, never the adapter."""
 
 import pytest
 
-from parity.services.ingest.capture import CHAT, CaptureRequest
-from parity.services.ingest.policy_adapter import PolicyAdapter
+from parity.services.ingest.capture.recorder import CHAT, CaptureRequest
+from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
 from parity.services.runtime.errors import InvalidArgument
 from parity.session_slug import SessionRef
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parity.services.ingest.policy_record import PolicyRecord, RecordedPolicy
-from parity.services.ingest.spool import Spool
+from parity.services.ingest.capture.policy_record import PolicyRecord, RecordedPolicy
+from parity.services.ingest.capture.spool import Spool
 
 
 def test_the_last_policy_is_read_back_after_a_restart_beside_the_spool(tmp_path: Path) -> None:

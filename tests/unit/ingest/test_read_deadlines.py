@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from parity.services.ingest.upstream_http import ReadDeadlines
+from parity.services.ingest.upstream.http_pool import ReadDeadlines
 
 
 async def test_a_wait_that_stalls_times_out_within_a_tick_of_its_deadline() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.upstream.replica_router import ReplicaRouter
 
 SESSIONS = [f"session-{i}" for i in range(400)]
 

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity.services.ingest.sse import split_sse_data
+from parity.services.ingest.upstream.sse import split_sse_data
 
 payloads = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"").strip()), max_size=8)
 

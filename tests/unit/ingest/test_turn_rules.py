@@ -13,7 +13,11 @@ from parity.services.inference.tiny_model import (
     THINKING_CHAT_TEMPLATE,
     train_tokenizer,
 )
-from parity.services.ingest.turn_rules import TemplateUnsupported, TurnRules, derive_turn_rules
+from parity.services.ingest.history.turn_rules import (
+    TemplateUnsupported,
+    TurnRules,
+    derive_turn_rules,
+)
 
 LLAMA3_TEMPLATE = """\
 {{- '<|begin_of_text|>' }}

@@ -15,15 +15,16 @@ from typing import Any
 
 import orjson
 
-from parity.services.ingest import openai_errors, session_resolution
-from parity.services.ingest.capture import MESSAGES
-from parity.services.ingest.chat_backend import ChatBackend
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest import openai_errors
+from parity.services.ingest.capture.recorder import MESSAGES
+from parity.services.ingest.endpoints import session_resolution
 from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
-from parity.services.ingest.endpoints.openai_chat import parse_json_object
+from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
+from parity.services.ingest.endpoints.openai_chat.serving import parse_json_object
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
-from parity.services.ingest.template_facts import TemplateFacts
+from parity.services.ingest.upstream.chat_backend import ChatBackend
+from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 

@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 
-from parity.services.ingest import openai_errors, session_resolution
-from parity.services.ingest.capture import RESPONSES
-from parity.services.ingest.chat_backend import ChatBackend
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
-from parity.services.ingest.endpoints.openai_chat import parse_json_object
+from parity.services.ingest import openai_errors
+from parity.services.ingest.capture.recorder import RESPONSES
+from parity.services.ingest.endpoints import session_resolution
+from parity.services.ingest.endpoints.openai_chat.serving import parse_json_object
 from parity.services.ingest.endpoints.openai_responses import answers, protocol
 from parity.services.ingest.endpoints.openai_responses.chain import (
     ResponseChains,
@@ -29,6 +28,8 @@ from parity.services.ingest.endpoints.openai_responses.chain import (
 )
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
+from parity.services.ingest.upstream.chat_backend import ChatBackend
+from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 
 class ResponsesServing:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import structlog
 
 from parity.services.ingest import openai_errors
-from parity.services.ingest.replica_router import Replica, ReplicaRouter
-from parity.services.ingest.upstream_http import (
+from parity.services.ingest.upstream.http_pool import (
     UpstreamConnectionError,
     UpstreamConnectTimeout,
     UpstreamPool,
     UpstreamResponse,
 )
+from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 
 log = structlog.get_logger(__name__)
 

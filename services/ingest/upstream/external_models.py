@@ -18,11 +18,16 @@ import structlog
 import yaml
 
 from parity.services.ingest import openai_errors
-from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
-from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed, render_batches
+from parity.services.ingest.capture.call_capture import CallCapture
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.recorder import COMPLETIONS, CaptureRequest
 from parity.services.ingest.replies import DISCONNECTED, EXTERNAL, SUCCEEDED, UPSTREAM_ERROR
+from parity.services.ingest.upstream.chat_calls import (
+    ChatCall,
+    Forwarded,
+    StreamFailed,
+    render_batches,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -13,12 +13,13 @@ from typing import Any
 
 import orjson
 
-from parity.services.ingest import openai_errors, session_resolution
-from parity.services.ingest.capture import CHAT, COMPLETIONS
-from parity.services.ingest.chat_backend import ChatBackend
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed
+from parity.services.ingest import openai_errors
+from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
+from parity.services.ingest.endpoints import session_resolution
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
+from parity.services.ingest.upstream.chat_backend import ChatBackend
+from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 
 class OpenAIChatServing:

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parity.services.ingest.call_capture import CallCapture
+from parity.services.ingest.capture.call_capture import CallCapture
 from parity.session_slug import SessionRef
 
 

@@ -26,15 +26,24 @@ import structlog
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
-from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, StreamFailed, render_batches
-from parity.services.ingest.history_book import Continuation, HistoryBook
-from parity.services.ingest.replica_router import Replica, ReplicaRouter
+from parity.services.ingest.capture.call_capture import CallCapture
+from parity.services.ingest.history.history_book import Continuation, HistoryBook
+from parity.services.ingest.history.turn_rules import (
+    TemplateUnsupported,
+    TurnRules,
+    derive_turn_rules,
+)
 from parity.services.ingest.replies import DISCONNECTED, SUCCEEDED, UPSTREAM_ERROR
-from parity.services.ingest.sse import split_sse_data
-from parity.services.ingest.turn_rules import TemplateUnsupported, TurnRules, derive_turn_rules
-from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
-from parity.services.ingest.upstream_http import UpstreamAbandoned, UpstreamConnectionError
+from parity.services.ingest.upstream.chat_calls import (
+    ChatCall,
+    Forwarded,
+    StreamFailed,
+    render_batches,
+)
+from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
+from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, UpstreamConnectionError
+from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
+from parity.services.ingest.upstream.sse import split_sse_data
 
 log = structlog.get_logger(__name__)
 

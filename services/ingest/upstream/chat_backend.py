@@ -19,18 +19,18 @@ from functools import partial
 import orjson
 
 from parity.services.ingest import openai_errors
-from parity.services.ingest.call_capture import CallCapture
-from parity.services.ingest.capture import COMPLETIONS, CaptureRequest
-from parity.services.ingest.capture_sink import CaptureSink
-from parity.services.ingest.chat_calls import ChatCall, Forwarded, Render, StreamFailed
-from parity.services.ingest.exact_history import ExactHistory
-from parity.services.ingest.external_models import ExternalModels
-from parity.services.ingest.policy_adapter import PolicyAdapter
-from parity.services.ingest.replica_router import ReplicaRouter
+from parity.services.ingest.capture.call_capture import CallCapture
+from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.recorder import COMPLETIONS, CaptureRequest
+from parity.services.ingest.history.exact_history import ExactHistory
 from parity.services.ingest.replies import DISCONNECTED, POLICY, SUCCEEDED, UPSTREAM_ERROR
-from parity.services.ingest.sse import split_sse_data
-from parity.services.ingest.upstream import UpstreamClient, UpstreamFailed, UpstreamReply
-from parity.services.ingest.upstream_http import UpstreamAbandoned, UpstreamConnectionError
+from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, Render, StreamFailed
+from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
+from parity.services.ingest.upstream.external_models import ExternalModels
+from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, UpstreamConnectionError
+from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
+from parity.services.ingest.upstream.replica_router import ReplicaRouter
+from parity.services.ingest.upstream.sse import split_sse_data
 
 UPSTREAM_PATHS = {COMPLETIONS: "/v1/completions"}
 CHAT_PATH = "/v1/chat/completions"

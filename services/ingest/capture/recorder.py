@@ -38,7 +38,7 @@ class CaptureRequest:
     added_token_ids: bool = False
     added_logprobs: bool = False
     lora_adapter: str = ""
-    """The LoRA adapter the request was sent to in place of the model it names (see policy_adapter)."""
+    """The LoRA adapter the request was sent to in place of the model it names (see upstream/policy_adapter.py)."""
     routed_model: str = ""
     """The model the request named before it was sent to `lora_adapter`."""
 

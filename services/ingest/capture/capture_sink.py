@@ -39,7 +39,7 @@ from parity.api.common.v1 import llm_call_pb2
 from parity.clients import AsyncStoreClient, RPCError
 from parity.clients.store_writes import CallWriteStream, StreamEnded
 from parity.services.ingest import openai_errors
-from parity.services.ingest.spool import Spool, batch_length
+from parity.services.ingest.capture.spool import Spool, batch_length
 
 log = structlog.get_logger(__name__)
 

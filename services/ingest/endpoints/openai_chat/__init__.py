@@ -1,0 +1,1 @@
+"""vLLM's own chat completions and completions API: serving.py (the endpoints)."""
