@@ -27,11 +27,9 @@ from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
-from parity.services.ingest.endpoints.openai_chat.serving import (
-    OpenAIChatServing,
-    parse_json_object,
-)
+from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
+from parity.services.ingest.endpoints.request_start import parse_json_object
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate

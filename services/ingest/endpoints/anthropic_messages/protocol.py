@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parity.services.ingest import openai_errors
+from parity.services.ingest.endpoints.request_start import copy_sampling
 
 # Claude Code starts its system prompt with a per-request hash that would defeat prefix caching.
 BILLING_HEADER = "x-anthropic-billing-header"
@@ -87,12 +88,7 @@ def _sampling(request: Mapping[str, Any], chat: dict[str, Any]) -> None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise bad("stop_sequences must be an array of strings", "stop_sequences")
         chat["stop"] = stop
-    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-        value = request.get(name)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-                raise bad(f"{name} must be a number in [{low:g}, {high:g}]", name)
-            chat[name] = value
+    copy_sampling(request, chat)
     top_k = request.get("top_k")
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:

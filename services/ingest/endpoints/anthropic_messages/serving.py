@@ -17,10 +17,9 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import MESSAGES
-from parity.services.ingest.endpoints import session_resolution
+from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
 from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
-from parity.services.ingest.endpoints.openai_chat.serving import parse_json_object
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -38,13 +37,7 @@ class AnthropicMessagesServing:
     async def create(self, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
         log: dict[str, Any] = {}
         try:
-            request = parse_json_object(raw_body)
-            model = request.get("model")
-            if not isinstance(model, str) or not model:
-                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
-            session, metadata = session_resolution.resolve(path_slug, header, request)
-            log = {"session_id": session.session_id, "model": model, "stream": bool(request.get("stream"))}
-            served = self.aliases.resolve(model)
+            request, model, served, session, metadata, log = request_start.start(raw_body, path_slug, header, self.aliases)
             merge = await self.templates.merge_inline_system(served) if self.backend.router.knows(served) else False
             chat = protocol.to_chat_request(request, merge_inline_system=merge)
             chat["model"] = served
@@ -61,10 +54,8 @@ class AnthropicMessagesServing:
 
     async def count_tokens(self, raw_body: bytes) -> Reply:
         try:
-            request = parse_json_object(raw_body)
-            model = request.get("model")
-            if not isinstance(model, str) or not model:
-                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
+            request = request_start.parse_json_object(raw_body)
+            model = request_start.required_model(request)
             # Checked here too, so a request vLLM would take but /v1/messages refuses is refused alike.
             protocol.to_chat_request(request, merge_inline_system=False, counting=True)
             request["model"] = self.aliases.resolve(model)

@@ -15,7 +15,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
-from parity.services.ingest.endpoints import session_resolution
+from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -30,17 +30,9 @@ class OpenAIChatServing:
     async def handle(self, endpoint: int, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
         log: dict[str, Any] = {}
         try:
-            body = parse_json_object(raw_body)
-            model = body.get("model")
-            if not isinstance(model, str) or not model:
-                raise openai_errors.bad_request("model is required and must be a non-empty string", "model")
-            if endpoint == CHAT and (not isinstance(body.get("messages"), list) or not body["messages"]):
-                raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
-            if endpoint == COMPLETIONS and not isinstance(body.get("prompt"), str | list):
-                raise openai_errors.bad_request("prompt is required and must be a string or an array", "prompt")
-            session, metadata = session_resolution.resolve(path_slug, header, body)
-            log = {"session_id": session.session_id, "model": model, "stream": bool(body.get("stream"))}
-            served = self.aliases.resolve(model)
+            body, model, served, session, metadata, log = request_start.start(
+                raw_body, path_slug, header, self.aliases, _REQUIRED_INPUT.get(endpoint)
+            )
             body["model"] = served
             forwarded = await self.backend.forward(ChatCall(endpoint, body, raw_body, session, metadata, model, served))
         except openai_errors.HttpError as error:
@@ -74,11 +66,15 @@ class OpenAIChatServing:
         yield FinalEvent(b"data: [DONE]\n\n")
 
 
-def parse_json_object(raw_body: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw_body)
-    except orjson.JSONDecodeError as error:
-        raise openai_errors.bad_request(f"request body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise openai_errors.bad_request("request body must be a JSON object")
-    return body
+
+def _require_messages(body: dict[str, Any]) -> None:
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
+
+
+def _require_prompt(body: dict[str, Any]) -> None:
+    if not isinstance(body.get("prompt"), str | list):
+        raise openai_errors.bad_request("prompt is required and must be a string or an array", "prompt")
+
+
+_REQUIRED_INPUT = {CHAT: _require_messages, COMPLETIONS: _require_prompt}

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parity.services.ingest import openai_errors
+from parity.services.ingest.endpoints.request_start import copy_sampling
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 UNSUPPORTED_PARTS = {
@@ -34,11 +35,8 @@ def bad(message: str, param: str) -> openai_errors.HttpError:
     return openai_errors.bad_request(message, param)
 
 
-def check_request(request: Mapping[str, Any]) -> str:
-    """The request's model, once the fields every Responses request needs are there."""
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad("model is required and must be a non-empty string", "model")
+def check_request(request: Mapping[str, Any]) -> None:
+    """The fields every Responses request needs besides its model (request_start checks that)."""
     if not isinstance(request.get("input"), str | list):
         raise bad("input is required: a string or an array of input items", "input")
     previous = request.get("previous_response_id")
@@ -50,7 +48,6 @@ def check_request(request: Mapping[str, Any]) -> str:
     if request.get("background"):
         raise bad("background responses are not supported: ingest answers while the agent waits", "background")
     tool_choice_of(request)
-    return model
 
 
 def tool_choice_of(request: Mapping[str, Any]) -> Any:
@@ -92,12 +89,7 @@ def to_chat_request(request: Mapping[str, Any], messages: list[dict[str, Any]], 
         if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 1:
             raise bad("max_output_tokens must be a positive integer", "max_output_tokens")
         chat["max_tokens"] = max_output
-    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-        value = request.get(name)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-                raise bad(f"{name} must be a number in [{low:g}, {high:g}]", name)
-            chat[name] = value
+    copy_sampling(request, chat)
     if request.get("parallel_tool_calls") is not None:
         chat["parallel_tool_calls"] = request["parallel_tool_calls"]
     _tools(request.get("tools"), chat)

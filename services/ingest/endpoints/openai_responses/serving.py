@@ -18,8 +18,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import RESPONSES
-from parity.services.ingest.endpoints import session_resolution
-from parity.services.ingest.endpoints.openai_chat.serving import parse_json_object
+from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.openai_responses import answers, protocol
 from parity.services.ingest.endpoints.openai_responses.chain import (
     ResponseChains,
@@ -41,11 +40,9 @@ class ResponsesServing:
     async def create(self, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
         log: dict[str, Any] = {}
         try:
-            request = parse_json_object(raw_body)
-            model = protocol.check_request(request)
-            session, metadata = session_resolution.resolve(path_slug, header, request)
-            log = {"session_id": session.session_id, "model": model, "stream": bool(request.get("stream"))}
-            served = self.aliases.resolve(model)
+            request, model, served, session, metadata, log = request_start.start(
+                raw_body, path_slug, header, self.aliases, protocol.check_request
+            )
             previous = request.get("previous_response_id")
             history = await self.chains.history(previous) if previous else []
             messages = protocol.input_messages(request, history)
