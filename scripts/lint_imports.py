@@ -2,10 +2,8 @@
 
 Usage: python scripts/lint_imports.py [lint-imports options, e.g. --verbose]
 
-`parity` has two source roots (setup.py: sdk/parity, and services/ as parity.services).
-import-linter finds a package's modules by walking its one folder, so `lint-imports` run
-alone sees no services. This runs it over a folder of links that lays `parity` out as it
-is installed.
+`lint-imports` run alone sees no services (scripts/installed_layout.py says why); this runs it
+over a folder of links that lays `parity` out as it is installed.
 """
 
 from __future__ import annotations
@@ -16,20 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import parity
-import parity.services
+from installed_layout import link_installed_layout
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
-
-
-def link_installed_layout(root: Path) -> None:
-    """`root/parity`: a link to each entry of the SDK's folder, and `services` to parity.services' folder."""
-    package = root / "parity"
-    package.mkdir()
-    for entry in Path(parity.__path__[0]).iterdir():
-        (package / entry.name).symlink_to(entry)
-    (package / "services").symlink_to(Path(parity.services.__path__[0]), target_is_directory=True)
 
 
 def main(argv: list[str]) -> int:
