@@ -66,6 +66,7 @@ class OpenAIChatServing:
         yield FinalEvent(b"data: [DONE]\n\n")
 
 
+
 def _require_messages(body: dict[str, Any]) -> None:
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
