@@ -116,25 +116,8 @@ class _SyncBearer(
     def _call(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
         return continuation(details._replace(metadata=[*(details.metadata or ()), *self.extra]), request)
 
-    def intercept_unary_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
-    ) -> Any:
-        return self._call(continuation, client_call_details, request)
-
-    def intercept_unary_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
-    ) -> Any:
-        return self._call(continuation, client_call_details, request)
-
-    def intercept_stream_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
-    ) -> Any:
-        return self._call(continuation, client_call_details, request_iterator)
-
-    def intercept_stream_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
-    ) -> Any:
-        return self._call(continuation, client_call_details, request_iterator)
+    intercept_unary_unary = intercept_unary_stream = _call
+    intercept_stream_unary = intercept_stream_stream = _call
 
 
 class _AioBearer:
@@ -147,31 +130,19 @@ class _AioBearer:
 
 
 class _AioUnaryUnary(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
-    ) -> Any:
-        return await self._call(continuation, client_call_details, request)
+    intercept_unary_unary = _AioBearer._call
 
 
 class _AioUnaryStream(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
-    ) -> Any:
-        return await self._call(continuation, client_call_details, request)
+    intercept_unary_stream = _AioBearer._call
 
 
 class _AioStreamUnary(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
-    ) -> Any:
-        return await self._call(continuation, client_call_details, request_iterator)
+    intercept_stream_unary = _AioBearer._call
 
 
 class _AioStreamStream(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
-    ) -> Any:
-        return await self._call(continuation, client_call_details, request_iterator)
+    intercept_stream_stream = _AioBearer._call
 
 
 def _aio_bearers(metadata: tuple[tuple[str, str], ...]) -> list[grpc.aio.ClientInterceptor]:

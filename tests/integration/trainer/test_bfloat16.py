@@ -28,7 +28,7 @@ STEPS = 12
 @pytest.fixture(scope="module")
 def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
     """The training stack's vLLM, serving bfloat16."""
-    with serving(tiny_model_dir, tmp_path_factory, dtype=run_pb2.TRAINING_DTYPE_BFLOAT16) as server:
+    with serving(tiny_model_dir, tmp_path_factory, dtype="bfloat16") as server:
         yield server
 
 
