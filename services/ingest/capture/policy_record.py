@@ -35,12 +35,7 @@ class PolicyRecord:
 
     def load(self) -> RecordedPolicy:
         rows = self._db.execute("SELECT version, model, adapter FROM policy").fetchall()
-        if not rows:
-            return RecordedPolicy()
-        version, model, adapter = rows[0]
-        # The table's columns are NOT NULL INTEGER, TEXT, TEXT.
-        assert isinstance(version, int) and isinstance(model, str) and isinstance(adapter, str), rows[0]
-        return RecordedPolicy(version, model, adapter)
+        return RecordedPolicy(*rows[0]) if rows else RecordedPolicy()
 
     def save(self, policy: RecordedPolicy) -> None:
         self._db.execute(

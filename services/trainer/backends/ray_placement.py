@@ -48,10 +48,7 @@ class NodeSpreadPool(RayResourcePool):
     def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
                              device_name: str = "cuda") -> list[Any]:  # fmt: skip
         if self.pgs is None:
-            placed = self._place()
-            # verl sets pgs to None with no annotation, so mypy takes None for its only type.
-            self.pgs = placed  # type: ignore[assignment]
-            return placed
+            self.pgs = self._place()
         return self.pgs
 
     def _bundle(self) -> dict[str, float]:

@@ -103,9 +103,6 @@ class ResponsesServing:
                 stream = stream or answers.ResponseStream(shell(0))
                 yield FinalEvent(stream.failed(str(failure)))
                 return
-        opening: list[bytes] = []
-        if stream is None:
-            stream = answers.ResponseStream(shell(0))
-            opening = stream.start()
+        opening = [] if stream is not None else (stream := answers.ResponseStream(shell(0))).start()
         remember()
         yield FinalEvent(b"".join([*opening, *stream.finish()]))
