@@ -57,7 +57,8 @@ def get_chat_client(ingest_url: str | None = None, **openai_kwargs: Any) -> open
     return openai.OpenAI(
         base_url=f"{(ingest_url or config.ingest_url).rstrip('/')}/v1",
         api_key=openai_kwargs.pop("api_key", config.api_key),
-        http_client=httpx.Client(transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)),
+        # openai accepts an httpx client as well as an httpx2 one (_httpx2.is_legacy_httpx_*), but annotates only httpx2.
+        http_client=httpx.Client(transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)),  # type: ignore[arg-type]
         **openai_kwargs,
     )
 
@@ -71,6 +72,7 @@ def get_async_chat_client(ingest_url: str | None = None, **openai_kwargs: Any) -
     return openai.AsyncOpenAI(
         base_url=f"{(ingest_url or config.ingest_url).rstrip('/')}/v1",
         api_key=openai_kwargs.pop("api_key", config.api_key),
-        http_client=httpx.AsyncClient(transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)),
+        # openai accepts an httpx client as well as an httpx2 one (_httpx2.is_legacy_httpx_*), but annotates only httpx2.
+        http_client=httpx.AsyncClient(transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)),  # type: ignore[arg-type]
         **openai_kwargs,
     )

@@ -22,7 +22,7 @@ TOKEN_BYTES = 4
 """Bytes one token takes in a packed array of token ids, logprobs or per-token rewards."""
 
 
-def token_count(packed: bytes) -> int:
+def token_count(packed: bytes | bytearray) -> int:
     """How many tokens a packed token id, logprob or per-token reward array holds."""
     return len(packed) // TOKEN_BYTES
 
@@ -50,7 +50,7 @@ def pack_token_ids(token_ids: Sequence[int] | npt.NDArray[np.integer]) -> bytes:
     return array.astype(TOKEN_ID_DTYPE, copy=False).tobytes()
 
 
-def unpack_token_ids(packed: bytes) -> npt.NDArray[np.int32]:
+def unpack_token_ids(packed: bytes | bytearray) -> npt.NDArray[np.int32]:
     return np.frombuffer(_checked(packed, TOKEN_ID_DTYPE, "token ids"), dtype=TOKEN_ID_DTYPE)
 
 
@@ -87,7 +87,7 @@ def common_prefix(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> int
     return int(differ[0]) if len(differ) else n
 
 
-def _checked(packed: bytes, dtype: np.dtype, what: str) -> bytes:
+def _checked(packed: bytes | bytearray, dtype: np.dtype, what: str) -> bytes | bytearray:
     if len(packed) % dtype.itemsize:
         raise ValueError(f"packed {what} length {len(packed)} is not a multiple of {dtype.itemsize}")
     return packed

@@ -14,9 +14,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.descriptor import EnumDescriptor
+
+if TYPE_CHECKING:
+    # The upb runtime (protobuf's default) hands out descriptors of its own class.
+    from google._upb._message import EnumDescriptor as UpbEnumDescriptor
 
 from parity.api.trainer.v1 import run_pb2
 from parity.settings_fields import SettingsError, setting
@@ -144,13 +148,13 @@ def proto_path(key: str) -> str:
     return f"lora.{LORA_FIELDS[key]}" if key in LORA_FIELDS else key
 
 
-def _enum_number(enum: EnumDescriptor, choice: str) -> int:
+def _enum_number(enum: EnumDescriptor | UpbEnumDescriptor, choice: str) -> int:
     # A choice with no value of its own (backend and dtype "auto") is what unspecified means.
     value = enum.values_by_name.get(_enum_prefix(enum) + choice.upper().replace("-", "_"))
     return value.number if value is not None else 0
 
 
-def _enum_choice(f: dataclasses.Field[Any], enum: EnumDescriptor, number: int) -> str:
+def _enum_choice(f: dataclasses.Field[Any], enum: EnumDescriptor | UpbEnumDescriptor, number: int) -> str:
     value = enum.values_by_number.get(number)
     by_name = {_enum_prefix(enum) + choice.upper().replace("-", "_"): choice for choice in f.metadata["choices"]}
     if value is None or value.name not in by_name:
@@ -158,7 +162,7 @@ def _enum_choice(f: dataclasses.Field[Any], enum: EnumDescriptor, number: int) -
     return by_name[value.name]
 
 
-def _enum_prefix(enum: EnumDescriptor) -> str:
+def _enum_prefix(enum: EnumDescriptor | UpbEnumDescriptor) -> str:
     return enum.values_by_number[0].name.removesuffix("UNSPECIFIED")
 
 

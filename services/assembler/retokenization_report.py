@@ -28,7 +28,8 @@ from parity.services.assembler.trajectories import split_trajectories
 
 
 class Tokenizer(Protocol):
-    def decode(self, token_ids: list[int], **kwargs: Any) -> str: ...
+    # transformers' decode is typed for a batch of sequences too; one sequence decodes to one str.
+    def decode(self, token_ids: list[int], **kwargs: Any) -> str | list[str]: ...
 
     def encode(self, text: str, **kwargs: Any) -> list[int]: ...
 
@@ -69,7 +70,7 @@ def compare(tokenizer: Tokenizer, sequences: Iterable[Sequence[int]], completion
         exact = list(ids)
         report.samples += 1
         report.tokens += len(exact)
-        again = tokenizer.encode(tokenizer.decode(exact, skip_special_tokens=False), add_special_tokens=False)
+        again = _round_trip(tokenizer, exact)
         if again != exact:
             report.differing_samples += 1
             first = next((i for i, (a, b) in enumerate(zip(exact, again, strict=False)) if a != b), min(len(exact), len(again)))
@@ -80,9 +81,16 @@ def compare(tokenizer: Tokenizer, sequences: Iterable[Sequence[int]], completion
     for ids in completions:
         exact = list(ids)
         report.completions += 1
-        if tokenizer.encode(tokenizer.decode(exact, skip_special_tokens=False), add_special_tokens=False) != exact:
+        if _round_trip(tokenizer, exact) != exact:
             report.differing_completions += 1
     return report
+
+
+def _round_trip(tokenizer: Tokenizer, token_ids: list[int]) -> list[int]:
+    """The ids of the text the ids decode to."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=False)
+    assert isinstance(text, str)
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list[int]]]:

@@ -273,7 +273,7 @@ class RolloutTracker:
         return reward.reward_id
 
     async def close_session(
-        self, session_id: str, outcome: int, error_message: str, *, reward: float | None, group_id: str,
+        self, session_id: str, outcome: session_pb2.SessionOutcome, error_message: str, *, reward: float | None, group_id: str,
         episode_id: str, group_size: int, validation: bool = False, run_id: str = "",
     ) -> session_pb2.Session:  # fmt: skip
         for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id),

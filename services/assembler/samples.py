@@ -105,13 +105,13 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             call_ids=sequence.call_ids,
             truncated=truncated,
             metadata=_FINAL if position == len(kept) - 1 else _NOT_FINAL,
-            history_mode=history_mode(history_modes.get(sequence.call_ids[0], 0)),
+            history_mode=history_mode(history_modes.get(sequence.call_ids[0], llm_call_pb2.HISTORY_MODE_UNSPECIFIED)),
         )
         result.samples.append(sample)
     return result
 
 
-def history_mode(recorded: int) -> int:
+def history_mode(recorded: llm_call_pb2.HistoryMode) -> llm_call_pb2.HistoryMode:
     """A call's history mode, with calls recorded before there were modes read as as_deployed."""
     return recorded or llm_call_pb2.HISTORY_MODE_AS_DEPLOYED
 

@@ -12,6 +12,7 @@ import structlog
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from parity.api.assembler.v1 import batch_pb2, trajectory_pb2
+from parity.api.common.v1 import llm_call_pb2
 from parity.services.assembler import trajectory_views
 from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
@@ -77,7 +78,7 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         token_count=view.token_count,
         unique_token_count=view.unique_token_count,
         merged_call_count=view.merged_call_count,
-        history_mode=history_mode(trajectory.calls[0].history_mode) if trajectory.calls else 0,
+        history_mode=history_mode(trajectory.calls[0].history_mode) if trajectory.calls else llm_call_pb2.HISTORY_MODE_UNSPECIFIED,
     )
 
 

@@ -17,7 +17,7 @@ import grpc
 import structlog
 
 from parity import splice_delta
-from parity.api.common.v1 import reward_pb2, session_pb2
+from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.clients import AsyncStoreClient, RPCError
 from parity.services.runtime.errors import (
@@ -71,7 +71,7 @@ class StoreClient:
         await self._client.close()
 
     async def close_session(
-        self, session_id: str, outcome: int, error_message: str, metadata: dict[str, str]
+        self, session_id: str, outcome: session_pb2.SessionOutcome, error_message: str, metadata: dict[str, str]
     ) -> session_pb2.Session:
         request = pb.CloseSessionRequest(
             session_id=session_id, outcome=outcome, error_message=error_message, metadata=metadata
@@ -153,7 +153,7 @@ def rebuild_prompts(contents: pb.SessionContents) -> None:
     if not contents.prompt_splices:
         return
     splices = {splice.call_id: splice for splice in contents.prompt_splices}
-    earlier = {}
+    earlier: dict[str, llm_call_pb2.LlmCall] = {}
     for call in contents.calls:
         splice = splices.get(call.call_id)
         if splice is not None:

@@ -29,11 +29,11 @@ class TrajectoryView:
     trajectory: Trajectory
     episode_id: str
     group_id: str
-    state: int
+    state: trajectory_pb2.TrajectoryState
     filter_reason: str
     built: TrajectorySamples
-    # The session's SessionOutcome; unspecified while it is open.
-    outcome: int
+    # Unspecified while the session is open.
+    outcome: session_pb2.SessionOutcome
     with_samples: bool = False
 
     @property
@@ -61,7 +61,7 @@ class TrajectoryView:
         return unique_token_count(self.token_count, self.built.repeated_tokens)
 
 
-def rollout_state(tracker: RolloutTracker, rollout: Rollout | None) -> tuple[int, str]:
+def rollout_state(tracker: RolloutTracker, rollout: Rollout | None) -> tuple[trajectory_pb2.TrajectoryState, str]:
     if rollout is None:
         return _STATE.TRAJECTORY_STATE_OPEN, ""
     if rollout.validation:

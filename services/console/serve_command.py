@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
+from types import FrameType
 
 import structlog
 import uvicorn
+from starlette.applications import Starlette
 
 from parity.services.console.app import create_app
 from parity.services.console.settings import ConsoleConfig
@@ -24,15 +27,18 @@ SERVICE = "console"
 class ConsoleServer(uvicorn.Server):
     """Ends the live feeds at the first signal: left open, they would hold the shutdown for its whole grace."""
 
-    def handle_exit(self, sig: int, frame: object) -> None:
-        state = self.config.app.state  # type: ignore[attr-defined]
-        stopping: asyncio.Event | None = getattr(state, "stopping", None)
+    def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        stopping: asyncio.Event | None = getattr(self.app.state, "stopping", None)
         loop = getattr(self, "_loop", None)
         if stopping is not None and loop is not None:
             loop.call_soon_threadsafe(stopping.set)
-        super().handle_exit(sig, frame)  # type: ignore[arg-type]
+        super().handle_exit(sig, frame)
 
-    async def serve(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
@@ -57,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(config)
     server = ConsoleServer(uvicorn.Config(
         app, host=config.host, port=config.port, log_config=None, access_log=False,
-        timeout_graceful_shutdown=config.shutdown_grace_s, lifespan="on",
-    ))  # fmt: skip
+        # uvicorn annotates an int, but hands it to asyncio.wait_for, which takes any number of seconds.
+        timeout_graceful_shutdown=config.shutdown_grace_s,  # type: ignore[arg-type]
+        lifespan="on",
+    ), app)  # fmt: skip
     structlog.get_logger(__name__).info("console_listening", url=f"http://{config.host}:{config.port}",
                                         store=config.store_address, assembler=config.assembler_address,
                                         trainer=config.trainer_address, token_required=bool(config.token))  # fmt: skip

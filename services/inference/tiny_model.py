@@ -246,7 +246,8 @@ def build_model(spec: TinyModelSpec, eos_token_id: int, pad_token_id: int) -> Qw
     # fork_rng keeps the caller's global torch RNG untouched by our seeding.
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        # transformers wraps `to` in functools.wraps(torch.nn.Module.to), whose type keeps the unbound `self`.
+        model = Qwen2ForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
     if spec.output_gain != 1.0:
         with torch.no_grad():
             model.model.norm.weight.fill_(spec.output_gain)

@@ -34,7 +34,7 @@ OPEN_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 MIN_TOKEN_CHARS = 16
 
 
-def role_name(role: int) -> str:
+def role_name(role: auth_pb2.Role) -> str:
     return ROLE_NAMES.get(role, "none")
 
 
@@ -43,7 +43,7 @@ class TokenTable:
     """Tokens and their roles. Lookup compares against every token in constant time, so
     neither a match nor its position leaks through timing."""
 
-    entries: tuple[tuple[bytes, int], ...]
+    entries: tuple[tuple[bytes, auth_pb2.Role], ...]
 
     @classmethod
     def read(cls, path: str | Path) -> TokenTable:
@@ -55,7 +55,7 @@ class TokenTable:
 
     @classmethod
     def parse(cls, text: str, source: str = "auth_tokens_file") -> TokenTable:
-        entries: list[tuple[bytes, int]] = []
+        entries: list[tuple[bytes, auth_pb2.Role]] = []
         for number, line in enumerate(text.splitlines(), start=1):
             line = line.strip()
             if not line or line.startswith("#"):
@@ -74,7 +74,7 @@ class TokenTable:
             raise InvalidArgument(f"{source} lists no tokens: expected lines of `ROLE TOKEN`")
         return cls(tuple(entries))
 
-    def role_of(self, token: str) -> int:
+    def role_of(self, token: str) -> auth_pb2.Role:
         """The token's role, or ROLE_UNSPECIFIED for an unknown one."""
         found = auth_pb2.ROLE_UNSPECIFIED
         candidate = token.encode()
@@ -104,13 +104,14 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
     return ""
 
 
-def declared_roles(service_names: Iterable[str]) -> dict[str, int]:
+def declared_roles(service_names: Iterable[str]) -> dict[str, auth_pb2.Role]:
     """`/package.Service/Method` -> the role its proto declares. Refuses a method that declares none."""
     pool = descriptor_pool.Default()
-    roles: dict[str, int] = {}
+    roles: dict[str, auth_pb2.Role] = {}
     for service_name in service_names:
         for method in pool.FindServiceByName(service_name).methods:
-            role = method.GetOptions().Extensions[auth_pb2.required_role]
+            # protoc's .pyi types an extension as a plain FieldDescriptor, which protobuf's stubs do not take as a key.
+            role: auth_pb2.Role = method.GetOptions().Extensions[auth_pb2.required_role]  # type: ignore[index]
             if role == auth_pb2.ROLE_UNSPECIFIED:
                 raise InvalidArgument(f"{method.full_name} declares no (parity.api.auth.v1.required_role)")
             roles[f"/{service_name}/{method.name}"] = role
@@ -118,21 +119,21 @@ def declared_roles(service_names: Iterable[str]) -> dict[str, int]:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, tokens: TokenTable, roles: Mapping[str, int]) -> None:
+    def __init__(self, tokens: TokenTable, roles: Mapping[str, auth_pb2.Role]) -> None:
         self.tokens = tokens
         self.roles = roles
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method
         handler = await continuation(handler_call_details)
         if handler is None or method.startswith(OPEN_PREFIXES):
             return handler
         required = self.roles.get(method, auth_pb2.ROLE_UNSPECIFIED)
-        token = bearer_token(handler_call_details.invocation_metadata)  # type: ignore[arg-type]
+        token = bearer_token(handler_call_details.invocation_metadata)
         role = self.tokens.role_of(token) if token else auth_pb2.ROLE_UNSPECIFIED
         if role == auth_pb2.ROLE_UNSPECIFIED:
             why = "no bearer token" if not token else "an unknown token"
@@ -144,16 +145,25 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+# Each kind of handler, and grpc's constructor for it.
+_HANDLER_KINDS = {
+    "unary_unary": grpc.unary_unary_rpc_method_handler,
+    "unary_stream": grpc.unary_stream_rpc_method_handler,
+    "stream_unary": grpc.stream_unary_rpc_method_handler,
+    "stream_stream": grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _refusal(handler: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:
     """The handler, its behavior replaced by the refusal: same kind, same response serializer."""
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
         log.info("rpc_refused", code=code.name, reason=message)
         await context.abort(code, message)
 
-    kind = next(name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream") if getattr(handler, name))
+    make = next(make for kind, make in _HANDLER_KINDS.items() if getattr(handler, kind))
     # The request is never read, so a caller without a token learns nothing from how its bytes decode.
-    return handler._replace(**{kind: refuse}, request_deserializer=None)
+    return make(refuse, None, handler.response_serializer)
 
 
 def is_loopback(host: str) -> bool:

@@ -32,32 +32,33 @@ _QUIET_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
         parse = handler.request_deserializer
+        serialize = handler.response_serializer
         if handler.unary_unary:
-            return handler._replace(
-                unary_unary=_wrap_unary_response(_refusing_undecodable(handler.unary_unary), method),
-                request_deserializer=_marking_undecodable(parse),
-            )
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary_response(_refusing_undecodable(handler.unary_unary), method),
+                _marking_undecodable(parse), serialize,
+            )  # fmt: skip
         if handler.stream_unary:
-            return handler._replace(
-                stream_unary=_wrap_unary_response(handler.stream_unary, method),
-                request_deserializer=_raising_on_undecodable(parse),
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary_response(handler.stream_unary, method), _raising_on_undecodable(parse), serialize
             )
         if handler.unary_stream:
-            return handler._replace(
-                unary_stream=_wrap_stream_response(_refusing_undecodable(handler.unary_stream), method),
-                request_deserializer=_marking_undecodable(parse),
-            )
-        return handler._replace(
-            stream_stream=_wrap_stream_response(handler.stream_stream, method),
-            request_deserializer=_raising_on_undecodable(parse),
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream_response(_refusing_undecodable(handler.unary_stream), method),
+                _marking_undecodable(parse), serialize,
+            )  # fmt: skip
+        # A handler carries exactly one of the four behaviours.
+        assert handler.stream_stream is not None
+        return grpc.stream_stream_rpc_method_handler(
+            _wrap_stream_response(handler.stream_stream, method), _raising_on_undecodable(parse), serialize
         )
 
 

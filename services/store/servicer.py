@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import cast
 
 import grpc
 
@@ -19,8 +20,9 @@ def session_to_proto(row: SessionRow) -> session_pb2.Session:
         session_id=row.session_id,
         parent_session_ids=row.parent_session_ids,
         metadata=row.metadata,
-        state=row.state,
-        outcome=row.outcome,
+        # A row keeps the enums' numbers, as every backend stores them.
+        state=cast(session_pb2.SessionState, row.state),
+        outcome=cast(session_pb2.SessionOutcome, row.outcome),
         error_message=row.error_message,
         call_count=row.call_count,
     )

@@ -278,8 +278,8 @@ class TokenStore:
         else:
             for call in calls:
                 contents[call.session_id].calls.append(call)
-        for row in reward_rows:
-            contents[row.session_id].rewards.append(reward_pb2.Reward.FromString(row.body))
+        for reward_row in reward_rows:
+            contents[reward_row.session_id].rewards.append(reward_pb2.Reward.FromString(reward_row.body))
         return list(contents.values()), [sid for sid in wanted if sid not in sessions]
 
     async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:

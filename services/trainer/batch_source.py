@@ -93,9 +93,8 @@ class BatchSource:
             if isinstance(item, pb.StreamBatchesResponse):
                 return item.batch
             error = item if isinstance(item, RPCError) else None
-            code = error.code if error is not None else None
-            if code not in (grpc.StatusCode.UNAVAILABLE, None, grpc.StatusCode.CANCELLED):
-                raise BatchFeedError(f"assembler at {self.address} ended the batch feed: {code.name}: {error.message}")
+            if error is not None and error.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                raise BatchFeedError(f"assembler at {self.address} ended the batch feed: {error.code.name}: {error.message}")
             log.warning(
                 "assembler_unavailable", address=self.address, retry_in_s=round(delay, 1),
                 detail=error.message if error is not None else "stream ended",

@@ -14,8 +14,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from parity.services.runtime.errors import NotFound
+from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.run_settings import RunSettings
+from parity.services.trainer.run_status import RunStatus
+from parity.services.trainer.step_metrics import MetricsLog
+
+log = structlog.get_logger(__name__)
 
 MANIFEST = "checkpoint.json"
 METRICS = "metrics.jsonl"
@@ -57,6 +64,20 @@ def commit(staging: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(final)
     staging.rename(final)
+
+
+def save(run: RunStatus, backend: TrainingBackend, metrics: MetricsLog) -> CheckpointInfo:
+    """The run's state now, with its metrics to resume from, as its checkpoint at this step."""
+    root = run.settings.checkpoint_dir
+    final = checkpoint_path(root, run.run_id, run.step)
+    staging = final.with_name(final.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    backend.save_state(staging)
+    metrics.write_jsonl(staging / METRICS)
+    write_manifest(staging, run.run_id, run.step, run.policy_version, run.settings)
+    commit(staging, final)
+    log.info("checkpoint_saved", run_id=run.run_id, step=run.step, path=str(final))
+    return CheckpointInfo.read(final, root)
 
 
 def list_checkpoints(root: Path, run_id: str = "") -> list[CheckpointInfo]:

@@ -1,4 +1,5 @@
-"""The ingest replicas the trainer pauses, versions and resumes around each weight sync.
+"""The ingest replicas the trainer pauses, versions and resumes around each weight sync,
+and the policy version they stamp, which a run starts past.
 
 Entries are addresses or `dns:///NAME:PORT` names (services/runtime/addresses.py),
 resolved at every sync, so ingests scaled up or down are in the next sync without
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parity.clients import IngestClient
-from parity.services.runtime.addresses import AddressSet, Resolve, resolve_all
+from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from parity.clients import IngestClient, RPCError
+from parity.services.runtime.addresses import AddressSet, Resolve, UnresolvedAddress, resolve_all
+from parity.services.runtime.errors import Unavailable
 
 
 class IngestFleet(AddressSet):
@@ -22,3 +25,17 @@ class IngestFleet(AddressSet):
         """A client for every ingest now (one per address, kept across syncs)."""
         # Pausing ingests needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
         return [self._clients.setdefault(address, IngestClient(address)) for address in self.addresses()]
+
+    def highest_policy_version(self) -> int:
+        """The highest version any ingest stamps: a run resumes past every one of them."""
+        versions = [0]
+        try:
+            members = self.members()
+        except UnresolvedAddress as error:
+            raise Unavailable(f"ingest {error}") from None
+        for ingest in members:
+            try:
+                versions.append(int(ingest.get_stats(ingest_pb.GetStatsRequest()).policy_version))
+            except RPCError as error:
+                raise Unavailable(f"ingest at {ingest.address}: {error}") from None
+        return max(versions)

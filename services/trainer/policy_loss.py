@@ -94,7 +94,8 @@ def policy_loss(
         "rollout_logprob_diff": float(verl_F.masked_mean((old_logprobs - rollout_logprobs).abs(), mask)),
     }
     if ref_logprobs is not None and settings.kl_coef > 0:
-        kl = core_algos.kl_penalty(logprobs, ref_logprobs, "low_var_kl")
+        # verl annotates torch.FloatTensor, the legacy CPU float type, where any float tensor works.
+        kl = core_algos.kl_penalty(logprobs, ref_logprobs, "low_var_kl")  # type: ignore[arg-type]
         kl_loss = core_algos.agg_loss(
             loss_mat=kl, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode, **config.global_batch_info
         )

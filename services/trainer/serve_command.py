@@ -12,9 +12,10 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.services.trainer.deployment import TrainerDeployment
 from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.servicer import TrainerServicer
-from parity.services.trainer.trainer import Trainer, TrainerDeployment
+from parity.services.trainer.trainer import Trainer
 from parity.settings_fields import setting
 
 FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name

@@ -72,7 +72,7 @@ def sync_to_proto(result: SyncResult) -> pb.SyncWeightsResponse:
     )
 
 
-def metrics_to_proto(record: StepRecord, kind: int = pb.METRICS_KIND_TRAINING) -> pb.StepMetrics:
+def metrics_to_proto(record: StepRecord, kind: pb.MetricsKind = pb.METRICS_KIND_TRAINING) -> pb.StepMetrics:
     return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values,
                           kind=kind)  # fmt: skip
 

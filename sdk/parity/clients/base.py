@@ -96,7 +96,7 @@ class ServiceClient:
             try:
                 return call(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None)
             except grpc.RpcError as error:
-                if error.code() not in RETRYABLE or attempt == self.retries:  # type: ignore[attr-defined]
+                if error.code() not in RETRYABLE or attempt == self.retries:
                     raise RPCError.from_grpc(error, method) from None
                 # Full jitter, so many clients waiting on one restarting service spread out.
                 time.sleep(random.uniform(0, min(2.0, self.backoff_s * 2**attempt)))

@@ -16,4 +16,4 @@ class RPCError(Exception):
 
     @classmethod
     def from_grpc(cls, error: grpc.RpcError, method: str) -> RPCError:
-        return cls(error.code(), error.details() or "", method)  # type: ignore[attr-defined]
+        return cls(error.code(), error.details() or "", method)

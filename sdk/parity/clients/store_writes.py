@@ -49,7 +49,9 @@ class CallWriteStream:
     """One StreamWriteCalls stream, opened on the first write and again after it ends or is dropped."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        self._open = channel.stream_stream(STREAM_WRITE_CALLS)
+        self._open: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            STREAM_WRITE_CALLS
+        )
         self._call: grpc.aio.StreamStreamCall | None = None
 
     async def write(self, serialized_calls: list[bytes]) -> None:

@@ -116,8 +116,25 @@ class _SyncBearer(
     def _call(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
         return continuation(details._replace(metadata=[*(details.metadata or ()), *self.extra]), request)
 
-    intercept_unary_unary = intercept_unary_stream = _call
-    intercept_stream_unary = intercept_stream_stream = _call
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return self._call(continuation, client_call_details, request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return self._call(continuation, client_call_details, request)
+
+    def intercept_stream_unary(
+        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return self._call(continuation, client_call_details, request_iterator)
+
+    def intercept_stream_stream(
+        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return self._call(continuation, client_call_details, request_iterator)
 
 
 class _AioBearer:
@@ -130,19 +147,31 @@ class _AioBearer:
 
 
 class _AioUnaryUnary(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
-    intercept_unary_unary = _AioBearer._call
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request)
 
 
 class _AioUnaryStream(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
-    intercept_unary_stream = _AioBearer._call
+    async def intercept_unary_stream(
+        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request)
 
 
 class _AioStreamUnary(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
-    intercept_stream_unary = _AioBearer._call
+    async def intercept_stream_unary(
+        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request_iterator)
 
 
 class _AioStreamStream(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
-    intercept_stream_stream = _AioBearer._call
+    async def intercept_stream_stream(
+        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request_iterator)
 
 
 def _aio_bearers(metadata: tuple[tuple[str, str], ...]) -> list[grpc.aio.ClientInterceptor]:

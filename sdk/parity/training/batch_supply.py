@@ -91,6 +91,8 @@ class BatchSupply:
                                          f"the last: {self._last_failure}", step - 1)  # fmt: skip
 
     def _roll_out(self, tasks: list[dict[str, Any]], step: int) -> Rollouts:
+        # Settled by the trainer (model_choice) before the first batch: the named model's, else the default.
+        assert self.settings.max_tokens is not None, "max_tokens is resolved before rollouts start"
         sampling = Sampling(self.served_model, self.settings.max_tokens, self.settings.temperature)
         prefix = f"{self.run_id}-s{step:05d}-{secrets.token_hex(2)}"
         future = self.runner.submit(tasks, prefix=prefix, rollouts_per_task=self.settings.rollouts_per_task,

@@ -39,7 +39,7 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
     records = tracker.records("train") if tracker else []
     train = [r for r in records if r.step > 0]
     window = max(1, min(5, len(train) // 3))
-    rewards = [r.values.get("reward_mean") for r in train if r.values.get("reward_mean") is not None]
+    rewards = [reward for r in train if (reward := r.values.get("reward_mean")) is not None]
     diffs = [r.values["sync_max_logprob_diff"] for r in train if "sync_max_logprob_diff" in r.values]
     validation_records = tracker.records("validation") if tracker else []
     validation = [(r.step, r.values.get("reward", math.nan)) for r in validation_records]

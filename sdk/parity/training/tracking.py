@@ -95,10 +95,10 @@ class WandbSink:
     def __init__(self, project: str, run_id: str, run_dir: Path, mode: str, config: dict[str, Any]) -> None:
         import wandb
 
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        online = mode == "online" or (mode == "auto" and bool(os.environ.get("WANDB_API_KEY")))
         self._run = wandb.init(
-            project=project, id=run_id, name=run_id, dir=str(run_dir), mode=mode, config=config, resume="allow",
+            project=project, id=run_id, name=run_id, dir=str(run_dir), mode="online" if online else "offline",
+            config=config, resume="allow",
         )  # fmt: skip
 
     def write(self, record: MetricRecord) -> None:

@@ -46,6 +46,12 @@ from parity.training.model_choice import choose_model
 from parity.training.plateau import flat_reward_warning
 from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
+from parity.training.run_checkpoints import (
+    CHECKPOINTS_DIR,
+    default_export_dir,
+    latest_checkpoint_id,
+    resume_checkpoint,
+)
 from parity.training.run_control import POLL_S, RunControl, RunEnded
 from parity.training.run_inputs import (
     SETTINGS_FILE,
@@ -63,7 +69,6 @@ from parity.update_settings import to_run_config
 
 log = structlog.get_logger(__name__)
 
-MODEL_DIR = "model"
 
 
 class Trainer:
@@ -137,7 +142,10 @@ class Trainer:
         self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack)
         self._assembler = AssemblerClient(addresses.assembler)
         self._served_model = _served_model(addresses.ingest_url)
-        resume_from = self._resume_checkpoint() if self.settings.resume else None
+        resume_from = (
+            resume_checkpoint(self._control, self.run_dir, self.run_id, embedded=self._stack is not None)
+            if self.settings.resume else None
+        )  # fmt: skip
         self.started_step = self.step_index = resume_from.step if resume_from else 0
         if self.step_index >= self.total_steps:
             raise SettingsError("steps", f"run {self.run_id} is at step {self.step_index}; raise steps above it to resume")
@@ -256,7 +264,7 @@ class Trainer:
         (on the trainer's machine, for a deployed stack). A LoRA run writes its adapter there, and
         with lora_merge the merged model to PATH/merged, whose path it returns."""
         assert self._control is not None, "start() the run first"
-        target = str(output_dir) if output_dir else self._default_export_dir()
+        target = str(output_dir) if output_dir else default_export_dir(self._control, self.run_dir, self._stack is not None)
         request = trainer_pb.ExportPolicyRequest(output_dir=target, merge_lora=self.settings.lora_merge)
         response = self._control.trainer.export_policy(request, timeout_s=600)
         log.info("policy_exported", path=response.path, merged=response.merged_path,
@@ -315,21 +323,9 @@ class Trainer:
 
     def _run_config(self) -> run_pb2.RunConfig:
         # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
-        checkpoint_dir = str(self.run_dir / "checkpoints") if self._stack is not None else ""
+        checkpoint_dir = str(self.run_dir / CHECKPOINTS_DIR) if self._stack is not None else ""
         return to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
                              checkpoint_dir=checkpoint_dir)  # fmt: skip
-
-    def _resume_checkpoint(self) -> run_pb2.Checkpoint:
-        assert self._control is not None
-        if self._stack is None:
-            latest = self._control.latest_checkpoint()
-            found = [latest] if latest is not None else []
-        else:
-            # The embedded trainer started with no run, so it looks under its own work dir; ask for the run's folder.
-            found = _local_checkpoints(self.run_dir / "checkpoints", self.run_id)
-        if not found:
-            raise SettingsError("resume", f"run {self.run_id} has no checkpoint to resume from")
-        return found[0]
 
     @contextlib.contextmanager
     def _noting_the_end(self) -> Iterator[None]:
@@ -372,30 +368,13 @@ class Trainer:
     def _saved_settings(self) -> dict[str, Any]:
         return self.settings.replace(run_id=self.run_id, resume="").to_json()
 
-    def _default_export_dir(self) -> str:
-        if self._stack is not None:
-            return str(self.run_dir / MODEL_DIR)
-        assert self._control is not None
-        # A deployed trainer writes on its own machine, beside the run's checkpoints.
-        latest = self._control.latest_checkpoint()
-        return str(Path(latest.path).parent / MODEL_DIR) if latest is not None else ""
-
     def _result(self, exported: str) -> TrainResult:
         outcome = RunOutcome(
             run_id=self.run_id, state=self.state, steps=self.step_index, error=self.error, run_dir=self.run_dir,
-            model_path=self.model_path, exported=exported, checkpoint=self._latest_checkpoint(),
+            model_path=self.model_path, exported=exported, checkpoint=latest_checkpoint_id(self._control),
             wall_seconds=round(time.monotonic() - self._started, 1),
         )  # fmt: skip
         return train_result(outcome, self.settings, self._tracker)
-
-    def _latest_checkpoint(self) -> str:
-        if self._control is None:
-            return ""
-        try:
-            latest = self._control.latest_checkpoint()
-        except RPCError:
-            return ""
-        return latest.checkpoint_id if latest is not None else ""
 
     def _show(self, progress: Progress, validation: ValidationResult | None, step: StepResult | None = None) -> None:
         postfix = {}
@@ -451,12 +430,3 @@ def _served_model(ingest_url: str) -> str:
     if not models:
         raise StackError(f"ingest at {ingest_url} lists no model; is a vLLM replica up behind it?")
     return str(models[0]["id"])
-
-
-def _local_checkpoints(root: Path, run_id: str) -> list[run_pb2.Checkpoint]:
-    found = []
-    for manifest in (root / run_id).glob("step-*/checkpoint.json"):
-        data = json.loads(manifest.read_text())
-        found.append(run_pb2.Checkpoint(checkpoint_id=f"{run_id}/{manifest.parent.name}", run_id=run_id,
-                                        step=data["step"], path=str(manifest.parent)))  # fmt: skip
-    return sorted(found, key=lambda c: c.step, reverse=True)

@@ -25,12 +25,13 @@ GROUP_KEY = "parity.group_id"
 VALIDATION_KEY = "parity.validation"
 SCAN_LIMIT = 2000
 FRESH_S = 10.0
+_ANY_STATE, _ANY_OUTCOME = session_pb2.SESSION_STATE_UNSPECIFIED, session_pb2.SESSION_OUTCOME_UNSPECIFIED
 OUTCOMES = {
-    "open": (session_pb2.SESSION_STATE_OPEN, 0),
-    "succeeded": (0, session_pb2.SESSION_OUTCOME_SUCCEEDED),
-    "failed": (0, session_pb2.SESSION_OUTCOME_FAILED),
-    "timed_out": (0, session_pb2.SESSION_OUTCOME_TIMED_OUT),
-    "cancelled": (0, session_pb2.SESSION_OUTCOME_CANCELLED),
+    "open": (session_pb2.SESSION_STATE_OPEN, _ANY_OUTCOME),
+    "succeeded": (_ANY_STATE, session_pb2.SESSION_OUTCOME_SUCCEEDED),
+    "failed": (_ANY_STATE, session_pb2.SESSION_OUTCOME_FAILED),
+    "timed_out": (_ANY_STATE, session_pb2.SESSION_OUTCOME_TIMED_OUT),
+    "cancelled": (_ANY_STATE, session_pb2.SESSION_OUTCOME_CANCELLED),
 }
 
 
@@ -71,7 +72,7 @@ class SessionFilters:
         return urlencode({k: v for k, v in pairs.items() if v})
 
     def request(self, page_size: int, page_token: str) -> store_pb.ListSessionsRequest:
-        state, outcome = OUTCOMES.get(self.outcome, (0, 0))
+        state, outcome = OUTCOMES.get(self.outcome, (_ANY_STATE, _ANY_OUTCOME))
         metadata = {
             key: value for key, value in ((RUN_KEY, self.run), (TASK_KEY, self.task)) if value
         }

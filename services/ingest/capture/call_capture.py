@@ -28,7 +28,7 @@ class CallCapture:
         model: str,
         served_model: str,
         policy_version: int,
-        kind: int,
+        kind: llm_call_pb2.CallKind,
         started_at: float,
     ) -> None:
         self.request = request
@@ -74,13 +74,13 @@ class CallCapture:
         """Record a stream chunk and take out of it what capture added (see CallRecorder.add_chunk)."""
         self.recorder.add_chunk(chunk)
 
-    async def finish(self, outcome: int, error_message: str = "") -> llm_call_pb2.LlmCall:
+    async def finish(self, outcome: llm_call_pb2.CallOutcome, error_message: str = "") -> llm_call_pb2.LlmCall:
         """Record the call; returns once the sink has it (durable, under durability "before")."""
         call = self._record(outcome, error_message)
         await self.sink.submit(call)
         return call
 
-    def finish_nowait(self, outcome: int, error_message: str = "") -> llm_call_pb2.LlmCall:
+    def finish_nowait(self, outcome: llm_call_pb2.CallOutcome, error_message: str = "") -> llm_call_pb2.LlmCall:
         """Record the call without waiting: for a stream the agent left, whose relay cannot await."""
         call = self._record(outcome, error_message)
         self.sink.submit_nowait(call)
@@ -99,7 +99,7 @@ class CallCapture:
             fields["completion_tokens"] = self.call.usage.completion_tokens
         return fields
 
-    def _record(self, outcome: int, error_message: str) -> llm_call_pb2.LlmCall:
+    def _record(self, outcome: llm_call_pb2.CallOutcome, error_message: str) -> llm_call_pb2.LlmCall:
         if self.call is not None:
             raise RuntimeError(f"call {self.call.call_id} of session {self.session_id!r} was recorded already")
         self.call = self.recorder.to_call(

@@ -35,7 +35,12 @@ class PolicyRecord:
 
     def load(self) -> RecordedPolicy:
         rows = self._db.execute("SELECT version, model, adapter FROM policy").fetchall()
-        return RecordedPolicy(*rows[0]) if rows else RecordedPolicy()
+        if not rows:
+            return RecordedPolicy()
+        version, model, adapter = rows[0]
+        # The table's columns are NOT NULL INTEGER, TEXT, TEXT.
+        assert isinstance(version, int) and isinstance(model, str) and isinstance(adapter, str), rows[0]
+        return RecordedPolicy(version, model, adapter)
 
     def save(self, policy: RecordedPolicy) -> None:
         self._db.execute(

@@ -30,7 +30,7 @@ RESPONSES = llm_call_pb2.CALL_ENDPOINT_RESPONSES
 class CaptureRequest:
     """A client request as ingest forwards it, and what was added for capture."""
 
-    endpoint: int
+    endpoint: llm_call_pb2.CallEndpoint
     body: dict[str, Any]
     raw_body: bytes
     session: SessionRef
@@ -44,7 +44,12 @@ class CaptureRequest:
 
     @classmethod
     def prepare(
-        cls, endpoint: int, body: dict[str, Any], raw_body: bytes, session: SessionRef, metadata: dict[str, str]
+        cls,
+        endpoint: llm_call_pb2.CallEndpoint,
+        body: dict[str, Any],
+        raw_body: bytes,
+        session: SessionRef,
+        metadata: dict[str, str],
     ) -> CaptureRequest:
         """Ask the upstream for token ids and sampled-token logprobs if the client did not."""
         request = cls(endpoint, body, raw_body, session, metadata)
@@ -152,12 +157,12 @@ class CallRecorder:
         model: str,
         policy_version: int,
         replica: str,
-        kind: int,
+        kind: llm_call_pb2.CallKind,
         started_at: float,
         first_byte_at: float | None,
         upstream_seconds: float,
         attempts: int,
-        outcome: int,
+        outcome: llm_call_pb2.CallOutcome,
         error_message: str = "",
         streamed: bool = False,
         call_id: str = "",

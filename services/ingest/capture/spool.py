@@ -47,8 +47,9 @@ class Spool:
             " reason TEXT NOT NULL, refuse_time REAL NOT NULL)"
         )
         count, size = self._db.execute("SELECT count(*), coalesce(sum(length(call)), 0) FROM spool").fetchall()[0]
-        self.count, self.bytes = count, size
-        self.refused_count: int = self._db.execute("SELECT count(*) FROM refused").fetchall()[0][0]
+        (refused_count,) = self._db.execute("SELECT count(*) FROM refused").fetchall()[0]
+        self.count, self.bytes = _integer(count), _integer(size)
+        self.refused_count = _integer(refused_count)
 
     @property
     def full(self) -> bool:
@@ -66,7 +67,7 @@ class Spool:
         unless the oldest alone is larger."""
         with self._lock:
             sizes = self._db.execute("SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall()
-            count = batch_length((size for _, size in sizes), limit, max_bytes)
+            count = batch_length((_integer(size) for _, size in sizes), limit, max_bytes)
             if not count:
                 return []
             return [(seq, bytes(call)) for seq, call in self._db.execute(
@@ -90,3 +91,9 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _integer(value: object) -> int:
+    """An INTEGER column's value (apsw types a column as any SQLite value)."""
+    assert isinstance(value, int), value
+    return value

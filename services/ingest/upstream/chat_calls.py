@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.session_slug import SessionRef
 
@@ -16,7 +17,7 @@ from parity.session_slug import SessionRef
 class ChatCall:
     """One call as it goes upstream, and what is recorded of it."""
 
-    endpoint: int
+    endpoint: llm_call_pb2.CallEndpoint
     """The endpoint the agent called (recorded); COMPLETIONS goes to /v1/completions, the rest to chat."""
     body: dict[str, Any]
     """The chat or completions body for vLLM; ingest adds what capture needs."""

@@ -36,7 +36,9 @@ from parity.services.store.backends.sql_schema import (
 )
 from parity.services.store.backends.sql_sessions import (
     Condition,
+    NewSession,
     create_missing_sessions,
+    one_row,
     sessions_page_query,
     write_touched_sessions,
 )
@@ -71,9 +73,9 @@ class PostgresBackend(StoreBackend):
         # waiting in an implicit transaction.
         self._writer = self._connect(WRITER_APPLICATION_NAME)
         self._migrate()
-        self.store_id = self._writer.execute(
+        self.store_id = one_row(self._writer.execute(
             "SELECT value FROM store_meta WHERE key = 'store_id'"
-        ).fetchone()[0]
+        ).fetchone())[0]
         # Autocommit: every read sees everything committed before it started.
         self._readers = ReaderPool(
             lambda: self._connect(READER_APPLICATION_NAME), lambda c: c.closed
@@ -98,9 +100,9 @@ class PostgresBackend(StoreBackend):
         with db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             db.execute(migrations_table(POSTGRES))
-            current = db.execute(
+            current = one_row(db.execute(
                 "SELECT coalesce(max(version), 0) FROM schema_migrations"
-            ).fetchone()[0]
+            ).fetchone())[0]
             if current > SCHEMA_VERSION:
                 raise InvalidArgument(
                     f"database has schema version {current}, newer than this Parity's {SCHEMA_VERSION}"
@@ -144,10 +146,10 @@ class PostgresBackend(StoreBackend):
 
     def commit_calls(self, batch: CallBatch) -> None:
         with self._writing() as db, db.transaction():
-            (last,) = db.execute(
+            (last,) = one_row(db.execute(
                 "UPDATE store_counters SET value = value + %s WHERE name = 'call_seq' RETURNING value",
                 (len(batch.calls),),
-            ).fetchone()
+            ).fetchone())
             for offset, row in enumerate(batch.calls):
                 row.seq = last - len(batch.calls) + 1 + offset
             with db.cursor() as cursor:
@@ -172,19 +174,19 @@ class PostgresBackend(StoreBackend):
         closed = []
         with self._writing() as db, db.transaction():
             with db.cursor() as cursor:
-                new = [(close.session_id, [], {}, time) for close in closes]
+                new: list[NewSession] = [(close.session_id, [], {}, time) for close in closes]
                 create_missing_sessions(cursor.executemany, POSTGRES, new, Jsonb)
             for close in closes:
                 # Locked for update, so a concurrent store process cannot close it too.
-                session = session_from_values(db.execute(
+                session = session_from_values(one_row(db.execute(
                     f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = %s FOR UPDATE", (close.session_id,)
-                ).fetchone())  # fmt: skip
+                ).fetchone()))  # fmt: skip
                 metadata = session.metadata | close.metadata
                 if session.state != SESSION_STATE_CLOSED:
                     # The counter row stays locked until commit: closes commit in number order.
-                    (seq,) = db.execute(
+                    (seq,) = one_row(db.execute(
                         "UPDATE store_counters SET value = value + 1 WHERE name = 'close_seq' RETURNING value"
-                    ).fetchone()
+                    ).fetchone())
                     values = db.execute(
                         "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s,"
                         " update_time = %s, close_seq = %s, metadata = %s"
@@ -197,17 +199,17 @@ class PostgresBackend(StoreBackend):
                         f"UPDATE sessions SET metadata = %s WHERE session_id = %s RETURNING {SESSION_COLUMNS}",
                         (Jsonb(metadata), close.session_id),
                     ).fetchone()
-                closed.append(session_from_values(values))
+                closed.append(session_from_values(one_row(values)))
         return closed
 
     def update_session_metadata(self, updates: list[MetadataUpdate]) -> set[str]:
         changed = set()
         with self._writing() as db, db.transaction():
             for update in updates:
-                (current,) = db.execute(
+                (current,) = one_row(db.execute(
                     "SELECT metadata FROM sessions WHERE session_id = %s FOR UPDATE",
                     (update.session_id,),
-                ).fetchone()
+                ).fetchone())
                 metadata = update.apply(current)
                 if metadata != current:
                     db.execute(
@@ -332,13 +334,13 @@ class PostgresBackend(StoreBackend):
 
     def latest_call_seq(self) -> int:
         return int(
-            self._readers.connection()
-            .execute("SELECT coalesce(max(seq), 0) FROM calls")
-            .fetchone()[0]
+            one_row(
+                self._readers.connection().execute("SELECT coalesce(max(seq), 0) FROM calls").fetchone()
+            )[0]
         )
 
     def stats(self) -> BackendStats:
-        sessions, calls, rewards, tokens, size = (
+        sessions, calls, rewards, tokens, size = one_row(
             self._readers.connection()
             .execute(
                 "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls), (SELECT count(*) FROM rewards),"

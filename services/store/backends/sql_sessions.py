@@ -4,7 +4,7 @@ sessions a write touches, with the ancestors they name, and paging through them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from parity.services.store.backends.sql_schema import SESSION_COLUMNS, SqlDialect
 from parity.services.store.records import SESSION_STATE_OPEN, SessionQuery, SessionTouch
@@ -16,6 +16,7 @@ ExecuteMany = Callable[[str, list[tuple[Any, ...]]], object]
 EncodeJson = Callable[[Any], Any]
 # A condition on a sessions row, with the parameters its placeholders take.
 Condition = tuple[str, Sequence[object]]
+Row = TypeVar("Row")
 
 
 def write_touched_sessions(
@@ -47,7 +48,7 @@ def write_touched_sessions(
     )  # fmt: skip
     # After the sessions' own rows, so a session's metadata wins over its
     # creation as some other session's ancestor in the same batch.
-    ancestors = [
+    ancestors: list[NewSession] = [
         (ancestor, touch.parent_session_ids[:depth], {}, touch.time)
         for touch in touches
         for depth, ancestor in enumerate(touch.parent_session_ids)
@@ -108,3 +109,10 @@ def sessions_page_query(
         f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {where} ORDER BY key {order} LIMIT {m}",
         [*(param for _, params in conditions for param in params), limit],
     )
+
+
+def one_row(row: Row | None) -> Row:
+    """The row of a statement that always returns one: an aggregate, a counter, a row that exists."""
+    if row is None:
+        raise AssertionError("the statement returned no row")
+    return row

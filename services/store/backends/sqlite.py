@@ -38,7 +38,9 @@ from parity.services.store.backends.sql_schema import (
 )
 from parity.services.store.backends.sql_sessions import (
     Condition,
+    NewSession,
     create_missing_sessions,
+    one_row,
     sessions_page_query,
     write_touched_sessions,
 )
@@ -118,9 +120,9 @@ class SqliteBackend(StoreBackend):
     def _migrate(self) -> None:
         db = self._writer
         db.execute(migrations_table(SQLITE))
-        (current,) = db.execute(
+        (current,) = one_row(db.execute(
             "SELECT coalesce(max(version), 0) FROM schema_migrations"
-        ).fetchone()
+        ).fetchone())
         if current > SCHEMA_VERSION:
             raise InvalidArgument(
                 f"{self.path} has schema version {current}, newer than this Parity's {SCHEMA_VERSION}"
@@ -134,9 +136,9 @@ class SqliteBackend(StoreBackend):
                 db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
 
     def _meta(self, key: str) -> str:
-        return self._writer.execute(
+        return one_row(self._writer.execute(
             "SELECT value FROM store_meta WHERE key = ?", (key,)
-        ).fetchone()[0]
+        ).fetchone())[0]
 
     # Writes: only the store's single writer calls these.
     @contextlib.contextmanager
@@ -171,7 +173,7 @@ class SqliteBackend(StoreBackend):
         with self._transaction() as db:
             write_touched_sessions(db.executemany, SQLITE, batch.sessions, _json)
             last = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'calls'").fetchall()
-            next_seq = (last[0][0] if last else 0) + 1
+            next_seq = (_integer(last[0][0]) if last else 0) + 1
             for offset, row in enumerate(batch.calls):
                 row.seq = next_seq + offset
             db.executemany(
@@ -194,11 +196,11 @@ class SqliteBackend(StoreBackend):
     def close_sessions(self, closes: list[SessionClose], time: float) -> list[SessionRow]:
         closed = []
         with self._transaction() as db:
-            new = [(close.session_id, [], {}, time) for close in closes]
+            new: list[NewSession] = [(close.session_id, [], {}, time) for close in closes]
             create_missing_sessions(db.executemany, SQLITE, new, _json)
-            (last_seq,) = db.execute(
+            (last_seq,) = one_row(db.execute(
                 "SELECT value FROM store_counters WHERE name = 'close_seq'"
-            ).fetchone()
+            ).fetchone())
             next_seq = last_seq + 1
             for close in closes:
                 session = self._session(db, close.session_id)
@@ -367,20 +369,20 @@ class SqliteBackend(StoreBackend):
         return [session_from_values(v) for v in self._read(sql, params)]
 
     def latest_call_seq(self) -> int:
-        return int(self._read("SELECT coalesce(max(seq), 0) FROM calls").fetchone()[0])
+        return int(one_row(self._read("SELECT coalesce(max(seq), 0) FROM calls").fetchone())[0])
 
     def stats(self) -> BackendStats:
         # Bytes are the pages in use, not file sizes: the file keeps pages freed by deletes
         # for later writes to reuse, and the WAL holds copies of pages counted here (a
         # reader's page count includes pages not yet checkpointed), so either would count
         # space no data needs.
-        sessions, calls, rewards, tokens, used_bytes = self._read(
+        sessions, calls, rewards, tokens, used_bytes = one_row(self._read(
             "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls),"
             " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
             " ((SELECT page_count FROM pragma_page_count())"
             " - (SELECT freelist_count FROM pragma_freelist_count()))"
             " * (SELECT page_size FROM pragma_page_size())"
-        ).fetchone()
+        ).fetchone())
         return BackendStats(sessions, calls, rewards, tokens, used_bytes)
 
     def close(self) -> None:
@@ -409,3 +411,9 @@ def _select_in(
     for start in range(0, len(values), _MAX_SQL_VARIABLES):
         chunk = values[start : start + _MAX_SQL_VARIABLES]
         yield from db.execute(f"{select} IN ({','.join('?' * len(chunk))}){tail}", chunk)
+
+
+def _integer(value: object) -> int:
+    """An INTEGER column's value (apsw types a column as any SQLite value)."""
+    assert isinstance(value, int), value
+    return value

@@ -101,6 +101,7 @@ class WalCheckpointer:
         # later commit: were the thread to end, the WAL would grow without bound.
         try:
             _, frames, copied = connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0]
+            assert isinstance(frames, int) and isinstance(copied, int), (frames, copied)
         except apsw.Error as error:
             log.warning("sqlite_checkpoint_failed", path=str(self._path), error=str(error))
             return None

@@ -23,10 +23,11 @@ import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.func import functional_call
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights
@@ -34,6 +35,9 @@ from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config
 from parity.services.trainer.policy_loss import compute_advantages, policy_loss, token_logprobs
 from parity.services.trainer.run_settings import RunSettings
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 OPTIMIZER_FILE = "optimizer.pt"
 # Padded positions per micro-batch. On CPU a step is bound by arithmetic, not by launch overhead, so small
@@ -89,7 +93,7 @@ class CpuBackend(TrainingBackend):
         super().__init__(settings)
         torch.manual_seed(settings.seed)
         self.compute_dtype = getattr(torch, settings.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=torch.float32)
+        self.model: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=torch.float32)
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if settings.kl_coef > 0 else None
         if settings.lora_rank:
             from peft import get_peft_model
@@ -128,7 +132,7 @@ class CpuBackend(TrainingBackend):
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
         pieces = [MicroBatch.of(batch, advantages, rows) for rows in micro_batch_rows(batch, MICRO_BATCH_TOKENS)]
         # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.
-        whole = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
+        whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
         if self.reference is not None:
             with torch.no_grad():
                 for piece in pieces:
@@ -173,10 +177,11 @@ class CpuBackend(TrainingBackend):
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:
-        if self.settings.lora_rank:
-            self.model.save_pretrained(directory)
-        else:
+        if isinstance(self.model, PreTrainedModel):
             save_pushed_weights(self.model, directory)
+        else:
+            # LoRA: peft writes the adapter alone.
+            self.model.save_pretrained(str(directory))
 
     def save_state(self, directory: Path) -> None:
         self.save_weights(directory)
@@ -188,9 +193,10 @@ class CpuBackend(TrainingBackend):
         if self.settings.lora_rank:
             from peft import set_peft_model_state_dict
 
-            loaded = set_peft_model_state_dict(self.model, load_file(directory / ADAPTER_WEIGHTS))
-            if loaded.unexpected_keys:
-                raise ValueError(f"checkpoint {directory} does not match the adapter: unexpected {loaded.unexpected_keys}")
+            # peft annotates the result as `namedtuple`, a function; it is torch's load_state_dict result.
+            unexpected = set_peft_model_state_dict(self.model, load_file(directory / ADAPTER_WEIGHTS)).unexpected_keys  # type: ignore[attr-defined]
+            if unexpected:
+                raise ValueError(f"checkpoint {directory} does not match the adapter: unexpected {unexpected}")
             self.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))
             return
         state = {}

@@ -180,6 +180,8 @@ class FsdpBackend(TrainingBackend):
             model_type="language_model", model_config=model, engine_config=engine,
             optimizer_config=optimizer, checkpoint_config=CheckpointConfig(),
         )  # fmt: skip
+        # A Ray worker group answers the worker's calls through methods it binds at run time, which no type names.
+        worker: Any
         if self.pool is None:
             worker = PolicyWorker(config)
         else:

@@ -48,7 +48,10 @@ class NodeSpreadPool(RayResourcePool):
     def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
                              device_name: str = "cuda") -> list[Any]:  # fmt: skip
         if self.pgs is None:
-            self.pgs = self._place()
+            placed = self._place()
+            # verl sets pgs to None with no annotation, so mypy takes None for its only type.
+            self.pgs = placed  # type: ignore[assignment]
+            return placed
         return self.pgs
 
     def _bundle(self) -> dict[str, float]:

@@ -27,6 +27,7 @@ if not torch.cuda.is_available():
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
 from verl.single_controller.base.decorator import Dispatch, register  # noqa: E402
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngine  # noqa: E402
 from verl.workers.engine_workers import TrainingWorker  # noqa: E402
 
 from parity.services.trainer.backends import engine_logprobs  # noqa: E402
@@ -52,11 +53,15 @@ class PolicyWorker(TrainingWorker):
                 with tf32_matmuls():
                     return train_batch(*args, **kwargs)
 
-            self.engine.train_batch = train_batch_in_tf32
+            # Wraps this engine's method where verl calls it; mypy refuses any assignment to a method.
+            self.engine.train_batch = train_batch_in_tf32  # type: ignore[method-assign]
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    # verl's Dispatch is a DynamicEnum: its modes are registered when verl loads, so no type names them.
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[attr-defined]
     def save_hf_weights(self, directory: str) -> None:
         """Every rank contributes its shards; rank 0 writes config and safetensors into `directory`."""
+        # The fsdp backend builds verl's FSDP engine (strategy fsdp2).
+        assert isinstance(self.engine, FSDPEngine)
         module = self.engine.module
         if hasattr(module, "peft_config"):
             # The adapter alone: its shards are gathered, the frozen base's never are.
@@ -70,5 +75,6 @@ class PolicyWorker(TrainingWorker):
         else:
             state = get_model_state_dict(module, options=_FULL_ON_CPU)
             if dist.get_rank() == 0:
-                save_pushed_weights(module, Path(directory), state)
+                # torch types the result for optimizer state too; a model's state dict holds tensors alone.
+                save_pushed_weights(module, Path(directory), state)  # type: ignore[arg-type]
         dist.barrier()

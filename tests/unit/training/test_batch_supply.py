@@ -49,7 +49,7 @@ class Assembler:
 
 
 def supply(runner: Runner, assembler: Assembler, **settings: Any) -> BatchSupply:
-    values = {"groups_per_batch": 2, "rollouts_per_task": 2, "retries": 0} | settings
+    values = {"groups_per_batch": 2, "rollouts_per_task": 2, "retries": 0, "max_tokens": 64} | settings
     return BatchSupply(runner, assembler, TaskOrder(TASKS, seed=1), TrainSettings(**values), "run", "model")  # type: ignore[arg-type]
 
 

@@ -124,7 +124,7 @@ class MessageStream:
         if choice.get("finish_reason") is not None:
             self.finish_reason, self.matched = choice["finish_reason"], choice.get("stop_reason")
         delta = choice.get("delta") or {}
-        events: list[bytes] = []
+        events = []
         if delta.get("reasoning"):
             if self.block != "thinking":
                 events += self._close_block()

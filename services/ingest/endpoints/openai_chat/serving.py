@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
 from parity.services.ingest.endpoints import request_start
@@ -27,7 +28,7 @@ class OpenAIChatServing:
         self.backend = backend
         self.aliases = aliases
 
-    async def handle(self, endpoint: int, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+    async def handle(self, endpoint: llm_call_pb2.CallEndpoint, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
         log: dict[str, Any] = {}
         try:
             body, model, served, session, metadata, log = request_start.start(
@@ -64,7 +65,6 @@ class OpenAIChatServing:
             except StreamFailed as failure:
                 yield b"data: " + openai_errors.bad_gateway(str(failure)).body() + b"\n\n"
         yield FinalEvent(b"data: [DONE]\n\n")
-
 
 
 def _require_messages(body: dict[str, Any]) -> None:

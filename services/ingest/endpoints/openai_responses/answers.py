@@ -111,7 +111,9 @@ def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    content = [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}] if text else []
+    content: list[dict[str, Any]] = (
+        [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}] if text else []
+    )
     return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message", "phase": None}
 
 
@@ -215,7 +217,7 @@ class ResponseStream:
 
     def _open_reasoning(self) -> list[bytes]:
         self.state, self.item_id, self.text = "reasoning", f"rs_{uuid.uuid4().hex}", ""
-        added = {"id": self.item_id, "summary": [], "type": "reasoning", "content": None, "encrypted_content": None,
+        added: dict[str, Any] = {"id": self.item_id, "summary": [], "type": "reasoning", "content": None, "encrypted_content": None,
                  "status": "in_progress"}  # fmt: skip
         return [
             self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": added}),
@@ -233,7 +235,7 @@ class ResponseStream:
     def _close(self) -> list[bytes]:
         index, item_id = self.output_index, self.item_id
         if self.state == "content":
-            part = {"annotations": [], "text": self.text, "type": "output_text", "logprobs": None}
+            part: dict[str, Any] = {"annotations": [], "text": self.text, "type": "output_text", "logprobs": None}
             item = _message_item(item_id, self.text, "completed")
             events = [
                 self._event({"type": "response.output_text.done", "output_index": index, "content_index": 0,

@@ -103,6 +103,9 @@ class ResponsesServing:
                 stream = stream or answers.ResponseStream(shell(0))
                 yield FinalEvent(stream.failed(str(failure)))
                 return
-        opening = [] if stream is not None else (stream := answers.ResponseStream(shell(0))).start()
+        opening: list[bytes] = []
+        if stream is None:
+            stream = answers.ResponseStream(shell(0))
+            opening = stream.start()
         remember()
         yield FinalEvent(b"".join([*opening, *stream.finish()]))
