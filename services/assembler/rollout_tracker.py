@@ -171,6 +171,9 @@ class RolloutTracker:
             self.settle(group)
         elif rollout.filtered == "malformed_metadata" and session_marks.FILTERED not in session.metadata:
             self._record_error(rollout, rollout.filtered, rollout.error)
+        elif group.settled and rollout.failed and self.settings.filters.drop_failed_rollouts:
+            # A retried attempt, closed after the attempt that settled its episode: never trainable, not late.
+            self.stats.filtered["failed_rollout"] += 1
         elif not rollout.filtered and group.settled:
             rollout.filtered = "late_rollout"
             self.stats.filtered["late_rollout"] += 1

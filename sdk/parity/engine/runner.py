@@ -145,8 +145,10 @@ class AgentEngine:
             if result.outcome == "succeeded":
                 break
         # All attempts share the rollout's episode, and close together once the last one
-        # ends: the assembler never batches the group while a retry is still running.
-        for result in attempts:
+        # ends: the assembler never batches the group while a retry is still running. The
+        # last attempt closes first, so the episode the assembler counts as closed is
+        # always the one that holds its outcome, never a superseded failure alone.
+        for result in reversed(attempts):
             await _in_thread(threads, self._close, result, f"{group_id}-r{rollout}")
         return attempts
 

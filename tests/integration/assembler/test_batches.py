@@ -12,6 +12,7 @@ from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from tests.call_factory import conversation, make_call
 from tests.integration.assembler.conftest import Trainer
+from tests.waiting import eventually
 
 
 def rollout(stack, session_id: str, group_id: str, reward: float, *, turns: int = 3, size: int = 2, seed: int = 0) -> None:
@@ -176,3 +177,29 @@ def test_a_feed_for_one_run_leaves_another_runs_groups_alone(start_stack) -> Non
     assert stack.stub.GetStats(pb.GetStatsRequest(run_id="run-old")).pending_group_count == 1
     trainer.ack(batch.batch_id)
     trainer.stop()
+
+
+def test_a_retried_failure_closed_after_its_group_is_batched_is_a_failed_rollout_not_a_late_one(start_stack) -> None:
+    stack = start_stack()
+    rollout(stack, "a-a1", "task-1", 1.0, seed=1)
+    rollout(stack, "b-a0", "task-1", 0.0, seed=2)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    assert sorted(s.session_id for s in trainer.next().samples) == ["a-a1", "b-a0"]
+    # The engine closes a retried episode's superseded attempt after the attempt that counts.
+    stack.write(conversation("a-a0", turns=2, prompt_len=20, completion_len=5, seed=3))
+    stack.close("a-a0", group_id="task-1", group_size=2, outcome=session_pb2.SESSION_OUTCOME_FAILED, reward=0.0)
+    rollout(stack, "c-a0", "task-1", 0.5, seed=4)
+    late = eventually(lambda: known_trajectory(stack, "c-a0"), what="the assembler seeing c-a0's close")
+    assert late.filter_reason == "late_rollout"
+    counts = stack.stub.GetStats(pb.GetStatsRequest()).filtered_counts
+    assert (counts["failed_rollout"], counts["late_rollout"]) == (1, 1)
+    trainer.stop()
+
+
+def known_trajectory(stack, session_id: str) -> trajectory_pb2.Trajectory | None:
+    try:
+        return stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id=session_id)).trajectory
+    except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.NOT_FOUND:
+            return None
+        raise

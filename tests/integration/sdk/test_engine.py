@@ -49,6 +49,21 @@ def test_failures_and_timeouts_are_recorded_retried_and_closed(full_stack, vllm_
     for session_id, outcome in expected.items():
         session = store.get_session(store_pb.GetSessionRequest(session_id=session_id)).session
         assert (session.state, session.outcome) == (CLOSED, outcome), session_id
+    # The retry closes first: between the two closes, the assembler must see the episode's outcome, not its failure.
+    closes = [s for s in closed_in_order(store) if s.startswith("eng-slow-")]
+    assert closes == ["eng-slow-r0-a1", "eng-slow-r0-a0"]
+
+
+def closed_in_order(store: StoreClient) -> list[str]:
+    """Every session closed so far, in the store's close order."""
+    request, closed = store_pb.WatchClosedSessionsRequest(max_batch_size=1000), []
+    stream = store.watch_closed_sessions(request, timeout_s=60)
+    for page in stream:
+        closed += [session.session_id for session in page.sessions]
+        if len(page.sessions) < request.max_batch_size:
+            stream.close()
+            return closed
+    raise AssertionError("the close feed ended before catching up")
 
 
 def test_sync_agents_run_as_many_at_once_as_concurrency_allows(full_stack) -> None:
