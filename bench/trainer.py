@@ -11,6 +11,7 @@ forward pass of its saved weights.
 
     .venv/bin/python bench/trainer.py                       # tiny model, CPU, ~1 minute
     .venv/bin/python bench/trainer.py --profile             # also where a step's time goes
+    .venv/bin/python bench/trainer.py --prefix-rows         # the cpu loop with and without shared prefixes
     python bench/trainer.py --hidden 1024 --layers 16 --heads 16 --rows 32 --length 2048   # on a GPU
 
 The last line printed is one JSON object with every row.
@@ -148,6 +149,74 @@ class PlainLoop:
         """Nothing outlives the loop."""
 
 
+def prefix_batch(groups: int, group_size: int, prompt: int, reply: int, vocab: int, seed: int = 0) -> TrainingBatch:
+    """GRPO groups: `group_size` rows per group share a prompt of `prompt` tokens, each with a reply of its own."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, length = groups * group_size, prompt + reply
+    ids = torch.randint(5, vocab - 1, (rows, length), generator=generator)
+    for group in range(groups):
+        ids[group * group_size : (group + 1) * group_size, :prompt] = ids[group * group_size, :prompt]
+    mask, rewards = torch.zeros(rows, length - 1), torch.zeros(rows, length - 1)
+    mask[:, prompt - 1 :] = 1
+    returns = (torch.arange(rows) % 2).double().numpy()
+    rewards[:, -1] = torch.from_numpy(returns).float()
+    return TrainingBatch(
+        input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=mask,
+        rollout_logprobs=-torch.rand(rows, length - 1, generator=generator) * mask, token_rewards=rewards,
+        group_index=np.array([str(row // group_size) for row in range(rows)], dtype=object), rewards=returns,
+        policy_versions=np.zeros(rows, dtype=np.int64),
+    )  # fmt: skip
+
+
+def prefix_rows(model: Path, vocab: int, args: argparse.Namespace) -> list[dict[str, object]]:
+    """The cpu loop's step with shared prefixes against without, per group size and prompt:reply ratio."""
+    rows = []
+    for group_size in (8, 16):
+        for ratio in (1, 10, 50):
+            batch = prefix_batch(args.prefix_groups, group_size, ratio * args.reply, args.reply, vocab)
+            timings = {}
+            for share in (False, True):
+                settings = RunSettings(model, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-5, share_prefixes=share)
+                seconds, cpu_seconds, metrics = timed_steps(select_backend(settings), batch, args)
+                timings[share] = (statistics.median(seconds), statistics.median(cpu_seconds), metrics)
+            (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = timings[False], timings[True]
+            rows.append({
+                "group_size": group_size, "prompt_to_reply": f"{ratio}:1", "tokens": batch.token_count,
+                "tokens_computed": int(metrics["tokens_computed"]), "unshared_ms": round(step * 1000, 1),
+                "shared_ms": round(shared_step * 1000, 1), "speedup": round(step / shared_step, 2),
+                "cpu_speedup": round(cpu / shared_cpu, 2),
+                "loss_diff": abs(metrics["policy_loss"] - plain_metrics["policy_loss"]),
+            })  # fmt: skip
+    return rows
+
+
+def print_prefix_rows(rows: list[dict[str, object]]) -> None:
+    print(f"{'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}")
+    for row in rows:
+        print(
+            f"{row['group_size']:>3} {row['prompt_to_reply']:>5} {row['tokens']:>7} {row['tokens_computed']:>9} "
+            f"{row['unshared_ms']:>12} {row['shared_ms']:>10} {row['speedup']:>7}x {row['cpu_speedup']:>11}x"
+        )
+
+
+def timed_steps(backend, batch: TrainingBatch, args: argparse.Namespace) -> tuple[list[float], list[float], dict[str, float]]:
+    """Wall and process CPU seconds of each timed step after the warm-up ones, and the last step's metrics."""
+    for _ in range(args.warmup):
+        backend.train_step(batch)
+    seconds, cpu_seconds = [], []
+    metrics: dict[str, float] = {}
+    for _ in range(args.steps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        started, cpu_started = time.perf_counter(), time.process_time()
+        metrics = backend.train_step(batch)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)
+    return seconds, cpu_seconds, metrics
+
+
 def policy_module(backend) -> torch.nn.Module:
     """The model whose forward the profile times: the engine's FSDP module, or the loop's model."""
     if backend.name == "fsdp":
@@ -243,18 +312,7 @@ def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse
     parameters = sum(p.numel() for p in policy_module(backend).parameters())
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    for _ in range(args.warmup):
-        backend.train_step(batch)
-    seconds, cpu_seconds = [], []
-    for _ in range(args.steps):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        started, cpu_started = time.perf_counter(), time.process_time()
-        metrics = backend.train_step(batch)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - started)
-        cpu_seconds.append(time.process_time() - cpu_started)
+    seconds, cpu_seconds, metrics = timed_steps(backend, batch, args)
     step = statistics.median(seconds)
     peak = peak_flops() if on_gpu else None
     row: dict[str, object] = {
@@ -310,6 +368,12 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's own)")
     parser.add_argument("--profile", action="store_true", help="also split one step: forward, backward, optimizer, other")
+    parser.add_argument(
+        "--prefix-rows", action="store_true",
+        help="instead: the cpu loop with and without shared prefixes, group sizes 8 and 16, prompt:reply 1:1, 10:1, 50:1",
+    )  # fmt: skip
+    parser.add_argument("--prefix-groups", type=int, default=1, help="with --prefix-rows: groups a batch holds")
+    parser.add_argument("--reply", type=int, default=64, help="with --prefix-rows: tokens of each row's own reply")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -321,6 +385,12 @@ def main() -> None:
             num_key_value_heads=max(1, args.heads // 2), intermediate_size=args.hidden * 2,
         )  # fmt: skip
         model = generate_tiny_model(work / "model", spec)
+        if args.prefix_rows:
+            shared = prefix_rows(model, spec.vocab_size, args)
+            print(f"model: hidden {args.hidden}, {args.layers} layers; {args.prefix_groups} groups a batch, replies of {args.reply} tokens")
+            print_prefix_rows(shared)
+            print(json.dumps({"prefix_rows": shared}))
+            return
         batch = ragged_batch(args.rows, args.length, spec.vocab_size)
         runs = [(name, resolve_dtype(dtype)) for dtype in args.dtype.split(",") for name in names.split(",")]
         rows = with_ratios([run(name, dtype, model, batch, args, work) for name, dtype in runs])

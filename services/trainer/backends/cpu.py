@@ -12,6 +12,10 @@ measures both). It computes advantages with verl's estimators and the loss with 
 same `policy_loss` as the engine path, in micro-batches whose losses are normalised by
 the whole batch, as the engine's are.
 
+With `share_prefixes` (the default), rows that share a prefix of token ids (`prefix_tree`)
+compute it once: its forward runs once per cluster and each branch reuses its keys and values
+(`shared_prefix`), with the same loss, metrics and gradients as whole rows.
+
 A LoRA run (`lora_rank` > 0) wraps the model with peft, as verl's engine does: the
 base weights are frozen, only the adapter's go into the optimizer, and the weights
 written for vLLM, and checkpointed, are the adapter alone.
@@ -21,19 +25,29 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch.func import functional_call
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights
+from parity.services.trainer.backends.shared_prefix import (
+    ModelCall,
+    SharedPrefix,
+    first_sampled_position,
+)
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config
 from parity.services.trainer.policy_loss import compute_advantages, policy_loss, token_logprobs
+from parity.services.trainer.prefix_tree import (
+    PrefixCluster,
+    check_prefix_tree,
+    shared_prefix_clusters,
+)
 from parity.services.trainer.run_settings import RunSettings
 
 if TYPE_CHECKING:
@@ -46,18 +60,21 @@ OPTIMIZER_FILE = "optimizer.pt"
 MICRO_BATCH_TOKENS = 2048
 # policy_loss's metrics that are shares of the batch's loss (summed over micro-batches); the rest are means.
 SUMMED_METRICS = frozenset({"policy_loss", "kl"})
+# A branch row holds its own copy of its prefix's keys and values, two of the many tensors per layer
+# and position that a computed position keeps for backward: a prefix position counts as this share of one.
+PREFIX_POSITION_SHARE = 8
 
 
-def micro_batch_rows(batch: TrainingBatch, token_budget: int) -> list[torch.Tensor]:
-    """Rows grouped by length so that each group, padded to its own longest row, holds at most
+def micro_batch_rows(lengths: torch.Tensor, rows: list[int], token_budget: int, shared: int = 0) -> list[torch.Tensor]:
+    """`rows` grouped by length so that each group, padded to its own longest row, holds at most
     `token_budget` positions (a row longer than the budget goes alone). Agents' samples differ in
     length by turns and tool results; padding all of them to the longest wastes a large share of a
-    step, and activation memory grows with the padded batch."""
-    lengths = batch.attention_mask.sum(dim=1)
-    order = torch.argsort(lengths, descending=True, stable=True)
+    step, and activation memory grows with the padded batch. Rows past a `shared` prefix computed
+    once count its positions at `PREFIX_POSITION_SHARE`."""
+    order = sorted(rows, key=lambda row: -int(lengths[row]))
     groups: list[list[int]] = []
-    for row in order.tolist():
-        longest = int(lengths[groups[-1][0]]) if groups else 0
+    for row in order:
+        longest = int(lengths[groups[-1][0]]) - shared + shared // PREFIX_POSITION_SHARE if groups else 0
         if groups and longest * (len(groups[-1]) + 1) <= token_budget:
             groups[-1].append(row)
         else:
@@ -86,6 +103,39 @@ class MicroBatch:
         )  # fmt: skip
 
 
+@dataclass
+class PieceGroup:
+    """Micro-batches computed together: the branches of one shared prefix, or (`cluster` None) rows that share none."""
+
+    cluster: PrefixCluster | None
+    pieces: list[MicroBatch] = field(default_factory=list)
+
+    def shared_prefix(self, call: ModelCall, config: PretrainedConfig) -> SharedPrefix | None:
+        """The cluster's prefix forward, its head from the first position any of its rows samples."""
+        if self.cluster is None:
+            return None
+        head_from = min(first_sampled_position(piece.response_mask) for piece in self.pieces)
+        return SharedPrefix(call, config, torch.tensor(self.cluster.prefix), head_from)
+
+
+def plan_pieces(batch: TrainingBatch, advantages: torch.Tensor, share_prefixes: bool) -> list[PieceGroup]:
+    """The batch's micro-batches, grouped by the prefix their rows share (checked against the rows' ids)."""
+    clusters = shared_prefix_clusters(batch.input_ids, batch.attention_mask) if share_prefixes else []
+    check_prefix_tree(batch.input_ids, batch.attention_mask, clusters)
+    lengths = batch.attention_mask.sum(dim=1)
+    clustered = {row for cluster in clusters for row in cluster.rows}
+    groups = [
+        PieceGroup(cluster, [MicroBatch.of(batch, advantages, rows)
+                             for rows in micro_batch_rows(lengths, list(cluster.rows), MICRO_BATCH_TOKENS, cluster.prefix_length)])
+        for cluster in clusters
+    ]  # fmt: skip
+    alone = [row for row in range(batch.size) if row not in clustered]
+    if alone:
+        rows = micro_batch_rows(lengths, alone, MICRO_BATCH_TOKENS)
+        groups.append(PieceGroup(None, [MicroBatch.of(batch, advantages, r) for r in rows]))
+    return groups
+
+
 class CpuBackend(TrainingBackend):
     name = "cpu"
 
@@ -112,52 +162,68 @@ class CpuBackend(TrainingBackend):
         on (zeros before it): an agent's prompt (system, examples, the question) is most of each
         sequence, and the head, log-softmax and entropy over the whole vocabulary at every prompt
         position were about half of a step on SmolLM2-135M."""
-        first = 0
-        if response_mask is not None and bool(response_mask.any()):
-            first = int(response_mask.any(dim=0).nonzero()[0])
+        first = first_sampled_position(response_mask) if response_mask is not None else 0
         keep = torch.arange(first, input_ids.shape[1])
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": keep}
-        if self.compute_dtype == torch.float32:
-            logits = model(**inputs).logits
-        else:
-            # Tied parameters stay tied in the cast (functional_call's tie_weights).
-            cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
-            logits = functional_call(model, cast, args=(), kwargs=inputs).logits
+        logits = self._call(model)(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
         logprobs, entropy = token_logprobs(logits, input_ids[:, first:])
         return torch.nn.functional.pad(logprobs, (first, 0)), torch.nn.functional.pad(entropy, (first, 0))
+
+    def _call(self, model: torch.nn.Module) -> ModelCall:
+        """The model's forward in the run's compute dtype."""
+        if self.compute_dtype == torch.float32:
+            return model
+
+        def cast_call(**inputs: object) -> object:
+            # Tied parameters stay tied in the cast (functional_call's tie_weights).
+            cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
+            return functional_call(model, cast, args=(), kwargs=inputs)
+
+        return cast_call
+
+    def _piece_forward(self, model: torch.nn.Module, piece: MicroBatch, prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if prefix is None:
+            return self._forward(model, piece.input_ids, piece.attention_mask, piece.response_mask)
+        return prefix.branch_logprobs(piece.input_ids, piece.attention_mask, piece.response_mask)
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        pieces = [MicroBatch.of(batch, advantages, rows) for rows in micro_batch_rows(batch, MICRO_BATCH_TOKENS)]
+        groups = plan_pieces(batch, advantages, self.settings.share_prefixes)
+        pieces = [piece for group in groups for piece in group.pieces]
         # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.
         whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
         if self.reference is not None:
             with torch.no_grad():
-                for piece in pieces:
-                    piece.ref_logprobs, _ = self._forward(self.reference, piece.input_ids, piece.attention_mask, piece.response_mask)
+                for group in groups:
+                    prefix = group.shared_prefix(self._call(self.reference), self.reference.config)
+                    for piece in group.pieces:
+                        piece.ref_logprobs, _ = self._piece_forward(self.reference, piece, prefix)
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             totals: dict[str, float] = {}
-            for piece in pieces:
-                logprobs, entropy = self._forward(self.model, piece.input_ids, piece.attention_mask, piece.response_mask)
-                if piece.old_logprobs is None:
-                    # The first pass runs on the weights that the behaviour policy's
-                    # successor holds, so its logprobs are the PPO "old" policy.
-                    piece.old_logprobs = logprobs.detach()
-                loss, piece_metrics = policy_loss(
-                    logprobs, piece.old_logprobs, piece.advantages, piece.response_mask, piece.rollout_logprobs,
-                    self.loss_settings, piece.ref_logprobs, whole,
-                )  # fmt: skip
-                loss.backward()
-                share = float(piece.response_mask.sum()) / max(1, whole["batch_num_tokens"])
-                for key, value in piece_metrics.items():
-                    # Losses are already shares of the batch's; means are weighted by the piece's tokens.
-                    totals[key] = totals.get(key, 0.0) + (value if key in SUMMED_METRICS else value * share)
-                entropy_sum = float((entropy.detach() * piece.response_mask).sum())
-                totals["entropy"] = totals.get("entropy", 0.0) + entropy_sum / max(1, whole["batch_num_tokens"])
+            for group in groups:
+                prefix = group.shared_prefix(self._call(self.model), self.model.config)
+                for piece in group.pieces:
+                    logprobs, entropy = self._piece_forward(self.model, piece, prefix)
+                    if piece.old_logprobs is None:
+                        # The first pass runs on the weights that the behaviour policy's
+                        # successor holds, so its logprobs are the PPO "old" policy.
+                        piece.old_logprobs = logprobs.detach()
+                    loss, piece_metrics = policy_loss(
+                        logprobs, piece.old_logprobs, piece.advantages, piece.response_mask, piece.rollout_logprobs,
+                        self.loss_settings, piece.ref_logprobs, whole,
+                    )  # fmt: skip
+                    loss.backward()
+                    share = float(piece.response_mask.sum()) / max(1, whole["batch_num_tokens"])
+                    for key, value in piece_metrics.items():
+                        # Losses are already shares of the batch's; means are weighted by the piece's tokens.
+                        totals[key] = totals.get(key, 0.0) + (value if key in SUMMED_METRICS else value * share)
+                    entropy_sum = float((entropy.detach() * piece.response_mask).sum())
+                    totals["entropy"] = totals.get("entropy", 0.0) + entropy_sum / max(1, whole["batch_num_tokens"])
+                if prefix is not None:
+                    prefix.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.trained, self.settings.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 raise FloatingPointError(f"gradient norm is {float(grad_norm)}; the batch was not applied")
@@ -168,6 +234,9 @@ class CpuBackend(TrainingBackend):
         metrics["train_seconds"] = seconds
         metrics["tokens_per_s"] = batch.token_count * self.settings.ppo_epochs / seconds
         metrics["micro_batches"] = float(len(pieces))
+        # What one pass's forward ran over, against the samples' own tokens.
+        metrics["tokens_trained"] = float(batch.token_count)
+        metrics["tokens_computed"] = float(batch.token_count - sum(g.cluster.tokens_saved for g in groups if g.cluster))
         return metrics
 
     @torch.no_grad()

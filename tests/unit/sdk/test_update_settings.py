@@ -86,7 +86,7 @@ def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_p
         "groups_per_batch": 3, "learning_rate": 3e-4, "advantage_estimator": "rloo", "backend": "fsdp",
         "rollout_mode": "async", "max_policy_lag": 0, "kl_coef": 0.05, "clip_ratio": 0.3, "tis_cap": 4.0,
         "ppo_epochs": 2, "max_grad_norm": 0.5, "loss_agg_mode": "seq-mean-token-sum", "seed": 7, "dtype": "bfloat16",
-        "micro_batch_tokens": 4096, "ray_workers_per_node": 2, "ray_nodes": 2, "checkpoint_interval": 0,
+        "micro_batch_tokens": 4096, "ray_workers_per_node": 2, "ray_nodes": 2, "checkpoint_interval": 0, "share_prefixes": False,
         "lora_rank": 8, "lora_alpha": 4, "lora_target_modules": "q_proj,v_proj", "lora_dropout": 0.1,
     }  # fmt: skip
     assert sorted(changed) == sorted(update_fields()), "a setting is missing from this test's values"
