@@ -13,6 +13,12 @@ import pytest
 import structlog
 
 from parity.services.inference.packaged_models import CACHE_ENV
+from parity.services.trainer.compute_defaults import CPU_BF16_ENV
+
+# `dtype auto` is bfloat16 on a CPU with bfloat16 units and float32 on one without; the suite's
+# expectations are float32's wherever a test does not name bfloat16 (the bfloat16 tests do), so they
+# hold on either kind of CI machine. Set before any service starts: they inherit it.
+os.environ[CPU_BF16_ENV] = "0"
 
 pytest_plugins = [
     "tests.integration.vllm_fixtures",

@@ -53,7 +53,7 @@ class UpdateSettings:
     max_grad_norm: float = setting(1.0, "gradient clipping norm", group="optimization")
     loss_agg_mode: str = setting("token-mean", "how the per-token loss is averaged (verl's agg_loss)", LOSS_AGG_MODES, group="optimization")
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
-    dtype: str = setting("auto", "the dtype forward and backward run in (weights and optimizer stay float32); auto: bfloat16 on a CUDA machine, float32 elsewhere, resolved where the trainer runs; the local stack's vLLM serves in the same", DTYPES, group="optimization")
+    dtype: str = setting("auto", "the dtype forward and backward run in (weights and optimizer stay float32); auto: bfloat16 on CUDA and on a CPU with bfloat16 units (AMX, AVX-512-BF16), float32 elsewhere, resolved where the trainer runs; the local stack's vLLM serves in the same", DTYPES, group="optimization")
     micro_batch_tokens: int = setting(16384, "fsdp backend: tokens per micro-batch on each GPU (bounds activation memory)", group="optimization")
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
     ray_nodes: int = setting(1, "with ray_workers_per_node: nodes of the Ray cluster at $RAY_ADDRESS to spread the ranks over, ray_workers_per_node on each, rank 0 on the trainer's node", group="optimization")

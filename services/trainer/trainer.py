@@ -83,7 +83,8 @@ class Trainer:
         self._loop = RunLoop(run, resume, self.deployment, self._policy, self._ingests, self.metrics, self.history)
         self.history.start(run, self.metrics.records)
         self._loop.start()
-        log.info("run_started", run_id=run.run_id, resumed_from=resume_checkpoint_id or None, step=run.step)
+        log.info("run_started", run_id=run.run_id, resumed_from=resume_checkpoint_id or None, step=run.step,
+                 dtype=run.settings.dtype)  # fmt: skip
         return replace(run)
 
     def list_runs(self) -> list[RunStatus]:

@@ -20,13 +20,17 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.services.trainer.compute_defaults import resolve_dtype
+import structlog
+
+from parity.services.trainer.compute_defaults import dtype_reason, resolve_dtype
 from parity.training.settings import StackAddresses, TrainSettings
 
 SERVICES = ("store", "ingest", "assembler", "trainer")
 READY_LINE = "Press Ctrl-C"
 STOP_GRACE_S = 120.0
 _PR_SET_PDEATHSIG = 1
+
+log = structlog.get_logger()
 
 
 class StackError(RuntimeError):
@@ -56,6 +60,7 @@ class LocalStack:
     @classmethod
     def for_run(cls, data_dir: Path, settings: TrainSettings, model: Path) -> LocalStack:
         # The local trainer resolves `auto` on this machine too, so vLLM serves what it computes in.
+        log.info("compute_dtype", detail=dtype_reason(settings.dtype))
         return cls(data_dir, model, vllm_dtype=resolve_dtype(settings.dtype), lora_rank=settings.lora_rank,
                    model_aliases=settings.model_aliases, max_model_len=settings.max_model_len)  # fmt: skip
 

@@ -153,7 +153,7 @@ class CpuBackend(TrainingBackend):
         self.optimizer = torch.optim.AdamW(self.trained, lr=settings.lr, weight_decay=0.0)
 
     def _forward(
-        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        self, call: ModelCall, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
         response_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logprob of each next token and the entropy at each position, (batch, length-1).
@@ -164,25 +164,29 @@ class CpuBackend(TrainingBackend):
         position were about half of a step on SmolLM2-135M."""
         first = first_sampled_position(response_mask) if response_mask is not None else 0
         keep = torch.arange(first, input_ids.shape[1])
-        logits = self._call(model)(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+        logits = call(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
         logprobs, entropy = token_logprobs(logits, input_ids[:, first:])
         return torch.nn.functional.pad(logprobs, (first, 0)), torch.nn.functional.pad(entropy, (first, 0))
 
     def _call(self, model: torch.nn.Module) -> ModelCall:
-        """The model's forward in the run's compute dtype."""
+        """The model's forward in the run's compute dtype, for one pass over the batch.
+
+        The weights are cast once per pass, not per forward: every micro-batch's backward flows
+        through the same casts (they keep no tensors for backward) into the float32 weights'
+        gradients, which accumulate in float32."""
         if self.compute_dtype == torch.float32:
             return model
+        # Tied parameters stay tied in the cast (functional_call's tie_weights).
+        cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
 
         def cast_call(**inputs: object) -> object:
-            # Tied parameters stay tied in the cast (functional_call's tie_weights).
-            cast = {name: param.to(self.compute_dtype) for name, param in model.named_parameters()}
             return functional_call(model, cast, args=(), kwargs=inputs)
 
         return cast_call
 
-    def _piece_forward(self, model: torch.nn.Module, piece: MicroBatch, prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _piece_forward(self, call: ModelCall, piece: MicroBatch, prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor]:
         if prefix is None:
-            return self._forward(model, piece.input_ids, piece.attention_mask, piece.response_mask)
+            return self._forward(call, piece.input_ids, piece.attention_mask, piece.response_mask)
         return prefix.branch_logprobs(piece.input_ids, piece.attention_mask, piece.response_mask)
 
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
@@ -195,18 +199,20 @@ class CpuBackend(TrainingBackend):
         whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
         if self.reference is not None:
             with torch.no_grad():
+                reference = self._call(self.reference)
                 for group in groups:
-                    prefix = group.shared_prefix(self._call(self.reference), self.reference.config)
+                    prefix = group.shared_prefix(reference, self.reference.config)
                     for piece in group.pieces:
-                        piece.ref_logprobs, _ = self._piece_forward(self.reference, piece, prefix)
+                        piece.ref_logprobs, _ = self._piece_forward(reference, piece, prefix)
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             totals: dict[str, float] = {}
+            call = self._call(self.model)
             for group in groups:
-                prefix = group.shared_prefix(self._call(self.model), self.model.config)
+                prefix = group.shared_prefix(call, self.model.config)
                 for piece in group.pieces:
-                    logprobs, entropy = self._piece_forward(self.model, piece, prefix)
+                    logprobs, entropy = self._piece_forward(call, piece, prefix)
                     if piece.old_logprobs is None:
                         # The first pass runs on the weights that the behaviour policy's
                         # successor holds, so its logprobs are the PPO "old" policy.
@@ -242,7 +248,7 @@ class CpuBackend(TrainingBackend):
     @torch.no_grad()
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         self.model.eval()
-        logprobs, _ = self._forward(self.model, torch.tensor([token_ids], dtype=torch.long))
+        logprobs, _ = self._forward(self._call(self.model), torch.tensor([token_ids], dtype=torch.long))
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:

@@ -8,7 +8,10 @@ import torch
 from parity.services.trainer import compute_defaults
 from parity.services.trainer.backends.engine_logprobs import chunked_logprobs
 from parity.services.trainer.compute_defaults import (
+    CPU_BF16_ENV,
     attention_layout,
+    cpu_bf16_units,
+    dtype_reason,
     needs_gradient_checkpointing,
     parameter_count,
     resolve_dtype,
@@ -24,12 +27,38 @@ BENCH_09B = {"hidden_size": 2048, "intermediate_size": 4096, "num_hidden_layers"
 H100 = 80 * 2**30
 
 
-@pytest.mark.parametrize(("cuda", "expected"), [(True, "bfloat16"), (False, "float32")])
-def test_auto_dtype_is_bfloat16_on_cuda_and_float32_elsewhere(cuda, expected) -> None:
-    assert resolve_dtype("auto", cuda=cuda) == expected
+@pytest.mark.parametrize(("cuda", "units", "expected"), [
+    (True, (), "bfloat16"), (False, ("amx_bf16",), "bfloat16"), (False, ("avx512_bf16",), "bfloat16"),
+    (False, (), "float32"),
+])  # fmt: skip
+def test_auto_dtype_is_bfloat16_on_cuda_and_on_cpus_with_bfloat16_units(cuda, units, expected) -> None:
+    assert resolve_dtype("auto", cuda=cuda, cpu_bf16=units) == expected
+    assert dtype_reason("auto", cuda=cuda, cpu_bf16=units).startswith(f"dtype auto: {expected} (")
     # A dtype that is named is kept on either.
-    assert resolve_dtype("float32", cuda=cuda) == "float32"
-    assert resolve_dtype("bfloat16", cuda=cuda) == "bfloat16"
+    assert resolve_dtype("float32", cuda=cuda, cpu_bf16=units) == "float32"
+    assert resolve_dtype("bfloat16", cuda=cuda, cpu_bf16=units) == "bfloat16"
+
+
+def test_a_cpu_without_bfloat16_units_says_why_it_stays_in_float32() -> None:
+    assert dtype_reason("auto", cuda=False, cpu_bf16=()) == (
+        "dtype auto: float32 (this CPU reports none of amx_bf16, avx512_bf16, so bfloat16 would run slower than "
+        "float32 here; set dtype bfloat16 to use it anyway)"
+    )
+
+
+def test_the_units_are_read_from_the_cpus_flags_and_the_environment_may_say_otherwise(monkeypatch) -> None:
+    sapphire_rapids = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
+    skylake = "processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni\n"
+    monkeypatch.delenv(CPU_BF16_ENV, raising=False)
+    assert cpu_bf16_units(sapphire_rapids) == ("amx_bf16", "avx512_bf16")
+    assert cpu_bf16_units(skylake) == ()
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    assert cpu_bf16_units(sapphire_rapids) == ()
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    assert cpu_bf16_units(skylake) and resolve_dtype("auto", cuda=False) == "bfloat16"
+    monkeypatch.setenv(CPU_BF16_ENV, "yes")
+    with pytest.raises(ValueError, match="PARITY_CPU_BF16 must be 0 or 1, got 'yes'"):
+        cpu_bf16_units(skylake)
 
 
 def test_a_run_resolves_auto_where_it_trains_and_the_probe_tolerance_follows(tmp_path, monkeypatch) -> None:
