@@ -29,7 +29,8 @@ SYNC_PHASES = ("pause", "push", "verify", "resume")
 STEP_COLUMNS = (
     ("reward_mean", "reward"), ("reward_std", "± std"), ("policy_loss", "policy loss"), ("grad_norm", "grad norm"),
     ("entropy", "entropy"), ("kl", "KL"), ("clip_fraction", "clipped"), ("sample_count", "samples"),
-    ("policy_lag_max", "lag"), ("tokens_per_s", "tok/s"), ("sync_seconds", "sync s"),
+    ("policy_lag_max", "lag"), ("tokens_trained", "tokens"), ("tokens_computed", "computed"),
+    ("tokens_per_s", "tok/s"), ("sync_seconds", "sync s"),
     ("sync_max_logprob_diff", "probe Δ"), ("rollout_logprob_diff", "rollout Δ"),
 )  # fmt: skip
 _METRICS_PAGE = 1000
