@@ -352,6 +352,7 @@ def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="a model folder to train (the default model's, say) instead of a generated one")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=2, help="attention heads; head_dim is hidden / heads")
@@ -361,7 +362,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument(
-        "--dtype", default="auto", help="comma-separated of float32, bfloat16, auto (bfloat16 on CUDA, else float32)"
+        "--dtype", default="auto", help="comma-separated of float32, bfloat16, auto (bfloat16 on CUDA or a CPU with bfloat16 units, else float32)"
     )
     parser.add_argument(
         "--backends", default=None, help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)"
@@ -384,19 +385,22 @@ def main() -> None:
             hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
             num_key_value_heads=max(1, args.heads // 2), intermediate_size=args.hidden * 2,
         )  # fmt: skip
-        model = generate_tiny_model(work / "model", spec)
+        model = args.model or generate_tiny_model(work / "model", spec)
+        config = json.loads((model / "config.json").read_text())
+        vocab = config["vocab_size"]
         if args.prefix_rows:
-            shared = prefix_rows(model, spec.vocab_size, args)
-            print(f"model: hidden {args.hidden}, {args.layers} layers; {args.prefix_groups} groups a batch, replies of {args.reply} tokens")
+            shared = prefix_rows(model, vocab, args)
+            print(f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers; "
+                  f"{args.prefix_groups} groups a batch, replies of {args.reply} tokens")  # fmt: skip
             print_prefix_rows(shared)
             print(json.dumps({"prefix_rows": shared}))
             return
-        batch = ragged_batch(args.rows, args.length, spec.vocab_size)
+        batch = ragged_batch(args.rows, args.length, vocab)
         runs = [(name, resolve_dtype(dtype)) for dtype in args.dtype.split(",") for name in names.split(",")]
         rows = with_ratios([run(name, dtype, model, batch, args, work) for name, dtype in runs])
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(
-        f"model: hidden {args.hidden}, {args.layers} layers, {rows[0]['parameters'] / 1e6:.0f}M parameters; "
+        f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, {rows[0]['parameters'] / 1e6:.0f}M parameters; "
         f"batch {args.rows} rows, {batch.token_count} tokens; {card}"
     )
     print(
