@@ -18,7 +18,9 @@ from parity.clients.transport import ChannelSecurity, open_channel
 from tests.conftest import free_port
 from tests.waiting import eventually
 
-HEALTH_TIMEOUT_S = 30.0
+# A service reports serving in a few seconds; the trainer imports torch and verl first, which on 2 cores shared
+# with a vLLM and a training run has taken over 30 s. Only a service that never comes up waits this long.
+HEALTH_TIMEOUT_S = 90.0
 
 
 @dataclass
