@@ -39,6 +39,7 @@ from parity.services.trainer.backends.shared_prefix import (
     ModelCall,
     SharedPrefix,
     first_sampled_position,
+    shares_exactly,
 )
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config
@@ -150,6 +151,9 @@ class CpuBackend(TrainingBackend):
 
             self.model = get_peft_model(self.model, lora_config(settings))
         self.trained = [param for param in self.model.parameters() if param.requires_grad]
+        # Exact only where each branch sees what its whole row would: every layer caches the whole prefix,
+        # and no dropout draws a mask per row (a shared prefix would share one).
+        self.shares_prefixes = settings.share_prefixes and not settings.lora_dropout and shares_exactly(self.model.config)
         self.optimizer = torch.optim.AdamW(self.trained, lr=settings.lr, weight_decay=0.0)
 
     def _forward(
@@ -193,7 +197,7 @@ class CpuBackend(TrainingBackend):
         started = time.perf_counter()
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        groups = plan_pieces(batch, advantages, self.settings.share_prefixes)
+        groups = plan_pieces(batch, advantages, self.shares_prefixes)
         pieces = [piece for group in groups for piece in group.pieces]
         # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.
         whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
@@ -204,6 +208,7 @@ class CpuBackend(TrainingBackend):
                     prefix = group.shared_prefix(reference, self.reference.config)
                     for piece in group.pieces:
                         piece.ref_logprobs, _ = self._piece_forward(reference, piece, prefix)
+                del reference  # its cast of the weights, if any
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)

@@ -20,12 +20,20 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import DynamicLayer
 from verl.utils import torch_functional as verl_F
 
 from parity.services.trainer.policy_loss import token_logprobs
 
 ModelCall = Callable[..., Any]
 """A causal LM's forward in the run's compute dtype, taking Hugging Face's keyword arguments."""
+
+
+def shares_exactly(config: PretrainedConfig) -> bool:
+    """Whether every layer's cache keeps the whole prefix's keys and values. A sliding-window layer keeps
+    only its window and a linear-attention layer a state, so branches on them would not see what the
+    whole rows see: such models train unshared."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
 
 
 def first_sampled_position(response_mask: torch.Tensor) -> int:
@@ -46,7 +54,9 @@ class SharedPrefix:
         )
         cache = output.past_key_values
         self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)] + [output.logits]
-        self._leaves = [t.detach().requires_grad_(t.requires_grad) for t in self._computed]
+        # float32 leaves: their gradients sum over every micro-batch of branches, as the weights' do; in the
+        # compute dtype (bf16) that sum would round at each micro-batch.
+        self._leaves = [t.detach().float().requires_grad_(t.requires_grad) for t in self._computed]
 
     @property
     def length(self) -> int:
@@ -67,8 +77,9 @@ class SharedPrefix:
         # Branch positions up to the piece's first sampled one are scored by no loss; the head skips them.
         start = max(first_sampled_position(response_mask), shared) - shared
         if start < length - shared - 1:
+            dtype = self._computed[0].dtype
             cache = DynamicCache(
-                [(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+                [(keys.to(dtype).expand(rows, -1, -1, -1), values.to(dtype).expand(rows, -1, -1, -1))
                  for keys, values in zip(keys_values[::2], keys_values[1::2], strict=True)],
                 config=self.config,
             )  # fmt: skip
@@ -93,5 +104,5 @@ class SharedPrefix:
         """The branches' gradients on the prefix's keys, values and logits, through the prefix's forward."""
         pairs = [(t, leaf.grad) for t, leaf in zip(self._computed, self._leaves, strict=True) if leaf.grad is not None]
         if pairs:
-            torch.autograd.backward([t for t, _ in pairs], [grad for _, grad in pairs])
+            torch.autograd.backward([t for t, _ in pairs], [grad.to(t.dtype) for t, grad in pairs])
         self._computed, self._leaves = [], []

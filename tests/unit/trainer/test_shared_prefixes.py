@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from transformers import MistralConfig
 
 from parity.services.trainer.backends import cpu, select_backend
+from parity.services.trainer.backends.shared_prefix import shares_exactly
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.prefix_tree import MIN_SHARED_TOKENS, PrefixCluster, PrefixTreeMismatch
 from parity.services.trainer.run_settings import RunSettings
@@ -127,3 +129,16 @@ def test_a_prefix_tree_that_disagrees_with_the_samples_is_refused(tiny_model_dir
         backend.train_step(batch)
     assert all(torch.equal(a, b) for a, b in zip(before, backend.model.parameters(), strict=True))
 
+
+
+def test_sharing_is_off_where_it_would_not_be_exact(tiny_model_dir) -> None:
+    # A sliding-window layer caches only its window: branches past it would see less than their whole rows.
+    assert not shares_exactly(MistralConfig(num_hidden_layers=2, sliding_window=16))
+    assert shares_exactly(MistralConfig(num_hidden_layers=2, sliding_window=None))
+
+    def backend(**settings: object) -> cpu.CpuBackend:
+        return select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", **settings))
+
+    assert backend().shares_prefixes and not backend(share_prefixes=False).shares_prefixes
+    # Dropout draws a mask per row; a prefix computed once would share one.
+    assert not backend(lora_rank=4, lora_dropout=0.1).shares_prefixes
