@@ -10,6 +10,7 @@ CPU has bfloat16 matrix units (AMX, AVX-512-BF16), else float32; SDPA; no checkp
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -42,6 +43,15 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+@functools.cache
+def _proc_cpuinfo() -> str:
+    """Linux's CPU description (empty where there is none); it does not change while a process runs."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_bf16_units(cpuinfo: str | None = None) -> tuple[str, ...]:
     """The bfloat16 matrix units this CPU reports (Linux's /proc/cpuinfo flags); none where it cannot tell.
 
@@ -52,39 +62,35 @@ def cpu_bf16_units(cpuinfo: str | None = None) -> tuple[str, ...]:
         return ("set by " + CPU_BF16_ENV,) if override == "1" else ()
     if override:
         raise ValueError(f"{CPU_BF16_ENV} must be 0 or 1, got {override!r}")
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return ()
+    cpuinfo = _proc_cpuinfo() if cpuinfo is None else cpuinfo
     flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
     return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
+
+
+def _resolved(dtype: str, cuda: bool | None, cpu_bf16: tuple[str, ...] | None) -> tuple[str, str]:
+    """The dtype `dtype` resolves to here, and the one line that says why."""
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {list(DTYPE_CHOICES)}")
+    if dtype != "auto":
+        return dtype, f"dtype {dtype}: as set"
+    if cuda_available() if cuda is None else cuda:
+        return "bfloat16", "dtype auto: bfloat16 (CUDA)"
+    units = cpu_bf16_units() if cpu_bf16 is None else cpu_bf16
+    if units:
+        return "bfloat16", f"dtype auto: bfloat16 (this CPU has {', '.join(units)})"
+    return "float32", (f"dtype auto: float32 (this CPU reports none of {', '.join(BF16_CPU_FLAGS)}, "
+                       "so bfloat16 would run slower than float32 here; set dtype bfloat16 to use it anyway)")  # fmt: skip
 
 
 def resolve_dtype(dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None) -> str:
     """The dtype a run computes in: `auto` is bfloat16 on CUDA and on a CPU with bfloat16 matrix units,
     float32 on any other CPU; the others stay."""
-    if dtype not in DTYPE_CHOICES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {list(DTYPE_CHOICES)}")
-    if dtype != "auto":
-        return dtype
-    if cuda_available() if cuda is None else cuda:
-        return "bfloat16"
-    return "bfloat16" if (cpu_bf16_units() if cpu_bf16 is None else cpu_bf16) else "float32"
+    return _resolved(dtype, cuda, cpu_bf16)[0]
 
 
 def dtype_reason(dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None) -> str:
     """One line on what `dtype` resolves to here, and why."""
-    resolved = resolve_dtype(dtype, cuda, cpu_bf16)
-    if dtype != "auto":
-        return f"dtype {resolved}: as set"
-    if cuda_available() if cuda is None else cuda:
-        return "dtype auto: bfloat16 (CUDA)"
-    units = cpu_bf16_units() if cpu_bf16 is None else cpu_bf16
-    if units:
-        return f"dtype auto: bfloat16 (this CPU has {', '.join(units)})"
-    return (f"dtype auto: float32 (this CPU reports none of {', '.join(BF16_CPU_FLAGS)}, "
-            "so bfloat16 would run slower than float32 here; set dtype bfloat16 to use it anyway)")  # fmt: skip
+    return _resolved(dtype, cuda, cpu_bf16)[1]
 
 
 @dataclass(frozen=True)
