@@ -34,6 +34,15 @@ class BatchFormer:
         self.settings = tracker.settings
         self.stats = tracker.stats
         self._formation = asyncio.Lock()
+        # Runs whose next batch may be short: their driver has no more rollouts coming for the step.
+        self._released: set[str] = set()
+
+    def release(self, run_id: str) -> int:
+        """Let `run_id`'s next batch form from as few as one ready group; returns the run's pending groups."""
+        self._released.add(run_id)
+        self.tracker.changes.notify()
+        log.info("batch_released", run_id=run_id)
+        return self.tracker.pending_group_count(run_id)
 
     def staleness(self, max_policy_lag: int | None, policy_version: int | None) -> Staleness | None:
         """The staleness filter for a consumer at `policy_version`; None when it has no version or no lag applies."""
@@ -49,13 +58,17 @@ class BatchFormer:
         self, consumer_id: str, groups_per_batch: int, run_id: str, staleness: Staleness | None
     ) -> Batch | None:  # fmt: skip
         """A new batch for `consumer_id`, durably marked before it is returned; None while fewer groups than it
-        asks for are ready."""
+        asks for are ready (than one, once its run was released)."""
         wanted = groups_per_batch
         tracker = self.tracker
         async with self._formation:
+            # A release holds for this one formation, formed or not: the next step's batch waits for its full size.
+            released = run_id in self._released
+            self._released.discard(run_id)
+            least = 1 if released else wanted
             # Twice what is wanted, so groups a filter drops can be replaced in one pass.
             ready = tracker.ready_groups(2 * wanted, run_id)
-            if len(ready) < wanted:
+            if len(ready) < least:
                 return None
             ledger = self.ledgers.of(consumer_id)
             chosen: list[GroupBuild] = []
@@ -81,7 +94,7 @@ class BatchFormer:
                             session_id=rollout.session_id, metadata={session_marks.FILTERED: build.dropped}))  # fmt: skip
                     tracker.settle(group)
             await tracker.write_marks(drop_marks)
-            if len(chosen) < wanted:
+            if len(chosen) < least:
                 return None
             plan = BatchPlan(
                 consumer_id, ledger.last_sequence + 1, [(b.group_id, b.rollouts) for b in chosen],
@@ -102,7 +115,8 @@ class BatchFormer:
                 self.stats.filtered.update(build.stats.filtered)
             self.stats.delivered_batches += 1
             self.stats.delivered_samples += len(batch.samples)
-            log.info("batch_formed", batch_id=batch.batch_id, groups=len(chosen), samples=len(batch.samples))
+            log.info("batch_formed", batch_id=batch.batch_id, groups=len(chosen), samples=len(batch.samples),
+                     short=len(chosen) < wanted)  # fmt: skip
             return batch
 
     async def rebuild_batch(self, plan: BatchPlan) -> Batch:

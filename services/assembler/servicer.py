@@ -140,6 +140,9 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
                 await acks
             feed.close()
 
+    async def ReleaseBatch(self, request: pb.ReleaseBatchRequest, context: grpc.aio.ServicerContext) -> pb.ReleaseBatchResponse:
+        return pb.ReleaseBatchResponse(pending_group_count=self.assembler.former.release(request.run_id))
+
     async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
         stats = self.assembler.stats
         return pb.GetStatsResponse(

@@ -2,9 +2,11 @@
 
 A batch can come up short when the assembler drops a group (all rewards equal, or every
 rollout failed). Once rollouts are done and the batch is still short for TOP_UP_IDLE_S,
-more tasks top it up, up to a limit past which the rewards evidently do not vary within
-groups and the run says so. A whole batch's worth of rollouts failing in a row ends the
-run too: no batch can form.
+more tasks top it up, up to a limit. Past it the step trains on the groups that carry
+signal (a short batch, counted), rather than ending a run that has something to learn.
+With no such group the run ends: completed early when every rollout earned the run's top
+reward (nothing is left to learn from these tasks), failed with advice otherwise. A whole
+batch's worth of rollouts failing in a row ends the run too: no batch can form.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import structlog
+
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient
 from parity.engine import RolloutResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
-from parity.training.run_control import AgentFailing
+from parity.training.run_control import AgentFailing, RewardsSaturated
 from parity.training.settings import TrainSettings
 from parity.training.task_order import TaskOrder
+
+log = structlog.get_logger(__name__)
 
 TOP_UP_IDLE_S = 2.0
 # Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
@@ -47,6 +53,7 @@ class BatchSupply:
         self._failures_in_a_row = 0
         self._last_failure = ""
         self._topped_up = 0
+        self._best_reward: float | None = None
 
     def begin(self, step: int) -> list[Rollouts]:
         """Roll out a batch's worth of tasks for `step`; the list collects what top-ups add."""
@@ -75,11 +82,29 @@ class BatchSupply:
             return now
         if now - idle_since >= TOP_UP_IDLE_S:
             if self._topped_up >= MAX_TOP_UPS_PER_GROUP * self.settings.groups_per_batch:
-                raise AgentFailing("failed", self._no_batch_message(step), step - 1)
+                self._train_on_what_has_signal(futures, missing, step)
+                return None
             self._topped_up += missing
             futures.append(self._roll_out(self.tasks.take(missing), step))
             return None
         return idle_since
+
+    def _train_on_what_has_signal(self, futures: list[Rollouts], missing: int, step: int) -> None:
+        """The extra-task budget is spent: a short batch from the groups that vary, else the run's end."""
+        if missing < self.settings.groups_per_batch:
+            pending = self.assembler.release_batch(assembler_pb.ReleaseBatchRequest(run_id=self.run_id)).pending_group_count
+            if pending:
+                log.info("short_batch_released", step=step, groups=pending, wanted=self.settings.groups_per_batch)
+                return
+        rewards = {r.reward for f in futures for r in rollout_results(f) if r.outcome == "succeeded"}
+        (reward,) = rewards if len(rewards) == 1 else (None,)
+        best = self._best_reward
+        if reward is not None and step > 1 and best is not None and reward >= best:
+            raise RewardsSaturated(
+                "completed", f"every rollout of step {step}'s {self._topped_up + self.settings.groups_per_batch} "
+                f"tasks earned the run's top reward ({reward:g}): nothing is left to learn from these tasks", step - 1,
+            )  # fmt: skip
+        raise AgentFailing("failed", self._no_batch_message(step, reward), step - 1)
 
     def raise_if_agent_failing(self, futures: Sequence[concurrent.futures.Future[Any]], step: int) -> None:
         """A whole batch's worth of rollouts failed in a row: no batch can form, so say why and end."""
@@ -105,6 +130,8 @@ class BatchSupply:
             final = result.attempt == self.settings.retries or result.outcome == "succeeded"
             if result.outcome == "succeeded":
                 self._failures_in_a_row = 0
+                if result.reward is not None and (self._best_reward is None or result.reward > self._best_reward):
+                    self._best_reward = result.reward
             elif final:
                 self._failures_in_a_row += 1
                 self._last_failure = result.error
@@ -112,10 +139,11 @@ class BatchSupply:
     def _pending_groups(self) -> int:
         return self.assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
 
-    def _no_batch_message(self, step: int) -> str:
+    def _no_batch_message(self, step: int, reward: float | None) -> str:
         dropped = dict(self.assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)
+        every = f"; every rollout earned {reward:g}" if reward is not None else ""
         return (f"no batch for step {step} after {self._topped_up} extra tasks: the assembler dropped "
-                f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}). "
+                f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}{every}). "
                 "Rewards must vary within a task's rollouts: give easier tasks or partial credit, raise "
                 "rollouts_per_task, or check the reward.")  # fmt: skip
 

@@ -41,6 +41,11 @@ class TrainResult:
     """The learning rate used: the one set, or the model's default."""
     warning: str = ""
     """Set when the training reward stayed flat for many steps."""
+    stopped_early: str = ""
+    """Why a completed run ended before its last step: every rollout earned the run's top reward."""
+    short_steps: int = 0
+    """Steps trained on fewer groups than groups_per_batch: the extra-task budget was spent, and the step
+    trained on the groups whose rewards varied instead of ending the run."""
     max_sync_logprob_diff: float | None = None
     plot: str = ""
     run_dir: str = ""

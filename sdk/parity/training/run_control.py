@@ -41,6 +41,10 @@ class AgentFailing(RunEnded):
     """Every rollout fails: the run cannot get data, so it ends rather than retry forever."""
 
 
+class RewardsSaturated(RunEnded):
+    """Every rollout of a step earned the run's top reward: no group varies, so the run ends early, completed."""
+
+
 class RunControl:
     def __init__(self, trainer: TrainerClient, run_id: str, stack: LocalStack | None) -> None:
         self.trainer = trainer

@@ -32,6 +32,7 @@ class RunOutcome:
     exported: str
     checkpoint: str
     wall_seconds: float
+    stopped_early: str = ""
 
 
 def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking.Tracker | None) -> TrainResult:
@@ -62,7 +63,8 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
         serve_command=serve_command(outcome.exported, settings, outcome.model_path, outcome.run_id) if outcome.exported else "",
         checkpoint=outcome.checkpoint,
         resume_command=f"parity train --resume {outcome.run_id} --output-dir {outcome.run_dir.parent}" if resumable else "",
-        wall_seconds=outcome.wall_seconds, history_mode=settings.history_mode,
+        wall_seconds=outcome.wall_seconds, history_mode=settings.history_mode, stopped_early=outcome.stopped_early,
+        short_steps=sum(r.values.get("groups", settings.groups_per_batch) < settings.groups_per_batch for r in train),
         **_token_accounting(train),
     )  # fmt: skip
 

@@ -52,7 +52,7 @@ from parity.training.run_checkpoints import (
     latest_checkpoint_id,
     resume_checkpoint,
 )
-from parity.training.run_control import POLL_S, RunControl, RunEnded
+from parity.training.run_control import POLL_S, RewardsSaturated, RunControl, RunEnded
 from parity.training.run_inputs import (
     SETTINGS_FILE,
     Tasks,
@@ -119,6 +119,8 @@ class Trainer:
         self._started = time.monotonic()
         self.state = "created"
         self.error = ""
+        # Why the run completed before its last step, when it did.
+        self.stopped_early = ""
 
     # ----- lifecycle
 
@@ -237,13 +239,17 @@ class Trainer:
                                  unit="step", enabled=self.settings.progress, file=sys.stderr)  # fmt: skip
         try:
             self._show(progress, self.validate())
-            while not self.done:
-                step = self.step()
-                progress.update(1)
-                every = self.settings.val_every
-                validation = self.validate() if every and step.step % every == 0 and step.step < self.total_steps else None
-                self._show(progress, validation, step)
-            self._wait_for_end()
+            try:
+                while not self.done:
+                    step = self.step()
+                    progress.update(1)
+                    every = self.settings.val_every
+                    validation = self.validate() if every and step.step % every == 0 and step.step < self.total_steps else None
+                    self._show(progress, validation, step)
+            except RewardsSaturated as saturated:
+                self._end_early(saturated)
+            else:
+                self._wait_for_end()
             self._show(progress, self.validate())
         finally:
             progress.close()
@@ -252,8 +258,9 @@ class Trainer:
     def finish(self) -> TrainResult:
         """Export the trained policy (when asked), write the plot, and say how the run went."""
         exported = ""
-        if self.state == "running" and self.step_index >= self.total_steps:
-            self._wait_for_end()
+        if self.state == "running" and (self.step_index >= self.total_steps or self.stopped_early):
+            if not self.stopped_early:
+                self._wait_for_end()
             self.state = "completed"
             if self.settings.export:
                 exported = self.export()
@@ -281,6 +288,14 @@ class Trainer:
             except RPCError as error:
                 log.error("stop_run_failed", error=str(error))
             self.state = "stopped"
+
+    def _end_early(self, saturated: RewardsSaturated) -> None:
+        """Stop the trainer's run at its last step, checkpointed; the driver still validates and exports."""
+        assert self._runner is not None and self._control is not None
+        log.info("run_ending_early", run_id=self.run_id, step=self.step_index, reason=str(saturated))
+        self._runner.cancel_all()
+        self._control.trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
+        self.stopped_early = str(saturated)
 
     def fail(self, error: BaseException) -> TrainResult:
         """The result of a run that ended on `error` (a failed run, a stack that went down); a trainer run
@@ -372,7 +387,7 @@ class Trainer:
         outcome = RunOutcome(
             run_id=self.run_id, state=self.state, steps=self.step_index, error=self.error, run_dir=self.run_dir,
             model_path=self.model_path, exported=exported, checkpoint=latest_checkpoint_id(self._control),
-            wall_seconds=round(time.monotonic() - self._started, 1),
+            wall_seconds=round(time.monotonic() - self._started, 1), stopped_early=self.stopped_early,
         )  # fmt: skip
         return train_result(outcome, self.settings, self._tracker)
 
@@ -380,6 +395,9 @@ class Trainer:
         postfix = {}
         if step is not None:
             postfix["reward"] = f"{step.reward:.3f}"
+            groups = int(step.values.get("groups", self.settings.groups_per_batch))
+            if groups < self.settings.groups_per_batch:
+                postfix["short batch"] = f"{groups}/{self.settings.groups_per_batch} groups"
             rewards = [s.reward for s in self.steps]
             if flat_reward_warning(rewards, self.settings.learning_rate):
                 postfix["note"] = f"reward flat for {len(rewards)} steps"

@@ -161,6 +161,27 @@ def test_validation_rollouts_are_kept_and_never_batched(start_stack) -> None:
     trainer.stop()
 
 
+def test_a_released_run_takes_one_short_batch_of_its_groups_with_signal_and_then_full_ones_again(start_stack) -> None:
+    stack = start_stack()
+    for name, group, reward, seed in (("flat-1", "flat", 1.0, 1), ("flat-2", "flat", 1.0, 2),
+                                      ("a-1", "a", 1.0, 3), ("a-2", "a", 0.0, 4)):  # fmt: skip
+        stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed))
+        stack.close(name, group_id=group, group_size=2, reward=reward, run_id="run")
+    trainer = Trainer(stack.stub, "t", groups_per_batch=3, run_id="run")
+    assert trainer.nothing_within(1.0), "a full batch waits for three groups"
+    released = stack.stub.ReleaseBatch(pb.ReleaseBatchRequest(run_id="run"))
+    assert released.pending_group_count == 2, "both groups pend: the filters run as the batch forms"
+    batch = trainer.next()
+    assert list(batch.group_ids) == ["a"] and batch.stats.group_count == 1
+    assert list(batch.dropped_group_ids) == ["flat"]
+    trainer.ack(batch.batch_id)
+    for name, group, reward, seed in (("b-1", "b", 1.0, 5), ("b-2", "b", 0.0, 6)):
+        stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed))
+        stack.close(name, group_id=group, group_size=2, reward=reward, run_id="run")
+    assert trainer.nothing_within(1.0), "the release held for one batch: the next waits for its full size"
+    trainer.stop()
+
+
 def test_a_feed_for_one_run_leaves_another_runs_groups_alone(start_stack) -> None:
     stack = start_stack()
     for run, seed in (("run-old", 1), ("run-new", 3), ("", 5)):

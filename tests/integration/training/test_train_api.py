@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
-from parity.training import StackAddresses
+from parity.training import StackAddresses, batch_supply
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -152,6 +153,31 @@ def test_an_agent_that_always_fails_ends_the_run_with_its_error(deployed_stack, 
     assert result.state == "failed" and result.steps == 0
     assert "the agent failed 4 rollouts in a row; the last: ValueError: no tool for t" in result.error
     assert result.checkpoint == f"{result.run_id}/step-000000"
+
+
+def test_a_step_short_of_varying_groups_trains_on_what_it_has_and_a_run_at_its_top_reward_completes_early(
+    deployed_stack, tmp_path, monkeypatch
+) -> None:  # fmt: skip
+    monkeypatch.setattr(batch_supply, "TOP_UP_IDLE_S", 0.2)
+    rollouts: Counter[str] = Counter()
+    varying: list[str] = []
+
+    async def mostly_solved_agent(task: dict[str, Any]) -> float:
+        """Every rollout earns 1, but for the first two of the first task that finishes: 1 and 0."""
+        await two_turn_agent(task)
+        varying[:] = varying or [task["id"]]
+        rollouts[task["id"]] += 1
+        return float(rollouts[task["id"]] % 2) if task["id"] == varying[0] and rollouts[task["id"]] <= 2 else 1.0
+
+    result = parity.train(
+        mostly_solved_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses,
+        steps=3, groups_per_batch=2, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"),
+        progress=False,
+    )  # fmt: skip
+    assert result.state == "completed", result.error
+    assert result.steps == 1 and result.short_steps == 1, "step 1 trained on the one group that varied"
+    assert "every rollout of step 2's 18 tasks earned the run's top reward (1)" in result.stopped_early
+    assert result.exported_model and result.checkpoint.startswith(result.run_id)
 
 
 def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:

@@ -14,7 +14,7 @@ from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.engine import RolloutResult
 from parity.training import batch_supply
 from parity.training.batch_supply import BatchSupply
-from parity.training.run_control import AgentFailing
+from parity.training.run_control import AgentFailing, RewardsSaturated
 from parity.training.settings import TrainSettings
 from parity.training.task_order import TaskOrder
 
@@ -24,17 +24,18 @@ TRAINING = trainer_pb.GetStatusResponse(run={"state": run_pb2.RUN_STATE_TRAINING
 
 
 class Runner:
-    """Rolls out at once, every rollout with the given outcome."""
+    """Rolls out at once, every rollout with the given outcome and reward."""
 
-    def __init__(self, outcome: str = "succeeded") -> None:
+    def __init__(self, outcome: str = "succeeded", reward: float | None = None) -> None:
         self.outcome = outcome
+        self.reward = reward
         self.submitted: list[list[str]] = []
 
     def submit(self, tasks: list[dict[str, Any]], *, prefix: str, rollouts_per_task: int, sampling: Any,
                validation: bool = False) -> concurrent.futures.Future[list[RolloutResult]]:  # fmt: skip
         self.submitted.append([task["id"] for task in tasks])
         future: concurrent.futures.Future[list[RolloutResult]] = concurrent.futures.Future()
-        future.set_result([RolloutResult(task["id"], task["id"], n, 0, f"{prefix}-{n}", self.outcome, None,  # type: ignore[arg-type]
+        future.set_result([RolloutResult(task["id"], task["id"], n, 0, f"{prefix}-{n}", self.outcome, self.reward,  # type: ignore[arg-type]
                                          "agent raised" if self.outcome != "succeeded" else "", 0.1)
                            for task in tasks for n in range(rollouts_per_task)])  # fmt: skip
         return future
@@ -43,9 +44,14 @@ class Runner:
 class Assembler:
     def __init__(self, pending_groups: int) -> None:
         self.pending_groups = pending_groups
+        self.released: list[str] = []
 
     def get_stats(self, request: Any) -> Any:
         return SimpleNamespace(pending_group_count=self.pending_groups, filtered_counts={"equal_rewards": 4})
+
+    def release_batch(self, request: Any) -> Any:
+        self.released.append(request.run_id)
+        return SimpleNamespace(pending_group_count=self.pending_groups)
 
 
 def supply(runner: Runner, assembler: Assembler, **settings: Any) -> BatchSupply:
@@ -92,3 +98,49 @@ def test_a_batchs_worth_of_failed_rollouts_in_a_row_ends_the_run() -> None:
         feed.raise_if_agent_failing(futures, 1)
     succeeding = supply(Runner(), Assembler(pending_groups=0))
     succeeding.raise_if_agent_failing(succeeding.begin(1), 1)
+
+
+def spend_the_extra_task_budget(feed: BatchSupply, futures: list[Any], step: int, missing: int) -> None:
+    """Top up until the budget (MAX_TOP_UPS_PER_GROUP tasks per group of the batch) is spent, `missing` at a time."""
+    for _ in range(batch_supply.MAX_TOP_UPS_PER_GROUP * feed.settings.groups_per_batch // missing):
+        feed.top_up(futures, WAITING, 0.0, step)
+
+
+def test_once_the_extra_task_budget_is_spent_the_step_trains_on_the_groups_that_vary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_supply, "TOP_UP_IDLE_S", 0.0)
+    assembler = Assembler(pending_groups=1)
+    feed = supply(Runner(reward=1.0), assembler)
+    futures = feed.begin(2)
+    spend_the_extra_task_budget(feed, futures, 2, missing=1)
+    assert assembler.released == []
+    assert feed.top_up(futures, WAITING, 0.0, 2) is None
+    assert assembler.released == ["run"], "the one group with signal is released as a short batch"
+
+
+def test_a_step_whose_every_rollout_earns_the_runs_top_reward_ends_the_run_early_and_completed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_supply, "TOP_UP_IDLE_S", 0.0)
+    feed = supply(Runner(reward=1.0), Assembler(pending_groups=0))
+    futures = feed.begin(5)
+    spend_the_extra_task_budget(feed, futures, 5, missing=2)
+    with pytest.raises(RewardsSaturated, match=r"earned the run's top reward \(1\)") as ended:
+        feed.top_up(futures, WAITING, 0.0, 5)
+    assert (ended.value.state, ended.value.step) == ("completed", 4)
+
+
+def test_equal_rewards_below_the_runs_best_or_before_any_training_fail_the_run_with_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_supply, "TOP_UP_IDLE_S", 0.0)
+    first = supply(Runner(reward=1.0), Assembler(pending_groups=0))
+    futures = first.begin(1)
+    spend_the_extra_task_budget(first, futures, 1, missing=2)
+    with pytest.raises(AgentFailing, match="every rollout earned 1") as ended:
+        first.top_up(futures, WAITING, 0.0, 1)
+    assert ended.value.state == "failed"
+    runner = Runner(reward=1.0)
+    collapsed = supply(runner, Assembler(pending_groups=0))
+    collapsed.begin(1)
+    runner.reward = 0.0
+    futures = collapsed.begin(3)
+    spend_the_extra_task_budget(collapsed, futures, 3, missing=2)
+    with pytest.raises(AgentFailing, match="every rollout earned 0") as ended:
+        collapsed.top_up(futures, WAITING, 0.0, 3)
+    assert ended.value.state == "failed", "rewards that fell to the bottom are not a finished run"

@@ -32,6 +32,9 @@ class AssemblerClient(ServiceClient):
     def stream_batches(self, requests: Iterable[pb.StreamBatchesRequest], timeout_s: float | None = None) -> StreamCall[pb.StreamBatchesResponse]:
         return self._bidi("StreamBatches", requests, timeout_s)
 
+    def release_batch(self, request: pb.ReleaseBatchRequest, timeout_s: float | None = None) -> pb.ReleaseBatchResponse:
+        return self._unary("ReleaseBatch", request, timeout_s)
+
     def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
         return self._unary("GetStats", request, timeout_s)
 
@@ -54,6 +57,9 @@ class AsyncAssemblerClient(AsyncServiceClient):
 
     async def list_trajectories(self, request: pb.ListTrajectoriesRequest, timeout_s: float | None = None) -> pb.ListTrajectoriesResponse:
         return await self._unary("ListTrajectories", request, timeout_s)
+
+    async def release_batch(self, request: pb.ReleaseBatchRequest, timeout_s: float | None = None) -> pb.ReleaseBatchResponse:
+        return await self._unary("ReleaseBatch", request, timeout_s)
 
     async def get_stats(self, request: pb.GetStatsRequest, timeout_s: float | None = None) -> pb.GetStatsResponse:
         return await self._unary("GetStats", request, timeout_s)

@@ -138,6 +138,18 @@ class StreamBatchesResponse(_message.Message):
     batch: _batch_pb2.Batch
     def __init__(self, batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ...) -> None: ...
 
+class ReleaseBatchRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseBatchResponse(_message.Message):
+    __slots__ = ("pending_group_count",)
+    PENDING_GROUP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    pending_group_count: int
+    def __init__(self, pending_group_count: _Optional[int] = ...) -> None: ...
+
 class GetStatsRequest(_message.Message):
     __slots__ = ("run_id",)
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -41,6 +41,11 @@ class AssemblerServiceStub(object):
                 request_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.FromString,
                 )
+        self.ReleaseBatch = channel.unary_unary(
+                '/parity.api.assembler.v1.AssemblerService/ReleaseBatch',
+                request_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchResponse.FromString,
+                )
         self.GetStats = channel.unary_unary(
                 '/parity.api.assembler.v1.AssemblerService/GetStats',
                 request_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.GetStatsRequest.SerializeToString,
@@ -91,6 +96,17 @@ class AssemblerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseBatch(self, request, context):
+        """ReleaseBatch lets a run's next batch form from the groups ready now, as
+        few as one, instead of waiting for its subscription's groups_per_batch.
+        A driver calls it once every rollout of a step has closed and no more
+        tasks will come (its extra-task budget is spent), so the groups that carry
+        signal are trained on rather than the run ending. Applies to one batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """GetStats reports what the assembler has seen, built, filtered and
         delivered since it started, and the bad input it refused or recorded.
@@ -126,6 +142,11 @@ def add_AssemblerServiceServicer_to_server(servicer, server):
                     servicer.StreamBatches,
                     request_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.FromString,
                     response_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.SerializeToString,
+            ),
+            'ReleaseBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseBatch,
+                    request_deserializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchRequest.FromString,
+                    response_serializer=parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchResponse.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -226,6 +247,23 @@ class AssemblerService(object):
         return grpc.experimental.stream_stream(request_iterator, target, '/parity.api.assembler.v1.AssemblerService/StreamBatches',
             parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesRequest.SerializeToString,
             parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.StreamBatchesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReleaseBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.assembler.v1.AssemblerService/ReleaseBatch',
+            parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchRequest.SerializeToString,
+            parity_dot_api_dot_assembler_dot_v1_dot_assembler__service__pb2.ReleaseBatchResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
