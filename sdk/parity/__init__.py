@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from parity.config import configure, current_config
     from parity.flushing import FlushError, aflush, flush
     from parity.rewards import areward, reward
+    from parity.session_budget import SessionBudget
     from parity.session_slug import SessionRef
     from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
     from parity.training import StackAddresses, Trainer, TrainResult, TrainSettings, train
@@ -45,6 +46,7 @@ _EXPORTS = {
     "flush": "parity.flushing",
     "areward": "parity.rewards",
     "reward": "parity.rewards",
+    "SessionBudget": "parity.session_budget",
     "SessionRef": "parity.session_slug",
     "TrajectoryView": "parity.sessions",
     "current_session": "parity.sessions",
@@ -75,6 +77,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "FlushError",
     "RPCError",
+    "SessionBudget",
     "SessionRef",
     "StackAddresses",
     "TrainResult",

@@ -1,7 +1,7 @@
 """The session segment of an ingest base URL: `http://HOST:PORT/sessions/{slug}/v1`.
 
 A plain session id is its own slug (`/sessions/episode-7/v1`), so curl users can
-type one. Nested sessions, a trajectory name and metadata need more than a URL
+type one. Nested sessions, a trajectory name, metadata and a budget need more than a URL
 segment can hold as is; they travel as `p1.` followed by URL-safe base64 of a
 compact JSON object. Both forms are also accepted in the `X-Parity-Session` header.
 """
@@ -14,6 +14,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from parity.session_budget import SessionBudget
 
 PREFIX = "p1."
 MAX_SLUG_LENGTH = 8192
@@ -35,11 +37,13 @@ class SessionRef:
     metadata: Mapping[str, str] = field(default_factory=dict)
     history_mode: str = ""
     """One of HISTORY_MODES, or empty for the mode ingest runs with."""
+    budget: SessionBudget | None = None
+    """Caps ingest enforces on the session (parity/session_budget.py); None: ingest's serving default."""
 
 
 def encode(ref: SessionRef) -> str:
     check(ref)
-    plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode)
+    plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode or ref.budget)
     if plain and _PLAIN_ID.fullmatch(ref.session_id) and not ref.session_id.startswith(PREFIX):
         return ref.session_id
     document: dict[str, object] = {"s": ref.session_id}
@@ -51,6 +55,8 @@ def encode(ref: SessionRef) -> str:
         document["m"] = dict(ref.metadata)
     if ref.history_mode:
         document["h"] = ref.history_mode
+    if ref.budget:
+        document["b"] = ref.budget.to_json()
     packed = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     slug = PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
     if len(slug) > MAX_SLUG_LENGTH:
@@ -86,7 +92,11 @@ def decode(slug: str) -> SessionRef:
     history_mode = document.get("h", "")
     if not isinstance(history_mode, str):
         raise ValueError("session slug 'h' must be a string")
-    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata, history_mode)
+    try:
+        budget = SessionBudget.from_json(document["b"]) if "b" in document else None
+    except ValueError as error:
+        raise ValueError(f"session slug 'b': {error}") from None
+    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata, history_mode, budget)
     check(ref)
     return ref
 

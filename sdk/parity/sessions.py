@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from parity import session_slug
 from parity.config import current_config
 from parity.ids import new_id
+from parity.session_budget import SessionBudget
 from parity.session_slug import SessionRef
 
 P = ParamSpec("P")
@@ -66,17 +67,20 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
     enclosing one as its parent. `session_id` defaults to a fresh unique id.
     `history_mode` ("as_deployed" or "exact_history", see docs/multi-turn.md)
     overrides ingest's for the session's calls; nested sessions inherit it.
+    `budget` caps the session's calls, tokens and seconds (SessionBudget);
+    a nested session is held to the tighter of its own and its parent's.
     """
 
     def __init__(
         self, session_id: str | None = None, *, trajectory: str | None = None, history_mode: str | None = None,
-        **metadata: str,
+        budget: SessionBudget | None = None, **metadata: str,
     ) -> None:  # fmt: skip
         if history_mode is not None and history_mode not in session_slug.HISTORY_MODES:
             raise ValueError(f"history_mode must be one of {', '.join(session_slug.HISTORY_MODES)}, got {history_mode!r}")
         self.session_id = session_id
         self.trajectory = trajectory
         self.history_mode = history_mode
+        self.budget = budget
         self.metadata = {key: str(value) for key, value in metadata.items()}
         self.ref: SessionRef | None = None
         self._token: contextvars.Token[SessionRef | None] | None = None
@@ -89,6 +93,7 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
             trajectory_name=self.trajectory if self.trajectory is not None else "",
             metadata={**(parent.metadata if parent else {}), **self.metadata},
             history_mode=self.history_mode if self.history_mode is not None else (parent.history_mode if parent else ""),
+            budget=self.budget.tightest(parent.budget if parent else None) if self.budget else (parent.budget if parent else None),
         )
         self._token = _current.set(self.ref)
         return self.ref
@@ -126,7 +131,7 @@ def _trajectory_ref(name: str) -> SessionRef:
     parent = current_session()
     if parent is None:
         return SessionRef(new_id(), trajectory_name=name)
-    return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata, parent.history_mode)
+    return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata, parent.history_mode, parent.budget)
 
 
 class _Trajectory:

@@ -37,6 +37,7 @@ class BatchStats:
     filtered_counts: dict[str, int] = field(default_factory=dict)
     reward_mean: float = 0.0
     reward_std: float = 0.0
+    capped_episode_count: int = 0
 
 
 @dataclass(slots=True)
@@ -142,4 +143,5 @@ def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: Bui
         filtered_counts=dict(+(built.filtered + filtered)),
         reward_mean=mean,
         reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
+        capped_episode_count=built.capped_episodes,
     )

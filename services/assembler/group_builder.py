@@ -7,12 +7,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from parity.api.common.v1 import sample_pb2
+from parity.api.common.v1 import llm_call_pb2, reward_pb2, sample_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.services.assembler.filters import FilterSettings, Staleness, has_no_variance
 from parity.services.assembler.rollouts import Rollout
 from parity.services.assembler.samples import build_samples
 from parity.services.assembler.trajectories import split_trajectories
+
+_SESSION_CAPPED = llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED
 
 
 @dataclass(slots=True)
@@ -25,6 +27,8 @@ class BuildStats:
     unusable_calls: int = 0
     # Rewards that scored no trajectory or step.
     unplaced_rewards: int = 0
+    # Episodes trained on although ingest refused one of their calls past a session cap.
+    capped_episodes: int = 0
     filtered: Counter[str] = field(default_factory=Counter)
 
     def add(self, other: BuildStats) -> None:
@@ -35,6 +39,7 @@ class BuildStats:
         self.truncated += other.truncated
         self.unusable_calls += other.unusable_calls
         self.unplaced_rewards += other.unplaced_rewards
+        self.capped_episodes += other.capped_episodes
         self.filtered.update(other.filtered)
 
 
@@ -65,15 +70,28 @@ def build_group(
     stats = build.stats
     returns: list[float] = []
     for rollout in rollouts:
-        if rollout.failed and settings.drop_failed_rollouts:
+        session = contents.get(rollout.session_id)
+        calls: Sequence[llm_call_pb2.LlmCall] = session.calls if session is not None else ()
+        rewards: Sequence[reward_pb2.Reward] = session.rewards if session is not None else ()
+        capped = any(call.outcome == _SESSION_CAPPED for call in calls)
+        if capped:
+            # The refused call has nothing to train on; the episode ends at the call before it.
+            calls = [call for call in calls if call.outcome != _SESSION_CAPPED]
+            if rollout.capped_episodes == "drop":
+                stats.filtered["capped_episode"] += 1
+                continue
+        zeroed = capped and rollout.capped_episodes == "zero_reward"
+        if rollout.failed and settings.drop_failed_rollouts and not zeroed:
             stats.filtered["failed_rollout"] += 1
             continue
-        session = contents.get(rollout.session_id)
         if session is None:
             stats.filtered["missing_session"] += 1
             continue
+        if zeroed:
+            rewards = _zero_rewards(rollout.session_id, calls)
+        stats.capped_episodes += capped
         build.rollouts.append(rollout)
-        trajectories, unplaced = split_trajectories(rollout.session_id, session.calls, session.rewards)
+        trajectories, unplaced = split_trajectories(rollout.session_id, calls, rewards)
         stats.unplaced_rewards += unplaced
         for trajectory in trajectories:
             stats.unplaced_rewards += trajectory.unplaced_step_rewards
@@ -100,3 +118,12 @@ def build_group(
         elif settings.drop_zero_variance_groups and has_no_variance(returns):
             build.dropped = "zero_variance_group"
     return build
+
+
+def _zero_rewards(session_id: str, calls: Sequence[llm_call_pb2.LlmCall]) -> list[reward_pb2.Reward]:
+    """Reward 0 for each of the session's trajectories, in place of what the agent reported."""
+    return [
+        reward_pb2.Reward(reward_id=f"capped-{session_id}-{name}", session_id=session_id, trajectory_name=name,
+                          level=reward_pb2.REWARD_LEVEL_TRAJECTORY, value=0.0, source="capped_episodes")
+        for name in sorted({call.trajectory_name for call in calls})
+    ]  # fmt: skip

@@ -16,6 +16,7 @@ from parity.api.common.v1 import session_pb2
 from parity.services.assembler import session_marks
 from parity.services.assembler.session_marks import BatchMark
 
+CAPPED_EPISODES = ("drop", "zero_reward", "keep_reward")
 FAILED_OUTCOMES = (
     session_pb2.SESSION_OUTCOME_FAILED,
     session_pb2.SESSION_OUTCOME_TIMED_OUT,
@@ -45,6 +46,8 @@ class Rollout:
     validation: bool = False
     # The training run it is for; empty for any.
     run_id: str = ""
+    # What it trains as if its session hit a cap: drop, zero_reward or keep_reward.
+    capped_episodes: str = "drop"
 
     @property
     def failed(self) -> bool:
@@ -69,6 +72,7 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         error=metadata.get(session_marks.ERROR, ""),
         validation=metadata.get(session_marks.VALIDATION) == "true",
         run_id=metadata.get(session_marks.RUN_ID, ""),
+        capped_episodes=metadata.get(session_marks.CAPPED_EPISODES, "drop"),
     )
     problems = []
     size = metadata.get(session_marks.GROUP_SIZE, "0")
@@ -76,6 +80,9 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         rollout.group_size = int(size)
     else:
         problems.append(f"{session_marks.GROUP_SIZE} must be a non-negative integer, got {size!r}")
+    if rollout.capped_episodes not in CAPPED_EPISODES:
+        problems.append(f"{session_marks.CAPPED_EPISODES} must be one of {', '.join(CAPPED_EPISODES)}, "
+                        f"got {rollout.capped_episodes!r}")  # fmt: skip
     if session_marks.BATCH in metadata:
         try:
             rollout.batch = BatchMark.decode(metadata[session_marks.BATCH])

@@ -45,6 +45,7 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
             reward_std=stats.reward_std,
             unique_token_count=stats.unique_token_count,
             split_reasons=stats.split_reasons,
+            capped_episode_count=stats.capped_episode_count,
         ),
     )
 
@@ -82,6 +83,12 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
     )
 
 
+_CAPPED_EPISODES = {
+    pb.CAPPED_EPISODES_UNSPECIFIED: "drop", pb.CAPPED_EPISODES_DROP: "drop",
+    pb.CAPPED_EPISODES_ZERO_REWARD: "zero_reward", pb.CAPPED_EPISODES_KEEP_REWARD: "keep_reward",
+}  # fmt: skip
+
+
 class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
     def __init__(self, assembler: Assembler) -> None:
         self.assembler = assembler
@@ -91,11 +98,14 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
 
     async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
+        if request.capped_episodes not in _CAPPED_EPISODES:
+            raise InvalidArgument(f"capped_episodes {request.capped_episodes} is not a CappedEpisodes value")
         session = await self.assembler.tracker.close_session(
             request.session_id, request.outcome, request.error_message,
             reward=request.reward if request.HasField("reward") else None,
             group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
             validation=request.validation, run_id=request.run_id,
+            capped_episodes=_CAPPED_EPISODES[request.capped_episodes],
         )  # fmt: skip
         return pb.CloseSessionResponse(session=session)
 

@@ -23,6 +23,9 @@ ERROR = "parity.error"
 VALIDATION = "parity.validation"
 # The training run a rollout is for; a feed for another run leaves it alone.
 RUN_ID = "parity.run_id"
+# What the rollout trains as if ingest refused one of its calls past its session's budget:
+# drop, zero_reward or keep_reward (CloseSessionRequest.capped_episodes).
+CAPPED_EPISODES = "parity.capped_episodes"
 RESERVED_PREFIX = "parity."
 
 

@@ -30,6 +30,7 @@ from parity.services.ingest.endpoints.anthropic_messages.serving import Anthropi
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.endpoints.request_start import parse_json_object
+from parity.services.ingest.endpoints.session_resolution import SessionHeaders
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
@@ -172,15 +173,16 @@ class IngestHttpApp:
     async def _inference(self, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
         self._authorize(headers)
         body = await self._read_body(headers, receive)
-        header = headers.get(b"x-parity-session")
+        session_header, budget_header = headers.get(b"x-parity-session"), headers.get(b"x-parity-budget")
         # Latin-1, as HTTP defines header bytes; a slug outside ASCII is refused by its own checks.
-        session_header = header.decode("latin-1") if header else None
+        session = SessionHeaders(session_header.decode("latin-1") if session_header else None,
+                                 budget_header.decode("latin-1") if budget_header is not None else None)  # fmt: skip
         if path == MESSAGES:
-            return await self.endpoints.messages.create(body, slug, session_header)
+            return await self.endpoints.messages.create(body, slug, session)
         if path == RESPONSES:
-            return await self.endpoints.responses.create(body, slug, session_header)
+            return await self.endpoints.responses.create(body, slug, session)
         endpoint = CHAT if path == "/v1/chat/completions" else COMPLETIONS
-        return await self.endpoints.chat.handle(endpoint, body, slug, session_header)
+        return await self.endpoints.chat.handle(endpoint, body, slug, session)
 
     async def _other(self, method: str, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
         if path == "/health" and slug is None:

@@ -36,6 +36,7 @@ from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.model_aliases import AliasRule, ModelAliases
 from parity.services.ingest.servicer import IngestServicer
+from parity.services.ingest.session_budgets import SessionBudgets
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.upstream.client import UpstreamClient
@@ -48,6 +49,7 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
+from parity.session_budget import SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import setting
 
@@ -106,6 +108,17 @@ class IngestConfig(ServerConfig):
         50_000_000, "token ids exact_history keeps in memory for the trajectories it continues (4 bytes each); "
         "the least recently used trajectory is forgotten first",
     )  # fmt: skip
+    session_max_calls: int = setting(0, "serving default: policy calls a session may make; 0: no cap", group="session budgets")
+    session_max_tokens: int = setting(
+        0, "serving default: prompt and completion tokens a session may use, summed over its calls; 0: no cap",
+        group="session budgets",
+    )  # fmt: skip
+    session_max_completion_tokens: int = setting(
+        0, "serving default: sampled tokens a session may use, summed over its calls; 0: no cap", group="session budgets"
+    )  # fmt: skip
+    session_max_seconds: float = setting(
+        0.0, "serving default: wall seconds a session may run from its first call; 0: no cap", group="session budgets"
+    )  # fmt: skip
     model_alias: list[str] = field(
         default_factory=list,
         metadata={"help": "PATTERN=MODEL: serve requests for models matching the glob PATTERN with MODEL (a served "
@@ -122,6 +135,9 @@ class IngestConfig(ServerConfig):
                 raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.upstream_retries < 0:
             raise InvalidArgument(f"upstream_retries must be >= 0, got {self.upstream_retries}")
+        for name in ("session_max_calls", "session_max_tokens", "session_max_completion_tokens", "session_max_seconds"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise InvalidArgument(f"{name} must be 0 (no cap) or a positive number, got {getattr(self, name)}")
         for name in ("store_timeout_s", "upstream_timeout_s", "health_interval_s"):
             # A wait of zero (or less) fails every call at once; inf or nan cannot be scheduled.
             if not 0 < getattr(self, name) < math.inf:
@@ -140,6 +156,14 @@ class IngestConfig(ServerConfig):
                 AliasRule.parse(rule)
             except ValueError as error:
                 raise InvalidArgument(f"model_alias: {error}") from None
+
+    @property
+    def session_budget(self) -> SessionBudget:
+        """The serving default's caps; a session's own (slug or header) take precedence."""
+        return SessionBudget(
+            calls=self.session_max_calls or None, tokens=self.session_max_tokens or None,
+            completion_tokens=self.session_max_completion_tokens or None, seconds=self.session_max_seconds or None,
+        )  # fmt: skip
 
     @property
     def upstream_urls(self) -> list[str]:
@@ -207,7 +231,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     fleet = FleetJoin(AddressSet(parse_address_list(config.peers)), control)
     external = ExternalModels(config.external_models)
     exact = ExactHistory(router, upstream, HistoryBook(config.exact_history_budget_tokens))
-    backend = ChatBackend(router, upstream, sink, policy, external, exact, config.history_mode)
+    backend = ChatBackend(router, upstream, sink, policy, external, exact, config.history_mode,
+                          SessionBudgets(config.session_budget))  # fmt: skip
     aliases = ModelAliases(config.model_alias, backend.served, router.policy_model)
     chains = ResponseChains(config.store, config.max_message_bytes)
     endpoints = Endpoints(

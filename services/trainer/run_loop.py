@@ -221,14 +221,15 @@ def _batch_values(rewards: np.ndarray, versions: np.ndarray, trained_version: in
 def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     """What prefix merging saved and what splits cost, per batch: tokens trained, those tokens counted once, their
     ratio, the share of call-to-call joins that merged, and the splits by reason; and the batch's groups (fewer
-    than asked for in a short batch)."""
+    than asked for in a short batch) and its episodes cut short at a session cap (trained on, or dropped)."""
     values = {
         "tokens_trained": float(stats.token_count),
         "tokens_unique": float(stats.unique_token_count),
         "token_repetition": stats.token_count / stats.unique_token_count if stats.unique_token_count else 1.0,
     }
     values |= {"merged_calls": float(stats.merged_call_count), "splits": float(stats.split_count),
-               "groups": float(stats.group_count)}  # fmt: skip
+               "groups": float(stats.group_count),
+               "capped_episodes": float(stats.capped_episode_count + stats.filtered_counts.get("capped_episode", 0))}  # fmt: skip
     joins = stats.merged_call_count + stats.split_count
     if joins:
         values["merge_rate"] = stats.merged_call_count / joins

@@ -8,6 +8,8 @@ reward, the rollout as the episode and the task as the group, so the assembler
 knows the episode ended and which rollouts to compare. A rollout that raises or times out is closed as failed or timed out:
 it is recorded, never trained on silently, and retried up to `retries` times. So is one
 whose calls ingest cannot confirm are in the store (`parity.flush()`) before its close.
+One that raised on ingest's refusal of a call past its session's budget is not retried:
+its episode ended at the cap, and the assembler treats it as `capped_episodes` says.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from parity.clients import AssemblerClient, RPCError
 from parity.config import current_config
 from parity.flushing import flush
 from parity.progress import show_progress
+from parity.session_budget import REFUSAL_TYPE, SessionBudget
 from parity.sessions import session
 
 log = structlog.get_logger(__name__)
@@ -42,6 +45,11 @@ Outcome = Literal["succeeded", "failed", "timed_out"]
 # rollout taking its place should not queue behind it.
 SPARE_THREADS = 4
 PROGRESS_LINE_S = 30.0
+_CAPPED_EPISODES = {
+    "drop": assembler_pb.CAPPED_EPISODES_DROP,
+    "zero_reward": assembler_pb.CAPPED_EPISODES_ZERO_REWARD,
+    "keep_reward": assembler_pb.CAPPED_EPISODES_KEEP_REWARD,
+}
 _OUTCOMES = {
     "succeeded": session_pb2.SESSION_OUTCOME_SUCCEEDED,
     "failed": session_pb2.SESSION_OUTCOME_FAILED,
@@ -71,10 +79,16 @@ class EngineConfig:
     """The trainer run these rollouts are for: the assembler batches them for that run only."""
     history_mode: str = ""
     """How ingest builds the rollouts' prompts: as_deployed or exact_history (docs/multi-turn.md); empty: ingest's."""
+    budget: SessionBudget | None = None
+    """Caps ingest enforces on each rollout's session; None: ingest's serving default."""
+    capped_episodes: str = "drop"
+    """What a rollout whose session hit a cap trains as: drop, zero_reward or keep_reward."""
 
     def __post_init__(self) -> None:
         if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
             raise ValueError(f"invalid engine settings: {self}")
+        if self.capped_episodes not in _CAPPED_EPISODES:
+            raise ValueError(f"capped_episodes must be one of {', '.join(_CAPPED_EPISODES)}, got {self.capped_episodes!r}")
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,8 @@ class AgentEngine:
         for attempt in range(self.config.retries + 1):
             result = await self._attempt(threads, task_id, group_id, task, rollout, attempt)
             attempts.append(result)
-            if result.outcome == "succeeded":
+            # An agent that raised on a capped call would meet the same cap again: its episode is over.
+            if result.outcome == "succeeded" or REFUSAL_TYPE in result.error:
                 break
         # All attempts share the rollout's episode, and close together once the last one
         # ends: the assembler never batches the group while a retry is still running. The
@@ -160,8 +175,8 @@ class AgentEngine:
         outcome: Outcome = "succeeded"
         reward: float | None = None
         error = ""
-        async with session(session_id, history_mode=self.config.history_mode or None, task=task_id,
-                           rollout=str(rollout), attempt=str(attempt)):  # fmt: skip
+        async with session(session_id, history_mode=self.config.history_mode or None, budget=self.config.budget,
+                           task=task_id, rollout=str(rollout), attempt=str(attempt)):  # fmt: skip
             try:
                 returned = await asyncio.wait_for(self._call(threads, task), self.config.timeout_s)
                 reward = _as_reward(returned)
@@ -187,6 +202,7 @@ class AgentEngine:
             session_id=result.session_id, outcome=_OUTCOMES[result.outcome], error_message=result.error[:2000],
             group_id=result.group_id, episode_id=episode_id, group_size=self.config.rollouts_per_task,
             validation=self.config.validation, run_id=self.config.training_run,
+            capped_episodes=_CAPPED_EPISODES[self.config.capped_episodes],
         )  # fmt: skip
         if result.reward is not None:
             request.reward = result.reward

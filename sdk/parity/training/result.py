@@ -46,6 +46,9 @@ class TrainResult:
     short_steps: int = 0
     """Steps trained on fewer groups than groups_per_batch: the extra-task budget was spent, and the step
     trained on the groups whose rewards varied instead of ending the run."""
+    capped_episodes: int = 0
+    """Episodes ingest cut short at a session cap (session_max_calls and the like), trained on or dropped as
+    capped_episodes says."""
     max_sync_logprob_diff: float | None = None
     plot: str = ""
     run_dir: str = ""

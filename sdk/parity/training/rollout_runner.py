@@ -18,6 +18,7 @@ from typing import Any
 from parity.clients import AssemblerClient
 from parity.engine import AgentEngine, EngineConfig, RolloutResult
 from parity.engine.runner import Agent
+from parity.session_budget import SessionBudget
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Sampling:
 class RolloutRunner:
     def __init__(
         self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int,
-        history_mode: str = "",
+        history_mode: str = "", budget: SessionBudget | None = None, capped_episodes: str = "drop",
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -41,6 +42,8 @@ class RolloutRunner:
         self.timeout_s = timeout_s
         self.retries = retries
         self.history_mode = history_mode
+        self.budget = budget
+        self.capped_episodes = capped_episodes
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="parity-rollouts", daemon=True)
         self._thread.start()
@@ -56,7 +59,7 @@ class RolloutRunner:
         config = EngineConfig(
             rollouts_per_task=rollouts_per_task, concurrency=self.concurrency, timeout_s=self.timeout_s,
             retries=self.retries, run_id=prefix, progress=False, validation=validation, training_run=self.run_id,
-            history_mode=self.history_mode,
+            history_mode=self.history_mode, budget=self.budget, capped_episodes=self.capped_episodes,
         )  # fmt: skip
         engine = AgentEngine(self.agent, config, assembler=self.assembler)
         future = asyncio.run_coroutine_threadsafe(engine.arun(filled), self._loop)

@@ -65,6 +65,7 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
         resume_command=f"parity train --resume {outcome.run_id} --output-dir {outcome.run_dir.parent}" if resumable else "",
         wall_seconds=outcome.wall_seconds, history_mode=settings.history_mode, stopped_early=outcome.stopped_early,
         short_steps=sum(r.values.get("groups", settings.groups_per_batch) < settings.groups_per_batch for r in train),
+        capped_episodes=int(sum(r.values.get("capped_episodes", 0.0) for r in train)),
         **_token_accounting(train),
     )  # fmt: skip
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
+from parity.session_budget import SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import SettingsError, setting
 from parity.update_settings import UpdateSettings
@@ -26,6 +27,7 @@ from parity.update_settings import UpdateSettings
 __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
 
 WANDB_MODES = ("auto", "online", "offline")
+CAPPED_EPISODES = ("drop", "zero_reward", "keep_reward")
 # max_tokens for a model that names none of its own.
 DEFAULT_MAX_TOKENS = 256
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -95,6 +97,12 @@ class TrainSettings(UpdateSettings):
     concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
     rollout_timeout_s: float = setting(300.0, "wall time one rollout may take", group="rollouts")
     retries: int = setting(1, "extra attempts for a rollout that fails or times out", group="rollouts")
+    # Session budgets: caps ingest enforces on each rollout's session.
+    session_max_calls: int | None = setting(None, "policy calls each rollout may make; ingest refuses the next one (a capped episode); none: ingest's default", group="budgets")
+    session_max_tokens: int | None = setting(None, "prompt and completion tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
+    session_max_completion_tokens: int | None = setting(None, "sampled tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
+    session_max_seconds: float | None = setting(None, "wall seconds each rollout may call the policy for, from its first call; none: ingest's default", group="budgets")
+    capped_episodes: str = setting("drop", "what an episode that hit a cap trains as: drop it, zero_reward (reward 0), or keep_reward (the reward it earned)", choices=CAPPED_EPISODES, group="budgets")
     # Output.
     output_dir: str = setting("runs", "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model", group="output")
     run_id: str = setting("", "the run's name; empty: run-DATE-TIME-XXXX", group="output")
@@ -125,7 +133,8 @@ class TrainSettings(UpdateSettings):
         if self.steps is not None and self.epochs is not None:
             raise SettingsError("steps", "set steps or epochs, not both")
         super().__post_init__()
-        for key in ("steps", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens", "max_model_len"):
+        for key in ("steps", "rollouts_per_task", "max_tokens", "val_samples", "val_max_tokens", "max_model_len",
+                    "session_max_calls", "session_max_tokens", "session_max_completion_tokens"):  # fmt: skip
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise SettingsError(key, f"must be at least 1, got {value}")
@@ -133,7 +142,7 @@ class TrainSettings(UpdateSettings):
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise SettingsError(key, f"must not be negative, got {value}")
-        for key in ("epochs", "rollout_timeout_s", "startup_timeout_s"):
+        for key in ("epochs", "rollout_timeout_s", "startup_timeout_s", "session_max_seconds"):
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise SettingsError(key, f"must be greater than 0, got {value}")
@@ -148,6 +157,13 @@ class TrainSettings(UpdateSettings):
     @property
     def rollout_concurrency(self) -> int:
         return self.concurrency or self.groups_per_batch * self.rollouts_per_task
+
+    @property
+    def session_budget(self) -> SessionBudget | None:
+        """The caps each rollout's session carries; None leaves them to ingest's serving default."""
+        budget = SessionBudget(self.session_max_calls, self.session_max_tokens, self.session_max_completion_tokens,
+                               self.session_max_seconds)  # fmt: skip
+        return budget or None
 
     @property
     def validation_max_tokens(self) -> int:

@@ -165,7 +165,8 @@ class Trainer:
         self._runner = RolloutRunner(
             self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
             timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
-            history_mode=self.settings.history_mode,
+            history_mode=self.settings.history_mode, budget=self.settings.session_budget,
+            capped_episodes=self.settings.capped_episodes,
         )  # fmt: skip
         self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
                                    self._served_model)  # fmt: skip

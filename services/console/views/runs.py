@@ -29,6 +29,7 @@ SYNC_PHASES = ("pause", "push", "verify", "resume")
 STEP_COLUMNS = (
     ("reward_mean", "reward"), ("reward_std", "± std"), ("policy_loss", "policy loss"), ("grad_norm", "grad norm"),
     ("entropy", "entropy"), ("kl", "KL"), ("clip_fraction", "clipped"), ("groups", "groups"), ("sample_count", "samples"),
+    ("capped_episodes", "capped"),
     ("policy_lag_max", "lag"), ("tokens_trained", "tokens"), ("tokens_computed", "computed"),
     ("tokens_per_s", "tok/s"), ("sync_seconds", "sync s"),
     ("sync_max_logprob_diff", "probe Δ"), ("rollout_logprob_diff", "rollout Δ"),

@@ -49,6 +49,10 @@ class CallCapture:
         self.history_fallback = ""
         self.on_succeeded: Callable[[CallCapture], None] | None = None
         """Called once a call that succeeded is recorded (exact_history remembers its sequence)."""
+        self.on_recorded: Callable[[llm_call_pb2.LlmCall], None] | None = None
+        """Called once the call is recorded, whatever its outcome (a capped session counts its tokens)."""
+        self.session_cap = ""
+        """The cap a refused call's session had reached (CALL_OUTCOME_SESSION_CAPPED)."""
 
     @property
     def session_id(self) -> str:
@@ -112,6 +116,9 @@ class CallCapture:
             self.call.served_model = self.served_model
         self.call.history_mode = self.history_mode
         self.call.history_fallback = self.history_fallback
+        self.call.session_cap = self.session_cap
+        if self.on_recorded is not None:
+            self.on_recorded(self.call)
         if outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED and self.on_succeeded is not None:
             self.on_succeeded(self)
         return self.call

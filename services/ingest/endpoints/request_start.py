@@ -14,6 +14,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints import session_resolution
+from parity.services.ingest.endpoints.session_resolution import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.session_slug import SessionRef
 
@@ -26,7 +27,7 @@ SAMPLING_BOUNDS = (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0))
 
 
 def start(
-    raw_body: bytes, path_slug: str | None, header: str | None, aliases: ModelAliases,
+    raw_body: bytes, path_slug: str | None, headers: SessionHeaders, aliases: ModelAliases,
     check: Callable[[dict[str, Any]], None] | None = None,
 ) -> Started:  # fmt: skip
     """The request checked as far as every endpoint checks it; `check`: the endpoint's own checks, made before
@@ -35,7 +36,7 @@ def start(
     model = required_model(request)
     if check is not None:
         check(request)
-    session, metadata = session_resolution.resolve(path_slug, header, request)
+    session, metadata = session_resolution.resolve(path_slug, headers, request)
     log = {"session_id": session.session_id, "model": model, "stream": bool(request.get("stream"))}
     return request, model, aliases.resolve(model), session, metadata, log
 

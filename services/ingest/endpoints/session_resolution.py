@@ -1,10 +1,14 @@
-"""Which session a request belongs to: the URL, else the header, else the body's metadata."""
+"""Which session a request belongs to: the URL, else the header, else the body's metadata; and its budget."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from parity.services.ingest import openai_errors
+from parity.session_budget import HEADER as BUDGET_HEADER
+from parity.session_budget import SessionBudget
 from parity.session_slug import SessionRef, check_metadata, decode
 
 UNASSIGNED = SessionRef("unassigned")
@@ -12,8 +16,18 @@ UNASSIGNED = SessionRef("unassigned")
 METADATA_SESSION_KEY = "parity_session"
 
 
-def resolve(path_slug: str | None, header: str | None, body: dict[str, Any]) -> tuple[SessionRef, dict[str, str]]:
-    """The session and the call's metadata (the session's, then the request's own)."""
+@dataclass(frozen=True)
+class SessionHeaders:
+    """What a request's headers say of its session: X-Parity-Session and X-Parity-Budget, as sent."""
+
+    session: str | None = None
+    budget: str | None = None
+
+
+def resolve(path_slug: str | None, headers: SessionHeaders, body: dict[str, Any]) -> tuple[SessionRef, dict[str, str]]:
+    """The session (its budget the tighter of the slug's and the header's) and the call's metadata (the
+    session's, then the request's own)."""
+    header = headers.session
     metadata = body.get("metadata")
     if metadata is None:
         metadata = {}
@@ -32,6 +46,12 @@ def resolve(path_slug: str | None, header: str | None, body: dict[str, Any]) -> 
             session = decode(slug)
         except ValueError as error:
             raise openai_errors.bad_request(f"invalid session in {source}: {error}") from None
+    if headers.budget is not None:
+        try:
+            budget = SessionBudget.parse_header(headers.budget)
+        except ValueError as error:
+            raise openai_errors.bad_request(str(error), BUDGET_HEADER) from None
+        session = dataclasses.replace(session, budget=budget.tightest(session.budget))
     merged = dict(session.metadata)
     merged.update((k, v) for k, v in metadata.items() if k != METADATA_SESSION_KEY)
     try:

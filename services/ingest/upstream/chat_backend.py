@@ -23,7 +23,14 @@ from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import COMPLETIONS, CaptureRequest
 from parity.services.ingest.history.exact_history import ExactHistory
-from parity.services.ingest.replies import DISCONNECTED, POLICY, SUCCEEDED, UPSTREAM_ERROR
+from parity.services.ingest.replies import (
+    DISCONNECTED,
+    POLICY,
+    SESSION_CAPPED,
+    SUCCEEDED,
+    UPSTREAM_ERROR,
+)
+from parity.services.ingest.session_budgets import SessionBudgets, SessionCapped
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, Render, StreamFailed
 from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
 from parity.services.ingest.upstream.external_models import ExternalModels
@@ -31,6 +38,7 @@ from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, Upstrea
 from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
 from parity.services.ingest.upstream.replica_router import ReplicaRouter
 from parity.services.ingest.upstream.sse import split_sse_data
+from parity.session_budget import REFUSAL_TYPE, SessionBudget
 
 UPSTREAM_PATHS = {COMPLETIONS: "/v1/completions"}
 CHAT_PATH = "/v1/chat/completions"
@@ -48,6 +56,7 @@ class ChatBackend:
     def __init__(
         self, router: ReplicaRouter, upstream: UpstreamClient, sink: CaptureSink, policy: PolicyState,
         external: ExternalModels, exact: ExactHistory | None = None, history_mode: str = "as_deployed",
+        budgets: SessionBudgets | None = None,
     ) -> None:  # fmt: skip
         self.router = router
         self.upstream = upstream
@@ -57,6 +66,7 @@ class ChatBackend:
         self.exact = exact
         self.history_mode = history_mode
         """The mode of sessions that do not name one."""
+        self.budgets = budgets or SessionBudgets(SessionBudget())
 
     def models(self) -> list[str]:
         return sorted(self.router.models() | set(self.external.models()))
@@ -91,6 +101,15 @@ class ChatBackend:
             request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
             kind=POLICY, started_at=call.started_at,
         )  # fmt: skip
+        try:
+            usage = self.budgets.admit(call.session)
+        except SessionCapped as capped:
+            # Recorded, so the episode is known to be cut short where it was: the assembler reads the cap from it.
+            capture.session_cap = capped.cap
+            await capture.finish(SESSION_CAPPED, str(capped))
+            raise openai_errors.HttpError(400, str(capped), REFUSAL_TYPE, "session") from None
+        if usage is not None:
+            capture.on_recorded = usage.record
         history_mode = call.session.history_mode or self.history_mode
         if self.exact is not None and call.endpoint != COMPLETIONS and history_mode == "exact_history":
             continuation = self.exact.watch(call, capture)

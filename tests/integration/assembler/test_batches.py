@@ -8,7 +8,7 @@ import pytest
 from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import trajectory_pb2
-from parity.api.common.v1 import reward_pb2, session_pb2
+from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from tests.call_factory import conversation, make_call
 from tests.integration.assembler.conftest import Trainer
@@ -179,6 +179,50 @@ def test_a_released_run_takes_one_short_batch_of_its_groups_with_signal_and_then
         stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed))
         stack.close(name, group_id=group, group_size=2, reward=reward, run_id="run")
     assert trainer.nothing_within(1.0), "the release held for one batch: the next waits for its full size"
+    trainer.stop()
+
+
+def capped_rollout(stack, session_id: str, group_id: str, reward: float | None, capped_episodes: int, *, seed: int,
+                   failed: bool = False) -> None:  # fmt: skip
+    """Two turns, then a call ingest refused at the session's cap of 2 calls."""
+    calls = conversation(session_id, turns=2, prompt_len=10, completion_len=4, seed=seed)
+    refused = make_call(f"{session_id}-capped", session_id, [1, 2, 3], [])
+    refused.outcome, refused.session_cap = llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED, "calls"
+    stack.write([*calls, refused])
+    outcome = session_pb2.SESSION_OUTCOME_FAILED if failed else session_pb2.SESSION_OUTCOME_SUCCEEDED
+    fields = {"reward": reward} if reward is not None else {}
+    stack.close(session_id, group_id=group_id, group_size=2, outcome=outcome, capped_episodes=capped_episodes, **fields)
+
+
+@pytest.mark.parametrize(("policy", "rewards"), [
+    (pb.CAPPED_EPISODES_ZERO_REWARD, [("capped", 0.0), ("whole", 0.5)]),
+    (pb.CAPPED_EPISODES_KEEP_REWARD, [("capped", 1.0), ("whole", 0.5)]),
+], ids=["zero_reward", "keep_reward"])  # fmt: skip
+def test_an_episode_cut_at_a_session_cap_trains_as_its_close_says(start_stack, policy, rewards) -> None:
+    stack = start_stack()
+    capped_rollout(stack, "capped", "g", 1.0, policy, seed=1, failed=policy == pb.CAPPED_EPISODES_ZERO_REWARD)
+    rollout(stack, "whole", "g", 0.5, turns=2, seed=2)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    batch = trainer.next()
+    assert sorted((s.session_id, s.reward) for s in batch.samples) == rewards
+    assert batch.stats.capped_episode_count == 1 and "failed_rollout" not in batch.stats.filtered_counts
+    capped = next(s for s in batch.samples if s.session_id == "capped")
+    assert list(capped.call_ids) == ["capped-t0", "capped-t1"], "the refused call is no step of the episode"
+    trainer.stop()
+
+
+def test_an_episode_cut_at_a_session_cap_is_dropped_by_default_and_counted(start_stack) -> None:
+    stack = start_stack()
+    capped_rollout(stack, "capped", "g", 1.0, pb.CAPPED_EPISODES_UNSPECIFIED, seed=1)
+    rollout(stack, "a", "g", 0.0, seed=2, size=2)
+    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    batch = trainer.next()
+    assert [s.session_id for s in batch.samples] == ["a"] and batch.stats.filtered_counts["capped_episode"] == 1
+    assert batch.stats.capped_episode_count == 0
+    with pytest.raises(grpc.RpcError) as refused:
+        stack.close("other", capped_episodes=7)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "capped_episodes 7 is not a CappedEpisodes value" in refused.value.details()
     trainer.stop()
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import openai
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -18,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import trajectory_pb2
+from parity.api.common.v1 import llm_call_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
 from parity.training import StackAddresses, batch_supply
@@ -178,6 +180,45 @@ def test_a_step_short_of_varying_groups_trains_on_what_it_has_and_a_run_at_its_t
     assert result.steps == 1 and result.short_steps == 1, "step 1 trained on the one group that varied"
     assert "every rollout of step 2's 18 tasks earned the run's top reward (1)" in result.stopped_early
     assert result.exported_model and result.checkpoint.startswith(result.run_id)
+
+
+async def six_turn_agent(task: dict[str, Any]) -> float:
+    """Six turns unless ingest stops it; rewarded on the replies it got."""
+    client = parity.get_async_chat_client()
+    messages = [{"role": "user", "content": task["prompt"]}]
+    shares = []
+    for _ in range(6):
+        try:
+            reply = await client.chat.completions.create(
+                model=task["model"], messages=messages, max_tokens=task["max_tokens"],
+                temperature=task["temperature"], logprobs=True,
+            )  # fmt: skip
+        except openai.BadRequestError as error:
+            assert error.type == "session_budget_exceeded", error
+            break
+        shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                     {"role": "user", "content": "Say more."}]  # fmt: skip
+    return sum(shares) / len(shares)
+
+
+def test_a_run_with_a_three_call_cap_stops_every_six_turn_session_at_call_four_and_counts_it(deployed_stack, tmp_path) -> None:
+    result = parity.train(
+        six_turn_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=1,
+        groups_per_batch=2, rollouts_per_task=2, max_tokens=6, session_max_calls=3, capped_episodes="keep_reward",
+        output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert result.state == "completed", result.error
+    assert result.capped_episodes >= 4, "every episode of the step's batch was cut at the cap, and trained on"
+    store = StoreClient(deployed_stack.store.address)
+    request = store_pb.ListSessionsRequest(page_size=1000, metadata={"parity.run_id": result.run_id},
+                                           outcome=session_pb2.SESSION_OUTCOME_SUCCEEDED)  # fmt: skip
+    ours = [s.session_id for s in store.list_sessions(request).sessions]
+    assert len(ours) >= 4
+    for session_id in ours:
+        calls = store.list_calls(store_pb.ListCallsRequest(session_id=session_id)).calls
+        assert [c.outcome for c in calls] == [llm_call_pb2.CALL_OUTCOME_SUCCEEDED] * 3 + [llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED]
+        assert calls[-1].session_cap == "calls"
 
 
 def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:

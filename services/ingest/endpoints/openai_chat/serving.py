@@ -17,6 +17,7 @@ from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
 from parity.services.ingest.endpoints import request_start
+from parity.services.ingest.endpoints.session_resolution import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -28,11 +29,11 @@ class OpenAIChatServing:
         self.backend = backend
         self.aliases = aliases
 
-    async def handle(self, endpoint: llm_call_pb2.CallEndpoint, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+    async def handle(self, endpoint: llm_call_pb2.CallEndpoint, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
         log: dict[str, Any] = {}
         try:
             body, model, served, session, metadata, log = request_start.start(
-                raw_body, path_slug, header, self.aliases, _REQUIRED_INPUT.get(endpoint)
+                raw_body, path_slug, headers, self.aliases, _REQUIRED_INPUT.get(endpoint)
             )
             body["model"] = served
             forwarded = await self.backend.forward(ChatCall(endpoint, body, raw_body, session, metadata, model, served))

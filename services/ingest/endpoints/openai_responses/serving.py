@@ -25,6 +25,7 @@ from parity.services.ingest.endpoints.openai_responses.chain import (
     assistant_message,
     without_system,
 )
+from parity.services.ingest.endpoints.session_resolution import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -37,11 +38,11 @@ class ResponsesServing:
         self.aliases = aliases
         self.chains = chains
 
-    async def create(self, raw_body: bytes, path_slug: str | None, header: str | None) -> Reply:
+    async def create(self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
         log: dict[str, Any] = {}
         try:
             request, model, served, session, metadata, log = request_start.start(
-                raw_body, path_slug, header, self.aliases, protocol.check_request
+                raw_body, path_slug, headers, self.aliases, protocol.check_request
             )
             previous = request.get("previous_response_id")
             history = await self.chains.history(previous) if previous else []

@@ -16,9 +16,20 @@ class TrajectoryView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRAJECTORY_VIEW_UNSPECIFIED: _ClassVar[TrajectoryView]
     TRAJECTORY_VIEW_BASIC: _ClassVar[TrajectoryView]
     TRAJECTORY_VIEW_FULL: _ClassVar[TrajectoryView]
+
+class CappedEpisodes(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CAPPED_EPISODES_UNSPECIFIED: _ClassVar[CappedEpisodes]
+    CAPPED_EPISODES_DROP: _ClassVar[CappedEpisodes]
+    CAPPED_EPISODES_ZERO_REWARD: _ClassVar[CappedEpisodes]
+    CAPPED_EPISODES_KEEP_REWARD: _ClassVar[CappedEpisodes]
 TRAJECTORY_VIEW_UNSPECIFIED: TrajectoryView
 TRAJECTORY_VIEW_BASIC: TrajectoryView
 TRAJECTORY_VIEW_FULL: TrajectoryView
+CAPPED_EPISODES_UNSPECIFIED: CappedEpisodes
+CAPPED_EPISODES_DROP: CappedEpisodes
+CAPPED_EPISODES_ZERO_REWARD: CappedEpisodes
+CAPPED_EPISODES_KEEP_REWARD: CappedEpisodes
 
 class ReportRewardRequest(_message.Message):
     __slots__ = ("reward",)
@@ -33,7 +44,7 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id", "capped_episodes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +54,7 @@ class CloseSessionRequest(_message.Message):
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPPED_EPISODES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
@@ -52,7 +64,8 @@ class CloseSessionRequest(_message.Message):
     group_size: int
     validation: bool
     run_id: str
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ...) -> None: ...
+    capped_episodes: CappedEpisodes
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ..., capped_episodes: _Optional[_Union[CappedEpisodes, str]] = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)

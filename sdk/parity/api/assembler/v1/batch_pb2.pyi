@@ -25,7 +25,7 @@ class Batch(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: bool = ..., dropped_group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BatchStats(_message.Message):
-    __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std", "unique_token_count", "split_reasons")
+    __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std", "unique_token_count", "split_reasons", "capped_episode_count")
     class FilteredCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class BatchStats(_message.Message):
     REWARD_STD_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    CAPPED_EPISODE_COUNT_FIELD_NUMBER: _ClassVar[int]
     sample_count: int
     group_count: int
     merged_call_count: int
@@ -64,4 +65,5 @@ class BatchStats(_message.Message):
     reward_std: float
     unique_token_count: int
     split_reasons: _containers.ScalarMap[str, int]
-    def __init__(self, sample_count: _Optional[int] = ..., group_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., split_count: _Optional[int] = ..., token_count: _Optional[int] = ..., loss_token_fraction: _Optional[float] = ..., truncated_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., unique_token_count: _Optional[int] = ..., split_reasons: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    capped_episode_count: int
+    def __init__(self, sample_count: _Optional[int] = ..., group_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., split_count: _Optional[int] = ..., token_count: _Optional[int] = ..., loss_token_fraction: _Optional[float] = ..., truncated_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., unique_token_count: _Optional[int] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., capped_episode_count: _Optional[int] = ...) -> None: ...

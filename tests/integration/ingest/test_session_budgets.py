@@ -1,0 +1,127 @@
+"""Session budgets enforced by a real ingest in front of real vLLM, through the official SDKs: a call past a cap is
+refused at once in the called API's own error shape, and recorded with the cap that stopped the session."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from parity import session_slug
+from parity.api.common.v1 import llm_call_pb2
+from parity.session_budget import SessionBudget
+from parity.session_slug import SessionRef
+from tests.integration.stack_fixtures import start_ingest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+SUCCEEDED, CAPPED = llm_call_pb2.CALL_OUTCOME_SUCCEEDED, llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED
+
+
+def slug(session_id: str, **caps: float) -> str:
+    return session_slug.encode(SessionRef(session_id, budget=SessionBudget(**caps)))  # type: ignore[arg-type]
+
+
+def chat_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
+    client = openai.OpenAI(base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers)
+    return lambda: client.chat.completions.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+
+
+def messages_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
+    client = anthropic.Anthropic(base_url=root, api_key="any", max_retries=0, default_headers=headers)
+    return lambda: client.messages.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+
+
+def responses_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
+    client = openai.OpenAI(base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers)
+    return lambda: client.responses.create(model=model, max_output_tokens=3, input="Hi")
+
+
+def run_turns(turn: Callable[[], object], count: int) -> tuple[int, list[Exception]]:
+    """Up to `count` turns, as an agent that goes on after an error would: how many were served, and the errors."""
+    served, errors = 0, []
+    for _ in range(count):
+        try:
+            turn()
+            served += 1
+        except (openai.APIStatusError, anthropic.APIStatusError) as error:
+            errors.append(error)
+    return served, errors
+
+
+@pytest.mark.parametrize(("make_turn", "endpoint"), [
+    (chat_turn, llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS),
+    (messages_turn, llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES),
+    (responses_turn, llm_call_pb2.CALL_ENDPOINT_RESPONSES),
+], ids=["chat", "messages", "responses"])  # fmt: skip
+def test_a_three_call_cap_stops_a_six_turn_agent_at_call_four_at_once_in_the_apis_own_shape(
+    ingest_stack, vllm_server, make_turn, endpoint
+) -> None:  # fmt: skip
+    session_id = f"capped-{endpoint}"
+    turn = make_turn(f"http://127.0.0.1:{ingest_stack.http_port}/sessions/{slug(session_id, calls=3)}",
+                     vllm_server.model_name, {})  # fmt: skip
+    started = time.monotonic()
+    served, errors = run_turns(turn, 6)
+    assert served == 3 and len(errors) == 3
+    first = errors[0]
+    assert first.status_code == 400
+    message = f"session '{session_id}' reached its cap of 3 calls (calls); ingest serves it no more calls"
+    if endpoint == llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES:
+        assert first.body == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    else:
+        assert first.body == {"message": message, "type": "session_budget_exceeded", "param": "session", "code": 400}
+    calls = ingest_stack.calls_after_flush(session_id)
+    assert [c.outcome for c in calls] == [SUCCEEDED] * 3 + [CAPPED] * 3
+    assert {c.session_cap for c in calls[3:]} == {"calls"} and not calls[0].session_cap
+    assert all(c.endpoint == endpoint and not c.choices for c in calls[3:]), "a refused call is recorded, unsent"
+    assert time.monotonic() - started < 60
+
+
+def test_a_header_tightens_a_slugs_cap_but_never_loosens_it_and_a_token_cap_stops_the_next_call(
+    ingest_stack, vllm_server
+) -> None:  # fmt: skip
+    root = f"http://127.0.0.1:{ingest_stack.http_port}/sessions"
+    model = vllm_server.model_name
+    looser = chat_turn(f"{root}/{slug('header-loose', calls=2)}", model, {"X-Parity-Budget": "calls=5"})
+    assert run_turns(looser, 4)[0] == 2
+    tighter = chat_turn(f"{root}/{slug('header-tight', calls=5)}", model, {"X-Parity-Budget": "calls=1, seconds=600"})
+    assert run_turns(tighter, 3)[0] == 1
+    tokens = chat_turn(f"{root}/token-capped", model, {"X-Parity-Budget": "tokens=1"})
+    served, errors = run_turns(tokens, 3)
+    assert served == 1 and "reached its cap of 1 tokens (tokens)" in str(errors[0])
+    assert [c.session_cap for c in ingest_stack.calls_after_flush("token-capped")] == ["", "tokens", "tokens"]
+
+
+@pytest.mark.parametrize(("path", "budget", "shape"), [
+    ("/v1/chat/completions", "calls=0", "openai"),
+    ("/v1/messages", "turns=3", "anthropic"),
+    ("/v1/responses", "seconds=soon", "openai"),
+])  # fmt: skip
+def test_a_bad_budget_header_is_refused_naming_it_and_nothing_is_recorded(ingest_stack, vllm_server, path, budget, shape) -> None:
+    body = {"model": vllm_server.model_name, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+    if path == "/v1/responses":
+        body = {"model": vllm_server.model_name, "max_output_tokens": 2, "input": "Hi"}
+    response = httpx.post(f"http://127.0.0.1:{ingest_stack.http_port}/sessions/bad-budget{path}", json=body,
+                          headers={"X-Parity-Budget": budget}, timeout=30)  # fmt: skip
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert "X-Parity-Budget" in error["message"] if shape == "anthropic" else error["param"] == "X-Parity-Budget"
+    assert ingest_stack.calls_after_flush("bad-budget") == []
+
+
+def test_the_serving_default_caps_sessions_that_set_none_and_a_sessions_own_cap_takes_precedence(
+    module_services, ingest_stack, vllm_server, tmp_path
+) -> None:  # fmt: skip
+    ingest, http_port = start_ingest(module_services, ingest_stack.store.address, vllm_server.base_url,
+                                     tmp_path / "spool.db", "--session-max-calls", "2")  # fmt: skip
+    try:
+        root, model = f"http://127.0.0.1:{http_port}", vllm_server.model_name
+        assert run_turns(chat_turn(f"{root}/sessions/default-capped", model, {}), 3)[0] == 2
+        assert run_turns(chat_turn(f"{root}/sessions/{slug('own-cap', calls=3)}", model, {}), 4)[0] == 3
+        assert run_turns(chat_turn(root, model, {}), 3)[0] == 3, "calls of no session are never capped"
+    finally:
+        ingest.terminate()
