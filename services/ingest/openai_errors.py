@@ -16,17 +16,20 @@ ANTHROPIC_ERROR_TYPES = {
 class HttpError(Exception):
     """An error answered to the agent: an HTTP status and an OpenAI-style JSON body."""
 
-    def __init__(self, status: int, message: str, error_type: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, error_type: str, param: str | None = None, *, code: str | None = None
+    ) -> None:  # fmt: skip
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_type = error_type
         self.param = param
+        # OpenAI's machine-readable code where it has one (context_length_exceeded); else the status.
+        self.code = code
 
     def body(self) -> bytes:
-        return orjson.dumps(
-            {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.status}}
-        )
+        code = self.code if self.code is not None else self.status
+        return orjson.dumps({"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": code}})
 
     def anthropic_body(self) -> bytes:
         return orjson.dumps({"type": "error", "error": self.anthropic_error()})

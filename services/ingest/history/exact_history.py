@@ -25,7 +25,7 @@ import orjson
 import structlog
 
 from parity.api.common.v1 import llm_call_pb2
-from parity.services.ingest import openai_errors
+from parity.services.ingest import context_limit, openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.history.history_book import Continuation, HistoryBook
 from parity.services.ingest.history.turn_rules import (
@@ -89,6 +89,8 @@ class ExactHistory:
                 return None
             status, payload = await self.upstream.ask(candidates, RENDER_PATH, orjson.dumps(body))
             if status != 200:
+                if context_limit.overflows(status, payload):
+                    await context_limit.refuse(capture, context_limit.upstream_message(payload))
                 # The new turns themselves are invalid (a bad tool message): vLLM's answer is the agent's.
                 await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
                 return Forwarded(capture, status=status, error_body=payload)
@@ -98,13 +100,21 @@ class ExactHistory:
                 capture.history_fallback = TEMPLATE_UNSUPPORTED
                 return None
             prompt = rules.continue_after(continuation.sequence.tolist(), tail)
+            limit = self.router.max_model_len(call.served_model)
+            if limit is not None and len(prompt) >= limit:
+                await context_limit.refuse(capture, (
+                    f"This model's maximum context length is {limit} tokens. However, the session's exact history "
+                    f"and this request's new messages hold {len(prompt)} tokens."
+                ))  # fmt: skip
             request = self._generate_request(rendered, prompt, call)
             reply = await self.upstream.post(candidates, GENERATE_PATH, orjson.dumps(request))
         except openai_errors.HttpError as error:
-            # Recorded even so: the record says a step failed, where its absence would look like no step at all.
-            if isinstance(error, UpstreamFailed):
-                capture.upstream(error.replica.name, error.attempts)
-            await capture.finish(UPSTREAM_ERROR, error.message)
+            # Recorded even so (unless it was, as a context cap): the record says a step failed, where its absence
+            # would look like no step at all.
+            if capture.call is None:
+                if isinstance(error, UpstreamFailed):
+                    capture.upstream(error.replica.name, error.attempts)
+                await capture.finish(UPSTREAM_ERROR, error.message)
             raise
         derender = _Derender(self.upstream, [reply.replica], call, prompt, body, rendered["request_id"])
         if reply.response.status == 200 and request["stream"]:
@@ -145,11 +155,6 @@ class ExactHistory:
             # Render sized the default to the stand-in's prompt; the real one is longer.
             limit = self.router.max_model_len(call.served_model)
             if limit is not None:
-                if len(prompt) >= limit:
-                    raise openai_errors.bad_request(
-                        f"This model's maximum context length is {limit} tokens. However, the session's exact "
-                        f"history and this request's new messages hold {len(prompt)} tokens.", "messages",
-                    )  # fmt: skip
                 sampling["max_tokens"] = limit - len(prompt)
         stream = bool(body.get("stream"))
         return rendered | {
@@ -190,6 +195,8 @@ class _Derender:
         finally:
             reply.release()
         if reply.response.status != 200:
+            if context_limit.overflows(reply.response.status, payload):
+                await context_limit.refuse(capture, context_limit.upstream_message(payload))
             await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
             return Forwarded(capture, status=reply.response.status, error_body=payload)
         generated = orjson.loads(payload)

@@ -18,7 +18,7 @@ from functools import partial
 
 import orjson
 
-from parity.services.ingest import openai_errors
+from parity.services.ingest import context_limit, openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import COMPLETIONS, CaptureRequest
@@ -148,6 +148,8 @@ async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:
     finally:
         reply.release()
     if response is None:
+        if context_limit.overflows(reply.response.status, payload):
+            await context_limit.refuse(capture, context_limit.upstream_message(payload))
         await capture.finish(UPSTREAM_ERROR, payload[:500].decode(errors="replace"))
         return Forwarded(capture, status=reply.response.status, error_body=payload)
     capture.add_response(response)

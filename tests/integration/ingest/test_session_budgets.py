@@ -27,17 +27,27 @@ def slug(session_id: str, **caps: float) -> str:
 
 
 def chat_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
-    client = openai.OpenAI(base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers)
-    return lambda: client.chat.completions.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+    client = openai.OpenAI(
+        base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers
+    )
+    return lambda: client.chat.completions.create(
+        model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}]
+    )
 
 
 def messages_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
-    client = anthropic.Anthropic(base_url=root, api_key="any", max_retries=0, default_headers=headers)
-    return lambda: client.messages.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+    client = anthropic.Anthropic(
+        base_url=root, api_key="any", max_retries=0, default_headers=headers
+    )
+    return lambda: client.messages.create(
+        model=model, max_tokens=3, messages=[{"role": "user", "content": "Hi"}]
+    )
 
 
 def responses_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[], object]:
-    client = openai.OpenAI(base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers)
+    client = openai.OpenAI(
+        base_url=f"{root}/v1", api_key="any", max_retries=0, default_headers=headers
+    )
     return lambda: client.responses.create(model=model, max_output_tokens=3, input="Hi")
 
 
@@ -69,15 +79,27 @@ def test_a_three_call_cap_stops_a_six_turn_agent_at_call_four_at_once_in_the_api
     assert served == 3 and len(errors) == 3
     first = errors[0]
     assert first.status_code == 400
-    message = f"session '{session_id}' reached its cap of 3 calls (calls); ingest serves it no more calls"
+    message = (
+        f"session '{session_id}' reached its cap of 3 calls (calls); ingest serves it no more calls"
+    )
     if endpoint == llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES:
-        assert first.body == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        assert first.body == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": message},
+        }
     else:
-        assert first.body == {"message": message, "type": "session_budget_exceeded", "param": "session", "code": 400}
+        assert first.body == {
+            "message": message,
+            "type": "session_budget_exceeded",
+            "param": "session",
+            "code": 400,
+        }
     calls = ingest_stack.calls_after_flush(session_id)
     assert [c.outcome for c in calls] == [SUCCEEDED] * 3 + [CAPPED] * 3
     assert {c.session_cap for c in calls[3:]} == {"calls"} and not calls[0].session_cap
-    assert all(c.endpoint == endpoint and not c.choices for c in calls[3:]), "a refused call is recorded, unsent"
+    assert all(c.endpoint == endpoint and not c.choices for c in calls[3:]), (
+        "a refused call is recorded, unsent"
+    )
     assert time.monotonic() - started < 60
 
 
@@ -86,14 +108,24 @@ def test_a_header_tightens_a_slugs_cap_but_never_loosens_it_and_a_token_cap_stop
 ) -> None:  # fmt: skip
     root = f"http://127.0.0.1:{ingest_stack.http_port}/sessions"
     model = vllm_server.model_name
-    looser = chat_turn(f"{root}/{slug('header-loose', calls=2)}", model, {"X-Parity-Budget": "calls=5"})
+    looser = chat_turn(
+        f"{root}/{slug('header-loose', calls=2)}", model, {"X-Parity-Budget": "calls=5"}
+    )
     assert run_turns(looser, 4)[0] == 2
-    tighter = chat_turn(f"{root}/{slug('header-tight', calls=5)}", model, {"X-Parity-Budget": "calls=1, seconds=600"})
+    tighter = chat_turn(
+        f"{root}/{slug('header-tight', calls=5)}",
+        model,
+        {"X-Parity-Budget": "calls=1, seconds=600"},
+    )
     assert run_turns(tighter, 3)[0] == 1
     tokens = chat_turn(f"{root}/token-capped", model, {"X-Parity-Budget": "tokens=1"})
     served, errors = run_turns(tokens, 3)
     assert served == 1 and "reached its cap of 1 tokens (tokens)" in str(errors[0])
-    assert [c.session_cap for c in ingest_stack.calls_after_flush("token-capped")] == ["", "tokens", "tokens"]
+    assert [c.session_cap for c in ingest_stack.calls_after_flush("token-capped")] == [
+        "",
+        "tokens",
+        "tokens",
+    ]
 
 
 @pytest.mark.parametrize(("path", "budget", "shape"), [
@@ -101,15 +133,25 @@ def test_a_header_tightens_a_slugs_cap_but_never_loosens_it_and_a_token_cap_stop
     ("/v1/messages", "turns=3", "anthropic"),
     ("/v1/responses", "seconds=soon", "openai"),
 ])  # fmt: skip
-def test_a_bad_budget_header_is_refused_naming_it_and_nothing_is_recorded(ingest_stack, vllm_server, path, budget, shape) -> None:
-    body = {"model": vllm_server.model_name, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+def test_a_bad_budget_header_is_refused_naming_it_and_nothing_is_recorded(
+    ingest_stack, vllm_server, path, budget, shape
+) -> None:
+    body = {
+        "model": vllm_server.model_name,
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
     if path == "/v1/responses":
         body = {"model": vllm_server.model_name, "max_output_tokens": 2, "input": "Hi"}
     response = httpx.post(f"http://127.0.0.1:{ingest_stack.http_port}/sessions/bad-budget{path}", json=body,
                           headers={"X-Parity-Budget": budget}, timeout=30)  # fmt: skip
     assert response.status_code == 400
     error = response.json()["error"]
-    assert "X-Parity-Budget" in error["message"] if shape == "anthropic" else error["param"] == "X-Parity-Budget"
+    assert (
+        "X-Parity-Budget" in error["message"]
+        if shape == "anthropic"
+        else error["param"] == "X-Parity-Budget"
+    )
     assert ingest_stack.calls_after_flush("bad-budget") == []
 
 
@@ -121,7 +163,77 @@ def test_the_serving_default_caps_sessions_that_set_none_and_a_sessions_own_cap_
     try:
         root, model = f"http://127.0.0.1:{http_port}", vllm_server.model_name
         assert run_turns(chat_turn(f"{root}/sessions/default-capped", model, {}), 3)[0] == 2
-        assert run_turns(chat_turn(f"{root}/sessions/{slug('own-cap', calls=3)}", model, {}), 4)[0] == 3
-        assert run_turns(chat_turn(root, model, {}), 3)[0] == 3, "calls of no session are never capped"
+        assert (
+            run_turns(chat_turn(f"{root}/sessions/{slug('own-cap', calls=3)}", model, {}), 4)[0]
+            == 3
+        )
+        assert run_turns(chat_turn(root, model, {}), 3)[0] == 3, (
+            "calls of no session are never capped"
+        )
     finally:
         ingest.terminate()
+
+
+LONG = " ".join(["word"] * 2500)
+
+
+@pytest.mark.parametrize(("make_turn_for", "endpoint"), [
+    ("chat", llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS),
+    ("messages", llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES),
+    ("responses", llm_call_pb2.CALL_ENDPOINT_RESPONSES),
+])  # fmt: skip
+def test_a_prompt_past_the_context_is_refused_as_context_length_exceeded_and_recorded_as_the_sessions_cap(
+    ingest_stack, vllm_server, make_turn_for, endpoint
+) -> None:  # fmt: skip
+    session_id = f"too-long-{make_turn_for}"
+    root, model = (
+        f"http://127.0.0.1:{ingest_stack.http_port}/sessions/{session_id}",
+        vllm_server.model_name,
+    )
+    with pytest.raises((openai.BadRequestError, anthropic.BadRequestError)) as refused:
+        if make_turn_for == "chat":
+            openai.OpenAI(
+                base_url=f"{root}/v1", api_key="any", max_retries=0
+            ).chat.completions.create(
+                model=model, max_tokens=4, messages=[{"role": "user", "content": LONG}]
+            )
+        elif make_turn_for == "messages":
+            anthropic.Anthropic(base_url=root, api_key="any", max_retries=0).messages.create(
+                model=model, max_tokens=4, messages=[{"role": "user", "content": LONG}]
+            )
+        else:
+            openai.OpenAI(base_url=f"{root}/v1", api_key="any", max_retries=0).responses.create(
+                model=model, max_output_tokens=4, input=LONG
+            )
+    error = refused.value
+    assert "maximum context length is 2048 tokens" in str(error)
+    if make_turn_for == "messages":
+        assert error.body["error"]["type"] == "invalid_request_error"
+    else:
+        assert (error.code, error.type, error.param) == (
+            "context_length_exceeded",
+            "invalid_request_error",
+            "messages",
+        )
+    (call,) = ingest_stack.calls_after_flush(session_id)
+    assert (call.outcome, call.session_cap, call.endpoint) == (CAPPED, "context", endpoint)
+
+
+def test_a_reply_that_would_outgrow_the_context_is_cut_to_fit_with_finish_reason_length(ingest_stack, vllm_server) -> None:
+    model = vllm_server.model_name
+
+    def ask(session_id: str, words: int, max_tokens: int):
+        client = openai.OpenAI(base_url=ingest_stack.session_url(session_id), api_key="any", max_retries=0)
+        return client.chat.completions.create(
+            model=model, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True},
+            messages=[{"role": "user", "content": " ".join(["word"] * words)}],
+        )  # fmt: skip
+
+    # A prompt some 30 tokens short of the context, sized from two probes of the template and the tokenizer.
+    small, large = ask("cut-probe", 10, 1).usage.prompt_tokens, ask("cut-probe", 410, 1).usage.prompt_tokens
+    words = 10 + int((2018 - small) * 400 / (large - small))
+    reply = ask("cut-to-fit", words, 500)
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens < 500
+    assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 2048
+    (call,) = ingest_stack.calls_after_flush("cut-to-fit")
+    assert call.outcome == SUCCEEDED and call.choices[0].finish_reason == "length"
