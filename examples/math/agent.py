@@ -26,6 +26,15 @@ async def solve(task: dict[str, Any]) -> float:
     return score(reply.choices[0].message.content or "", task["answer"])
 
 
+async def solve_strict(task: dict[str, Any]) -> float:
+    reply = await parity.get_async_chat_client().chat.completions.create(
+        model=task["model"], messages=[{"role": "user", "content": task["question"]}],
+        max_tokens=task["max_tokens"], temperature=task["temperature"],
+    )  # fmt: skip
+    numbers = re.findall(r"\d+", reply.choices[0].message.content or "")
+    return 1.0 if numbers and numbers[-1] == task["answer"] else 0.0
+
+
 def score(text: str, answer: str) -> float:
     """1 for the right number, 0.1 for a reply with any number in it, else 0."""
     if answer in re.findall(r"\d+", text):

@@ -59,10 +59,14 @@ class SessionUsage:
 class SessionBudgets:
     def __init__(self, default: SessionBudget) -> None:
         self.default = default
+        self._any_default = bool(default)
         self._usage: OrderedDict[str, SessionUsage] = OrderedDict()
 
     def admit(self, session: SessionRef) -> SessionUsage | None:
         """Count a call of `session` against its budget; None when it has none. Raises SessionCapped past a cap."""
+        if session.budget is None and not self._any_default:
+            # Every call of an uncapped deployment passes here: nothing to look up.
+            return None
         budget = session.budget.or_default(self.default) if session.budget else self.default
         if not budget or session.session_id == UNASSIGNED.session_id:
             return None

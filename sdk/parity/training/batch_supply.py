@@ -32,8 +32,9 @@ from parity.training.task_order import TaskOrder
 log = structlog.get_logger(__name__)
 
 TOP_UP_IDLE_S = 2.0
-# Tasks a step may add to make up for dropped groups, per group it needs: past that the rewards do not
-# vary within groups (a task too hard or too easy for the model, or a constant reward), and the run says so.
+# Tasks a step may add to make up for dropped groups, per group it needs: past that, rewards that vary within
+# groups are evidently rare (tasks too hard or too easy for the model, or a constant reward), and the step
+# trains on the groups it has, or the run ends.
 MAX_TOP_UPS_PER_GROUP = 8
 
 Rollouts = concurrent.futures.Future[list[RolloutResult]]

@@ -1,6 +1,7 @@
 """Ingest's /v1/responses and /v1/messages answers against vLLM's own endpoints for the same request, field for
 field, whole and streamed: an agent pinned to vLLM's shape sees vLLM's shape. Only what differs per answer by
-nature (ids, creation times) is left out; at temperature 0 everything else is the same."""
+nature (ids, creation times) is left out; at temperature 0, or seeded, everything else is the same, numbers spelled
+alike."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
     if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
         return [found for index, (a, b) in enumerate(zip(ours, theirs, strict=True))
                 for found in differences(a, b, f"{where}[{index}]")]  # fmt: skip
-    return [] if ours == theirs else [f"{where}: ingest {ours!r}, vLLM {theirs!r}"]
+    # By JSON spelling, not only by value: a client that reads 0 where vLLM sends 0.0 sees an int.
+    return [] if ours == theirs and type(ours) is type(theirs) else [f"{where}: ingest {ours!r}, vLLM {theirs!r}"]
 
 
 def answer(url: str, path: str, request: dict) -> Any:
@@ -73,6 +75,12 @@ def merged(events: list[dict]) -> list[dict]:
 CASES = {
     "responses": ("/v1/responses", lambda model: {"model": model, "input": "What is 2 + 3?", "temperature": 0,
                                                    "instructions": "Answer briefly.", "max_output_tokens": 12}),
+    "responses seeded": ("/v1/responses", lambda model: {"model": model, "input": "Tell me a story.", "temperature": 1,
+                                                          "top_p": 0.9, "seed": 3, "max_output_tokens": 16}),
+    "responses with vllm sampling": ("/v1/responses", lambda model: {
+        "model": model, "input": "Tell me a story.", "temperature": 1, "seed": 7, "top_k": 20, "min_p": 0.05,
+        "repetition_penalty": 1.1, "presence_penalty": 0.2, "frequency_penalty": 0.5, "stop": ["\n\n"],
+        "max_output_tokens": 16}),
     "responses with tools": ("/v1/responses", lambda model: {"model": model, "input": "Add 2 and 3.", "temperature": 0,
                                                               "tools": [FUNCTION], "max_output_tokens": 40}),
     "messages": ("/v1/messages", lambda model: {"model": model, "max_tokens": 12, "temperature": 0,

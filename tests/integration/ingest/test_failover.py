@@ -22,6 +22,7 @@ from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CHAT
 from parity.services.ingest.capture.spool import Spool
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
+from parity.services.ingest.endpoints.session_resolution import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
@@ -230,7 +231,7 @@ def test_a_stream_closed_at_its_last_events_is_still_recorded(module_services, v
         try:
             backend = ChatBackend(router, upstream, sink, PolicyState(), ExternalModels())
             serving = OpenAIChatServing(backend, ModelAliases([], backend.served, router.policy_model))
-            reply = await serving.handle(CHAT, orjson.dumps(body), "closed-late", None)
+            reply = await serving.handle(CHAT, orjson.dumps(body), "closed-late", SessionHeaders())
             assert isinstance(reply, StreamReply)
             assert b'"finish_reason":"length"' in await anext(reply.events), "the answer came in one piece"
             await reply.events.aclose()

@@ -71,7 +71,12 @@ def _given(request: Mapping[str, Any], name: str) -> Any:
     value = request.get(name)
     if name == "tools" and value:
         return [_echoed_tool(tool) for tool in value]
-    return DEFAULTS[name] if value is None else value
+    if value is None:
+        return DEFAULTS[name]
+    # vLLM's response object types these as floats, so a request's 0 is echoed 0.0, as vLLM spells it.
+    if isinstance(DEFAULTS[name], float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def _echoed_tool(tool: Any) -> Any:

@@ -82,6 +82,16 @@ def input_messages(request: Mapping[str, Any], history: list[dict[str, Any]]) ->
     return messages + converted
 
 
+# What vLLM's own /v1/responses samples with besides temperature and top_p, under the names its chat endpoint
+# takes too: carried as given, so a request gives the same tokens through ingest as from vLLM directly (vLLM
+# checks the values, and its refusal reaches the agent).
+PASSED_THROUGH = (
+    "seed", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids",
+    "ignore_eos", "logit_bias", "skip_special_tokens", "include_stop_str_in_output", "structured_outputs",
+    "chat_template_kwargs", "vllm_xargs", "cache_salt", "priority",
+)  # fmt: skip
+
+
 def to_chat_request(request: Mapping[str, Any], messages: list[dict[str, Any]], served_model: str) -> dict[str, Any]:
     chat: dict[str, Any] = {"model": served_model, "messages": messages}
     max_output = request.get("max_output_tokens")
@@ -90,6 +100,9 @@ def to_chat_request(request: Mapping[str, Any], messages: list[dict[str, Any]], 
             raise bad("max_output_tokens must be a positive integer", "max_output_tokens")
         chat["max_tokens"] = max_output
     copy_sampling(request, chat)
+    for name in PASSED_THROUGH:
+        if request.get(name) is not None:
+            chat[name] = request[name]
     if request.get("parallel_tool_calls") is not None:
         chat["parallel_tool_calls"] = request["parallel_tool_calls"]
     _tools(request.get("tools"), chat)
