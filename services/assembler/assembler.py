@@ -50,7 +50,10 @@ class Assembler:
         previous = self._feeds.get(subscription.consumer_id)
         if previous is not None:
             previous.supersede()
-        redeliver = sorted(self.former.ledgers.of(subscription.consumer_id).unacknowledged)
+        # A new run under the same consumer id never gets the batches an earlier run left unacknowledged (its last
+        # ack lost as it ended): they would train this run on another run's rollouts.
+        unacknowledged = self.former.ledgers.of(subscription.consumer_id).unacknowledged
+        redeliver = sorted(seq for seq, plan in unacknowledged.items() if plan.serves(subscription.run_id))
         feed = self._feeds[subscription.consumer_id] = BatchFeed(
             self.former, self.tracker.changes, subscription, redeliver, self._release
         )

@@ -80,6 +80,11 @@ class BatchPlan:
     def rollouts(self) -> list[Rollout]:
         return [rollout for _, rollouts in self.groups for rollout in rollouts]
 
+    def serves(self, run_id: str) -> bool:
+        """Whether a subscription for `run_id` may be given this batch: one for no run takes any, one for a run
+        only a batch of its own groups and groups of no run."""
+        return not run_id or all(rollout.run_id in ("", run_id) for rollout in self.rollouts)
+
 
 @dataclass(slots=True)
 class ConsumerLedger:

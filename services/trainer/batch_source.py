@@ -27,6 +27,8 @@ from parity.services.runtime.errors import FailedPrecondition
 log = structlog.get_logger(__name__)
 
 _END = object()
+# How long closing waits for the acks still queued to be sent.
+ACK_DRAIN_S = 2.0
 
 
 class BatchFeedError(FailedPrecondition):
@@ -61,6 +63,7 @@ class BatchSource:
         self._requests: queue.Queue[object] | None = None
         self._responses: queue.Queue[object] = queue.Queue()
         self._call: StreamCall[pb.StreamBatchesResponse] | None = None
+        self._drained = threading.Event()
 
     def _connect(self) -> None:
         self._close_stream()
@@ -76,7 +79,8 @@ class BatchSource:
         self._requests = requests
         responses: queue.Queue[object] = queue.Queue()
         self._responses = responses
-        call = self._client.stream_batches(_drain(requests))
+        self._drained = drained = threading.Event()
+        call = self._client.stream_batches(_drain(requests, drained))
         self._call = call
         threading.Thread(target=_read, args=(call, responses), name="batch-feed", daemon=True).start()
 
@@ -116,14 +120,19 @@ class BatchSource:
     def _close_stream(self) -> None:
         if self._requests is not None:
             self._requests.put(_END)
+            # The last ack (a run's final step) is handed to the stream before it is cancelled; unsent, the assembler
+            # would keep the batch unacknowledged.
+            if self._call is not None:
+                self._drained.wait(ACK_DRAIN_S)
         if self._call is not None:
             self._call.cancel()
         self._requests, self._call = None, None
 
 
-def _drain(requests: queue.Queue[object]) -> Iterator[pb.StreamBatchesRequest]:
+def _drain(requests: queue.Queue[object], drained: threading.Event) -> Iterator[pb.StreamBatchesRequest]:
     while (item := requests.get()) is not _END:
         yield item  # type: ignore[misc]
+    drained.set()
 
 
 def _read(call: StreamCall[pb.StreamBatchesResponse], responses: queue.Queue[object]) -> None:

@@ -15,9 +15,10 @@ from tests.integration.assembler.conftest import Trainer
 from tests.waiting import eventually
 
 
-def rollout(stack, session_id: str, group_id: str, reward: float, *, turns: int = 3, size: int = 2, seed: int = 0) -> None:
+def rollout(stack, session_id: str, group_id: str, reward: float, *, turns: int = 3, size: int = 2, seed: int = 0,
+            run_id: str = "") -> None:  # fmt: skip
     stack.write(conversation(session_id, turns=turns, prompt_len=20, completion_len=5, user_len=3, seed=seed))
-    stack.close(session_id, group_id=group_id, group_size=size, reward=reward)
+    stack.close(session_id, group_id=group_id, group_size=size, reward=reward, run_id=run_id)
 
 
 def test_a_group_becomes_one_batch_of_merged_exact_samples(start_stack) -> None:

@@ -76,6 +76,25 @@ def test_a_trainer_that_reconnects_gets_its_unacknowledged_batches_again(start_s
     again.stop()
 
 
+def test_a_new_run_under_the_same_consumer_never_gets_a_batch_an_earlier_run_left_unacknowledged(start_stack) -> None:
+    stack = start_stack()
+    for run, seed in (("run-old", 1), ("run-new", 5)):
+        rollout(stack, f"{run}-a", f"{run}-g", 1.0, seed=seed, run_id=run)
+        rollout(stack, f"{run}-b", f"{run}-g", 0.0, seed=seed + 1, run_id=run)
+    old = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
+    left = old.next()
+    old.stop()
+    new = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-new")
+    batch = new.next()
+    assert not batch.redelivered and list(batch.group_ids) == ["run-new-g"]
+    new.ack(batch.batch_id)
+    new.stop()
+    resumed = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
+    again = resumed.next()
+    assert again.redelivered and same_batch(again, left), "the run it belongs to still gets it"
+    resumed.stop()
+
+
 def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack) -> None:
     stack = start_stack()
     groups(stack, 1)
