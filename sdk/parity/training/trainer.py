@@ -119,8 +119,7 @@ class Trainer:
         self._started = time.monotonic()
         self.state = "created"
         self.error = ""
-        # Why the run completed before its last step, when it did.
-        self.stopped_early = ""
+        self.stopped_early = ""  # why the run completed before its last step, when it did
 
     # ----- lifecycle
 
