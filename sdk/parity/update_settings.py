@@ -34,6 +34,8 @@ DTYPES = ("auto", "float32", "bfloat16")
 ALL_LINEAR = "all-linear"
 # The LoRA settings travel as the RunConfig.lora message.
 LORA_FIELDS = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_target_modules": "target_modules", "lora_dropout": "dropout"}
+# The teacher settings travel as the RunConfig.teacher message.
+TEACHER_FIELDS = {"teacher": "url", "teacher_model": "model"}
 
 _CONFIG = run_pb2.RunConfig.DESCRIPTOR
 
@@ -63,6 +65,10 @@ class UpdateSettings:
     lora_alpha: int = setting(0, "LoRA scale numerator: updates are scaled by lora_alpha / lora_rank; 0: twice the rank", group="lora")
     lora_target_modules: str = setting(ALL_LINEAR, "comma-separated names of the modules LoRA adapts (q_proj,v_proj), as peft matches them; all-linear: every linear layer but the output head", group="lora")
     lora_dropout: float = setting(0.0, "dropout on the adapter's input while training (the cpu backend; fsdp takes 0)", group="lora")
+    teacher: str = setting("", "on-policy distillation from this teacher, which scores every token the agent sampled: a model name (`parity model list`) or folder the local stack serves, or the URL of an OpenAI-compatible server returning prompt logprobs (vLLM); it must share the model's tokenizer", group="distillation")
+    teacher_model: str = setting("", "the model to ask the teacher's server for; empty: the first it lists", group="distillation")
+    teacher_coef: float = setting(1.0, "weight of the teacher's per-token signal (teacher minus student logprob of each sampled token) in its advantage", group="distillation")
+    reward_coef: float = setting(1.0, "weight of the reward's advantage; 0 trains on the teacher alone (no reward function needed)", group="distillation")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -71,7 +77,8 @@ class UpdateSettings:
                 raise SettingsError(f.name, f"must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
         for key in ("groups_per_batch", "ppo_epochs", "micro_batch_tokens", "ray_nodes"):
             _check(key, getattr(self, key), lambda v: v >= 1, "must be at least 1")
-        for key in ("max_policy_lag", "checkpoint_interval", "ray_workers_per_node", "lora_rank", "lora_alpha", "kl_coef"):
+        for key in ("max_policy_lag", "checkpoint_interval", "ray_workers_per_node", "lora_rank", "lora_alpha", "kl_coef",
+                    "teacher_coef", "reward_coef"):
             _check(key, getattr(self, key), lambda v: v >= 0, "must not be negative")
         if self.learning_rate is not None:
             _check("learning_rate", self.learning_rate, lambda v: 0 < v < math.inf, "must be greater than 0")
@@ -83,6 +90,10 @@ class UpdateSettings:
             raise SettingsError("ray_nodes", "spreads Ray ranks over nodes; set ray_workers_per_node (ranks on each) too")
         if self.ray_workers_per_node and self.backend == "cpu":
             raise SettingsError("ray_workers_per_node", "places fsdp ranks as Ray actors; the cpu backend trains in the trainer process")
+        if not self.reward_coef and not self.teacher:
+            raise SettingsError("reward_coef", "0 leaves nothing to learn from without a teacher; set teacher, or a reward_coef above 0")
+        if self.teacher and not self.teacher_coef and not self.reward_coef:
+            raise SettingsError("teacher_coef", "and reward_coef are both 0: nothing to learn from")
         modules = self.lora_modules
         if not all(modules):
             raise SettingsError("lora_target_modules", f"must be module names separated by commas, got {self.lora_target_modules!r}")
@@ -102,7 +113,7 @@ def to_run_config(settings: UpdateSettings, **fields: Any) -> run_pb2.RunConfig:
     """A RunConfig carrying every update setting, plus the run's own fields (model_path, total_steps, ...)."""
     config = run_pb2.RunConfig(**fields)
     for name, value in settings.update_values().items():
-        if name in LORA_FIELDS:
+        if name in LORA_FIELDS or name in TEACHER_FIELDS:
             continue
         proto_field = _CONFIG.fields_by_name[name]
         if proto_field.enum_type is not None:
@@ -114,6 +125,8 @@ def to_run_config(settings: UpdateSettings, **fields: Any) -> run_pb2.RunConfig:
             rank=settings.lora_rank, alpha=settings.lora_alpha, target_modules=settings.lora_modules,
             dropout=settings.lora_dropout,
         ))  # fmt: skip
+    if settings.teacher:
+        config.teacher.CopyFrom(run_pb2.TeacherConfig(url=settings.teacher, model=settings.teacher_model))
     return config
 
 
@@ -124,7 +137,7 @@ def from_run_config(config: run_pb2.RunConfig) -> dict[str, Any]:
     """
     values: dict[str, Any] = {}
     for f in dataclasses.fields(UpdateSettings):
-        if f.name in LORA_FIELDS:
+        if f.name in LORA_FIELDS or f.name in TEACHER_FIELDS:
             continue
         proto_field = _CONFIG.fields_by_name[f.name]
         if proto_field.containing_oneof is not None and not config.HasField(f.name):
@@ -141,11 +154,22 @@ def from_run_config(config: run_pb2.RunConfig) -> dict[str, Any]:
             raise SettingsError("lora.rank", f"must be at least 1, got {lora.rank} (leave lora unset to train the whole model)")
         values.update(lora_rank=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                       lora_target_modules=",".join(lora.target_modules) or ALL_LINEAR)  # fmt: skip
+    if config.HasField("teacher"):
+        if not config.teacher.url:
+            raise SettingsError("teacher.url", "is required (leave teacher unset to train without one)")
+        values.update(teacher=config.teacher.url, teacher_model=config.teacher.model)
     return values
 
 
+def is_url(text: str) -> bool:
+    """A teacher named by its server's address rather than by a model name or folder."""
+    return text.startswith(("http://", "https://"))
+
+
 def proto_path(key: str) -> str:
-    """Where a setting sits in RunConfig: `lora_rank` is `lora.rank`."""
+    """Where a setting sits in RunConfig: `lora_rank` is `lora.rank`, `teacher` is `teacher.url`."""
+    if key in TEACHER_FIELDS:
+        return f"teacher.{TEACHER_FIELDS[key]}"
     return f"lora.{LORA_FIELDS[key]}" if key in LORA_FIELDS else key
 
 

@@ -64,7 +64,7 @@ def build_group(
     group_filters: bool,
 ) -> GroupBuild:
     """Samples of the group's trainable rollouts. With `group_filters`, a group with no
-    sample or no reward variance comes back `dropped`; without (a redelivery), the
+    sample, or with no reward variance and no teacher, comes back `dropped`; without (a redelivery), the
     group is rebuilt as it was first delivered, whatever it holds."""
     build = GroupBuild(group_id, [])
     stats = build.stats
@@ -95,7 +95,8 @@ def build_group(
         stats.unplaced_rewards += unplaced
         for trajectory in trajectories:
             stats.unplaced_rewards += trajectory.unplaced_step_rewards
-            if settings.drop_unrewarded and not trajectory.rewarded:
+            # A teacher-scored trajectory has a signal on every sampled token: unrewarded, it trains with return 0.
+            if settings.drop_unrewarded and not trajectory.rewarded and not rollout.teacher_scored:
                 stats.filtered["unrewarded_trajectory"] += 1
                 continue
             built = build_samples(trajectory, rollout.episode_id, group_id, settings.length)
@@ -115,9 +116,14 @@ def build_group(
     if group_filters:
         if not build.samples:
             build.dropped = "empty_group"
-        elif settings.drop_zero_variance_groups and has_no_variance(returns):
+        elif settings.drop_zero_variance_groups and has_no_variance(returns) and not _teacher_scored(build.rollouts):
             build.dropped = "zero_variance_group"
     return build
+
+
+def _teacher_scored(rollouts: Sequence[Rollout]) -> bool:
+    """Equal returns leave a teacher-scored group its per-token signal: it is kept."""
+    return any(rollout.teacher_scored for rollout in rollouts)
 
 
 def _zero_rewards(session_id: str, calls: Sequence[llm_call_pb2.LlmCall]) -> list[reward_pb2.Reward]:

@@ -278,6 +278,7 @@ class RolloutTracker:
     async def close_session(
         self, session_id: str, outcome: session_pb2.SessionOutcome, error_message: str, *, reward: float | None, group_id: str,
         episode_id: str, group_size: int, validation: bool = False, run_id: str = "", capped_episodes: str = "drop",
+        teacher_scored: bool = False,
     ) -> session_pb2.Session:  # fmt: skip
         for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id),
                             ("run_id", run_id)):  # fmt: skip
@@ -303,6 +304,8 @@ class RolloutTracker:
             metadata[session_marks.RUN_ID] = run_id
         if capped_episodes != "drop":
             metadata[session_marks.CAPPED_EPISODES] = capped_episodes
+        if teacher_scored:
+            metadata[session_marks.TEACHER_SCORED] = "true"
         self._closing.add(session_id)
         try:
             session = await self.store.close_session(session_id, outcome, error_message, metadata)

@@ -48,6 +48,8 @@ class Rollout:
     run_id: str = ""
     # What it trains as if its session hit a cap: drop, zero_reward or keep_reward.
     capped_episodes: str = "drop"
+    # A distillation run's: a teacher scores its sampled tokens, so it has signal without a reward.
+    teacher_scored: bool = False
 
     @property
     def failed(self) -> bool:
@@ -73,6 +75,7 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         validation=metadata.get(session_marks.VALIDATION) == "true",
         run_id=metadata.get(session_marks.RUN_ID, ""),
         capped_episodes=metadata.get(session_marks.CAPPED_EPISODES, "drop"),
+        teacher_scored=metadata.get(session_marks.TEACHER_SCORED) == "true",
     )
     problems = []
     size = metadata.get(session_marks.GROUP_SIZE, "0")

@@ -26,6 +26,8 @@ RUN_ID = "parity.run_id"
 # What the rollout trains as if ingest refused one of its calls past its session's budget:
 # drop, zero_reward or keep_reward (CloseSessionRequest.capped_episodes).
 CAPPED_EPISODES = "parity.capped_episodes"
+# "true" on rollouts of a run whose teacher scores every sampled token (CloseSessionRequest.teacher_scored).
+TEACHER_SCORED = "parity.teacher_scored"
 RESERVED_PREFIX = "parity."
 
 

@@ -35,6 +35,8 @@ def token_spans(tokens: Iterable[TokenView]) -> Markup:
     parts = []
     for t in tokens:
         logprob = f' data-l="{t.logprob:.4f}"' if t.logprob is not None else ""
+        if t.teacher is not None and t.student is not None:
+            logprob += f' data-t="{t.teacher:.4f}" data-s="{t.student:.4f}"'
         parts.append(f'<span class="{t.css}" data-i="{t.id}"{logprob}>{escape(t.text)}</span>')
     return Markup("".join(parts))
 

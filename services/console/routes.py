@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -79,13 +80,16 @@ async def sessions(request: Request) -> Response:
 async def session(request: Request) -> Response:
     state = request.app.state
     session_id = request.path_params["session_id"]
+    # Opened from a step's batch: that step's teacher scores, if it had a teacher.
+    run_id, step = request.query_params.get("run", ""), request.query_params.get("step", "")
+    if step and not (step.isdecimal() and int(step) < 2**31):
+        raise HTTPException(400, f"step must be a step number, got {step!r}")
 
     def build() -> Response:
-        return render(
-            request,
-            "session.html",
-            page=session_page(state.services, session_id, state.config.tokenizer),
+        page = session_page(
+            state.services, session_id, state.config.tokenizer, run_id, int(step or 0)
         )
+        return render(request, "session.html", page=page)
 
     return await run_in_threadpool(build)
 

@@ -6,6 +6,7 @@ applies to it, so the model's logits at t score exactly the tokens that were sam
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ class TrainingBatch:
     """(batch,) each sample's return, for metrics."""
     policy_versions: np.ndarray
     """(batch,) oldest policy version of each sample's sampled tokens."""
+    teacher_logprobs: torch.Tensor | None = None
+    """(batch, length-1) a distillation teacher's logprob of the next token; 0 off the mask. None without a teacher."""
 
     @property
     def size(self) -> int:
@@ -50,7 +53,22 @@ class TrainingBatch:
             self.input_ids[index], self.attention_mask[index], self.response_mask[index],
             self.rollout_logprobs[index], self.token_rewards[index], self.group_index[picked],
             self.rewards[picked], self.policy_versions[picked],
+            None if self.teacher_logprobs is None else self.teacher_logprobs[index],
         )  # fmt: skip
+
+    def with_teacher(self, scores: Sequence[np.ndarray]) -> TrainingBatch:
+        """This batch with a teacher's logprobs, one array per sample aligned to its token ids, shifted
+        like the rest and kept on sampled tokens only: tool results, users' turns and template tokens get none."""
+        if len(scores) != self.size:
+            raise InvalidArgument(f"the teacher scored {len(scores)} samples of a batch of {self.size}")
+        lengths = self.attention_mask.sum(dim=1)
+        teacher = torch.zeros_like(self.rollout_logprobs)
+        for row, values in enumerate(scores):
+            n = int(lengths[row])
+            if len(values) != n or not np.isfinite(values[1:]).all():
+                raise InvalidArgument(f"the teacher's scores of sample {row} are {len(values)} values for {n} tokens, or not finite")
+            teacher[row, : n - 1] = torch.from_numpy(np.asarray(values[1:], dtype=np.float32))
+        return dataclasses.replace(self, teacher_logprobs=teacher * self.response_mask)
 
 
 def sample_return(sample: sample_pb2.Sample) -> float:

@@ -30,14 +30,39 @@ class LossSettings:
     loss_agg_mode: str
 
 
-def compute_advantages(batch: TrainingBatch, estimator: str) -> torch.Tensor:
-    """(batch, length-1) advantages from verl's registered estimator, zero off the response mask."""
-    estimate = core_algos.get_adv_estimator_fn(estimator)
-    advantages, _returns = estimate(
-        token_level_rewards=batch.token_rewards, response_mask=batch.response_mask, index=batch.group_index,
-        config=AlgoConfig(adv_estimator=estimator, gamma=1.0),
-    )  # fmt: skip
+@dataclass(frozen=True)
+class SignalWeights:
+    """How a run weighs its two signals in each sampled token's advantage."""
+
+    reward: float = 1.0
+    """The reward's advantage, from the estimator."""
+    teacher: float = 0.0
+    """A distillation teacher's per-token signal; used only on batches the teacher scored."""
+
+
+def compute_advantages(batch: TrainingBatch, estimator: str, weights: SignalWeights = SignalWeights()) -> torch.Tensor:
+    """(batch, length-1) advantages, zero off the response mask: verl's registered estimator's, and with
+    a teacher, plus each sampled token's teacher logprob minus the student's logprob as it was sampled
+    (the negative per-token reverse KL, as on-policy distillation trains on)."""
+    advantages = torch.zeros_like(batch.response_mask)
+    if weights.reward:
+        estimate = core_algos.get_adv_estimator_fn(estimator)
+        estimated, _returns = estimate(
+            token_level_rewards=batch.token_rewards, response_mask=batch.response_mask, index=batch.group_index,
+            config=AlgoConfig(adv_estimator=estimator, gamma=1.0),
+        )  # fmt: skip
+        advantages = weights.reward * estimated
+    if batch.teacher_logprobs is not None and weights.teacher:
+        advantages = advantages + weights.teacher * (batch.teacher_logprobs - batch.rollout_logprobs)
     return advantages * batch.response_mask
+
+
+def teacher_kl(batch: TrainingBatch) -> float:
+    """The mean over sampled tokens of student minus teacher logprob: the sampled estimate of the
+    reverse KL from student to teacher, 0 where the student samples as the teacher would."""
+    assert batch.teacher_logprobs is not None
+    mask = batch.response_mask
+    return float(((batch.rollout_logprobs - batch.teacher_logprobs) * mask).sum() / mask.sum().clamp(min=1))
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

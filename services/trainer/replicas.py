@@ -125,6 +125,14 @@ class VllmReplica:
             raise ReplicaError(f"{self.base_url} serves no model")
         return str(models[0]["id"])
 
+    def tokenize(self, text: str, model: str = "") -> list[int]:
+        """The ids the server's tokenizer gives `text`, special tokens as written and none added (vLLM's /tokenize)."""
+        payload = {"model": model or self.model_name(), "prompt": text, "add_special_tokens": False}
+        try:
+            return [int(token) for token in self._post("/tokenize", payload).json()["tokens"]]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ReplicaError(f"{self.base_url}/tokenize answered no token list: {error}") from None
+
     def prompt_logprobs(self, token_ids: list[int], model: str = "") -> list[float]:
         """vLLM's logprob of each token after the first, from prompt_logprobs of a 1-token greedy request
         to `model` (a loaded adapter's name; the base model by default)."""

@@ -1,8 +1,9 @@
 """One run's loop: the thread that trains step after step (torch work is blocking).
 
-A step: wait for a batch; in sync mode hold ingest traffic so no rollout runs on
-the old policy; train; push and verify the new weights (see `weight_sync`); ack the
-batch with the new policy version; record metrics. A failed sync ends the run as
+A step: wait for a batch; with a distillation teacher, have it score the batch; in
+sync mode hold ingest traffic so no rollout runs on the old policy; train; push and
+verify the new weights (see `weight_sync`); ack the batch with the new policy version;
+record metrics. A failed sync ends the run as
 FAILED with a checkpoint of the trained weights, from which StartRun resumes.
 """
 
@@ -28,10 +29,12 @@ from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.deployment import TrainerDeployment
 from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.live_policy import LivePolicy
+from parity.services.trainer.policy_loss import teacher_kl
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_batches import step_batch
 from parity.services.trainer.step_metrics import MetricsLog, plot_run
+from parity.services.trainer.teacher import Teacher
 from parity.services.trainer.weight_sync import SyncFailed, probe_tokens
 
 log = structlog.get_logger(__name__)
@@ -122,6 +125,7 @@ class RunLoop:
     def _train(self, backend: TrainingBackend, source: BatchSource) -> RunState:
         """Train until the step budget or a stop; returns how the run ended."""
         run, settings = self.run, self.run.settings
+        teacher = Teacher(settings.teacher, settings.teacher_model) if settings.teacher else None
         # A bar only on a terminal: a log has the JSON `step` line of each step.
         progress = tqdm(total=settings.total_steps, initial=run.step, desc=f"training {run.run_id}", unit="step",
                         disable=not sys.stderr.isatty())  # fmt: skip
@@ -138,11 +142,16 @@ class RunLoop:
                 if batch is None:
                     break
                 wait_seconds = time.perf_counter() - waited
+                tensors = to_training_batch(batch.samples)
+                teacher_values: dict[str, float] = {}
+                if teacher is not None:
+                    scored = time.perf_counter()
+                    tensors = tensors.with_teacher(teacher.score(batch.samples))
+                    teacher_values = {"teacher_kl": teacher_kl(tensors), "teacher_seconds": time.perf_counter() - scored}
                 with self._policy.lock:
                     if settings.rollout_mode == "sync":
                         self._policy.weight_sync.hold(f"training step {run.step + 1}")
                     self._set_state(RunState.TRAINING)
-                    tensors = to_training_batch(batch.samples)
                     values = backend.train_step(tensors)
                     run.step += 1
                     run.policy_version += 1
@@ -156,12 +165,14 @@ class RunLoop:
                 source.ack(batch.batch_id, run.policy_version)
                 values.update(_batch_values(tensors.rewards, tensors.policy_versions, run.policy_version - 1))
                 values.update(token_accounting(batch.stats))
+                values.update(teacher_values)
                 values.update(wait_seconds=wait_seconds, sync_seconds=synced.durations_s["total"],
                               sync_max_logprob_diff=synced.max_logprob_diff, policy_version=run.policy_version)  # fmt: skip
                 for phase, seconds in synced.durations_s.items():
                     values[f"sync_{phase}_seconds"] = seconds
                 record = self._metrics.append(run.run_id, run.step, values)
-                self._history.record_step(record, step_batch(run.run_id, run.step, batch, tensors, settings.advantage_estimator))
+                self._history.record_step(record, step_batch(run.run_id, run.step, batch, tensors, settings.advantage_estimator,
+                                                            backend.signal_weights))  # fmt: skip
                 log.info("step", run_id=run.run_id, step=run.step, **{k: round(v, 6) for k, v in values.items()})
                 progress.set_postfix(reward=f"{values['reward_mean']:.3f}", loss=f"{values['policy_loss']:.4f}", refresh=False)
                 progress.update(1)

@@ -18,7 +18,13 @@ from parity.services.inference.packaged_models import folder_learning_rate
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.compute_defaults import resolve_dtype
 from parity.settings_fields import SettingsError
-from parity.update_settings import UpdateSettings, from_run_config, proto_path, to_run_config
+from parity.update_settings import (
+    UpdateSettings,
+    from_run_config,
+    is_url,
+    proto_path,
+    to_run_config,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class RunSettings(UpdateSettings):
             super().__post_init__()
             if self.total_steps < 1:
                 raise SettingsError("total_steps", f"must be at least 1, got {self.total_steps}")
+            if self.teacher and not is_url(self.teacher):
+                raise SettingsError("teacher", f"must be the http(s) URL of the teacher's server, got {self.teacher!r}")
         except SettingsError as error:
             raise InvalidArgument(f"{proto_path(error.key)}: {error.message}") from None
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype))

@@ -36,6 +36,7 @@ from parity.services.trainer.run_loop import RunLoop
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import MetricsLog, StepRecord
+from parity.services.trainer.teacher import Teacher
 from parity.services.trainer.weight_sync import SyncResult, WeightSync
 
 log = structlog.get_logger(__name__)
@@ -72,6 +73,8 @@ class Trainer:
             raise InvalidArgument(f"model_path {settings.model_path} holds no config.json")
         if settings.lora_rank:
             self._check_lora(settings)
+        if settings.teacher:
+            Teacher(settings.teacher, settings.teacher_model).check(settings.model_path)
         if resume is not None:
             if resume.step >= settings.total_steps:
                 raise InvalidArgument(f"checkpoint is at step {resume.step}; raise total_steps above it to resume")

@@ -83,6 +83,8 @@ class EngineConfig:
     """Caps ingest enforces on each rollout's session; None: ingest's serving default."""
     capped_episodes: str = "drop"
     """What a rollout whose session hit a cap trains as: drop, zero_reward or keep_reward."""
+    teacher_scored: bool = False
+    """The run has a distillation teacher: each rollout has signal without a reward, and a group without variance."""
 
     def __post_init__(self) -> None:
         if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
@@ -202,7 +204,7 @@ class AgentEngine:
             session_id=result.session_id, outcome=_OUTCOMES[result.outcome], error_message=result.error[:2000],
             group_id=result.group_id, episode_id=episode_id, group_size=self.config.rollouts_per_task,
             validation=self.config.validation, run_id=self.config.training_run,
-            capped_episodes=_CAPPED_EPISODES[self.config.capped_episodes],
+            capped_episodes=_CAPPED_EPISODES[self.config.capped_episodes], teacher_scored=self.config.teacher_scored,
         )  # fmt: skip
         if result.reward is not None:
             request.reward = result.reward

@@ -19,6 +19,7 @@ from parity.services.inference.packaged_models import (
     resolve_model,
 )
 from parity.training.settings import DEFAULT_MAX_TOKENS, SettingsError, TrainSettings
+from parity.training.teacher_server import teacher_folder
 
 # A deployed trainer's model folder may not exist here to be measured: the rate for models of a few billion parameters.
 UNSEEN_MODEL_LEARNING_RATE = 1e-6
@@ -30,6 +31,8 @@ class ChosenModel:
     """As the trainer sees it: prepared here for a local stack, the deployed trainer's own path otherwise."""
     learning_rate: float
     max_tokens: int
+    teacher: Path | None = None
+    """A distillation teacher the local stack serves (named or a folder), prepared here; None: none, or a URL."""
 
 
 def choose_model(settings: TrainSettings) -> ChosenModel:
@@ -47,7 +50,7 @@ def choose_model(settings: TrainSettings) -> ChosenModel:
     except ModelPreparationError as error:
         raise SettingsError("model", str(error)) from None
     return ChosenModel(folder.resolve(), settings.learning_rate or default_learning_rate(settings.model, folder),
-                       _max_tokens(settings))  # fmt: skip
+                       _max_tokens(settings), teacher_folder(settings.teacher))  # fmt: skip
 
 
 def _max_tokens(settings: TrainSettings) -> int:

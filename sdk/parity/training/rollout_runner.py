@@ -34,6 +34,7 @@ class RolloutRunner:
     def __init__(
         self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int,
         history_mode: str = "", budget: SessionBudget | None = None, capped_episodes: str = "drop",
+        teacher_scored: bool = False,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -44,6 +45,7 @@ class RolloutRunner:
         self.history_mode = history_mode
         self.budget = budget
         self.capped_episodes = capped_episodes
+        self.teacher_scored = teacher_scored
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="parity-rollouts", daemon=True)
         self._thread.start()
@@ -60,6 +62,7 @@ class RolloutRunner:
             rollouts_per_task=rollouts_per_task, concurrency=self.concurrency, timeout_s=self.timeout_s,
             retries=self.retries, run_id=prefix, progress=False, validation=validation, training_run=self.run_id,
             history_mode=self.history_mode, budget=self.budget, capped_episodes=self.capped_episodes,
+            teacher_scored=self.teacher_scored and not validation,
         )  # fmt: skip
         engine = AgentEngine(self.agent, config, assembler=self.assembler)
         future = asyncio.run_coroutine_threadsafe(engine.arun(filled), self._loop)

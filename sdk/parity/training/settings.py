@@ -22,7 +22,7 @@ from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rul
 from parity.session_budget import SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import SettingsError, setting
-from parity.update_settings import UpdateSettings
+from parity.update_settings import UpdateSettings, is_url
 
 __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
 
@@ -146,6 +146,8 @@ class TrainSettings(UpdateSettings):
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise SettingsError(key, f"must be greater than 0, got {value}")
+        if self.stack is not None and self.teacher and not is_url(self.teacher):
+            raise SettingsError("teacher", "with a deployed stack, name the teacher by the URL of a server that serves it")
         if self.lora_merge and not self.lora_rank:
             raise SettingsError("lora_merge", "merges a LoRA adapter into the model; set lora_rank too")
         for key in ("run_id", "resume"):

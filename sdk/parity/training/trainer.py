@@ -29,7 +29,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
 import structlog
 
 import parity
@@ -41,7 +40,7 @@ from parity.progress import Progress, show_progress
 from parity.services.inference.packaged_models import is_model_name
 from parity.training import tracking
 from parity.training.batch_supply import BatchSupply, rollout_results
-from parity.training.local_stack import LocalStack, StackError
+from parity.training.local_stack import LocalStack, StackError, served_model
 from parity.training.model_choice import choose_model
 from parity.training.plateau import flat_reward_warning
 from parity.training.result import StepResult, TrainResult
@@ -64,11 +63,13 @@ from parity.training.run_inputs import (
 from parity.training.run_report import RunOutcome, train_result
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
 from parity.training.task_order import TaskOrder
+from parity.training.teacher_server import SERVED_NAME
 from parity.training.validation import RolloutScorer, ValidationResult, summarize
 from parity.update_settings import to_run_config
 
 log = structlog.get_logger(__name__)
-
+# StartRun checks a LoRA run's replicas and a distillation run's teacher over HTTP, a cold server's first answer included.
+START_RUN_TIMEOUT_S = 300.0
 
 
 class Trainer:
@@ -142,7 +143,7 @@ class Trainer:
                          **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
         self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack)
         self._assembler = AssemblerClient(addresses.assembler)
-        self._served_model = _served_model(addresses.ingest_url)
+        self._served_model = served_model(addresses.ingest_url, parity.current_config().api_key)
         resume_from = (
             resume_checkpoint(self._control, self.run_dir, self.run_id, embedded=self._stack is not None)
             if self.settings.resume else None
@@ -160,12 +161,12 @@ class Trainer:
             request.resume_checkpoint_id = resume_from.checkpoint_id
         else:
             request.run_id = self.run_id
-        self._control.trainer.start_run(request)
+        self._control.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
         self._runner = RolloutRunner(
             self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
             timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
             history_mode=self.settings.history_mode, budget=self.settings.session_budget,
-            capped_episodes=self.settings.capped_episodes,
+            capped_episodes=self.settings.capped_episodes, teacher_scored=bool(self.settings.teacher),
         )  # fmt: skip
         self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
                                    self._served_model)  # fmt: skip
@@ -326,7 +327,7 @@ class Trainer:
     def _bring_up_stack(self) -> StackAddresses:
         if self.settings.stack is not None:
             return self.settings.stack
-        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings, self.model.folder)
+        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings, self.model.folder, self.model.teacher)
         print(f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True)
         self._stack.start(self.settings.startup_timeout_s)
         print(f"console: {self._stack.console_url} (the run, its batches, every trajectory)", file=sys.stderr, flush=True)
@@ -339,8 +340,11 @@ class Trainer:
     def _run_config(self) -> run_pb2.RunConfig:
         # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
         checkpoint_dir = str(self.run_dir / CHECKPOINTS_DIR) if self._stack is not None else ""
-        return to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
-                             checkpoint_dir=checkpoint_dir)  # fmt: skip
+        config = to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
+                               checkpoint_dir=checkpoint_dir)  # fmt: skip
+        if self._stack is not None and self._stack.teacher is not None:
+            config.teacher.CopyFrom(run_pb2.TeacherConfig(url=self._stack.teacher_url, model=SERVED_NAME))
+        return config
 
     @contextlib.contextmanager
     def _noting_the_end(self) -> Iterator[None]:
@@ -395,6 +399,8 @@ class Trainer:
         postfix = {}
         if step is not None:
             postfix["reward"] = f"{step.reward:.3f}"
+            if "teacher_kl" in step.values:
+                postfix["teacher_kl"] = f"{step.values['teacher_kl']:.3f}"
             groups = int(step.values.get("groups", self.settings.groups_per_batch))
             if groups < self.settings.groups_per_batch:
                 postfix["short batch"] = f"{groups}/{self.settings.groups_per_batch} groups"
@@ -437,14 +443,3 @@ def train(
     finally:
         trainer.close()
 
-
-def _served_model(ingest_url: str) -> str:
-    """The model name agents ask for: what ingest lists first."""
-    try:
-        models = httpx.get(f"{ingest_url}/v1/models", timeout=30,
-                           headers={"Authorization": f"Bearer {parity.current_config().api_key}"}).json()["data"]  # fmt: skip
-    except (httpx.HTTPError, ValueError, KeyError) as error:
-        raise StackError(f"ingest at {ingest_url} lists no model: {error}") from None
-    if not models:
-        raise StackError(f"ingest at {ingest_url} lists no model; is a vLLM replica up behind it?")
-    return str(models[0]["id"])

@@ -21,6 +21,12 @@
       lines.push("prompt token");
     }
     lines.push("loss mask " + maskText(token));
+    if (token.dataset.t !== undefined) {
+      var teacher = Number(token.dataset.t), student = Number(token.dataset.s);
+      lines.push("teacher logprob " + teacher.toFixed(4) + "   student " + student.toFixed(4));
+      lines.push("gap " + (teacher - student).toFixed(4) +
+                 (token.classList.contains("dep") ? "   the student departs from the teacher" : ""));
+    }
     tip.textContent = lines.join("\n");
     tip.hidden = false;
     var box = token.getBoundingClientRect();

@@ -51,6 +51,8 @@ class RolloutRow:
     truncated: bool = False
     trained: bool = False
     sample_count: int = 0
+    # The mean of its samples' teacher gaps, on a distillation step.
+    teacher_gap: float | None = None
     # Why the rollout failed, as its session recorded it.
     error: str = ""
 
@@ -89,6 +91,11 @@ class BatchPage:
     # The run's latest step, for the link to the next.
     last_step: int
     banners: list[str] = field(default_factory=list)
+
+    @property
+    def teacher(self) -> bool:
+        """Whether a distillation teacher scored the step's samples."""
+        return any(s.teacher_logprobs for s in self.batch.samples)
 
     @property
     def stats(self) -> list[tuple[str, str]]:
@@ -213,3 +220,5 @@ def _add_samples(row: RolloutRow, samples: list[trainer_pb.TrainedSample]) -> No
     row.policy_version = min(s.policy_version for s in samples)
     row.truncated = any(s.truncated for s in samples)
     row.sample_count = len(samples)
+    scored = [s.teacher_gap for s in samples if s.teacher_logprobs]
+    row.teacher_gap = statistics.fmean(scored) if scored else None

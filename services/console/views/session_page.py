@@ -2,8 +2,10 @@
 
 Reads the store (session, calls with full token ids, rewards), the trainer (the run's
 model, for its tokenizer) and the assembler (each trajectory's state and samples, for
-loss masks). Only the store is essential: without the others the page says what is
-missing and shows the rest.
+loss masks). Opened from a step's batch (`?run=RUN_ID&step=N`), it also reads that
+step's batch from the trainer, for a distillation teacher's scores of the session's
+samples. Only the store is essential: without the others the page says what is missing
+and shows the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.services.console.upstream import Missing, ServiceDown, Services
 from parity.services.console.views.format import enum_label, timestamp_text
 from parity.services.console.views.sessions import RUN_KEY, trajectory_rewards
+from parity.services.console.views.teacher_gap import DEPARTURE_GAP, mark_trajectory
 from parity.services.console.views.token_text import token_texts
 from parity.services.console.views.trajectory import TrajectoryView, build_trajectory
 
@@ -43,6 +46,12 @@ class SessionPage:
     rewards: list[RewardRow]
     tokenizer: str
     banners: list[str] = field(default_factory=list)
+    # The run and step whose teacher scores the tokens show; None when they show none.
+    scored_at: tuple[str, int] | None = None
+
+    @property
+    def departure_gap(self) -> float:
+        return DEPARTURE_GAP
 
     @property
     def state(self) -> str:
@@ -82,7 +91,10 @@ class SessionPage:
         return [(k, v) for k, v in rows if v]
 
 
-def session_page(services: Services, session_id: str, default_tokenizer: str) -> SessionPage:
+def session_page(
+    services: Services, session_id: str, default_tokenizer: str, run_id: str = "", step: int = 0
+) -> SessionPage:
+    """The session, and with a run and step, the teacher's scores of its samples at that step."""
     store = services.store
     session = store.read(
         store.client.get_session, store_pb.GetSessionRequest(session_id=session_id)
@@ -106,14 +118,19 @@ def session_page(services: Services, session_id: str, default_tokenizer: str) ->
             view.reward = totals[view.name]
     if not texts.available:
         banners.append(f"token ids are shown without text: {texts.source}")
-    return SessionPage(
+    page = SessionPage(
         session, trajectories, [_reward_row(r) for r in rewards], texts.source, banners
     )
+    if run_id and step:
+        _add_teacher_scores(services, page, run_id, step)
+    return page
 
 
 def _calls(services: Services, session_id: str) -> list[llm_call_pb2.LlmCall]:
     store = services.store
-    request = store_pb.ListCallsRequest(session_id=session_id, page_size=_CALL_PAGE, view=store_pb.CALL_VIEW_FULL)
+    request = store_pb.ListCallsRequest(
+        session_id=session_id, page_size=_CALL_PAGE, view=store_pb.CALL_VIEW_FULL
+    )
     return store.read_all(store.client.list_calls, request, "calls")
 
 
@@ -158,6 +175,24 @@ def _assembled(
         banners.append(f"{error}; loss masks, samples and step rewards are not shown")
         return {}
     return {name: trajectory for name, trajectory in found.items() if trajectory is not None}
+
+
+def _add_teacher_scores(services: Services, page: SessionPage, run_id: str, step: int) -> None:
+    trainer = services.trainer
+    request = trainer_pb.GetStepBatchRequest(run_id=run_id, step=step)
+    try:
+        batch = trainer.read(trainer.client.get_step_batch, request).batch
+    except (ServiceDown, Missing) as error:
+        page.banners.append(f"{error}; the teacher's scores at step {step} are not shown")
+        return
+    scored: dict[str, list[trainer_pb.TrainedSample]] = {}
+    for sample in batch.samples:
+        if sample.session_id == page.session.session_id and sample.teacher_logprobs:
+            scored.setdefault(sample.trajectory_name, []).append(sample)
+    for view in page.trajectories:
+        page.banners += mark_trajectory(view, scored.get(view.name, []))
+    if any(view.teacher_gaps for view in page.trajectories):
+        page.scored_at = (run_id, step)
 
 
 def _reward_row(reward: reward_pb2.Reward) -> RewardRow:

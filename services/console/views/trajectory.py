@@ -40,13 +40,20 @@ class TokenView:
     bin: int = -1
     mask: int = MASK_UNKNOWN
     diverged: bool = False
+    # Sampled tokens a distillation teacher scored (teacher_gap.py): both logprobs, and whether
+    # the student departs from the teacher there.
+    teacher: float | None = None
+    student: float | None = None
+    departs: bool = False
 
     @property
     def css(self) -> str:
-        """Classes: p(rompt) or s(ampled) with its logprob bin, the mask (m1, m0, mu: none), x where a prefix broke."""
+        """Classes: p(rompt) or s(ampled) with its logprob bin, the mask (m1, m0, mu: none), x where a prefix
+        broke, dep where the student departs from its teacher."""
         kind = f"s b{self.bin}" if self.logprob is not None else "p"
         mask = "mu" if self.mask == MASK_UNKNOWN else f"m{self.mask}"
-        return f"tk {kind} {mask} x" if self.diverged else f"tk {kind} {mask}"
+        classes = f"tk {kind} {mask} x" if self.diverged else f"tk {kind} {mask}"
+        return f"{classes} dep" if self.departs else classes
 
 
 @dataclass
@@ -73,7 +80,12 @@ class ChoiceView:
     tool_calls: list[ToolCallView]
     mean_logprob: float | None
     least_likely: TokenView | None
-    trained: bool
+    # The assembler's samples that followed this choice; none when it is in no sample or unknown.
+    sample_ids: tuple[str, ...]
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.sample_ids)
 
 
 @dataclass
@@ -144,6 +156,8 @@ class TrajectoryView:
     split_count: int = 0
     history_mode: str = ""
     """as_deployed or exact_history: how the calls' prompts were built."""
+    teacher_gaps: list[tuple[str, float]] = field(default_factory=list)
+    """(the calls it spans, its mean teacher gap) of each sample a distillation teacher scored."""
 
     @property
     def sampled_count(self) -> int:
@@ -259,9 +273,11 @@ class _Builder:
         bins = _bins(logprobs).tolist()
         values = logprobs.tolist()
         start = len(prompt)
-        # The sample that followed this choice: its tokens after the prompt are the choice's (up to a length cut).
-        mask = next((m for _, s_ids, m in holding
-                     if np.array_equal(s_ids[start : start + len(ids)], ids[: max(0, len(s_ids) - start)])), None)  # fmt: skip
+        # The samples that followed this choice: their tokens after the prompt are the choice's (up to a length cut).
+        # Several do where a later call forked the sequence; they agree on this choice's mask.
+        followed = [(s, m) for s, s_ids, m in holding
+                    if np.array_equal(s_ids[start : start + len(ids)], ids[: max(0, len(s_ids) - start)])]  # fmt: skip
+        mask = followed[0][1] if followed else None
         shown = [
             self._token(t, values[i], _mask_at(mask, start + i), bins[i])
             if i < len(values)
@@ -277,7 +293,7 @@ class _Builder:
             index=choice.index, tokens=shown, finish_reason=choice.finish_reason, text=choice.text,
             reasoning=choice.reasoning_text, tool_calls=_tool_calls(choice.tool_calls_json),
             mean_logprob=float(logprobs.mean()) if len(logprobs) else None, least_likely=least,
-            trained=mask is not None,
+            sample_ids=tuple(s.sample_id for s, _ in followed),
         )  # fmt: skip
 
     def _join(self, call: llm_call_pb2.LlmCall, prompt: np.ndarray, trainable: bool) -> JoinView:

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.policy_loss import LossSettings
+from parity.services.trainer.policy_loss import LossSettings, SignalWeights
 from parity.services.trainer.run_settings import RunSettings
 
 
@@ -22,6 +22,7 @@ class TrainingBackend(ABC):
     def __init__(self, settings: RunSettings) -> None:
         self.settings = settings
         self.loss_settings = LossSettings(settings.clip_ratio, settings.tis_cap, settings.kl_coef, settings.loss_agg_mode)
+        self.signal_weights = signal_weights(settings)
 
     @abstractmethod
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
@@ -45,3 +46,7 @@ class TrainingBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - most backends hold nothing beyond themselves
         """Release what outlives this object (Ray actors and the GPUs they hold); a no-op by default."""
+
+
+def signal_weights(settings: RunSettings) -> SignalWeights:
+    return SignalWeights(reward=settings.reward_coef, teacher=settings.teacher_coef if settings.teacher else 0.0)

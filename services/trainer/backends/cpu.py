@@ -196,7 +196,7 @@ class CpuBackend(TrainingBackend):
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
         self.model.train()
-        advantages = compute_advantages(batch, self.settings.advantage_estimator)
+        advantages = compute_advantages(batch, self.settings.advantage_estimator, self.signal_weights)
         groups = plan_pieces(batch, advantages, self.shares_prefixes)
         pieces = [piece for group in groups for piece in group.pieces]
         # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.

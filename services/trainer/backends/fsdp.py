@@ -223,7 +223,7 @@ class FsdpBackend(TrainingBackend):
         from verl.utils import tensordict_utils as tu
 
         started = time.perf_counter()
-        advantages = compute_advantages(batch, self.settings.advantage_estimator)
+        advantages = compute_advantages(batch, self.settings.advantage_estimator, self.signal_weights)
         # The weights before this update are the PPO "old" policy.
         per_token = {"advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
         if self.settings.ppo_epochs > 1:

@@ -269,3 +269,17 @@ def known_trajectory(stack, session_id: str) -> trajectory_pb2.Trajectory | None
         if error.code() == grpc.StatusCode.NOT_FOUND:
             return None
         raise
+
+
+def test_a_teacher_scored_group_trains_without_reward_variance_or_rewards(start_stack) -> None:
+    stack = start_stack()
+    for name, seed, reward in (("same-1", 1, 1.0), ("same-2", 2, 1.0), ("none-1", 3, None), ("none-2", 4, None)):
+        stack.write(conversation(name, turns=2, prompt_len=10, completion_len=4, seed=seed))
+        stack.close(name, group_id=name[:4], group_size=2, teacher_scored=True, **({"reward": reward} if reward else {}))
+    trainer = Trainer(stack.stub, "t", groups_per_batch=2)
+    batch = trainer.next()
+    assert sorted(batch.group_ids) == ["none", "same"] and not batch.dropped_group_ids
+    assert sorted((s.session_id, s.reward) for s in batch.samples) == [
+        ("none-1", 0.0), ("none-2", 0.0), ("same-1", 1.0), ("same-2", 1.0)]  # fmt: skip
+    assert "unrewarded_trajectory" not in batch.stats.filtered_counts
+    trainer.stop()

@@ -8,13 +8,20 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import numpy as np
 import pytest
+import torch
+from transformers import AutoTokenizer
 
 import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
+from parity.api.common.v1 import sample_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
-from parity.tokens import unpack_token_ids
+from parity.services.trainer.batch_tensors import to_training_batch
+from parity.services.trainer.teacher import Teacher
+from parity.tokens import pack_floats, pack_mask, pack_token_ids, unpack_token_ids
 from parity.training.config_file import load_file
 from tests.conftest import REPO_ROOT
 from tests.integration.stack_fixtures import TrainingStack, start_training_stack
@@ -58,3 +65,29 @@ def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(real_m
             assert first[0] == IM_START and list(second[: len(first)]) == list(first)
             assert list(second).count(IM_END) == list(first).count(IM_END) + 2, "the reply's turn, then the result's"
     assert with_tool >= 8, "most rollouts call the calculator and get its result back"
+
+
+def test_a_teacher_scores_each_sampled_token_as_vllm_sampled_it_and_shares_the_students_tokenizer(
+    real_model_stack, real_model_dir: Path
+) -> None:  # fmt: skip
+    vllm = real_model_stack.vllm
+    teacher = Teacher(vllm.base_url)
+    teacher.check(real_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(real_model_dir)
+    chat = [{"role": "user", "content": "What is 12 times 7? Answer with the number."}]
+    prompt = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"])
+    reply = httpx.post(f"{vllm.base_url}/v1/completions", json={
+        "model": vllm.model_name, "prompt": prompt, "max_tokens": 24, "temperature": 1.0, "seed": 7, "logprobs": 0,
+        "return_token_ids": True, "return_tokens_as_token_ids": True,
+    }, timeout=120).json()["choices"][0]  # fmt: skip
+    sampled = reply["logprobs"]["token_logprobs"]
+    ids = prompt + reply["token_ids"]
+    mask = [0] * len(prompt) + [1] * len(reply["token_ids"])
+    sample = sample_pb2.Sample(token_ids=pack_token_ids(ids), loss_mask=pack_mask(mask),
+                               rollout_logprobs=pack_floats([0.0] * len(prompt) + sampled))  # fmt: skip
+    (scores,) = teacher.score([sample])
+    assert len(scores) == len(ids)
+    # The same weights score the ids the model sampled with the logprobs it sampled them with.
+    assert np.max(np.abs(scores[len(prompt):] - np.array(sampled))) < 1e-3
+    batch = to_training_batch([sample]).with_teacher([scores])
+    assert torch.count_nonzero(batch.teacher_logprobs[0, : len(prompt) - 1]) == 0, "prompt tokens get no signal"

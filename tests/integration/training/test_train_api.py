@@ -21,9 +21,13 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.clients import AssemblerClient, StoreClient
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.clients import AssemblerClient, StoreClient, TrainerClient
+from parity.tokens import unpack_floats
 from parity.training import StackAddresses, batch_supply
+from parity.training.run_control import RunEnded
 from tests.conftest import free_port
+from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -221,14 +225,54 @@ def test_a_run_with_a_three_call_cap_stops_every_six_turn_session_at_call_four_a
         assert calls[-1].session_cap == "calls"
 
 
-def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:
-    async def constant_agent(task: dict[str, Any]) -> float:
-        await two_turn_agent(task)
-        return 0.5
+async def constant_agent(task: dict[str, Any]) -> float:
+    await two_turn_agent(task)
+    return 0.5
 
+
+def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:
     result = parity.train(
         constant_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=2,
         groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "failed" and result.steps == 0
     assert "no batch for step 1 after 8 extra tasks" in result.error and "zero_variance_group" in result.error
+
+
+def test_a_distillation_run_learns_from_its_teacher_alone_where_rewards_never_vary(deployed_stack, tmp_path) -> None:
+    # The teacher is the policy's own vLLM: at step 1 it still serves the weights that sampled the batch.
+    result = parity.train(
+        constant_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=2,
+        groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"), progress=False,
+        teacher=deployed_stack.vllm.base_url, reward_coef=0.0, learning_rate=3e-3,
+    )  # fmt: skip
+    assert result.state == "completed" and result.steps == 2, result.error
+    records = [json.loads(line) for line in (tmp_path / "runs" / result.run_id / "metrics.jsonl").read_text().splitlines()]
+    assert all("teacher_kl" in r and r["teacher_seconds"] > 0 for r in records if r["kind"] == "train")
+    trainer = TrainerClient(deployed_stack.trainer.address)
+    for step in (1, 2):
+        batch = trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=step)).batch
+        assert batch.samples, "groups whose rewards never vary are kept: the teacher scores every token"
+        for sample in batch.samples:
+            teacher, student = (unpack_floats(b) for b in (sample.teacher_logprobs, sample.student_logprobs))
+            # One score per sampled token, none for the prompt, the user's follow-up or the template.
+            assert len(teacher) == len(student) == sample.loss_token_count > 0
+            assert abs(sample.teacher_gap - float(np.mean(teacher - student))) < 1e-6
+            if step == 1:
+                # Scoring the sampled ids again gives the logprobs vLLM sampled them with.
+                assert np.max(np.abs(teacher - student)) < 1e-3
+    assert abs(records[1]["teacher_kl"]) < 1e-3 and records[2]["teacher_kl"] != records[1]["teacher_kl"]
+
+
+def test_a_teacher_that_stops_answering_ends_the_run_promptly_with_the_reason(deployed_stack, tmp_path) -> None:
+    with TcpRelay(deployed_stack.vllm.config.port) as relay, parity.Trainer(
+        constant_agent, TASKS, model=str(deployed_stack.vllm.config.model_path), stack=deployed_stack.addresses,
+        steps=3, groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"),
+        progress=False, teacher=f"http://127.0.0.1:{relay.port}", reward_coef=0.0,
+    ) as trainer:  # fmt: skip
+        trainer.step()
+        relay.cut()
+        started = time.monotonic()
+        with pytest.raises(RunEnded, match=f"teacher .* at http://127.0.0.1:{relay.port} failed to score"):
+            trainer.step()
+        assert time.monotonic() - started < 60

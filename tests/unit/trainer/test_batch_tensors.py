@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,3 +67,25 @@ def test_every_sampled_token_is_scored_exactly_once(rows) -> None:
     assert np.isclose(float(batch.token_rewards.sum()), 1.0)
     scored = [ids[t + 1] for t in range(len(ids) - 1) if batch.response_mask[0, t]]
     assert scored == [i for i, m in zip(ids[1:], mask[1:], strict=True) if m]
+
+
+def test_teacher_scores_shift_with_the_tokens_and_stay_on_sampled_ones() -> None:
+    batch = to_training_batch([
+        make_sample([1, 2, 3, 4], [0, 1, 0, 1], [0, -0.5, 0, -0.25]),
+        make_sample([1, 2, 3], [0, 1, 1], [0, -0.1, -0.2]),
+    ])  # fmt: skip
+    scored = batch.with_teacher([np.array([0, -1.0, -9.0, -2.0]), np.array([0, -3.0, -4.0])])
+    # Token 3 of the first sample came from a tool: the teacher's -9 is no signal.
+    assert scored.teacher_logprobs.tolist() == [[-1.0, 0, -2.0], [-3.0, -4.0, 0]]
+    assert scored.rows(torch.tensor([1])).teacher_logprobs.tolist() == [[-3.0, -4.0, 0]]
+    assert batch.teacher_logprobs is None
+
+
+def test_teacher_scores_that_do_not_fit_the_samples_are_refused() -> None:
+    batch = to_training_batch([make_sample([1, 2, 3], [0, 1, 1])])
+    with pytest.raises(InvalidArgument, match="2 values for 3 tokens"):
+        batch.with_teacher([np.array([0, -1.0])])
+    with pytest.raises(InvalidArgument, match="not finite"):
+        batch.with_teacher([np.array([0, -1.0, np.nan])])
+    with pytest.raises(InvalidArgument, match="scored 2 samples of a batch of 1"):
+        batch.with_teacher([np.zeros(3), np.zeros(3)])

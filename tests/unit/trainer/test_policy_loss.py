@@ -2,7 +2,13 @@ import numpy as np
 import torch
 
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.policy_loss import LossSettings, compute_advantages, policy_loss
+from parity.services.trainer.policy_loss import (
+    LossSettings,
+    SignalWeights,
+    compute_advantages,
+    policy_loss,
+    teacher_kl,
+)
 
 SETTINGS = LossSettings(clip_ratio=0.2, tis_cap=2.0, kl_coef=0.0, loss_agg_mode="token-mean")
 
@@ -85,3 +91,24 @@ def test_global_batch_info_normalises_a_micro_batch_by_the_whole_batch() -> None
     ]  # fmt: skip
     assert torch.isclose(sum(shares), whole)
     assert not torch.isclose(shares[0], whole)
+
+
+def test_a_teacher_adds_its_logprob_minus_the_students_to_each_sampled_token() -> None:
+    batch = batch_of([1.0, 0.0], ["a", "a"])
+    batch.response_mask[1, 0] = 0.0  # a tool result's token: no signal of any kind
+    batch.teacher_logprobs = torch.tensor([[-0.5, -1.0, -3.0], [-2.0, -0.2, -1.0]]) * batch.response_mask
+    rewarded = compute_advantages(batch, "grpo")
+    both = compute_advantages(batch, "grpo", SignalWeights(reward=1.0, teacher=0.5))
+    gap = batch.teacher_logprobs - batch.rollout_logprobs
+    assert torch.allclose(both, (rewarded + 0.5 * gap) * batch.response_mask)
+    alone = compute_advantages(batch, "grpo", SignalWeights(reward=0.0, teacher=1.0))
+    assert torch.allclose(alone, gap * batch.response_mask)
+    assert alone[1, 0] == 0.0 and alone[0, 0] == 0.5 and alone[0, 2] == -2.0
+    # The sampled reverse KL: student minus teacher, over sampled tokens only.
+    expected = float(((batch.rollout_logprobs - batch.teacher_logprobs) * batch.response_mask).sum() / 5)
+    assert abs(teacher_kl(batch) - expected) < 1e-6
+
+
+def test_without_teacher_scores_the_teacher_weight_changes_nothing() -> None:
+    batch = batch_of([1.0, 0.0, 3.0], ["a", "a", "a"])
+    assert torch.equal(compute_advantages(batch, "grpo", SignalWeights(teacher=1.0)), compute_advantages(batch, "grpo"))

@@ -49,6 +49,11 @@ def config(**fields) -> run_pb2.RunConfig:
         (config(lora=run_pb2.LoraConfig(rank=0)), "lora.rank"),
         (config(lora=run_pb2.LoraConfig(rank=4, dropout=1.0)), "lora.dropout"),
         (config(lora=run_pb2.LoraConfig(rank=4, target_modules=["all-linear", "q_proj"])), "lora.target_modules"),
+        (config(teacher=run_pb2.TeacherConfig(model="m")), "teacher.url"),
+        (config(teacher=run_pb2.TeacherConfig(url="smollm2-135m-instruct")), "teacher.url"),
+        (config(reward_coef=0), "reward_coef"),
+        (config(teacher_coef=-1, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),
+        (config(teacher_coef=0, reward_coef=0, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),
     ],
 )
 def test_refuses_bad_configs_naming_the_field(bad, named) -> None:
@@ -94,3 +99,11 @@ def test_dtype_defaults_to_auto() -> None:
     saved = RunSettings(Path("/m"), 5, groups_per_batch=2).to_json()
     del saved["dtype"]
     assert RunSettings.from_json(saved).dtype == "float32"
+
+
+def test_a_teacher_travels_as_its_own_message_and_reward_coef_zero_is_kept_beside_it() -> None:
+    settings = RunSettings(Path("/m"), 2, teacher="http://10.0.0.5:8000", teacher_model="big", reward_coef=0.0)
+    proto = settings.to_proto()
+    assert (proto.teacher.url, proto.teacher.model, proto.reward_coef, proto.teacher_coef) == ("http://10.0.0.5:8000", "big", 0.0, 1.0)
+    assert RunSettings.from_proto(proto) == settings
+    assert not RunSettings.from_proto(config()).teacher and not config().HasField("teacher")

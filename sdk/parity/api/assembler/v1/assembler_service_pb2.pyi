@@ -44,7 +44,7 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id", "capped_episodes")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id", "capped_episodes", "teacher_scored")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class CloseSessionRequest(_message.Message):
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CAPPED_EPISODES_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_SCORED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
@@ -65,7 +66,8 @@ class CloseSessionRequest(_message.Message):
     validation: bool
     run_id: str
     capped_episodes: CappedEpisodes
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ..., capped_episodes: _Optional[_Union[CappedEpisodes, str]] = ...) -> None: ...
+    teacher_scored: bool
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ..., capped_episodes: _Optional[_Union[CappedEpisodes, str]] = ..., teacher_scored: bool = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)

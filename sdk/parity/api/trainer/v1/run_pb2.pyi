@@ -76,7 +76,7 @@ TRAINING_DTYPE_FLOAT32: TrainingDtype
 TRAINING_DTYPE_BFLOAT16: TrainingDtype
 
 class RunConfig(_message.Message):
-    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "lora", "ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens", "ray_workers_per_node", "ray_nodes", "dtype", "share_prefixes")
+    __slots__ = ("model_path", "advantage_estimator", "rollout_mode", "backend", "total_steps", "groups_per_batch", "learning_rate", "clip_ratio", "kl_coef", "tis_cap", "max_policy_lag", "checkpoint_dir", "checkpoint_interval", "lora", "ppo_epochs", "max_grad_norm", "loss_agg_mode", "seed", "micro_batch_tokens", "ray_workers_per_node", "ray_nodes", "dtype", "share_prefixes", "teacher", "teacher_coef", "reward_coef")
     MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     ADVANTAGE_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,9 @@ class RunConfig(_message.Message):
     RAY_NODES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHARE_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_COEF_FIELD_NUMBER: _ClassVar[int]
+    REWARD_COEF_FIELD_NUMBER: _ClassVar[int]
     model_path: str
     advantage_estimator: AdvantageEstimator
     rollout_mode: RolloutMode
@@ -123,7 +126,18 @@ class RunConfig(_message.Message):
     ray_nodes: int
     dtype: TrainingDtype
     share_prefixes: bool
-    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ..., ppo_epochs: _Optional[int] = ..., max_grad_norm: _Optional[float] = ..., loss_agg_mode: _Optional[_Union[LossAggMode, str]] = ..., seed: _Optional[int] = ..., micro_batch_tokens: _Optional[int] = ..., ray_workers_per_node: _Optional[int] = ..., ray_nodes: _Optional[int] = ..., dtype: _Optional[_Union[TrainingDtype, str]] = ..., share_prefixes: bool = ...) -> None: ...
+    teacher: TeacherConfig
+    teacher_coef: float
+    reward_coef: float
+    def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ..., ppo_epochs: _Optional[int] = ..., max_grad_norm: _Optional[float] = ..., loss_agg_mode: _Optional[_Union[LossAggMode, str]] = ..., seed: _Optional[int] = ..., micro_batch_tokens: _Optional[int] = ..., ray_workers_per_node: _Optional[int] = ..., ray_nodes: _Optional[int] = ..., dtype: _Optional[_Union[TrainingDtype, str]] = ..., share_prefixes: bool = ..., teacher: _Optional[_Union[TeacherConfig, _Mapping]] = ..., teacher_coef: _Optional[float] = ..., reward_coef: _Optional[float] = ...) -> None: ...
+
+class TeacherConfig(_message.Message):
+    __slots__ = ("url", "model")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    model: str
+    def __init__(self, url: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class LoraConfig(_message.Message):
     __slots__ = ("rank", "alpha", "target_modules", "dropout")

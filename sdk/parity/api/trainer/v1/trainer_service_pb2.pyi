@@ -290,7 +290,7 @@ class StepBatch(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., batch_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[_batch_pb2.BatchStats, _Mapping]] = ..., samples: _Optional[_Iterable[_Union[TrainedSample, _Mapping]]] = ..., dropped_group_ids: _Optional[_Iterable[str]] = ..., advantage_estimator: _Optional[str] = ...) -> None: ...
 
 class TrainedSample(_message.Message):
-    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "reward", "total_return", "advantage", "token_count", "loss_token_count", "policy_version", "truncated", "call_ids")
+    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "reward", "total_return", "advantage", "token_count", "loss_token_count", "policy_version", "truncated", "call_ids", "teacher_logprobs", "student_logprobs", "teacher_gap")
     SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,9 @@ class TrainedSample(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    STUDENT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_GAP_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     session_id: str
     trajectory_name: str
@@ -317,7 +320,10 @@ class TrainedSample(_message.Message):
     policy_version: int
     truncated: bool
     call_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: bool = ..., call_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    teacher_logprobs: bytes
+    student_logprobs: bytes
+    teacher_gap: float
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: bool = ..., call_ids: _Optional[_Iterable[str]] = ..., teacher_logprobs: _Optional[bytes] = ..., student_logprobs: _Optional[bytes] = ..., teacher_gap: _Optional[float] = ...) -> None: ...
 
 class WriteValidationMetricsRequest(_message.Message):
     __slots__ = ("run_id", "step", "values")
