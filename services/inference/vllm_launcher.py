@@ -29,6 +29,7 @@ from parity.services.inference.engine_core_placement import (
     parse_cpu_list,
     place_process,
 )
+from parity.services.inference.parent_death import die_with_parent
 
 log = structlog.get_logger(__name__)
 
@@ -145,6 +146,9 @@ class VllmLaunchConfig:
     """Required on vLLM's /v1, /v2 and /inference routes when set; passed as VLLM_API_KEY, never in argv.
     vLLM's development routes (/collective_rpc, /pause, /sleep) stay open: keep replicas on a private network."""
     extra_args: list[str] = field(default_factory=list)
+    die_with_parent: bool = False
+    """SIGTERM the server when the process that started it exits, even by kill -9: for a server that process
+    alone owns (a distillation teacher beside `parity train`'s stack)."""
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -241,6 +245,7 @@ class VllmServer:
                     stderr=subprocess.STDOUT,
                     env=self.config.environment() | {"TMPDIR": str(self.temp_dir)},
                     start_new_session=True,
+                    preexec_fn=die_with_parent if self.config.die_with_parent else None,
                 )
         except BaseException:
             self._remove_temp_dir()

@@ -9,7 +9,6 @@ all, in dependency order, on Ctrl-C, SIGTERM, or the first unexpected exit.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import functools
 import os
@@ -32,6 +31,7 @@ from parity.clients.transport import ChannelSecurity, set_process_security
 from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
+from parity.services.inference.parent_death import die_with_parent
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,
@@ -60,7 +60,6 @@ DEFAULT_MAX_MODEL_LEN = 2048
 # The role each process calls the others with: the least its calls need. The store calls nobody.
 CLIENT_ROLES = {"ingest": "service", "assembler": "service", "trainer": "admin", "console": "read"}
 VLLM_KEY_SETTINGS = {"ingest": "UPSTREAM_API_KEY_FILE", "trainer": "REPLICA_API_KEY_FILE"}
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -156,7 +155,7 @@ class StartupInterrupted(Exception):
 
 def _prepare_child(cpus: frozenset[int] | None) -> None:
     """In the child before it runs: die with its parent, and keep to `cpus`."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent()
     if cpus:
         os.sched_setaffinity(0, cpus)
 

@@ -142,16 +142,17 @@ class RunLoop:
                 if batch is None:
                     break
                 wait_seconds = time.perf_counter() - waited
-                tensors = to_training_batch(batch.samples)
                 teacher_values: dict[str, float] = {}
-                if teacher is not None:
-                    scored = time.perf_counter()
-                    tensors = tensors.with_teacher(teacher.score(batch.samples))
-                    teacher_values = {"teacher_kl": teacher_kl(tensors), "teacher_seconds": time.perf_counter() - scored}
                 with self._policy.lock:
                     if settings.rollout_mode == "sync":
                         self._policy.weight_sync.hold(f"training step {run.step + 1}")
+                    # Scoring is part of the step: a driver that saw the run still waiting for data would top it up.
                     self._set_state(RunState.TRAINING)
+                    tensors = to_training_batch(batch.samples)
+                    if teacher is not None:
+                        scored = time.perf_counter()
+                        tensors = tensors.with_teacher(teacher.score(batch.samples))
+                        teacher_values = {"teacher_kl": teacher_kl(tensors), "teacher_seconds": time.perf_counter() - scored}
                     values = backend.train_step(tensors)
                     run.step += 1
                     run.policy_version += 1

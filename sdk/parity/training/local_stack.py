@@ -10,7 +10,6 @@ started beside `parity up` and stopped with it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -25,6 +24,7 @@ from pathlib import Path
 import httpx
 import structlog
 
+from parity.services.inference.parent_death import die_with_parent
 from parity.services.inference.vllm_launcher import VllmExitedError, VllmServer
 from parity.services.trainer.compute_defaults import dtype_reason, resolve_dtype
 from parity.training.settings import StackAddresses, TrainSettings
@@ -33,7 +33,6 @@ from parity.training.teacher_server import teacher_server, warm_up
 SERVICES = ("store", "ingest", "assembler", "trainer")
 READY_LINE = "Press Ctrl-C"
 STOP_GRACE_S = 120.0
-_PR_SET_PDEATHSIG = 1
 
 log = structlog.get_logger()
 
@@ -127,7 +126,7 @@ class LocalStack:
                 self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
                 # Its own session: Ctrl-C reaches `parity train`, which stops the run before the
                 # stack; the death signal takes the stack down if `parity train` is killed.
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
         ready = threading.Event()
         reader = threading.Thread(target=self._read_output, args=(ready,), name="parity-up-output", daemon=True)
@@ -194,10 +193,6 @@ def served_model(ingest_url: str, api_key: str) -> str:
     if not models:
         raise StackError(f"ingest at {ingest_url} lists no model; is a vLLM replica up behind it?")
     return str(models[0]["id"])
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -37,7 +37,7 @@ def teacher_server(folder: Path, port: int, dtype: str, max_model_len: int | Non
     """The teacher's vLLM, not started; `max_model_len` None takes the launcher's default."""
     config = VllmLaunchConfig(
         model_path=folder, port=port, served_model_name=SERVED_NAME, dtype=dtype, tool_call_parser=None,
-        enable_scale_out=False, log_path=log_path,
+        enable_scale_out=False, log_path=log_path, die_with_parent=True,
     )  # fmt: skip
     if max_model_len is not None:
         config.max_model_len = max_model_len
