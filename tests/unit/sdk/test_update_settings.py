@@ -12,10 +12,10 @@ from google.protobuf.descriptor import FieldDescriptor
 from parity.api.trainer.v1 import run_pb2
 from parity.services.trainer.run_settings import RunSettings
 from parity.training.settings import TrainSettings
-from parity.update_settings import LORA_FIELDS, UpdateSettings, to_run_config
+from parity.update_settings import LORA_FIELDS, TEACHER_FIELDS, UpdateSettings, to_run_config
 
-# RunConfig fields that are the run's own, not settings of the update.
-RUN_FIELDS = {"model_path", "total_steps", "checkpoint_dir", "lora"}
+# RunConfig fields that are the run's own, not settings of the update, and the messages settings travel in.
+RUN_FIELDS = {"model_path", "total_steps", "checkpoint_dir", "lora", "teacher"}
 PROTO_TYPES = {
     FieldDescriptor.TYPE_DOUBLE: float, FieldDescriptor.TYPE_FLOAT: float, FieldDescriptor.TYPE_INT32: int,
     FieldDescriptor.TYPE_INT64: int, FieldDescriptor.TYPE_BOOL: bool, FieldDescriptor.TYPE_STRING: str,
@@ -23,6 +23,7 @@ PROTO_TYPES = {
 }  # fmt: skip
 CONFIG = run_pb2.RunConfig.DESCRIPTOR
 LORA = run_pb2.LoraConfig.DESCRIPTOR
+TEACHER = run_pb2.TeacherConfig.DESCRIPTOR
 
 
 def scalar(annotation: object) -> type:
@@ -40,6 +41,7 @@ def test_every_run_config_field_is_an_update_setting_of_the_same_name_and_type()
     settings = update_fields()
     wire = {f.name: f for f in CONFIG.fields if f.name not in RUN_FIELDS}
     wire |= {name: LORA.fields_by_name[proto] for name, proto in LORA_FIELDS.items()}
+    wire |= {name: TEACHER.fields_by_name[proto] for name, proto in TEACHER_FIELDS.items()}
     assert sorted(wire) == sorted(settings), "RunConfig and UpdateSettings name different settings"
     for name, proto in wire.items():
         kind = scalar(hints[name])
@@ -88,6 +90,7 @@ def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_p
         "ppo_epochs": 2, "max_grad_norm": 0.5, "loss_agg_mode": "seq-mean-token-sum", "seed": 7, "dtype": "bfloat16",
         "micro_batch_tokens": 4096, "ray_workers_per_node": 2, "ray_nodes": 2, "checkpoint_interval": 0, "share_prefixes": False,
         "lora_rank": 8, "lora_alpha": 4, "lora_target_modules": "q_proj,v_proj", "lora_dropout": 0.1,
+        "teacher": "http://10.0.0.5:8000", "teacher_model": "big", "teacher_coef": 0.5, "reward_coef": 0.0,
     }  # fmt: skip
     assert sorted(changed) == sorted(update_fields()), "a setting is missing from this test's values"
     assert all(value != update_fields()[name].default for name, value in changed.items())
