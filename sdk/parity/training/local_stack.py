@@ -138,9 +138,7 @@ class LocalStack:
                 raise StackError(self._failure(f"parity up exited with code {self.process.returncode}"))
             if cancelled is not None and cancelled.is_set():
                 raise KeyboardInterrupt
-            if self._teacher is not None and self._teacher.returncode is not None:
-                raise StackError(f"the teacher's vLLM ({self.teacher}) exited with code {self._teacher.returncode}:\n"
-                                 f"{self._teacher.log_tail()}")  # fmt: skip
+            self._raise_if_teacher_down()
             if time.monotonic() > deadline:
                 raise StackError(self._failure(f"the stack was not up after {timeout_s:g} s"))
         if self._teacher is not None:
@@ -153,8 +151,12 @@ class LocalStack:
     def raise_if_down(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise StackError(self._failure(f"parity up exited with code {self.process.returncode}"))
+        self._raise_if_teacher_down()
+
+    def _raise_if_teacher_down(self) -> None:
         if self._teacher is not None and self._teacher.returncode is not None:
-            raise StackError(f"the teacher's vLLM exited with code {self._teacher.returncode}:\n{self._teacher.log_tail()}")
+            raise StackError(f"the teacher's vLLM ({self.teacher}) exited with code {self._teacher.returncode}:\n"
+                             f"{self._teacher.log_tail()}")  # fmt: skip
 
     def stop(self) -> int | None:
         if self._teacher is not None:
