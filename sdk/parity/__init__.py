@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from parity.chat_client import get_async_chat_client, get_chat_client
     from parity.clients import RPCError
     from parity.config import configure, current_config
+    from parity.feedback import FeedbackError, FeedbackReceipt, afeedback, feedback
     from parity.flushing import FlushError, aflush, flush
     from parity.rewards import areward, reward
     from parity.session_budget import SessionBudget
     from parity.session_slug import SessionRef
     from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
     from parity.training import StackAddresses, Trainer, TrainResult, TrainSettings, train
+    from parity.user_data import Deletion, delete_user_data
 
 # Imported on first use: the services live under `parity.services`, and importing
 # the openai client there for nothing cost 0.8 s at start and a heap every garbage
@@ -41,6 +43,10 @@ _EXPORTS = {
     "RPCError": "parity.clients",
     "configure": "parity.config",
     "current_config": "parity.config",
+    "FeedbackError": "parity.feedback",
+    "FeedbackReceipt": "parity.feedback",
+    "afeedback": "parity.feedback",
+    "feedback": "parity.feedback",
     "FlushError": "parity.flushing",
     "aflush": "parity.flushing",
     "flush": "parity.flushing",
@@ -58,6 +64,8 @@ _EXPORTS = {
     "TrainResult": "parity.training.result",
     "TrainSettings": "parity.training.settings",
     "train": "parity.training.trainer",
+    "Deletion": "parity.user_data",
+    "delete_user_data": "parity.user_data",
 }
 
 
@@ -75,6 +83,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Deletion",
+    "FeedbackError",
+    "FeedbackReceipt",
     "FlushError",
     "RPCError",
     "SessionBudget",
@@ -84,11 +95,14 @@ __all__ = [
     "TrainSettings",
     "Trainer",
     "TrajectoryView",
+    "afeedback",
     "aflush",
     "areward",
     "configure",
     "current_config",
     "current_session",
+    "delete_user_data",
+    "feedback",
     "flush",
     "get_async_chat_client",
     "get_chat_client",

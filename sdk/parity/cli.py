@@ -1,6 +1,7 @@
 """The `parity` command: one entry point for every service and for the local stack.
 
     parity store|ingest|assembler|trainer serve [flags]   run one gRPC service
+    parity store delete --user U | sessions --user U       an end user's data: delete it, list it
     parity console serve [flags]                           the web console: runs, batches, trajectories
     parity up [flags]                                      run the whole stack on this machine
     parity train [flags]                                   train an agent on its tasks, end to end
@@ -62,13 +63,16 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
     return handler
 
 
-# Commands whose module owns its own argument parsing; imported only when they run.
+# Commands whose module owns its own argument parsing (its `main`, or the function named after a
+# colon); imported only when they run.
 DELEGATED_COMMANDS = {
     ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer, vLLM and the console locally"),
     ("console", "serve"): ("parity.services.console.serve_command", "the web console: watch runs, read trajectories token by token"),
     ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
     ("model",): ("parity.services.inference.model_command", "list the named models, prepare one, or generate the test model"),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
+    ("store", "delete"): ("parity.user_data:delete_main", "delete an end user's data, or sessions by id or age"),
+    ("store", "sessions"): ("parity.user_data:sessions_main", "list sessions by end user and tags"),
     ("assembler", "retokenization-report"): (
         "parity.services.assembler.retokenization_report",
         "how many samples re-tokenizing would change, on your model",
@@ -94,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     for words, (module_name, _) in DELEGATED_COMMANDS.items():
         if tuple(argv[: len(words)]) == words:
-            return int(importlib.import_module(module_name).main(argv[len(words) :]) or 0)
+            module_name, _, function = module_name.partition(":")
+            entry = getattr(importlib.import_module(module_name), function or "main")
+            return int(entry(argv[len(words) :]) or 0)
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):

@@ -34,7 +34,7 @@ def flush(timeout_s: float | None = None) -> int:
     timeout_s = config.rpc_timeout_s if timeout_s is None else timeout_s
     url = f"{config.ingest_url}{FLUSH_PATH}"
     try:
-        response = _client(config.ingest_url).post(
+        response = ingest_http_client(config.ingest_url).post(
             url, json={"timeout_s": timeout_s}, headers={"Authorization": f"Bearer {config.api_key}"},
             timeout=timeout_s + _TRANSPORT_MARGIN_S,
         )  # fmt: skip
@@ -54,7 +54,8 @@ async def aflush(timeout_s: float | None = None) -> int:
     return await asyncio.to_thread(flush, timeout_s)
 
 
-def _client(ingest_url: str) -> httpx.Client:
+def ingest_http_client(ingest_url: str) -> httpx.Client:
+    """One pooled HTTP client per ingest root, shared by the SDK's calls to ingest's own routes."""
     with _clients_lock:
         client = _clients.get(ingest_url)
         if client is None:

@@ -2,7 +2,7 @@
 
 A plain session id is its own slug (`/sessions/episode-7/v1`), so curl users can
 type one. Nested sessions, a trajectory name, metadata and a budget need more than a URL
-segment can hold as is; they travel as `p1.` followed by URL-safe base64 of a
+segment can hold as is (so do an end user and tags); they travel as `p1.` followed by URL-safe base64 of a
 compact JSON object. Both forms are also accepted in the `X-Parity-Session` header.
 """
 
@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from parity.attribution import check_end_user_id, normalize_tags
 from parity.session_budget import SessionBudget
 
 PREFIX = "p1."
@@ -39,11 +40,18 @@ class SessionRef:
     """One of HISTORY_MODES, or empty for the mode ingest runs with."""
     budget: SessionBudget | None = None
     """Caps ingest enforces on the session (parity/session_budget.py); None: ingest's serving default."""
+    end_user_id: str = ""
+    """The end user the session serves (parity/attribution.py); empty: none given."""
+    tags: tuple[str, ...] = ()
+    """Labels of the session, sorted, without repeats."""
 
 
 def encode(ref: SessionRef) -> str:
     check(ref)
-    plain = not (ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode or ref.budget)
+    plain = not (
+        ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode or ref.budget
+        or ref.end_user_id or ref.tags
+    )  # fmt: skip
     if plain and _PLAIN_ID.fullmatch(ref.session_id) and not ref.session_id.startswith(PREFIX):
         return ref.session_id
     document: dict[str, object] = {"s": ref.session_id}
@@ -57,6 +65,10 @@ def encode(ref: SessionRef) -> str:
         document["h"] = ref.history_mode
     if ref.budget:
         document["b"] = ref.budget.to_json()
+    if ref.end_user_id:
+        document["u"] = ref.end_user_id
+    if ref.tags:
+        document["g"] = list(ref.tags)
     packed = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     slug = PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
     if len(slug) > MAX_SLUG_LENGTH:
@@ -96,7 +108,15 @@ def decode(slug: str) -> SessionRef:
         budget = SessionBudget.from_json(document["b"]) if "b" in document else None
     except ValueError as error:
         raise ValueError(f"session slug 'b': {error}") from None
-    ref = SessionRef(document["s"], tuple(parents), trajectory, metadata, history_mode, budget)
+    end_user_id, tags = document.get("u", ""), document.get("g", [])
+    if not isinstance(end_user_id, str):
+        raise ValueError("session slug 'u' must be a string")
+    if not isinstance(tags, list):
+        raise ValueError("session slug 'g' must be a list of tags")
+    ref = SessionRef(
+        document["s"], tuple(parents), trajectory, metadata, history_mode, budget, end_user_id,
+        normalize_tags(tags, "session slug 'g'"),
+    )  # fmt: skip
     check(ref)
     return ref
 
@@ -117,6 +137,9 @@ def check(ref: SessionRef) -> None:
     if ref.session_id in ref.parent_session_ids:
         raise ValueError(f"session {ref.session_id!r} cannot be its own ancestor")
     check_metadata(ref.metadata)
+    check_end_user_id(ref.end_user_id)
+    if ref.tags != normalize_tags(ref.tags):
+        raise ValueError("tags must be sorted and without repeats (parity.attribution.normalize_tags)")
     if ref.history_mode and ref.history_mode not in HISTORY_MODES:
         raise ValueError(f"history_mode must be one of {', '.join(HISTORY_MODES)}, got {ref.history_mode[:40]!r}")
 

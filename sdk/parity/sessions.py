@@ -14,12 +14,13 @@ import contextvars
 import functools
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from parity import session_slug
+from parity.attribution import check_end_user_id, normalize_tags
 from parity.config import current_config
 from parity.ids import new_id
 from parity.session_budget import SessionBudget
@@ -69,11 +70,14 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
     overrides ingest's for the session's calls; nested sessions inherit it.
     `budget` caps the session's calls, tokens and seconds (SessionBudget);
     a nested session is held to the tighter of its own and its parent's.
+    `user` is the end user a deployed agent serves and `tags` label the session
+    (docs/production.md); the store indexes both, to list, train on and delete
+    by. A nested session inherits its parent's user and adds to its tags.
     """
 
     def __init__(
         self, session_id: str | None = None, *, trajectory: str | None = None, history_mode: str | None = None,
-        budget: SessionBudget | None = None, **metadata: str,
+        budget: SessionBudget | None = None, user: str | None = None, tags: Iterable[str] = (), **metadata: str,
     ) -> None:  # fmt: skip
         if history_mode is not None and history_mode not in session_slug.HISTORY_MODES:
             raise ValueError(f"history_mode must be one of {', '.join(session_slug.HISTORY_MODES)}, got {history_mode!r}")
@@ -81,6 +85,8 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
         self.trajectory = trajectory
         self.history_mode = history_mode
         self.budget = budget
+        self.user = check_end_user_id(user, "user") if user is not None else None
+        self.tags = normalize_tags(tags)
         self.metadata = {key: str(value) for key, value in metadata.items()}
         self.ref: SessionRef | None = None
         self._token: contextvars.Token[SessionRef | None] | None = None
@@ -94,6 +100,8 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
             metadata={**(parent.metadata if parent else {}), **self.metadata},
             history_mode=self.history_mode if self.history_mode is not None else (parent.history_mode if parent else ""),
             budget=self.budget.tightest(parent.budget if parent else None) if self.budget else (parent.budget if parent else None),
+            end_user_id=self.user if self.user is not None else (parent.end_user_id if parent else ""),
+            tags=normalize_tags((*(parent.tags if parent else ()), *self.tags)),
         )
         self._token = _current.set(self.ref)
         return self.ref

@@ -13,7 +13,12 @@ from typing import Any
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.ids import new_id
-from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.runtime.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from parity.services.store import call_codec
 from parity.services.store.backends.base import StoreBackend
 from parity.services.store.call_codec import CallTokens
@@ -27,6 +32,7 @@ from parity.services.store.records import (
     SessionClose,
     SessionTouch,
 )
+from parity.services.store.reward_conflicts import conflict_message, reward_content
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,11 @@ class StoreCommits:
                     touch = touches[session_id] = SessionTouch(
                         session_id, list(parents) if parents else [], dict(metadata) if metadata else {}, 0, now
                     )
+                # The end user and tags of the batch's first call of the session that carries them.
+                if not touch.end_user_id:
+                    touch.end_user_id = call.end_user_id
+                if not touch.tags and call.tags:
+                    touch.tags = list(call.tags)
                 touch.added_calls += 1
                 written += 1
             results.append(WriteResult(written, len(calls) - written))
@@ -89,16 +100,23 @@ class StoreCommits:
         step_calls = self.backend.get_call_rows(
             {r.call_id for rewards in requests for r in rewards if r.WhichOneof("step") == "call_id"}
         )
+        # Each id's reward as stored, then as accepted earlier in this group.
+        reward_ids = {r.reward_id for rewards in requests for r in rewards if r.reward_id}
+        taken = self.backend.get_reward_rows(reward_ids) if reward_ids else {}
+        claimed = {reward_id: reward_pb2.Reward.FromString(row.body) for reward_id, row in taken.items()}
         results: list[Any] = []
         rows: list[RewardRow] = []
         for rewards in requests:
             try:
                 _check_reward_targets(rewards, known, step_calls)
-            except (NotFound, InvalidArgument) as error:
+                _check_reward_ids(rewards, claimed)
+            except (NotFound, InvalidArgument, AlreadyExists) as error:
                 results.append(error)
                 continue
             results.append(len(rewards))
             for reward in rewards:
+                if reward.reward_id:
+                    claimed.setdefault(reward.reward_id, reward)
                 stored = reward_pb2.Reward()
                 stored.CopyFrom(reward)
                 if not stored.reward_id:
@@ -148,11 +166,11 @@ class StoreCommits:
             for result in results
         ]
 
-    def delete(self, requests: list[tuple[list[str], float | None]]) -> list[Any]:
+    def delete(self, requests: list[tuple[list[str], float | None, str]]) -> list[Any]:
         """Deletes commit alone: they are rare and touch many rows."""
-        (session_ids, updated_before), = requests
+        (session_ids, updated_before, end_user_id), = requests
         try:
-            deleted = self.backend.delete_sessions(session_ids, updated_before)
+            deleted = self.backend.delete_sessions(session_ids, updated_before, end_user_id)
         except (InvalidArgument, NotFound, FailedPrecondition) as error:
             return [error]
         # Deleted sessions may come back under the same id; never splice against a deleted call.
@@ -171,6 +189,14 @@ class StoreCommits:
             references = self.reader.references(list(rows.values()), cache)
         for key, call in zip(rows, self.reader.render(list(rows.values()), references), strict=True):
             self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
+
+
+def _check_reward_ids(rewards: Sequence[reward_pb2.Reward], claimed: dict[str, reward_pb2.Reward]) -> None:
+    """A reward id already taken is written again only as a retry, with the same reward."""
+    for reward in rewards:
+        earlier = claimed.get(reward.reward_id) if reward.reward_id else None
+        if earlier is not None and reward_content(earlier) != reward_content(reward):
+            raise AlreadyExists(conflict_message(reward.reward_id, earlier, reward))
 
 
 def _check_reward_targets(

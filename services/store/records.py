@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from parity.splice_delta import Splice
 
@@ -48,6 +49,10 @@ class SessionRow:
     session_id: str
     parent_session_ids: list[str]
     metadata: dict[str, str]
+    # Who the session served, and its tags (sorted, no repeats): from its first call
+    # that carries them; empty until one does.
+    end_user_id: str = ""
+    tags: list[str] = field(default_factory=list)
     state: int = SESSION_STATE_OPEN
     outcome: int = 0
     error_message: str = ""
@@ -67,13 +72,16 @@ class SessionRow:
 
 @dataclass(slots=True)
 class SessionTouch:
-    """How one committed batch changes a session: created if missing, calls added."""
+    """How one committed batch changes a session: created if missing, calls added. Its
+    parents, metadata, end user and tags are kept only where the session has none yet."""
 
     session_id: str
     parent_session_ids: list[str]
     metadata: dict[str, str]
     added_calls: int
     time: float
+    end_user_id: str = ""
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -129,6 +137,9 @@ class SessionQuery:
     # Every pair must be in the session's metadata, with exactly this value.
     metadata: tuple[tuple[str, str], ...] = ()
     session_id_prefix: str = ""
+    end_user_id: str | None = None
+    # The session must carry every one of these tags.
+    tags: tuple[str, ...] = ()
     newest_first: bool = False
 
     def scope(self) -> str:
@@ -144,7 +155,17 @@ class SessionQuery:
             and (self.outcome is None or row.outcome == self.outcome)
             and row.session_id.startswith(self.session_id_prefix)
             and all(row.metadata.get(key) == value for key, value in self.metadata)
+            and (self.end_user_id is None or row.end_user_id == self.end_user_id)
+            and all(tag in row.tags for tag in self.tags)
         )
+
+
+class DeletedCounts(NamedTuple):
+    """What one DeleteSessions removed."""
+
+    sessions: int
+    calls: int
+    rewards: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ def session_to_proto(row: SessionRow) -> session_pb2.Session:
         outcome=cast(session_pb2.SessionOutcome, row.outcome),
         error_message=row.error_message,
         call_count=row.call_count,
+        end_user_id=row.end_user_id,
+        tags=row.tags,
     )
     session.create_time.FromNanoseconds(int(row.create_time * 1e9))
     session.update_time.FromNanoseconds(int(row.update_time * 1e9))
@@ -123,7 +125,8 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         query = SessionQuery(
             state=request.state or None, parent_session_id=request.parent_session_id or None,
             outcome=request.outcome or None, metadata=tuple(sorted(request.metadata.items())),
-            session_id_prefix=request.session_id_prefix, newest_first=request.order == pb.SESSION_ORDER_NEWEST_FIRST,
+            session_id_prefix=request.session_id_prefix, end_user_id=request.end_user_id or None,
+            tags=tuple(request.tags), newest_first=request.order == pb.SESSION_ORDER_NEWEST_FIRST,
         )  # fmt: skip
         rows, token = await self.store.list_sessions(query, request.page_size, request.page_token)
         return pb.ListSessionsResponse(sessions=[session_to_proto(r) for r in rows], next_page_token=token)
@@ -171,8 +174,11 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         self, request: pb.DeleteSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSessionsResponse:
         before = request.updated_before.ToNanoseconds() / 1e9 if request.HasField("updated_before") else None
-        sessions, calls = await self.store.delete_sessions(request.session_ids, before)
-        return pb.DeleteSessionsResponse(deleted_session_count=sessions, deleted_call_count=calls)
+        deleted = await self.store.delete_sessions(request.session_ids, before, request.end_user_id)
+        return pb.DeleteSessionsResponse(
+            deleted_session_count=deleted.sessions, deleted_call_count=deleted.calls,
+            deleted_reward_count=deleted.rewards,
+        )  # fmt: skip
 
     async def GetStoreStats(
         self, request: pb.GetStoreStatsRequest, context: grpc.aio.ServicerContext

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import structlog
@@ -28,6 +28,7 @@ from parity.services.store.cursors import decode_cursor, encode_cursor
 from parity.services.store.records import (
     BackendStats,
     CallRow,
+    DeletedCounts,
     MetadataUpdate,
     RewardRow,
     SessionClose,
@@ -113,12 +114,12 @@ class TokenStore:
         while True:
             # One failed pass (a locked or restarting database) must not end retention.
             try:
-                sessions, calls = await self.delete_sessions([], time.time() - self.retention_s)
+                deleted = await self.delete_sessions([], time.time() - self.retention_s)
             except Exception:
                 log.exception("retention_failed")
             else:
-                if sessions:
-                    log.info("retention_deleted", sessions=sessions, calls=calls)
+                if deleted.sessions:
+                    log.info("retention_deleted", **deleted._asdict())
             await asyncio.sleep(min(self.retention_s / 10, 300.0))
 
     # Writes.
@@ -152,12 +153,18 @@ class TokenStore:
             return 0
         return await self._writes.submit(self._commits.metadata, list(updates))
 
-    async def delete_sessions(self, session_ids: Sequence[str], updated_before: float | None) -> tuple[int, int]:
-        if not session_ids and updated_before is None:
-            raise InvalidArgument("give session_ids, updated_before, or both")
+    async def delete_sessions(
+        self, session_ids: Sequence[str], updated_before: float | None, end_user_id: str = ""
+    ) -> DeletedCounts:
+        """Deletes the sessions named, idle since `updated_before` and of `end_user_id`,
+        with their descendants, in one transaction. What matches nothing deletes nothing."""
+        if not session_ids and updated_before is None and not end_user_id:
+            raise InvalidArgument("give session_ids, updated_before, end_user_id, or several")
         for position, session_id in enumerate(session_ids):
             validation.check_required_id(session_id, f"session_ids[{position}]")
-        return await self._writes.submit(self._commits.delete, (list(session_ids), updated_before), alone=True)
+        validation.check_end_user_id(end_user_id, "end_user_id")
+        deletion = (list(session_ids), updated_before, end_user_id)
+        return await self._writes.submit(self._commits.delete, deletion, alone=True)
 
     # Reads.
     # Each read runs in one backend snapshot, with the reference rows its calls splice
@@ -323,6 +330,9 @@ class TokenStore:
         validation.check_id(query.parent_session_id or "", "parent_session_id")
         validation.check_id(query.session_id_prefix, "session_id_prefix")
         validation.check_metadata(dict(query.metadata), "metadata")
+        validation.check_end_user_id(query.end_user_id or "", "end_user_id")
+        # In any order and with repeats: a filter is a set of tags.
+        query = replace(query, tags=validation.check_tags(query.tags, "tags"))
         scope = query.scope()
         position = decode_page_token(page_token, scope)
         limit = page_tokens.page_size(page_size)

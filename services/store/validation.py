@@ -15,15 +15,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from parity import attribution
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store.records import MetadataUpdate
+from parity.services.store.reward_conflicts import describe, reward_content
 from parity.tokens import token_count
 
 MAX_BATCH = 1000
 # Metadata updates are small; a batch feed marks every rollout of a batch in one request.
 MAX_METADATA_UPDATES = 10_000
 MAX_ID_LENGTH = 256
+MAX_REWARD_NAME_LENGTH = 64
 REWARD_LEVEL_STEP = 2
 _VALID_REWARD_LEVELS = (1, 2)
 # PostgreSQL text cannot hold NUL, and U+001F separates the fields of page tokens, whose
@@ -54,6 +57,33 @@ def check_text(value: str, what: str) -> None:
         raise InvalidArgument(f"{what} contains NUL (U+0000), which the store cannot keep")
 
 
+def check_end_user_id(value: str, what: str) -> None:
+    """At most 256 characters, none of them a control character (parity.attribution's rules)."""
+    try:
+        attribution.check_end_user_id(value, what)
+    except ValueError as error:
+        raise InvalidArgument(str(error)) from None
+
+
+def check_tags(tags: Sequence[str], what: str) -> tuple[str, ...]:
+    """Tags, sorted and without repeats. Each is checked alone first, so a refusal names
+    it (`tags[2]`): 1 to 64 characters without commas, control characters or spaces at
+    either end; at most 32 tags."""
+    try:
+        for position, tag in enumerate(tags):
+            attribution.normalize_tags([tag], f"{what}[{position}]")
+        return attribution.normalize_tags(tags, what)
+    except ValueError as error:
+        raise InvalidArgument(str(error)) from None
+
+
+def _tags_normalized(tags: tuple[str, ...]) -> bool:
+    try:
+        return attribution.normalize_tags(tags) == tags
+    except ValueError:
+        return False
+
+
 def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
     """Validate a WriteCalls batch (unary or streamed). Every call names its session: ingest
     files a call that came with none under the reserved session "unassigned" itself, so an
@@ -71,6 +101,9 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
     required: list[str] = []
     optional: list[str] = []
     values: list[str] = []
+    end_users: list[str] = []
+    # A batch's calls mostly share a few sets of tags: each set is checked once.
+    good_tags: set[tuple[str, ...]] = set()
     # Each read of a bytes field copies it: read each once, for its length and its values.
     token_arrays: list[bytes] = []
     logprob_arrays: list[bytes] = []
@@ -85,6 +118,13 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
         if call.metadata:
             required.extend(call.metadata.keys())
             values.extend(call.metadata.values())
+        end_users.append(call.end_user_id)
+        if call.tags:
+            tags = tuple(call.tags)
+            if tags not in good_tags:
+                if not _tags_normalized(tags):
+                    return False
+                good_tags.add(tags)
         prompt = call.prompt_token_ids
         if len(prompt) % 4:
             return False
@@ -102,7 +142,8 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
     return (
         all(required)
         and max(map(len, ids), default=0) <= MAX_ID_LENGTH
-        and _CONTROL_CHARACTER.search("".join(ids)) is None
+        and max(map(len, end_users), default=0) <= attribution.MAX_END_USER_ID_LENGTH
+        and _CONTROL_CHARACTER.search("".join(ids + end_users)) is None
         and "\x00" not in "".join(values)
         and _ids_in_range(b"".join(token_arrays))
         and _logprobs_in_range(b"".join(logprob_arrays))
@@ -152,6 +193,10 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
         # Empty names the session's default trajectory.
         check_id(call.trajectory_name, f"{where}.trajectory_name")
         check_metadata(call.metadata, f"{where}.metadata")
+        check_end_user_id(call.end_user_id, f"{where}.end_user_id")
+        # Ingest sends them normalized; the store keeps them as sent, so it refuses any other order.
+        if check_tags(call.tags, f"{where}.tags") != tuple(call.tags):
+            raise InvalidArgument(f"{where}.tags must be sorted, without repeats, got {list(call.tags)[:8]}")
         check_token_ids(call.prompt_token_ids, f"{where}.prompt_token_ids")
         indexes = set()
         for choice_position, choice in enumerate(call.choices):
@@ -187,6 +232,31 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
             raise InvalidArgument(f"{where}.step_index must not be negative")
         if not math.isfinite(reward.value):
             raise InvalidArgument(f"{where}.value must be a finite number, got {reward.value}")
+        check_reward_name(reward.name, f"{where}.name")
+    _check_repeated_reward_ids(rewards)
+
+
+def check_reward_name(name: str, what: str) -> None:
+    """What a feedback signal is (`thumbs_up`): at most 64 characters, none a control character."""
+    if len(name) > MAX_REWARD_NAME_LENGTH:
+        raise InvalidArgument(f"{what} is {len(name)} characters; at most {MAX_REWARD_NAME_LENGTH} are allowed")
+    control = _CONTROL_CHARACTER.search(name)
+    if control is not None:
+        raise InvalidArgument(f"{what} contains the control character U+{ord(control.group()):04X}")
+
+
+def _check_repeated_reward_ids(rewards: Sequence[reward_pb2.Reward]) -> None:
+    """An id twice in one request is a retry only if both carry the same reward."""
+    first: dict[str, int] = {}
+    for position, reward in enumerate(rewards):
+        if not reward.reward_id:
+            continue
+        earlier = first.setdefault(reward.reward_id, position)
+        if earlier != position and reward_content(rewards[earlier]) != reward_content(reward):
+            raise InvalidArgument(
+                f"rewards[{position}].reward_id {reward.reward_id!r} repeats rewards[{earlier}]'s with"
+                f" {describe(reward)}, not {describe(rewards[earlier])}"
+            )
 
 
 def check_metadata(metadata: Mapping[str, str], where: str) -> None:

@@ -15,6 +15,7 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    DeletedCounts,
     MetadataUpdate,
     RewardRow,
     SessionClose,
@@ -53,9 +54,12 @@ class StoreBackend(ABC):
         sessions whose metadata changed."""
 
     @abstractmethod
-    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
-        """Delete the sessions, their descendants and every session last updated before
-        `updated_before`, with their calls and rewards. Returns (sessions, calls) deleted."""
+    def delete_sessions(
+        self, session_ids: list[str], updated_before: float | None, end_user_id: str = ""
+    ) -> DeletedCounts:
+        """Delete the sessions, every session last updated before `updated_before` and
+        every session of `end_user_id` (when given), with their descendants, calls, rewards
+        and tags. Ids and end users the store does not know delete nothing."""
 
     # Reads.
     @abstractmethod
@@ -77,6 +81,10 @@ class StoreBackend(ABC):
     @abstractmethod
     def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
         """Calls committed after `seq`, in commit order."""
+
+    @abstractmethod
+    def get_reward_rows(self, reward_ids: Iterable[str]) -> dict[str, RewardRow]:
+        """The rewards that exist among `reward_ids`."""
 
     @abstractmethod
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]: ...

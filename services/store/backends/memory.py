@@ -15,6 +15,7 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    DeletedCounts,
     MetadataUpdate,
     RewardRow,
     SessionClose,
@@ -53,16 +54,20 @@ class MemoryBackend(StoreBackend):
                 if touch.session_id not in self._sessions:
                     self._add_session(SessionRow(
                         touch.session_id, list(touch.parent_session_ids), dict(touch.metadata),
-                        create_time=touch.time, update_time=touch.time,
+                        touch.end_user_id, list(touch.tags), create_time=touch.time, update_time=touch.time,
                     ))  # fmt: skip
             for touch in batch.sessions:
                 session = self._session_for_write(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
-                # A session first created as an ancestor or by a close takes its parents
-                # and metadata from its own calls; once set, they are never rewritten.
+                # A session first created as an ancestor or by a close takes its parents,
+                # metadata, end user and tags from its own calls; once set, each is never rewritten.
                 if not session.parent_session_ids:
                     session.parent_session_ids = list(touch.parent_session_ids)
                 if not session.metadata:
                     session.metadata = dict(touch.metadata)
+                if not session.end_user_id:
+                    session.end_user_id = touch.end_user_id
+                if not session.tags:
+                    session.tags = list(touch.tags)
                 session.call_count += touch.added_calls
                 session.update_time = touch.time
             for row in batch.calls:
@@ -126,21 +131,27 @@ class MemoryBackend(StoreBackend):
                     changed.add(update.session_id)
         return changed
 
-    def delete_sessions(self, session_ids: list[str], updated_before: float | None) -> tuple[int, int]:
+    def delete_sessions(
+        self, session_ids: list[str], updated_before: float | None, end_user_id: str = ""
+    ) -> DeletedCounts:
         with self._lock:
             doomed = set(session_ids)
             if updated_before is not None:
                 doomed |= {s.session_id for s in self._sessions.values() if s.update_time < updated_before}
+            if end_user_id:
+                doomed |= {s.session_id for s in self._sessions.values() if s.end_user_id == end_user_id}
             doomed |= {s.session_id for s in self._sessions.values() if doomed.intersection(s.parent_session_ids)}
             doomed &= self._sessions.keys()
-            calls_before = len(self._calls)
+            calls_before, rewards_before = len(self._calls), len(self._rewards)
             self._calls_by_seq = [row for row in self._calls_by_seq if row.session_id not in doomed]
             self._calls = {row.call_id: row for row in self._calls_by_seq}
             self._rewards = {k: r for k, r in self._rewards.items() if r.session_id not in doomed}
             for session_id in doomed:
                 del self._sessions[session_id]
             self._closed = [session for session in self._closed if session.session_id not in doomed]
-            return len(doomed), calls_before - len(self._calls)
+            return DeletedCounts(
+                len(doomed), calls_before - len(self._calls), rewards_before - len(self._rewards)
+            )
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -171,6 +182,10 @@ class MemoryBackend(StoreBackend):
         with self._lock:
             start = bisect.bisect_right(self._calls_by_seq, seq, key=lambda row: row.seq)
             return self._calls_by_seq[start : start + limit]
+
+    def get_reward_rows(self, reward_ids: Iterable[str]) -> dict[str, RewardRow]:
+        with self._lock:
+            return {r: self._rewards[r] for r in reward_ids if r in self._rewards}
 
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
         with self._lock:
@@ -231,4 +246,7 @@ class MemoryBackend(StoreBackend):
 
 
 def _copy(session: SessionRow) -> SessionRow:
-    return replace(session, parent_session_ids=list(session.parent_session_ids), metadata=dict(session.metadata))
+    return replace(
+        session, parent_session_ids=list(session.parent_session_ids), metadata=dict(session.metadata),
+        tags=list(session.tags),
+    )  # fmt: skip

@@ -38,7 +38,9 @@ from parity.services.store.backends.sql_sessions import (
     Condition,
     NewSession,
     create_missing_sessions,
+    delete_session_rows,
     one_row,
+    session_trees,
     sessions_page_query,
     write_touched_sessions,
 )
@@ -47,6 +49,7 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    DeletedCounts,
     MetadataUpdate,
     RewardRow,
     SessionClose,
@@ -220,25 +223,15 @@ class PostgresBackend(StoreBackend):
         return changed
 
     def delete_sessions(
-        self, session_ids: list[str], updated_before: float | None
-    ) -> tuple[int, int]:
+        self, session_ids: list[str], updated_before: float | None, end_user_id: str = ""
+    ) -> DeletedCounts:
         with self._writing() as db, db.transaction():
-            doomed = [
-                r[0]
-                for r in db.execute(
-                    "WITH RECURSIVE tree(session_id) AS ("
-                    " SELECT session_id FROM sessions WHERE session_id = ANY(%s) OR update_time < %s"
-                    " UNION SELECT s.session_id FROM sessions s JOIN tree t ON s.parent_session_id = t.session_id)"
-                    " SELECT session_id FROM tree",
-                    (session_ids, updated_before if updated_before is not None else float("-inf")),
-                )
-            ]
-            calls = db.execute("DELETE FROM calls WHERE session_id = ANY(%s)", (doomed,)).rowcount
-            db.execute("DELETE FROM rewards WHERE session_id = ANY(%s)", (doomed,))
-            sessions = db.execute(
-                "DELETE FROM sessions WHERE session_id = ANY(%s)", (doomed,)
-            ).rowcount
-        return sessions, calls
+            named = ("session_id = ANY(%s)", [session_ids])
+            trees, params = session_trees(POSTGRES, named, updated_before, end_user_id)
+            doomed = [r[0] for r in db.execute(f"{trees} SELECT session_id FROM tree", params)]
+            return delete_session_rows(
+                lambda sql, values: db.execute(sql, values).rowcount, ("session_id = ANY(%s)", [doomed])
+            )
 
     # Reads.
     @contextlib.contextmanager
@@ -279,6 +272,12 @@ class PostgresBackend(StoreBackend):
             f"SELECT {CALL_COLUMNS} FROM calls WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit)
         )
         return [call_from_values(v) for v in rows]
+
+    def get_reward_rows(self, reward_ids: Iterable[str]) -> dict[str, RewardRow]:
+        rows = self._readers.connection().execute(
+            f"SELECT {REWARD_COLUMNS} FROM rewards WHERE reward_id = ANY(%s)", (list(reward_ids),)
+        )
+        return {row.reward_id: row for row in map(reward_from_values, rows)}
 
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
         rows = self._readers.connection().execute(
@@ -346,6 +345,7 @@ class PostgresBackend(StoreBackend):
                 "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls), (SELECT count(*) FROM rewards),"
                 " (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
                 " pg_total_relation_size('calls') + pg_total_relation_size('sessions') + pg_total_relation_size('rewards')"
+                " + pg_total_relation_size('session_tags')"
             )
             .fetchone()
         )

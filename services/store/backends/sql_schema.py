@@ -33,6 +33,10 @@ class SqlDialect:
     blob: str
     # A condition on a sessions row: its metadata holds no key.
     empty_metadata: str
+    # The rows of a JSON array of strings, as column `value`; format with the array.
+    json_array_values: str
+    # Ends a CREATE TABLE whose primary key is the whole row.
+    key_only_table: str
 
 
 SQLITE = SqlDialect(
@@ -47,6 +51,8 @@ SQLITE = SqlDialect(
     json="TEXT",
     blob="BLOB",
     empty_metadata="json(sessions.metadata) = '{}'",
+    json_array_values="json_each({}) AS items",
+    key_only_table=" WITHOUT ROWID",
 )
 POSTGRES = SqlDialect(
     mark="%s",
@@ -59,6 +65,8 @@ POSTGRES = SqlDialect(
     json="JSONB",
     blob="BYTEA",
     empty_metadata="sessions.metadata = '{}'",
+    json_array_values="jsonb_array_elements_text({}) AS items(value)",
+    key_only_table="",
 )
 
 
@@ -140,6 +148,19 @@ def _counters_table(dialect: SqlDialect) -> str:
     return f"CREATE TABLE store_counters (name TEXT PRIMARY KEY, value {dialect.big_int} NOT NULL)"
 
 
+def _attribution(dialect: SqlDialect) -> list[str]:
+    """Who each session served, and its tags; session_tags indexes the tags, one row per
+    (tag, session), written when a session's tags are set and deleted with it."""
+    return [
+        "ALTER TABLE sessions ADD COLUMN end_user_id TEXT NOT NULL DEFAULT ''",
+        f"ALTER TABLE sessions ADD COLUMN tags {dialect.json} NOT NULL DEFAULT '[]'",
+        "CREATE INDEX sessions_by_end_user ON sessions (end_user_id, key)",
+        "CREATE TABLE session_tags (tag TEXT NOT NULL, session_id TEXT NOT NULL,"
+        f" PRIMARY KEY (tag, session_id)){dialect.key_only_table}",
+        "CREATE INDEX session_tags_by_session ON session_tags (session_id)",
+    ]
+
+
 _STORE_META_TABLE = "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _COUNT_CLOSES = (
     "INSERT INTO store_counters SELECT 'close_seq', coalesce(max(close_seq), 0) FROM sessions"
@@ -151,6 +172,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # Close order, for the watch of closes. A counter rather than max(close_seq) + 1,
     # so a number is never reused after the session holding it is deleted.
     [*_close_seq_column(SQLITE), _counters_table(SQLITE), _COUNT_CLOSES],
+    _attribution(SQLITE),
 ]
 POSTGRES_MIGRATIONS: list[list[str]] = [
     [
@@ -162,6 +184,7 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     # Close order, numbered from a counter row like calls, so several store
     # processes close sessions in one order and a number is never reused.
     [*_close_seq_column(POSTGRES), _COUNT_CLOSES],
+    _attribution(POSTGRES),
 ]
 
 CALL_COLUMNS = (
@@ -171,7 +194,7 @@ CALL_COLUMNS = (
 )
 SESSION_COLUMNS = (
     "key, session_id, parent_session_ids, metadata, state, outcome, error_message, "
-    "call_count, create_time, update_time, close_time, close_seq"
+    "call_count, create_time, update_time, close_time, close_seq, end_user_id, tags"
 )
 REWARD_COLUMNS = "key, reward_id, session_id, body, create_time"
 
@@ -218,11 +241,13 @@ def calls_by_trajectory(
 
 def session_from_values(values: tuple[Any, ...]) -> SessionRow:
     (key, session_id, parents, metadata, state, outcome, error_message, call_count, create_time,
-     update_time, close_time, close_seq) = values  # fmt: skip
+     update_time, close_time, close_seq, end_user_id, tags) = values  # fmt: skip
     return SessionRow(
         session_id=session_id,
         parent_session_ids=_json(parents),
         metadata=_json(metadata),
+        end_user_id=end_user_id,
+        tags=_json(tags),
         state=state,
         outcome=outcome,
         error_message=error_message,

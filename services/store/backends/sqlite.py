@@ -40,7 +40,9 @@ from parity.services.store.backends.sql_sessions import (
     Condition,
     NewSession,
     create_missing_sessions,
+    delete_session_rows,
     one_row,
+    session_trees,
     sessions_page_query,
     write_touched_sessions,
 )
@@ -50,6 +52,7 @@ from parity.services.store.records import (
     BackendStats,
     CallBatch,
     CallRow,
+    DeletedCounts,
     MetadataUpdate,
     RewardRow,
     SessionClose,
@@ -242,28 +245,22 @@ class SqliteBackend(StoreBackend):
         return changed
 
     def delete_sessions(
-        self, session_ids: list[str], updated_before: float | None
-    ) -> tuple[int, int]:
+        self, session_ids: list[str], updated_before: float | None, end_user_id: str = ""
+    ) -> DeletedCounts:
         with self._transaction() as db:
-            db.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (session_id TEXT PRIMARY KEY)")
-            db.execute("DELETE FROM doomed")
+
+            def run(sql: str, params: Sequence[object] = ()) -> int:
+                db.execute(sql, params)
+                return db.changes()
+
+            # The ids go through a table: SQLite binds a limited number of parameters.
+            run("CREATE TEMP TABLE IF NOT EXISTS doomed (session_id TEXT PRIMARY KEY)")
+            run("DELETE FROM doomed")
             db.executemany("INSERT OR IGNORE INTO doomed VALUES (?)", [(s,) for s in session_ids])
-            if updated_before is not None:
-                db.execute(
-                    "INSERT OR IGNORE INTO doomed SELECT session_id FROM sessions WHERE update_time < ?",
-                    (updated_before,),
-                )
-            db.execute(
-                "WITH RECURSIVE tree(session_id) AS (SELECT session_id FROM doomed UNION"
-                " SELECT s.session_id FROM sessions s JOIN tree t ON s.parent_session_id = t.session_id)"
-                " INSERT OR IGNORE INTO doomed SELECT session_id FROM tree"
-            )
-            db.execute("DELETE FROM calls WHERE session_id IN (SELECT session_id FROM doomed)")
-            call_count = db.changes()
-            db.execute("DELETE FROM rewards WHERE session_id IN (SELECT session_id FROM doomed)")
-            db.execute("DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM doomed)")
-            session_count = db.changes()
-        return session_count, call_count
+            in_doomed = "session_id IN (SELECT session_id FROM doomed)"
+            trees, params = session_trees(SQLITE, (in_doomed, []), updated_before, end_user_id)
+            run(f"{trees} INSERT OR IGNORE INTO doomed SELECT session_id FROM tree", params)
+            return delete_session_rows(run, (in_doomed, []))
 
     # Reads: any thread, each on its own connection.
     @contextlib.contextmanager
@@ -305,6 +302,10 @@ class SqliteBackend(StoreBackend):
             f"SELECT {CALL_COLUMNS} FROM calls WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
         )
         return [call_from_values(v) for v in rows]
+
+    def get_reward_rows(self, reward_ids: Iterable[str]) -> dict[str, RewardRow]:
+        rows = self._read_in(f"SELECT {REWARD_COLUMNS} FROM rewards WHERE reward_id", reward_ids)
+        return {row.reward_id: row for row in map(reward_from_values, rows)}
 
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
         rows = self._read(

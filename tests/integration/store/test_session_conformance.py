@@ -169,8 +169,7 @@ async def test_delete_sessions_removes_descendants_calls_and_rewards(store: Toke
         ],
     )
     await store.write_rewards([reward("r", "root", 1.0)])
-    sessions, calls = await store.delete_sessions(["root"], None)
-    assert (sessions, calls) == (2, 4)
+    assert await store.delete_sessions(["root"], None) == (2, 4, 1)
     for session_id in ("root", "kid"):
         with pytest.raises(NotFound):
             await store.get_session(session_id)
@@ -187,7 +186,7 @@ async def test_retention_deletes_sessions_not_updated_since(store: TokenStore) -
     cutoff = (await store.get_session("old")).update_time + 1e-3
     await asyncio.sleep(0.01)
     await write(store, [make_call("new", "new", [1], [[2]])])
-    assert await store.delete_sessions([], cutoff) == (1, 1)
+    assert await store.delete_sessions([], cutoff) == (1, 1, 0)
     assert (await store.get_session("new")).call_count == 1
 
 
@@ -237,12 +236,12 @@ async def test_retention_goes_on_after_a_failed_pass(backend_url: str, monkeypat
     delete_sessions = store.backend.delete_sessions
     passes = 0
 
-    def fails_first(session_ids, updated_before):
+    def fails_first(session_ids, updated_before, end_user_id):
         nonlocal passes
         passes += 1
         if passes == 1:
             raise RuntimeError("database is locked")
-        return delete_sessions(session_ids, updated_before)
+        return delete_sessions(session_ids, updated_before, end_user_id)
 
     monkeypatch.setattr(store.backend, "delete_sessions", fails_first)
     await store.start()

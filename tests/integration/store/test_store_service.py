@@ -113,6 +113,42 @@ def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_s
     assert stub.WriteCalls(pb.WriteCallsRequest(calls=[good])).written_count == 1
 
 
+def test_end_users_tags_deletion_and_reward_ids_over_grpc(store_stub) -> None:
+    stub, _ = store_stub
+    calls = [make_call(f"c-{n}", f"s-{n}", [1], [[2]]) for n in range(3)]
+    for call, user, tags in zip(calls, ["user-1", "user-1", "user-2"], [["checkout", "prod"], [], ["prod"]], strict=True):
+        call.end_user_id = user
+        call.tags[:] = tags
+    stub.WriteCalls(pb.WriteCallsRequest(calls=calls))
+    session = stub.GetSession(pb.GetSessionRequest(session_id="s-0")).session
+    assert (session.end_user_id, list(session.tags)) == ("user-1", ["checkout", "prod"])
+    by_user = stub.ListSessions(pb.ListSessionsRequest(end_user_id="user-1", order=pb.SESSION_ORDER_NEWEST_FIRST))
+    by_tag = stub.ListSessions(pb.ListSessionsRequest(tags=["prod"]))
+    assert [s.session_id for s in by_user.sessions] == ["s-1", "s-0"]
+    assert [(s.session_id, s.end_user_id) for s in by_tag.sessions] == [("s-0", "user-1"), ("s-2", "user-2")]
+    error = status_of(stub.ListSessions, pb.ListSessionsRequest(tags=["prod", "a,b"]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("tags[1]: tag 'a,b'")
+    unsorted = make_call("bad", "s-3", [1], [[2]])
+    unsorted.tags[:] = ["prod", "checkout"]
+    error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[unsorted]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].tags must be sorted" in error.details()
+
+    thumbs = {"reward_id": "r1", "session_id": "s-0", "value": 1.0, "level": 1, "name": "thumbs_up"}
+    assert stub.WriteRewards(pb.WriteRewardsRequest(rewards=[thumbs])).written_count == 1
+    assert stub.WriteRewards(pb.WriteRewardsRequest(rewards=[thumbs])).duplicate_count == 1
+    error = status_of(stub.WriteRewards, pb.WriteRewardsRequest(rewards=[thumbs | {"value": 0.0}]))
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "reward_id 'r1' is already stored with value 1.0" in error.details() and "refused value 0.0" in error.details()
+    listed = stub.ListRewards(pb.ListRewardsRequest(session_id="s-0")).rewards
+    assert [(r.value, r.name) for r in listed] == [(1.0, "thumbs_up")]
+
+    deleted = stub.DeleteSessions(pb.DeleteSessionsRequest(end_user_id="user-1"))
+    assert (deleted.deleted_session_count, deleted.deleted_call_count, deleted.deleted_reward_count) == (2, 2, 1)
+    assert stub.DeleteSessions(pb.DeleteSessionsRequest(end_user_id="user-1")) == pb.DeleteSessionsResponse()
+    assert status_of(stub.GetSession, pb.GetSessionRequest(session_id="s-0")).code() == grpc.StatusCode.NOT_FOUND
+    assert [s.session_id for s in stub.ListSessions(pb.ListSessionsRequest(tags=["prod"])).sessions] == ["s-2"]
+
+
 def _stream_write(stub, request: pb.WriteCallsRequest):
     return list(stub.StreamWriteCalls(iter([pb.StreamWriteCallsRequest(calls=request.calls)])))
 

@@ -126,7 +126,7 @@ async def test_a_full_read_racing_a_delete_sees_the_calls_as_they_were(
         )
         ((deleted, committed_mid_read),) = deletes
         assert committed_mid_read == (not memory), read.__name__
-        assert await asyncio.wrap_future(deleted) == (1, 4)
+        assert await asyncio.wrap_future(deleted) == (1, 4, 1)
         deletes.clear()
 
 

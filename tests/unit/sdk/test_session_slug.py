@@ -18,6 +18,10 @@ refs = st.builds(
     parent_session_ids=st.lists(ids, max_size=4).map(tuple),
     trajectory_name=st.text(id_text, max_size=20),
     metadata=st.dictionaries(st.text(id_text, min_size=1, max_size=10), st.text(free_text, max_size=20), max_size=4),
+    end_user_id=st.text(id_text, max_size=20),
+    tags=st.lists(st.from_regex(r"[a-z0-9][a-z0-9 :/._-]{0,10}[a-z0-9]", fullmatch=True), max_size=4).map(
+        lambda tags: tuple(sorted(set(tags)))
+    ),
 ).filter(lambda ref: ref.session_id not in ref.parent_session_ids)
 
 
@@ -63,15 +67,29 @@ def _packed(document: dict) -> str:
         (SessionRef("leaf", metadata={"k": "a\x00b"}), "metadata 'k' contains a NUL"),
         (SessionRef("leaf", metadata={"k\nk": "v"}), "metadata key 'k.nk' contains a control character"),
         (SessionRef("leaf", metadata={"": "v"}), "metadata key '' must be 1 to 256 characters"),
+        (SessionRef("leaf", end_user_id="u" * 257), "end_user_id is 257 characters"),
+        (SessionRef("leaf", end_user_id="a\tb"), "end_user_id 'a.tb' contains a control character"),
+        (SessionRef("leaf", tags=("a,b",)), "tag 'a,b' must be 1 to 64 characters, without commas"),
+        (SessionRef("leaf", tags=(" a",)), "spaces at either end"),
+        (SessionRef("leaf", tags=tuple(f"t{i:02}" for i in range(33))), "33 tags; at most 32"),
     ],
 )
 def test_ids_the_store_would_refuse_are_refused_both_ways(ref: SessionRef, message: str) -> None:
     """A slug that decodes is one the store accepts: a call never fails only once it is captured."""
-    document = {"s": ref.session_id, "p": list(ref.parent_session_ids), "t": ref.trajectory_name, "m": dict(ref.metadata)}
+    document = {
+        "s": ref.session_id, "p": list(ref.parent_session_ids), "t": ref.trajectory_name, "m": dict(ref.metadata),
+        "u": ref.end_user_id, "g": list(ref.tags),
+    }  # fmt: skip
     with pytest.raises(ValueError, match=message):
         encode(ref)
     with pytest.raises(ValueError, match=message):
         decode(_packed(document))
+
+
+def test_a_slugs_tags_come_back_sorted_without_repeats() -> None:
+    assert decode(_packed({"s": "leaf", "g": ["b", "a", "b"]})).tags == ("a", "b")
+    with pytest.raises(ValueError, match="tags must be sorted and without repeats"):
+        encode(SessionRef("leaf", tags=("b", "a")))
 
 
 @given(st.text(max_size=100))

@@ -22,6 +22,19 @@ def test_sessions_nest_with_parent_chain_and_merged_metadata() -> None:
     assert parity.current_session() is None
 
 
+def test_nested_sessions_inherit_the_end_user_and_add_tags() -> None:
+    with parity.session(user="user-1", tags=["prod"]) as outer:
+        with parity.session(tags=["checkout", "prod"]) as inner:
+            assert (inner.end_user_id, inner.tags) == ("user-1", ("checkout", "prod"))
+        with parity.session(user="user-2") as other:
+            assert (other.end_user_id, other.tags) == ("user-2", ("prod",))
+    assert (outer.end_user_id, outer.tags) == ("user-1", ("prod",))
+    with pytest.raises(ValueError, match="user 'a.nb' contains a control character"):
+        parity.session(user="a\nb")
+    with pytest.raises(ValueError, match="must be a list of tags, not one string"):
+        parity.session(tags="prod")
+
+
 def test_each_session_gets_a_unique_id() -> None:
     ids = set()
     for _ in range(100):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import tokens
+from parity import attribution, tokens
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store import validation
@@ -63,6 +63,13 @@ REFUSED = {
     "calls[1].choices[0].logprobs[2] is +inf": with_choices(
         {"token_ids": bytes(12), "logprobs": tokens.pack_floats([-0.5, -math.inf, math.inf])}
     ),
+    "calls[1].end_user_id is 257 characters; at most 256": call(end_user_id="u" * 257),
+    "calls[1].end_user_id 'user\\x7f' contains a control character": call(end_user_id="user\x7f"),
+    "calls[1].tags[1]: tag 'a,b' must be 1 to 64 characters": call(tags=["a", "a,b"]),
+    "calls[1].tags[0]: tag 'prod '": call(tags=["prod "]),
+    "calls[1].tags holds 33 tags; at most 32": call(tags=[f"t{n:02d}" for n in range(33)]),
+    "calls[1].tags must be sorted, without repeats, got ['prod', 'beta']": call(tags=["prod", "beta"]),
+    "calls[1].tags must be sorted, without repeats, got ['beta', 'beta']": call(tags=["beta", "beta"]),
 }
 
 
@@ -79,6 +86,8 @@ def test_a_good_batch_passes() -> None:
         call("b", "child", parent_session_ids=["root"], trajectory_name="solver"),
         with_choices({"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": bytes(8), "logprobs": bytes(8)}),
         call("x" * 256, "y" * 256),
+        call("attributed", end_user_id="u" * 256, tags=["checkout flow", "prod"]),
+        call("attributed-2", end_user_id="user-8812", tags=[f"t{n:02d}" for n in range(32)]),
         # A token the sampler could never pick has a logprob of -inf; int32's largest id is
         # kept, since the store does not know the model's vocabulary.
         with_choices(
@@ -125,3 +134,18 @@ def test_an_empty_batch_passes_and_an_oversized_one_is_refused() -> None:
     validation.check_calls([])
     with pytest.raises(InvalidArgument, match="at most 1000 calls, got 1001"):
         validation.check_calls([call(str(i)) for i in range(1001)])
+
+
+@given(tags=st.lists(st.text(alphabet="ab, \x01", max_size=3), max_size=4))
+def test_call_tags_pass_exactly_when_they_are_normalized(tags: list[str]) -> None:
+    """The batch-wide check and the call-by-call explanation agree on every tag list."""
+    try:
+        normalized = attribution.normalize_tags(tags) == tuple(tags)
+    except ValueError:
+        normalized = False
+    batch = [call("good", tags=["prod"]), call(tags=tags)]
+    if normalized:
+        validation.check_calls(batch)
+        return
+    with pytest.raises(InvalidArgument, match=re.escape("calls[1].tags")):
+        validation.check_calls(batch)

@@ -15,7 +15,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"parity/api/common/v1/session.proto\x12\x14parity.api.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x03\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1a\n\x12parent_session_ids\x18\x02 \x03(\t\x12=\n\x08metadata\x18\x03 \x03(\x0b\x32+.parity.api.common.v1.Session.MetadataEntry\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".parity.api.common.v1.SessionState\x12\x35\n\x07outcome\x18\x05 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12\x12\n\ncall_count\x18\x07 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nclose_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*_\n\x0cSessionState\x12\x1d\n\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12SESSION_STATE_OPEN\x10\x01\x12\x18\n\x14SESSION_STATE_CLOSED\x10\x02*\xaa\x01\n\x0eSessionOutcome\x12\x1f\n\x1bSESSION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19SESSION_OUTCOME_SUCCEEDED\x10\x01\x12\x1a\n\x16SESSION_OUTCOME_FAILED\x10\x02\x12\x1d\n\x19SESSION_OUTCOME_TIMED_OUT\x10\x03\x12\x1d\n\x19SESSION_OUTCOME_CANCELLED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"parity/api/common/v1/session.proto\x12\x14parity.api.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x03\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1a\n\x12parent_session_ids\x18\x02 \x03(\t\x12=\n\x08metadata\x18\x03 \x03(\x0b\x32+.parity.api.common.v1.Session.MetadataEntry\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".parity.api.common.v1.SessionState\x12\x35\n\x07outcome\x18\x05 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12\x12\n\ncall_count\x18\x07 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nclose_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x65nd_user_id\x18\x0b \x01(\t\x12\x0c\n\x04tags\x18\x0c \x03(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*_\n\x0cSessionState\x12\x1d\n\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12SESSION_STATE_OPEN\x10\x01\x12\x18\n\x14SESSION_STATE_CLOSED\x10\x02*\xaa\x01\n\x0eSessionOutcome\x12\x1f\n\x1bSESSION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19SESSION_OUTCOME_SUCCEEDED\x10\x01\x12\x1a\n\x16SESSION_OUTCOME_FAILED\x10\x02\x12\x1d\n\x19SESSION_OUTCOME_TIMED_OUT\x10\x03\x12\x1d\n\x19SESSION_OUTCOME_CANCELLED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -24,12 +24,12 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_SESSION_METADATAENTRY']._options = None
   _globals['_SESSION_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_SESSIONSTATE']._serialized_start=560
-  _globals['_SESSIONSTATE']._serialized_end=655
-  _globals['_SESSIONOUTCOME']._serialized_start=658
-  _globals['_SESSIONOUTCOME']._serialized_end=828
+  _globals['_SESSIONSTATE']._serialized_start=595
+  _globals['_SESSIONSTATE']._serialized_end=690
+  _globals['_SESSIONOUTCOME']._serialized_start=693
+  _globals['_SESSIONOUTCOME']._serialized_end=863
   _globals['_SESSION']._serialized_start=94
-  _globals['_SESSION']._serialized_end=558
-  _globals['_SESSION_METADATAENTRY']._serialized_start=511
-  _globals['_SESSION_METADATAENTRY']._serialized_end=558
+  _globals['_SESSION']._serialized_end=593
+  _globals['_SESSION_METADATAENTRY']._serialized_start=546
+  _globals['_SESSION_METADATAENTRY']._serialized_end=593
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ SESSION_OUTCOME_TIMED_OUT: SessionOutcome
 SESSION_OUTCOME_CANCELLED: SessionOutcome
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "parent_session_ids", "metadata", "state", "outcome", "error_message", "call_count", "create_time", "update_time", "close_time")
+    __slots__ = ("session_id", "parent_session_ids", "metadata", "state", "outcome", "error_message", "call_count", "create_time", "update_time", "close_time", "end_user_id", "tags")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,8 @@ class Session(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     CLOSE_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     parent_session_ids: _containers.RepeatedScalarFieldContainer[str]
     metadata: _containers.ScalarMap[str, str]
@@ -58,4 +60,6 @@ class Session(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     close_time: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[SessionState, str]] = ..., outcome: _Optional[_Union[SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., call_count: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    end_user_id: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[SessionState, str]] = ..., outcome: _Optional[_Union[SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., call_count: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end_user_id: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -158,7 +158,7 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "state", "parent_session_id", "order", "outcome", "metadata", "session_id_prefix")
+    __slots__ = ("page_size", "page_token", "state", "parent_session_id", "order", "outcome", "metadata", "session_id_prefix", "end_user_id", "tags")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +174,8 @@ class ListSessionsRequest(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     state: _session_pb2.SessionState
@@ -182,7 +184,9 @@ class ListSessionsRequest(_message.Message):
     outcome: _session_pb2.SessionOutcome
     metadata: _containers.ScalarMap[str, str]
     session_id_prefix: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_session_pb2.SessionState, str]] = ..., parent_session_id: _Optional[str] = ..., order: _Optional[_Union[SessionOrder, str]] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id_prefix: _Optional[str] = ...) -> None: ...
+    end_user_id: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_session_pb2.SessionState, str]] = ..., parent_session_id: _Optional[str] = ..., order: _Optional[_Union[SessionOrder, str]] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id_prefix: _Optional[str] = ..., end_user_id: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
@@ -307,20 +311,24 @@ class UpdateSessionMetadataResponse(_message.Message):
     def __init__(self, updated_count: _Optional[int] = ...) -> None: ...
 
 class DeleteSessionsRequest(_message.Message):
-    __slots__ = ("session_ids", "updated_before")
+    __slots__ = ("session_ids", "updated_before", "end_user_id")
     SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
     session_ids: _containers.RepeatedScalarFieldContainer[str]
     updated_before: _timestamp_pb2.Timestamp
-    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., updated_before: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    end_user_id: str
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., updated_before: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end_user_id: _Optional[str] = ...) -> None: ...
 
 class DeleteSessionsResponse(_message.Message):
-    __slots__ = ("deleted_session_count", "deleted_call_count")
+    __slots__ = ("deleted_session_count", "deleted_call_count", "deleted_reward_count")
     DELETED_SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
     DELETED_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_REWARD_COUNT_FIELD_NUMBER: _ClassVar[int]
     deleted_session_count: int
     deleted_call_count: int
-    def __init__(self, deleted_session_count: _Optional[int] = ..., deleted_call_count: _Optional[int] = ...) -> None: ...
+    deleted_reward_count: int
+    def __init__(self, deleted_session_count: _Optional[int] = ..., deleted_call_count: _Optional[int] = ..., deleted_reward_count: _Optional[int] = ...) -> None: ...
 
 class GetStoreStatsRequest(_message.Message):
     __slots__ = ()
