@@ -2,6 +2,7 @@
 
     parity store|ingest|assembler|trainer serve [flags]   run one gRPC service
     parity store delete --user U | sessions --user U       an end user's data: delete it, list it
+    parity trainer lineage --user U                        which runs and steps trained on it
     parity console serve [flags]                           the web console: runs, batches, trajectories
     parity up [flags]                                      run the whole stack on this machine
     parity train [flags]                                   train an agent on its tasks, end to end
@@ -73,6 +74,7 @@ DELEGATED_COMMANDS = {
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
     ("store", "delete"): ("parity.user_data:delete_main", "delete an end user's data, or sessions by id or age"),
     ("store", "sessions"): ("parity.user_data:sessions_main", "list sessions by end user and tags"),
+    ("trainer", "lineage"): ("parity.user_data:lineage_main", "which runs and steps trained on an end user's sessions"),
     ("assembler", "retokenization-report"): (
         "parity.services.assembler.retokenization_report",
         "how many samples re-tokenizing would change, on your model",

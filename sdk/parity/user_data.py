@@ -1,7 +1,8 @@
-"""An end user's data in the token store: list it, and delete it on request.
+"""An end user's data: list it, find what was trained on it, and delete it on request.
 
     parity.delete_user_data("user-8812")       # or: parity store delete --user user-8812
     parity store sessions --user user-8812 --tag prod
+    parity trainer lineage --user user-8812    # which runs and steps trained on it
 
 Deleting removes the user's sessions with their descendants, calls and rewards (feedback
 included), on every store backend, in one transaction. The store's admin role is needed
@@ -18,9 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.attribution import check_end_user_id, normalize_tags
-from parity.clients import RPCError, StoreClient
+from parity.clients import RPCError, StoreClient, TrainerClient
 from parity.config import current_config
+
+DEFAULT_TRAINER_ADDRESS = "127.0.0.1:50054"
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,16 @@ def user_sessions(
         request.page_token = page.next_page_token
 
 
+def trained_on(
+    end_user_id: str = "", session_ids: Sequence[str] = (), *, trainer_address: str = DEFAULT_TRAINER_ADDRESS
+) -> list[trainer_pb.TrainedSessionsStep]:
+    """Every step of the trainer's runs that trained on a sample of `end_user_id` or of
+    `session_ids`: the policy that step produced, and the run's later checkpoints and
+    exports, learned from that data. The trainer's own record: it answers after deletion."""
+    request = trainer_pb.ListTrainedSessionsRequest(end_user_id=end_user_id, session_ids=list(session_ids))
+    return list(TrainerClient(trainer_address).list_trained_sessions(request).steps)
+
+
 def _delete(request: store_pb.DeleteSessionsRequest, store_address: str | None) -> Deletion:
     response = StoreClient(store_address or current_config().store_address).delete_sessions(request)
     return Deletion(response.deleted_session_count, response.deleted_call_count, response.deleted_reward_count)
@@ -96,6 +110,38 @@ def sessions_main(argv: list[str]) -> int:
     return _run(parser, argv, _print_sessions)
 
 
+def lineage_main(argv: list[str]) -> int:
+    """`parity trainer lineage`."""
+    parser = argparse.ArgumentParser(
+        prog="parity trainer lineage", description="which runs and steps of this trainer trained on an end user's sessions"
+    )
+    parser.add_argument("--address", default=DEFAULT_TRAINER_ADDRESS, help="the trainer's gRPC address")
+    parser.add_argument("--user", default="", help="the end user whose sessions to look for")
+    parser.add_argument("--session", action="append", default=[], help="a session to look for (repeatable)")
+    return _run(parser, argv, _print_lineage)
+
+
+def _print_lineage(args: argparse.Namespace) -> int:
+    if not (args.user or args.session):
+        raise ValueError("say whose data to look for: --user or --session")
+    steps = trained_on(check_end_user_id(args.user, "--user"), args.session, trainer_address=args.address)
+    whose = f"end user {args.user!r}" if args.user else "these sessions"
+    if not steps:
+        print(f"no run of the trainer at {args.address} trained on {whose}")
+        return 0
+    by_run: dict[str, list[trainer_pb.TrainedSessionsStep]] = {}
+    for step in steps:
+        by_run.setdefault(step.run_id, []).append(step)
+    for run_id, run_steps in by_run.items():
+        sessions = {session for step in run_steps for session in step.session_ids}
+        numbers = ", ".join(str(step.step) for step in run_steps)
+        print(
+            f"run {run_id}: steps {numbers} trained on {len(sessions)} sessions of {whose}; the policy from step "
+            f"{run_steps[0].step} on, with its checkpoints and exports, learned from them"
+        )
+    return 0
+
+
 def _address_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, help="the store's gRPC address (default: $PARITY_STORE_ADDRESS)")
 
@@ -108,7 +154,7 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], action: Callable[[arg
         parser.error(str(error))
     except RPCError as error:
         address = args.address or current_config().store_address
-        print(f"{parser.prog}: the store at {address} answered {error.code.name}: {error.message}", file=sys.stderr)
+        print(f"{parser.prog}: the service at {address} answered {error.code.name}: {error.message}", file=sys.stderr)
         return 1
 
 

@@ -88,6 +88,7 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             result.truncated += 1
         kept.append((sequence, truncated))
     history_modes = {call.call_id: call.history_mode for call in trajectory.calls}
+    end_user_id = next((call.end_user_id for call in trajectory.calls if call.end_user_id), "")
     for position, (sequence, truncated) in enumerate(kept):
         sample = sample_pb2.Sample(
             sample_id=_sample_id(trajectory.session_id, trajectory.name, position),
@@ -106,6 +107,7 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             truncated=truncated,
             metadata=_FINAL if position == len(kept) - 1 else _NOT_FINAL,
             history_mode=history_mode(history_modes.get(sequence.call_ids[0], llm_call_pb2.HISTORY_MODE_UNSPECIFIED)),
+            end_user_id=end_user_id,
         )
         result.samples.append(sample)
     return result

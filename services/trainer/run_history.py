@@ -9,6 +9,7 @@ Layout, under `<work_dir>/runs/<run_id>/`:
 | `metrics.jsonl` | one line per training step: the metrics the step recorded |
 | `validation.jsonl` | one line per validation (WriteValidationMetrics), in step order |
 | `batches/step-NNNNNN.pb` | the `StepBatch` the step trained on |
+| `lineage.jsonl` | one line per training step: the sessions it trained on, and their end users (lineage.py) |
 
 Checkpoints keep their own copy of the metrics (to resume from); this history is what a
 reader sees, and it holds runs whose checkpoints live anywhere (each run names its own
@@ -22,6 +23,7 @@ import os
 from pathlib import Path
 
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
+from parity.services.trainer import lineage
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import StepRecord
@@ -51,6 +53,10 @@ class RunHistory:
         self.save(run)
         folder = self._folder(run.run_id)
         _replace(folder / METRICS_FILE, "".join(_line(r) for r in metrics))
+        lineage_path = folder / lineage.LINEAGE_FILE
+        if lineage_path.exists():
+            kept = [line for line in lineage_path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= run.step]
+            _replace(lineage_path, "".join(kept))
         for batch in (folder / BATCHES_DIR).glob("step-*.pb"):
             if int(batch.stem.removeprefix("step-")) > run.step:
                 batch.unlink()
@@ -71,6 +77,11 @@ class RunHistory:
         _replace(batches / f"step-{record.step:06d}.pb", batch.SerializeToString())
         with (folder / METRICS_FILE).open("a") as out:
             out.write(_line(record))
+        with (folder / lineage.LINEAGE_FILE).open("a") as out:
+            out.write(lineage.step_line(record.step, record.time, batch))
+
+    def trained_sessions(self, end_user_id: str, session_ids: list[str]) -> list[pb.TrainedSessionsStep]:
+        return lineage.find(self.root, end_user_id, session_ids)
 
     def metrics(self, run_id: str) -> list[StepRecord]:
         return _read_lines(self._folder(run_id) / METRICS_FILE)

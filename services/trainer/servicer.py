@@ -156,6 +156,12 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def GetStepBatch(self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetStepBatchResponse:
         return pb.GetStepBatchResponse(batch=await asyncio.to_thread(self.trainer.step_batch, request.run_id, request.step))
 
+    async def ListTrainedSessions(
+        self, request: pb.ListTrainedSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTrainedSessionsResponse:
+        steps = await asyncio.to_thread(self.trainer.trained_sessions, request.end_user_id, list(request.session_ids))
+        return pb.ListTrainedSessionsResponse(steps=steps)
+
     async def WriteValidationMetrics(
         self, request: pb.WriteValidationMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteValidationMetricsResponse:

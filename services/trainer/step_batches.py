@@ -30,6 +30,7 @@ def step_batch(
             total_return=float(tensors.rewards[row]), advantage=float(advantages[row]),
             token_count=len(sample.loss_mask), loss_token_count=sample.loss_mask.count(1),
             policy_version=sample.policy_version, truncated=sample.truncated, call_ids=sample.call_ids,
+            end_user_id=sample.end_user_id,
         )  # fmt: skip
         for row, sample in enumerate(batch.samples)
     ]

@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.attribution import check_end_user_id
 from parity.services.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -40,6 +41,7 @@ from parity.services.trainer.teacher import Teacher
 from parity.services.trainer.weight_sync import SyncResult, WeightSync
 
 log = structlog.get_logger(__name__)
+MAX_LINEAGE_SESSIONS = 1000
 
 
 class Trainer:
@@ -113,6 +115,17 @@ class Trainer:
         if batch is None:
             raise NotFound(f"run {run_id!r} has not trained step {step}")
         return batch
+
+    def trained_sessions(self, end_user_id: str, session_ids: list[str]) -> list[trainer_pb.TrainedSessionsStep]:
+        if not end_user_id and not session_ids:
+            raise InvalidArgument("end_user_id or session_ids is required: whose data to look for")
+        if len(session_ids) > MAX_LINEAGE_SESSIONS:
+            raise InvalidArgument(f"session_ids holds {len(session_ids)} ids; at most {MAX_LINEAGE_SESSIONS} are allowed")
+        try:
+            check_end_user_id(end_user_id)
+        except ValueError as error:
+            raise InvalidArgument(str(error)) from None
+        return self.history.trained_sessions(end_user_id, session_ids)
 
     def write_validation(self, run_id: str, step: int, values: dict[str, float]) -> StepRecord:
         run = self.get_run(run_id)

@@ -59,6 +59,9 @@ class TrainerClient(ServiceClient):
     def get_step_batch(self, request: pb.GetStepBatchRequest, timeout_s: float | None = None) -> pb.GetStepBatchResponse:
         return self._unary("GetStepBatch", request, timeout_s)
 
+    def list_trained_sessions(self, request: pb.ListTrainedSessionsRequest, timeout_s: float | None = None) -> pb.ListTrainedSessionsResponse:
+        return self._unary("ListTrainedSessions", request, timeout_s)
+
     def write_validation_metrics(self, request: pb.WriteValidationMetricsRequest, timeout_s: float | None = None) -> pb.WriteValidationMetricsResponse:
         return self._unary("WriteValidationMetrics", request, timeout_s)
 
@@ -111,6 +114,9 @@ class AsyncTrainerClient(AsyncServiceClient):
 
     async def get_step_batch(self, request: pb.GetStepBatchRequest, timeout_s: float | None = None) -> pb.GetStepBatchResponse:
         return await self._unary("GetStepBatch", request, timeout_s)
+
+    async def list_trained_sessions(self, request: pb.ListTrainedSessionsRequest, timeout_s: float | None = None) -> pb.ListTrainedSessionsResponse:
+        return await self._unary("ListTrainedSessions", request, timeout_s)
 
     async def write_validation_metrics(self, request: pb.WriteValidationMetricsRequest, timeout_s: float | None = None) -> pb.WriteValidationMetricsResponse:
         return await self._unary("WriteValidationMetrics", request, timeout_s)

@@ -269,6 +269,32 @@ class GetStepBatchResponse(_message.Message):
     batch: StepBatch
     def __init__(self, batch: _Optional[_Union[StepBatch, _Mapping]] = ...) -> None: ...
 
+class ListTrainedSessionsRequest(_message.Message):
+    __slots__ = ("end_user_id", "session_ids")
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    end_user_id: str
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, end_user_id: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListTrainedSessionsResponse(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[TrainedSessionsStep]
+    def __init__(self, steps: _Optional[_Iterable[_Union[TrainedSessionsStep, _Mapping]]] = ...) -> None: ...
+
+class TrainedSessionsStep(_message.Message):
+    __slots__ = ("run_id", "step", "session_ids", "train_time")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_TIME_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    train_time: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., session_ids: _Optional[_Iterable[str]] = ..., train_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class StepBatch(_message.Message):
     __slots__ = ("run_id", "step", "batch_id", "group_ids", "stats", "samples", "dropped_group_ids", "advantage_estimator")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -290,7 +316,7 @@ class StepBatch(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., batch_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[_batch_pb2.BatchStats, _Mapping]] = ..., samples: _Optional[_Iterable[_Union[TrainedSample, _Mapping]]] = ..., dropped_group_ids: _Optional[_Iterable[str]] = ..., advantage_estimator: _Optional[str] = ...) -> None: ...
 
 class TrainedSample(_message.Message):
-    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "reward", "total_return", "advantage", "token_count", "loss_token_count", "policy_version", "truncated", "call_ids", "teacher_logprobs", "student_logprobs", "teacher_gap")
+    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "reward", "total_return", "advantage", "token_count", "loss_token_count", "policy_version", "truncated", "call_ids", "teacher_logprobs", "student_logprobs", "teacher_gap", "end_user_id")
     SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TRAJECTORY_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +333,7 @@ class TrainedSample(_message.Message):
     TEACHER_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     STUDENT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TEACHER_GAP_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     session_id: str
     trajectory_name: str
@@ -323,7 +350,8 @@ class TrainedSample(_message.Message):
     teacher_logprobs: bytes
     student_logprobs: bytes
     teacher_gap: float
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: bool = ..., call_ids: _Optional[_Iterable[str]] = ..., teacher_logprobs: _Optional[bytes] = ..., student_logprobs: _Optional[bytes] = ..., teacher_gap: _Optional[float] = ...) -> None: ...
+    end_user_id: str
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., reward: _Optional[float] = ..., total_return: _Optional[float] = ..., advantage: _Optional[float] = ..., token_count: _Optional[int] = ..., loss_token_count: _Optional[int] = ..., policy_version: _Optional[int] = ..., truncated: bool = ..., call_ids: _Optional[_Iterable[str]] = ..., teacher_logprobs: _Optional[bytes] = ..., student_logprobs: _Optional[bytes] = ..., teacher_gap: _Optional[float] = ..., end_user_id: _Optional[str] = ...) -> None: ...
 
 class WriteValidationMetricsRequest(_message.Message):
     __slots__ = ("run_id", "step", "values")

@@ -86,6 +86,11 @@ class TrainerServiceStub(object):
                 request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.FromString,
                 )
+        self.ListTrainedSessions = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/ListTrainedSessions',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsResponse.FromString,
+                )
         self.WriteValidationMetrics = channel.unary_unary(
                 '/parity.api.trainer.v1.TrainerService/WriteValidationMetrics',
                 request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.SerializeToString,
@@ -208,6 +213,16 @@ class TrainerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTrainedSessions(self, request, context):
+        """ListTrainedSessions answers "was this data trained on, and into which
+        model": every step of every run this trainer has recorded that trained a
+        sample of the given sessions or end user. It reads the trainer's own
+        records, so it answers after the sessions were deleted from the store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WriteValidationMetrics(self, request, context):
         """WriteValidationMetrics records a validation of a run (the trainer does not
         validate; the driver that runs validation rollouts does), so ListRunMetrics
@@ -290,6 +305,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.GetStepBatch,
                     request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.FromString,
                     response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.SerializeToString,
+            ),
+            'ListTrainedSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrainedSessions,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsResponse.SerializeToString,
             ),
             'WriteValidationMetrics': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteValidationMetrics,
@@ -543,6 +563,23 @@ class TrainerService(object):
         return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/GetStepBatch',
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchRequest.SerializeToString,
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.GetStepBatchResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListTrainedSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/ListTrainedSessions',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListTrainedSessionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
