@@ -1,4 +1,5 @@
-"""A session's page: who it belongs to, its rewards, and each trajectory token by token.
+"""A session's page: who it belongs to (its run, or the end user it served and its tags), its
+rewards, the feedback it got later, and each trajectory token by token.
 
 Reads the store (session, calls with full token ids, rewards), the trainer (the run's
 model, for its tokenizer) and the assembler (each trajectory's state and samples, for
@@ -20,7 +21,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.services.console.upstream import Missing, ServiceDown, Services
 from parity.services.console.views.format import enum_label, timestamp_text
-from parity.services.console.views.sessions import RUN_KEY, trajectory_rewards
+from parity.services.console.views.sessions import RUN_KEY, is_feedback, trajectory_rewards
 from parity.services.console.views.teacher_gap import DEPARTURE_GAP, mark_trajectory
 from parity.services.console.views.token_text import token_texts
 from parity.services.console.views.trajectory import TrajectoryView, build_trajectory
@@ -39,6 +40,20 @@ class RewardRow:
     time: str
 
 
+@dataclass(frozen=True)
+class FeedbackRow:
+    """A signal about the session (or one of its calls) that came after the episode: `thumbs_up`."""
+
+    name: str
+    value: float
+    # What it is about: "session", "trajectory T", "call ID", "step N".
+    target: str
+    # The call's place on this page (`t1-call-2`), when it is about a call shown here.
+    anchor: str
+    source: str
+    time: str
+
+
 @dataclass
 class SessionPage:
     session: session_pb2.Session
@@ -46,6 +61,7 @@ class SessionPage:
     rewards: list[RewardRow]
     tokenizer: str
     banners: list[str] = field(default_factory=list)
+    feedback: list[FeedbackRow] = field(default_factory=list)
     # The run and step whose teacher scores the tokens show; None when they show none.
     scored_at: tuple[str, int] | None = None
 
@@ -70,6 +86,14 @@ class SessionPage:
     @property
     def run_id(self) -> str:
         return self.session.metadata.get(RUN_KEY, "")
+
+    @property
+    def end_user_id(self) -> str:
+        return self.session.end_user_id
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self.session.tags)
 
     @property
     def task_metadata(self) -> list[tuple[str, str]]:
@@ -118,9 +142,15 @@ def session_page(
             view.reward = totals[view.name]
     if not texts.available:
         banners.append(f"token ids are shown without text: {texts.source}")
+    anchors = {
+        view.call.call_id: f"t{index}-call-{view.position}"
+        for index, trajectory in enumerate(trajectories, start=1)
+        for view in trajectory.calls
+    }
     page = SessionPage(
-        session, trajectories, [_reward_row(r) for r in rewards], texts.source, banners
-    )
+        session, trajectories, [_reward_row(r) for r in rewards if not is_feedback(r)], texts.source, banners,
+        [_feedback_row(r, anchors) for r in rewards if is_feedback(r)],
+    )  # fmt: skip
     if run_id and step:
         _add_teacher_scores(services, page, run_id, step)
     return page
@@ -195,13 +225,23 @@ def _add_teacher_scores(services: Services, page: SessionPage, run_id: str, step
         page.scored_at = (run_id, step)
 
 
+def _step(reward: reward_pb2.Reward) -> str:
+    if reward.level != reward_pb2.REWARD_LEVEL_STEP:
+        return ""
+    if reward.WhichOneof("step") == "call_id":
+        return f"call {reward.call_id}"
+    return f"step {reward.step_index + 1}"
+
+
+def _feedback_row(reward: reward_pb2.Reward, anchors: dict[str, str]) -> FeedbackRow:
+    step = _step(reward)
+    trajectory = f"trajectory {reward.trajectory_name}" if reward.trajectory_name else ""
+    target = ", ".join(part for part in (trajectory, step) if part) or "session"
+    anchor = anchors.get(reward.call_id, "") if reward.WhichOneof("step") == "call_id" else ""
+    return FeedbackRow(reward.name or "(unnamed)", reward.value, target, anchor, reward.source,
+                       timestamp_text(reward.create_time))  # fmt: skip
+
+
 def _reward_row(reward: reward_pb2.Reward) -> RewardRow:
-    step = ""
-    if reward.level == reward_pb2.REWARD_LEVEL_STEP:
-        step = (
-            f"call {reward.call_id}"
-            if reward.WhichOneof("step") == "call_id"
-            else f"step {reward.step_index + 1}"
-        )
     return RewardRow(reward.value, enum_label(reward_pb2.RewardLevel, reward.level, "REWARD_LEVEL_"),
-                     reward.trajectory_name, step, reward.source, timestamp_text(reward.create_time))  # fmt: skip
+                     reward.trajectory_name, _step(reward), reward.source, timestamp_text(reward.create_time))  # fmt: skip

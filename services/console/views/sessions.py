@@ -1,9 +1,11 @@
-"""The session list: newest first, filtered by run, task, outcome, reward range and id.
+"""The session list: newest first, filtered by run, task, outcome, end user, tags, reward
+range and id.
 
-Run, task, outcome and id are filters of the store's ListSessions, so paging stays a
-range scan. Rewards live beside sessions, not in them: a reward range is applied here,
-to whole store pages, until a page of matches is found or `SCAN_LIMIT` sessions were
-read; the page then says how far it looked and links on from there.
+Run, task, outcome, end user, tags and id are filters of the store's ListSessions, so
+paging stays a range scan. Rewards live beside sessions, not in them: a reward range is
+applied here, to whole store pages, until a page of matches is found or `SCAN_LIMIT`
+sessions were read; the page then says how far it looked and links on from there.
+Feedback (named signals that came after the episode) is not part of a session's reward.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlencode
 
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.attribution import check_end_user_id, normalize_tags
 from parity.services.console.upstream import Services
 from parity.services.console.views.format import enum_label, timestamp_text
 
@@ -25,6 +28,9 @@ GROUP_KEY = "parity.group_id"
 VALIDATION_KEY = "parity.validation"
 SCAN_LIMIT = 2000
 FRESH_S = 10.0
+FEEDBACK_SOURCE = "feedback"
+# Tags a row shows; the rest are counted, and named in its tooltip.
+SHOWN_TAGS = 4
 _ANY_STATE, _ANY_OUTCOME = session_pb2.SESSION_STATE_UNSPECIFIED, session_pb2.SESSION_OUTCOME_UNSPECIFIED
 OUTCOMES = {
     "open": (session_pb2.SESSION_STATE_OPEN, _ANY_OUTCOME),
@@ -43,12 +49,27 @@ class SessionFilters:
     reward_min: str = ""
     reward_max: str = ""
     session: str = ""
+    user: str = ""
+    # Comma-separated, sorted, without repeats: a session must carry every one.
+    tag: str = ""
 
     @classmethod
     def parse(cls, query: Mapping[str, str]) -> tuple[SessionFilters, list[str]]:
         """The filters a query string asks for, and what is wrong with it (those filters are left out)."""
         values = {f.name: query.get(f.name, "").strip()[:256] for f in fields(cls)}
-        problems = []
+        problems: list[str] = []
+        # Checked whole, not cut to 256: a cut id would name another user, a cut list other tags.
+        values["user"] = query.get("user", "").strip()
+        try:
+            check_end_user_id(values["user"], "user")
+        except ValueError as error:
+            problems.append(str(error))
+            values["user"] = ""
+        try:
+            values["tag"] = ",".join(parse_tag_filter(query.get("tag", "")))
+        except ValueError as error:
+            problems.append(str(error))
+            values["tag"] = ""
         if values["outcome"] and values["outcome"] not in OUTCOMES:
             problems.append(f"outcome must be one of {', '.join(OUTCOMES)}")
             values["outcome"] = ""
@@ -67,9 +88,17 @@ class SessionFilters:
             float(self.reward_max) if self.reward_max else math.inf,
         )
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(self.tag.split(",")) if self.tag else ()
+
     def query(self, **extra: str) -> str:
         pairs = {f.name: getattr(self, f.name) for f in fields(self)} | extra
         return urlencode({k: v for k, v in pairs.items() if v})
+
+    def query_with_tag(self, tag: str) -> str:
+        """These filters narrowed to sessions that also carry `tag`."""
+        return self.query(tag=",".join(sorted({*self.tags, tag})))
 
     def request(self, page_size: int, page_token: str) -> store_pb.ListSessionsRequest:
         state, outcome = OUTCOMES.get(self.outcome, (_ANY_STATE, _ANY_OUTCOME))
@@ -78,8 +107,14 @@ class SessionFilters:
         }
         return store_pb.ListSessionsRequest(
             page_size=page_size, page_token=page_token, order=store_pb.SESSION_ORDER_NEWEST_FIRST, state=state,
-            outcome=outcome, metadata=metadata, session_id_prefix=self.session,
+            outcome=outcome, metadata=metadata, session_id_prefix=self.session, end_user_id=self.user,
+            tags=self.tags,
         )  # fmt: skip
+
+
+def parse_tag_filter(text: str) -> tuple[str, ...]:
+    """`prod, checkout` as the tags a session must all carry, sorted; raises ValueError naming the filter."""
+    return normalize_tags((part.strip() for part in text.split(",") if part.strip()), "tag")
 
 
 @dataclass(frozen=True)
@@ -91,6 +126,8 @@ class SessionRow:
     task: str
     group_id: str
     validation: bool
+    end_user_id: str
+    tags: tuple[str, ...]
     call_count: int
     reward: float | None
     rewards_text: str
@@ -99,6 +136,14 @@ class SessionRow:
     error: str
     # Changed in the last few seconds: the live list marks it.
     fresh: bool
+
+    @property
+    def shown_tags(self) -> tuple[str, ...]:
+        return self.tags[:SHOWN_TAGS]
+
+    @property
+    def more_tags(self) -> tuple[str, ...]:
+        return self.tags[SHOWN_TAGS:]
 
 
 @dataclass
@@ -140,8 +185,14 @@ def _rewards(services: Services, session_ids: list[str]) -> dict[str, list[rewar
     return {contents.session.session_id: list(contents.rewards) for contents in found.sessions}
 
 
+def is_feedback(reward: reward_pb2.Reward) -> bool:
+    """A named signal that came after the episode (`thumbs_up`), not the agent's or a reward function's reward."""
+    return bool(reward.name) or reward.source == FEEDBACK_SOURCE
+
+
 def trajectory_rewards(rewards: list[reward_pb2.Reward]) -> dict[str, float]:
-    """Trajectory-level rewards summed per trajectory name, as the assembler sums them."""
+    """Trajectory-level rewards summed per trajectory name, as the assembler sums them: feedback
+    signals included, though the session page lists them apart."""
     totals: dict[str, float] = {}
     for reward in rewards:
         if reward.level == reward_pb2.REWARD_LEVEL_TRAJECTORY:
@@ -163,7 +214,8 @@ def _row(session: session_pb2.Session, rewards: list[reward_pb2.Reward]) -> Sess
         session_id=session.session_id, state=enum_label(session_pb2.SessionState, session.state, "SESSION_STATE_"),
         outcome=enum_label(session_pb2.SessionOutcome, session.outcome, "SESSION_OUTCOME_") if closed else "open",
         run_id=metadata.get(RUN_KEY, ""), task=metadata.get(TASK_KEY, ""), group_id=metadata.get(GROUP_KEY, ""),
-        validation=metadata.get(VALIDATION_KEY) == "true", call_count=session.call_count, reward=reward,
+        validation=metadata.get(VALIDATION_KEY) == "true", end_user_id=session.end_user_id, tags=tuple(session.tags),
+        call_count=session.call_count, reward=reward,
         rewards_text=text, created=timestamp_text(session.create_time), updated=timestamp_text(session.update_time),
         error=session.error_message, fresh=time.time() - session.update_time.ToNanoseconds() / 1e9 < FRESH_S,
     )  # fmt: skip

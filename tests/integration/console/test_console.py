@@ -1,6 +1,7 @@
 """The console in a real browser, against a deployed stack after a short real training run of a
 two-turn agent that calls a tool: the run page, a batch and a trajectory show what the services
-recorded, new sessions appear live, agent text never runs, and failures read as pages."""
+recorded, new sessions appear live, production sessions are found by end user and tag and show
+their feedback, agent text never runs, and failures read as pages."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import pytest
 import parity
 from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
-from parity.api.common.v1 import session_pb2
+from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, StoreClient, TrainerClient
 from parity.services.console.views.format import number
+from tests.call_factory import make_call
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -236,7 +238,7 @@ def test_sessions_are_filtered_and_new_ones_appear_without_a_reload(
 ) -> None:
     page.goto(f"{console.url}/sessions?run={trained.run_id}&reward_min=0.5", wait_until="load")
     listed = rows(page, "#session-rows tbody tr")
-    assert listed and all(row[2] == trained.run_id and float(row[5]) >= 0.5 for row in listed)
+    assert listed and all(row[2] == trained.run_id and float(row[7]) >= 0.5 for row in listed)
     page.goto(f"{console.url}/sessions", wait_until="load")
     page.evaluate("window.__not_reloaded = true")
     page.wait_for_timeout(1000)
@@ -251,6 +253,80 @@ def test_sessions_are_filtered_and_new_ones_appear_without_a_reload(
     page.wait_for_selector(f"#session-rows a:text-is('{session_id}')", timeout=20_000)
     assert page.evaluate("window.__not_reloaded") is True
     screenshots(page, "sessions")
+
+
+def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedback(
+    console, deployed_stack, page, screenshots
+) -> None:
+    stamp = time.time_ns()
+    user, other, tag = f"acct-{stamp}", f"acct-{stamp}-b", f"checkout-{stamp}"
+    evil_user, evil_tag = f'{XSS[:40]}-{stamp}', f"<b>bold</b>-{stamp}"
+    attributed = {f"prod-{stamp}-0": (user, [tag, "prod"]), f"prod-{stamp}-1": (user, ["prod"]),
+                  f"prod-{stamp}-2": (other, [tag, "beta"]), f"prod-{stamp}-3": (evil_user, [tag, evil_tag])}  # fmt: skip
+    first = f"prod-{stamp}-0"
+    calls = []
+    for session_id, (end_user, tags) in attributed.items():
+        call = make_call(f"{session_id}-c0", session_id, [1, 2, 3], [[4, 5]])
+        call.end_user_id = end_user
+        call.tags.extend(sorted(tags))
+        calls.append(call)
+    store = StoreClient(deployed_stack.store.address)
+    store.write_calls(store_pb.WriteCallsRequest(calls=calls))
+    trajectory, step = reward_pb2.REWARD_LEVEL_TRAJECTORY, reward_pb2.REWARD_LEVEL_STEP
+    store.write_rewards(store_pb.WriteRewardsRequest(rewards=[
+        reward_pb2.Reward(reward_id=f"{first}-sdk", session_id=first, level=trajectory, value=0.25, source="sdk"),
+        reward_pb2.Reward(reward_id=f"{first}-up", session_id=first, level=trajectory, value=1.0, source="feedback",
+                          name="thumbs_up"),
+        reward_pb2.Reward(reward_id=f"{first}-down", session_id=first, level=step, call_id=f"{first}-c0", value=-1.0,
+                          source="feedback", name="thumbs_down"),
+    ]))  # fmt: skip
+
+    def listed() -> dict[str, list[str]]:
+        return {row[0]: row for row in rows(page, "#session-rows tbody tr")}
+
+    page.goto(f"{console.url}/sessions?{urlencode({'user': user})}", wait_until="load")
+    shown = listed()
+    assert set(shown) == {first, f"prod-{stamp}-1"}
+    assert shown[first][4] == user and shown[first][5].split() == [tag, "prod"]
+    assert shown[first][7] == "1.25", "the session's reward sums its feedback, as the assembler does"
+    # A tag of a row narrows the list to it; a user of a row filters by that user.
+    page.locator(f"#session-rows tr:has(a:text-is('{first}')) a.tag:text-is('{tag}')").click()
+    page.wait_for_url("**tag=*")
+    assert set(listed()) == {first}
+    page.goto(f"{console.url}/sessions?{urlencode({'tag': tag})}", wait_until="load")
+    assert set(listed()) == {first, f"prod-{stamp}-2", f"prod-{stamp}-3"}
+    page.locator(f"#session-rows a.user:text-is('{other}')").click()
+    page.wait_for_url("**user=*")
+    assert set(listed()) == {f"prod-{stamp}-2"}
+    page.goto(f"{console.url}/sessions?{urlencode({'tag': f'prod, {tag}'})}", wait_until="load")
+    assert set(listed()) == {first} and page.input_value("input[name=tag]") == f"{tag},prod"
+    screenshots(page, "sessions-by-tag", clip={"x": 0, "y": 0, "width": 1400, "height": 420})
+
+    # Text a user chose is text: nothing runs, no element appears.
+    page.goto(f"{console.url}/sessions?{urlencode({'tag': evil_tag})}", wait_until="load")
+    assert set(listed()) == {f"prod-{stamp}-3"}
+    assert listed()[f"prod-{stamp}-3"][4] == evil_user and evil_tag in listed()[f"prod-{stamp}-3"][5]
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.locator("main img, main script, [onerror], b:text-is('bold')").count() == 0
+
+    # Tag text the store could not hold is a note on the page, not an error.
+    page.goto(f"{console.url}/sessions?{urlencode({'tag': 'x' * 65, 'user': user})}", wait_until="load")
+    assert "tag: tag 'xxxx" in page.inner_text(".banner.note") and len(listed()) == 2
+
+    page.goto(f"{console.url}/sessions/{first}", wait_until="load")
+    facts = page.inner_text(".facts")
+    assert user in facts and tag in facts and "prod" in facts
+    signals = rows(page, "table.feedback tbody tr")
+    assert [row[:3] for row in signals] == [["thumbs_up", "1", "session"], ["thumbs_down", "-1", f"call {first}-c0"]]
+    assert all(row[3] == "feedback" for row in signals)
+    assert [row[:1] + row[4:5] for row in rows(page, "h2:text('Rewards') + table tbody tr")] == [["0.25", "sdk"]]
+    page.click(f"table.feedback a:text-is('call {first}-c0')")
+    assert page.evaluate("location.hash") == "#t1-call-1"
+    assert page.errors == []
+    screenshots(page, "feedback", clip={"x": 0, "y": 0, "width": 1400, "height": 520})
+    page.click(f".facts a.user:text-is('{user}')")
+    page.wait_for_url("**/sessions?user=*")
+    assert set(listed()) == {first, f"prod-{stamp}-1"}
 
 
 def test_agent_text_is_shown_as_text_and_never_runs(
