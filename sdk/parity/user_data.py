@@ -82,7 +82,14 @@ def trained_on(
     `session_ids`: the policy that step produced, and the run's later checkpoints and
     exports, learned from that data. The trainer's own record: it answers after deletion."""
     request = trainer_pb.ListTrainedSessionsRequest(end_user_id=end_user_id, session_ids=list(session_ids))
-    return list(TrainerClient(trainer_address).list_trained_sessions(request).steps)
+    trainer = TrainerClient(trainer_address)
+    steps: list[trainer_pb.TrainedSessionsStep] = []
+    while True:
+        page = trainer.list_trained_sessions(request)
+        steps.extend(page.steps)
+        if not page.next_page_token:
+            return steps
+        request.page_token = page.next_page_token
 
 
 def _delete(request: store_pb.DeleteSessionsRequest, store_address: str | None) -> Deletion:

@@ -3,6 +3,7 @@
     POST /v1/chat/completions        POST /v1/completions          (OpenAI, endpoints/openai_chat/)
     POST /v1/messages                POST /v1/messages/count_tokens (Anthropic, endpoints/anthropic_messages/)
     POST /v1/responses                                              (OpenAI Responses, endpoints/openai_responses/)
+    POST /sessions/{id}/feedback                                    (late feedback, endpoints/feedback/)
     GET  /v1/models                  POST /parity/v1/flush          GET /health      GET /metrics
 
 Every API path also answers under `/sessions/{slug}`. Written against ASGI directly
@@ -18,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import structlog
@@ -27,6 +29,8 @@ from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
+from parity.services.ingest.endpoints.feedback.protocol import feedback_route
+from parity.services.ingest.endpoints.feedback.serving import FeedbackServing
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.endpoints.request_start import parse_json_object
@@ -41,6 +45,8 @@ ACCESS_LOG = "parity.ingest.access"
 log = structlog.get_logger(ACCESS_LOG)
 
 FLUSH = "/parity/v1/flush"
+# What the access log and metrics name the feedback route: one label however many sessions.
+FEEDBACK = "/sessions/{session_id}/feedback"
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 RESPONSES = "/v1/responses"
@@ -50,7 +56,7 @@ DEFAULT_FLUSH_TIMEOUT_S = 30.0
 MAX_FLUSH_TIMEOUT_S = 600.0
 WEBSOCKET_POLICY_VIOLATION = 1008
 # Metric labels: every other path is "other", so a client cannot grow the label set.
-ROUTES = frozenset({*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, "/v1/models", "/health", "/metrics"})
+ROUTES = frozenset({*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, FEEDBACK, "/v1/models", "/health", "/metrics"})
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
 Headers = dict[bytes, bytes]
@@ -68,6 +74,7 @@ class Endpoints:
     responses: ResponsesServing
     backend: ChatBackend
     sink: CaptureSink
+    feedback: FeedbackServing
 
 
 def split_session(path: str) -> tuple[str | None, str]:
@@ -104,6 +111,11 @@ class IngestHttpApp:
             return
         started = time.perf_counter()
         slug, path = split_session(scope["path"])
+        if slug is not None and path not in INFERENCE_PATHS:
+            # The session id, still percent-encoded, is the slug the feedback route hands on.
+            segment = feedback_route(scope.get("raw_path") or quote(scope["path"]).encode())
+            if segment is not None:
+                slug, path = segment, FEEDBACK
         headers = dict(scope["headers"])
         method = scope["method"]
         status, fields = 500, _no_fields
@@ -173,10 +185,7 @@ class IngestHttpApp:
     async def _inference(self, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
         self._authorize(headers)
         body = await self._read_body(headers, receive)
-        session_header, budget_header = headers.get(b"x-parity-session"), headers.get(b"x-parity-budget")
-        # Latin-1, as HTTP defines header bytes; a slug outside ASCII is refused by its own checks.
-        session = SessionHeaders(session_header.decode("latin-1") if session_header else None,
-                                 budget_header.decode("latin-1") if budget_header is not None else None)  # fmt: skip
+        session = SessionHeaders.read(headers)
         if path == MESSAGES:
             return await self.endpoints.messages.create(body, slug, session)
         if path == RESPONSES:
@@ -196,6 +205,11 @@ class IngestHttpApp:
             timeout_s = flush_timeout(await self._read_body(headers, receive))
             captured = await self.endpoints.sink.flush(timeout_s)
             return JsonReply(200, orjson.dumps({"object": "parity.flush", "captured": captured}))
+        if path == FEEDBACK:
+            if method != "POST":
+                raise openai_errors.HttpError(405, "feedback accepts POST only", "invalid_request_error")
+            assert slug is not None
+            return await self.endpoints.feedback.create(slug, await self._read_body(headers, receive))
         if path == COUNT_TOKENS and method == "POST":
             return await self.endpoints.messages.count_tokens(await self._read_body(headers, receive))
         if path == "/v1/models" and method == "GET":

@@ -11,7 +11,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 class IngestMetrics:
     def __init__(self, queue_depth: Callable[[], int], spool_calls: Callable[[], int], spool_bytes: Callable[[], int],
-                 refused_calls: Callable[[], int], in_flight: Callable[[], int], held: Callable[[], int]) -> None:  # fmt: skip
+                 refused_calls: Callable[[], int], in_flight: Callable[[], int], held: Callable[[], int],
+                 spool_feedback: Callable[[], int], refused_feedback: Callable[[], int]) -> None:  # fmt: skip
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "parity_ingest_requests", "HTTP requests answered", ["endpoint", "status"], registry=self.registry
@@ -26,6 +27,9 @@ class IngestMetrics:
             ("parity_ingest_spool_bytes", "Bytes of captured calls in the local spool", spool_bytes),
             ("parity_ingest_refused_calls", "Captured calls the store refused, kept in the spool's refused table",
              refused_calls),
+            ("parity_ingest_spool_feedback", "Feedback held in the local spool until the store takes it", spool_feedback),
+            ("parity_ingest_refused_feedback", "Spooled feedback the store refused, kept in the spool's refused table",
+             refused_feedback),
             ("parity_ingest_in_flight", "Requests being served", in_flight),
             ("parity_ingest_held", "Requests waiting for paused traffic to resume", held),
         ):

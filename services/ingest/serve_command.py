@@ -20,11 +20,13 @@ import uvicorn
 
 from parity.api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from parity.services.ingest.capture.capture_sink import CaptureSink
+from parity.services.ingest.capture.feedback_sink import FeedbackSink
 from parity.services.ingest.capture.policy_record import PolicyRecord
 from parity.services.ingest.capture.spool import Spool
 from parity.services.ingest.control import IngestControl
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
 from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
+from parity.services.ingest.endpoints.feedback.serving import FeedbackServing
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.chain import ResponseChains
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
@@ -222,6 +224,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         batch_size=config.capture_batch_size, max_pending=config.max_pending_captures,
         store_timeout_s=config.store_timeout_s,
     )  # fmt: skip
+    feedback = FeedbackSink(sink)
     policy = PolicyState(config.policy_version)
     gate = TrafficGate()
     record = PolicyRecord(Path(config.spool_path))
@@ -239,10 +242,11 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         chat=OpenAIChatServing(backend, aliases),
         messages=AnthropicMessagesServing(backend, aliases, TemplateFacts(backend)),
         responses=ResponsesServing(backend, aliases, chains),
-        backend=backend, sink=sink,
+        backend=backend, sink=sink, feedback=FeedbackServing(feedback),
     )  # fmt: skip
     metrics = IngestMetrics(lambda: sink.queue_depth, lambda: spool.count, lambda: spool.bytes,
-                            lambda: spool.refused_count, lambda: gate.in_flight, lambda: gate.held)  # fmt: skip
+                            lambda: spool.refused_count, lambda: gate.in_flight, lambda: gate.held,
+                            lambda: spool.feedback_count, lambda: spool.refused_feedback_count)  # fmt: skip
     # The HTTP API's keys are the token table's agent-role (and higher) tokens.
     app = IngestHttpApp(endpoints, gate, metrics, config.token_table(), config.max_body_mb << 20)
     http_server = _EmbeddedUvicorn(
@@ -259,6 +263,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     async def start() -> None:
         await router.start()
         await sink.start()
+        await feedback.start()
         await fleet.join()
         serving.append(asyncio.create_task(http_server.serve(), name="ingest-http"))
         while not http_server.started:
@@ -274,6 +279,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     async def stop() -> None:
         http_server.should_exit = True
         await asyncio.gather(*serving, return_exceptions=True)
+        # Before the call sink, which closes the spool that both write.
+        await feedback.stop()
         await sink.stop()
         await fleet.close()
         record.close()

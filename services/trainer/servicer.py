@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -159,8 +160,12 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def ListTrainedSessions(
         self, request: pb.ListTrainedSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTrainedSessionsResponse:
-        steps = await asyncio.to_thread(self.trainer.trained_sessions, request.end_user_id, list(request.session_ids))
-        return pb.ListTrainedSessionsResponse(steps=steps)
+        session_ids = list(request.session_ids)
+        steps = await asyncio.to_thread(self.trainer.trained_sessions, request.end_user_id, session_ids)
+        # A token is bound to its query; the query's ids can be 1,000 of 256 characters, so by their digest.
+        query = hashlib.sha256("\x1f".join([request.end_user_id, *sorted(session_ids)]).encode()).hexdigest()[:32]
+        page, token = page_tokens.page_of(steps, request.page_size, request.page_token, f"lineage:{query}")
+        return pb.ListTrainedSessionsResponse(steps=page, next_page_token=token)
 
     async def WriteValidationMetrics(
         self, request: pb.WriteValidationMetricsRequest, context: grpc.aio.ServicerContext

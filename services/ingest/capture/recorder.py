@@ -175,6 +175,10 @@ class CallRecorder:
             parent_session_ids=session.parent_session_ids,
             trajectory_name=session.trajectory_name,
             metadata=self.request.metadata,
+            # Resolved per call (endpoints/session_resolution.py): the store keeps a session's from its first call
+            # that carries them.
+            end_user_id=session.end_user_id,
+            tags=session.tags,
             model=model,
             policy_version=policy_version,
             kind=kind,

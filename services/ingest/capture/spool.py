@@ -7,6 +7,11 @@ the store has acknowledged them.
 A call the store refuses as invalid is not retried forever in front of the others:
 it moves to the `refused` table with the store's reason, where an operator can read
 it (`SELECT reason, call FROM refused`). Capture never drops a call silently.
+
+Late feedback (POST /sessions/{id}/feedback) that the store cannot take yet waits in
+the `feedback` table, a serialized Reward per row, with the same guarantees; feedback
+the store then refuses joins the `refused` table as kind 'feedback' (its `call`
+column holds the Reward).
 """
 
 from __future__ import annotations
@@ -44,12 +49,23 @@ class Spool:
         self._db.execute("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL)")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS refused (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL,"
-            " reason TEXT NOT NULL, refuse_time REAL NOT NULL)"
+            " reason TEXT NOT NULL, refuse_time REAL NOT NULL, kind TEXT NOT NULL DEFAULT 'call')"
+        )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(refused)")}
+        if "kind" not in columns:
+            # A spool written before feedback was spooled: every row it refused is a call.
+            self._db.execute("ALTER TABLE refused ADD COLUMN kind TEXT NOT NULL DEFAULT 'call'")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, reward BLOB NOT NULL,"
+            " spool_time REAL NOT NULL)"
         )
         count, size = self._db.execute("SELECT count(*), coalesce(sum(length(call)), 0) FROM spool").fetchall()[0]
-        (refused_count,) = self._db.execute("SELECT count(*) FROM refused").fetchall()[0]
+        refused = {str(kind): _integer(rows) for kind, rows in self._db.execute("SELECT kind, count(*) FROM refused GROUP BY kind")}
+        (feedback_count,) = self._db.execute("SELECT count(*) FROM feedback").fetchall()[0]
         self.count, self.bytes = _integer(count), _integer(size)
-        self.refused_count = _integer(refused_count)
+        self.refused_count = refused.get("call", 0)
+        self.feedback_count = _integer(feedback_count)
+        self.refused_feedback_count = refused.get("feedback", 0)
 
     @property
     def full(self) -> bool:
@@ -88,6 +104,38 @@ class Spool:
             self.count -= removed_count
             self.bytes -= removed_bytes
 
+    def append_feedback(self, reward: bytes) -> None:
+        """Durably add a serialized Reward behind the feedback already waiting. Runs in a worker thread."""
+        with self._lock, self._db:
+            self._db.execute("INSERT INTO feedback (reward, spool_time) VALUES (?, ?)", (reward, time.time()))
+            self.feedback_count += 1
+
+    def oldest_feedback(self, limit: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` (seq, reward) rows, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, reward FROM feedback ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            return [(_integer(seq), _blob(reward)) for seq, reward in rows]
+
+    def remove_feedback(self, seq: int) -> None:
+        """Forget one feedback row, once the store holds it."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM feedback WHERE seq = ?", (seq,))
+            self.feedback_count -= self._db.changes()
+
+    def refuse_feedback(self, seq: int, reason: str) -> None:
+        """Move a feedback row the store will not take to `refused`, in one transaction: it is never both
+        waiting and refused, nor neither."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO refused (call, reason, refuse_time, kind) SELECT reward, ?, ?, 'feedback' FROM feedback"
+                " WHERE seq = ?", (reason, time.time(), seq),
+            )  # fmt: skip
+            if not self._db.changes():
+                return
+            self._db.execute("DELETE FROM feedback WHERE seq = ?", (seq,))
+            self.feedback_count -= 1
+            self.refused_feedback_count += 1
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -96,4 +144,10 @@ class Spool:
 def _integer(value: object) -> int:
     """An INTEGER column's value (apsw types a column as any SQLite value)."""
     assert isinstance(value, int), value
+    return value
+
+
+def _blob(value: object) -> bytes:
+    """A BLOB column's value."""
+    assert isinstance(value, bytes), type(value)
     return value

@@ -14,7 +14,11 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints import session_resolution
-from parity.services.ingest.endpoints.session_resolution import SessionHeaders
+from parity.services.ingest.endpoints.session_resolution import (
+    OPENAI_USER,
+    SessionHeaders,
+    UserField,
+)
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.session_slug import SessionRef
 
@@ -28,15 +32,16 @@ SAMPLING_BOUNDS = (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0))
 
 def start(
     raw_body: bytes, path_slug: str | None, headers: SessionHeaders, aliases: ModelAliases,
-    check: Callable[[dict[str, Any]], None] | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None, user_field: UserField = OPENAI_USER,
 ) -> Started:  # fmt: skip
     """The request checked as far as every endpoint checks it; `check`: the endpoint's own checks, made before
-    the session is resolved (so a request wrong in both is told of its body first)."""
+    the session is resolved (so a request wrong in both is told of its body first); `user_field`: where the API's
+    request names its end user."""
     request = parse_json_object(raw_body)
     model = required_model(request)
     if check is not None:
         check(request)
-    session, metadata = session_resolution.resolve(path_slug, headers, request)
+    session, metadata = session_resolution.resolve(path_slug, headers, request, user_field)
     log = {"session_id": session.session_id, "model": model, "stream": bool(request.get("stream"))}
     return request, model, aliases.resolve(model), session, metadata, log
 

@@ -25,7 +25,7 @@ async def _get_health(app: IngestHttpApp) -> list[dict[str, Any]]:
 
 
 def _app() -> IngestHttpApp:
-    return IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 6), None, 1024)  # type: ignore[arg-type]
+    return IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 8), None, 1024)  # type: ignore[arg-type]
 
 
 async def test_each_request_is_one_access_log_line_at_info(capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,7 +38,7 @@ async def _sent_for(events: list[bytes]) -> tuple[list[dict[str, Any]], bool, di
         await asyncio.Event().wait()  # the agent stays
         return {"type": "http.disconnect"}
 
-    app = IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 6), None, 1024)  # type: ignore[arg-type]
+    app = IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 8), None, 1024)  # type: ignore[arg-type]
     _, fields = await app._respond(send, receive, "/v1/chat/completions", produce())
     return [m for m in sent if m["type"] == "http.response.body"], closed, fields()
 

@@ -20,7 +20,7 @@ from parity.services.ingest.capture.recorder import MESSAGES
 from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
 from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
-from parity.services.ingest.endpoints.session_resolution import SessionHeaders
+from parity.services.ingest.endpoints.session_resolution import ANTHROPIC_USER, SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -38,7 +38,9 @@ class AnthropicMessagesServing:
     async def create(self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
         log: dict[str, Any] = {}
         try:
-            request, model, served, session, metadata, log = request_start.start(raw_body, path_slug, headers, self.aliases)
+            request, model, served, session, metadata, log = request_start.start(
+                raw_body, path_slug, headers, self.aliases, user_field=ANTHROPIC_USER
+            )
             merge = await self.templates.merge_inline_system(served) if self.backend.router.knows(served) else False
             chat = protocol.to_chat_request(request, merge_inline_system=merge)
             chat["model"] = served

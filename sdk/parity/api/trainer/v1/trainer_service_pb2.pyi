@@ -270,18 +270,24 @@ class GetStepBatchResponse(_message.Message):
     def __init__(self, batch: _Optional[_Union[StepBatch, _Mapping]] = ...) -> None: ...
 
 class ListTrainedSessionsRequest(_message.Message):
-    __slots__ = ("end_user_id", "session_ids")
+    __slots__ = ("end_user_id", "session_ids", "page_size", "page_token")
     END_USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     end_user_id: str
     session_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, end_user_id: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, end_user_id: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTrainedSessionsResponse(_message.Message):
-    __slots__ = ("steps",)
+    __slots__ = ("steps", "next_page_token")
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[TrainedSessionsStep]
-    def __init__(self, steps: _Optional[_Iterable[_Union[TrainedSessionsStep, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, steps: _Optional[_Iterable[_Union[TrainedSessionsStep, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class TrainedSessionsStep(_message.Message):
     __slots__ = ("run_id", "step", "session_ids", "train_time")
