@@ -41,14 +41,15 @@ def word_start_share(token_texts: list[str]) -> float:
 
 
 async def two_turn_agent(task: dict[str, Any]) -> float:
-    """Asks, hears back, asks again in the same conversation; rewarded on both replies."""
+    """Asks, hears back, asks again in the same conversation; rewarded on both replies. Each task
+    stands for an end user of a deployed agent, named the way any client can: a header."""
     client = parity.get_async_chat_client()
     messages = [{"role": "user", "content": task["prompt"]}]
     shares = []
     for follow_up in ("Say more.", None):
         reply = await client.chat.completions.create(
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
-            logprobs=True,
+            logprobs=True, extra_headers={"X-Parity-User": f"user-{task['id']}"},
         )  # fmt: skip
         shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
         if follow_up:
@@ -103,6 +104,20 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     store = StoreClient(deployed_stack.store.address)
     session = store.get_session(store_pb.GetSessionRequest(session_id=validation[0].session_id)).session
     assert session.metadata["parity.validation"] == "true"
+    assert session.end_user_id in {"user-v0", "user-v1"}
+
+    # Lineage: the trainer names the steps that trained on an end user's sessions, and only those.
+    trainer = TrainerClient(deployed_stack.trainer.address)
+    batches = [trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=s)).batch for s in (1, 2, 3)]
+    for user in ("user-t0", "user-t1", "user-v0"):
+        expected = {b.step: sorted({x.session_id for x in b.samples if x.end_user_id == user}) for b in batches}
+        found = trainer.list_trained_sessions(trainer_pb.ListTrainedSessionsRequest(end_user_id=user)).steps
+        assert {s.step: list(s.session_ids) for s in found if s.run_id == result.run_id} == {
+            step: ids for step, ids in expected.items() if ids
+        }
+    assert not [s for s in trainer.list_trained_sessions(
+        trainer_pb.ListTrainedSessionsRequest(end_user_id="user-v0")).steps if s.run_id == result.run_id]  # fmt: skip
+    assert all(x.end_user_id.startswith("user-t") for b in batches for x in b.samples)
 
     # The exported folder is the policy vLLM serves: the same logprobs, from transformers, on a chat.
     exported = result.exported_model
