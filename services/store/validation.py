@@ -38,8 +38,12 @@ _LOGPROB = np.dtype("<f4")
 
 def check_id(value: str, what: str) -> None:
     """An id or metadata key: at most MAX_ID_LENGTH characters, none of them a control character."""
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidArgument(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+    _check_text(value, what, MAX_ID_LENGTH)
+
+
+def _check_text(value: str, what: str, max_length: int) -> None:
+    if len(value) > max_length:
+        raise InvalidArgument(f"{what} is {len(value)} characters; at most {max_length} are allowed")
     control = _CONTROL_CHARACTER.search(value)
     if control is not None:
         raise InvalidArgument(f"{what} contains the control character U+{ord(control.group()):04X}")
@@ -238,11 +242,7 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
 
 def check_reward_name(name: str, what: str) -> None:
     """What a feedback signal is (`thumbs_up`): at most 64 characters, none a control character."""
-    if len(name) > MAX_REWARD_NAME_LENGTH:
-        raise InvalidArgument(f"{what} is {len(name)} characters; at most {MAX_REWARD_NAME_LENGTH} are allowed")
-    control = _CONTROL_CHARACTER.search(name)
-    if control is not None:
-        raise InvalidArgument(f"{what} contains the control character U+{ord(control.group()):04X}")
+    _check_text(name, what, MAX_REWARD_NAME_LENGTH)
 
 
 def _check_repeated_reward_ids(rewards: Sequence[reward_pb2.Reward]) -> None:
