@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, sample_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.feedback_rule import is_feedback
 from parity.services.assembler.filters import FilterSettings, Staleness, has_no_variance
 from parity.services.assembler.rollouts import Rollout
 from parity.services.assembler.samples import build_samples
@@ -89,6 +90,8 @@ def build_group(
             continue
         if zeroed:
             rewards = _zero_rewards(rollout.session_id, calls)
+        elif rollout.from_store:
+            rewards = [reward for reward in rewards if not is_feedback(reward)]
         stats.capped_episodes += capped
         build.rollouts.append(rollout)
         trajectories, unplaced = split_trajectories(rollout.session_id, calls, rewards)

@@ -278,7 +278,7 @@ class RolloutTracker:
     async def close_session(
         self, session_id: str, outcome: session_pb2.SessionOutcome, error_message: str, *, reward: float | None, group_id: str,
         episode_id: str, group_size: int, validation: bool = False, run_id: str = "", capped_episodes: str = "drop",
-        teacher_scored: bool = False,
+        teacher_scored: bool = False, from_store: bool = False,
     ) -> session_pb2.Session:  # fmt: skip
         for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id),
                             ("run_id", run_id)):  # fmt: skip
@@ -306,6 +306,10 @@ class RolloutTracker:
             metadata[session_marks.CAPPED_EPISODES] = capped_episodes
         if teacher_scored:
             metadata[session_marks.TEACHER_SCORED] = "true"
+        if from_store:
+            if reward is None:
+                raise InvalidArgument("from_store: a stored session is adopted with its reward by the run's feedback rule; set reward")
+            metadata[session_marks.FROM_STORE] = "true"
         self._closing.add(session_id)
         try:
             session = await self.store.close_session(session_id, outcome, error_message, metadata)

@@ -50,6 +50,9 @@ class Rollout:
     capped_episodes: str = "drop"
     # A distillation run's: a teacher scores its sampled tokens, so it has signal without a reward.
     teacher_scored: bool = False
+    # A stored production session a from-store run adopted: its engine reward is the run's feedback rule
+    # applied to its feedback, so the feedback itself is not summed again.
+    from_store: bool = False
 
     @property
     def failed(self) -> bool:
@@ -76,6 +79,7 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         run_id=metadata.get(session_marks.RUN_ID, ""),
         capped_episodes=metadata.get(session_marks.CAPPED_EPISODES, "drop"),
         teacher_scored=metadata.get(session_marks.TEACHER_SCORED) == "true",
+        from_store=metadata.get(session_marks.FROM_STORE) == "true",
     )
     problems = []
     size = metadata.get(session_marks.GROUP_SIZE, "0")

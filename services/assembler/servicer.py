@@ -106,6 +106,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             group_id=request.group_id, episode_id=request.episode_id, group_size=request.group_size,
             validation=request.validation, run_id=request.run_id,
             capped_episodes=_CAPPED_EPISODES[request.capped_episodes], teacher_scored=request.teacher_scored,
+            from_store=request.from_store,
         )  # fmt: skip
         return pb.CloseSessionResponse(session=session)
 

@@ -28,6 +28,8 @@ RUN_ID = "parity.run_id"
 CAPPED_EPISODES = "parity.capped_episodes"
 # "true" on rollouts of a run whose teacher scores every sampled token (CloseSessionRequest.teacher_scored).
 TEACHER_SCORED = "parity.teacher_scored"
+# "true" on a stored production session a from-store run adopted: its reward is the run's feedback rule's.
+FROM_STORE = "parity.from_store"
 RESERVED_PREFIX = "parity."
 
 

@@ -34,7 +34,8 @@ from parity.training.tasks import TaskFileError
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED = 1, 2, 130
 GROUP_TITLES = {
     "agent": "the agent", "data": "tasks and model", "schedule": "how long", "sampling": "sampling",
-    "validation": "validation", "optimization": "the update", "lora": "LoRA", "distillation": "distillation", "rollouts": "rollouts", "budgets": "session budgets", "output": "output",
+    "validation": "validation", "optimization": "the update", "lora": "LoRA", "distillation": "distillation", "rollouts": "rollouts", "budgets": "session budgets",
+    "production": "training from stored production sessions", "output": "output",
     "stack": "where it runs",
 }  # fmt: skip
 

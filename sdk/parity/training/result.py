@@ -68,6 +68,9 @@ class TrainResult:
     """Of the joins between one call and the next in a trajectory, the share that prefix-merged; None without any."""
     splits: dict[str, int] = field(default_factory=dict)
     """Splits by reason: reply_rerendered, history_changed, history_cut."""
+    store_sessions: dict[str, int] = field(default_factory=dict)
+    """A from-store run's sessions: `used` (trained on), `deleted` (gone between choosing and adopting them),
+    and, at the last look at the store, `skipped_<reason>` for each reason a session was not usable."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

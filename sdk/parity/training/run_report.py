@@ -66,6 +66,7 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
         wall_seconds=outcome.wall_seconds, history_mode=settings.history_mode, stopped_early=outcome.stopped_early,
         short_steps=sum(r.values.get("groups", settings.groups_per_batch) < settings.groups_per_batch for r in train),
         capped_episodes=int(sum(r.values.get("capped_episodes", 0.0) for r in train)),
+        store_sessions=_store_sessions(train) if settings.from_store else {},
         **_token_accounting(train),
     )  # fmt: skip
 
@@ -85,6 +86,16 @@ def _pass_rates(record: tracking.MetricRecord) -> dict[str, float]:
 def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return round(sum(present) / len(present), 4) if present else None
+
+
+def _store_sessions(records: list[tracking.MetricRecord]) -> dict[str, int]:
+    """Sessions used and deleted over the run's steps; the reasons for skipping others, as the last step saw them."""
+    counts = {"used": int(sum(r.values.get("store_sessions_used", 0.0) for r in records)),
+              "deleted": int(sum(r.values.get("store_sessions_deleted", 0.0) for r in records))}  # fmt: skip
+    if records:
+        last = records[-1].values
+        counts |= {key.removeprefix("store_"): int(value) for key, value in last.items() if key.startswith("store_skipped_")}
+    return counts
 
 
 def _token_accounting(records: list[tracking.MetricRecord]) -> dict[str, Any]:

@@ -16,8 +16,11 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from parity.attribution import normalize_tags
+from parity.feedback_rule import COMBINE, FeedbackRule, parse_weights
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
 from parity.session_budget import SessionBudget
 from parity.session_slug import HISTORY_MODES
@@ -103,6 +106,19 @@ class TrainSettings(UpdateSettings):
     session_max_completion_tokens: int | None = setting(None, "sampled tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
     session_max_seconds: float | None = setting(None, "wall seconds each rollout may call the policy for, from its first call; none: ingest's default", group="budgets")
     capped_episodes: str = setting("drop", "what an episode that hit a cap trains as: drop it, zero_reward (reward 0), or keep_reward (the reward it earned)", choices=CAPPED_EPISODES, group="budgets")
+    # Training from stored production sessions.
+    from_store: bool = setting(False, "train on stored production sessions (their calls and late feedback) instead of rolling out tasks; needs a deployed stack that names its store (docs/production.md)", group="production")
+    store_tags: str = setting("", "from_store: only sessions carrying every one of these comma-separated tags", group="production")
+    store_min_policy_version: int | None = setting(None, "from_store: only sessions whose every call was sampled by this policy version or a later one", group="production")
+    store_max_age_hours: float | None = setting(None, "from_store: only sessions whose last call is at most this many hours old (older ones are skipped as too stale); none: any age", group="production")
+    store_max_policy_lag: int | None = setting(None, "from_store: skip sessions sampled more than this many policy versions behind the trainer's (too stale); none: any", group="production")
+    store_idle_minutes: float = setting(10.0, "from_store: a session counts as ended once it had no call for this long", group="production")
+    feedback_rule: str = setting("sum", "from_store: how a session's counted feedback signals combine into its reward: sum, mean, min, max, or last", choices=COMBINE, group="production")
+    feedback_weights: str = setting("", "from_store: NAME=WEIGHT pairs (thumbs_up=1,thumbs_down=-1): only these signals count, each times its weight; empty: every signal, weight 1", group="production")
+    feedback_window_hours: float | None = setting(None, "from_store: wait this long after a session's last call for its feedback and ignore later signals; none: a session is ready once it has feedback", group="production")
+    feedback_default: float | None = setting(None, "from_store: the reward of a session whose feedback window closed with no signal; none: leave it out", group="production")
+    continuous: bool = setting(False, "from_store: when the store has too few sessions for the next step, wait for new ones instead of ending", group="production")
+    store_poll_s: float = setting(30.0, "from_store with continuous: how often to look for new sessions", group="production")
     # Output.
     output_dir: str = setting("runs", "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model", group="output")
     run_id: str = setting("", "the run's name; empty: run-DATE-TIME-XXXX", group="output")
@@ -154,6 +170,39 @@ class TrainSettings(UpdateSettings):
             value = getattr(self, key)
             if value and not _RUN_ID.fullmatch(value):
                 raise SettingsError(key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}")
+        self._check_production()
+
+    def _check_production(self) -> None:
+        for key in ("store_min_policy_version", "store_max_policy_lag", "store_idle_minutes"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise SettingsError(key, f"must not be negative, got {value}")
+        for key in ("store_max_age_hours", "feedback_window_hours", "store_poll_s"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise SettingsError(key, f"must be greater than 0, got {value}")
+        try:
+            self.store_tag_list  # noqa: B018 (the property checks each tag)
+        except ValueError as error:
+            raise SettingsError("store_tags", str(error)) from None
+        try:
+            parse_weights(self.feedback_weights)
+        except ValueError as error:
+            raise SettingsError("feedback_weights", str(error)) from None
+        if self.feedback_default is not None and not math.isfinite(self.feedback_default):
+            raise SettingsError("feedback_default", f"must be a finite number, got {self.feedback_default}")
+        if self.feedback_default is not None and self.feedback_window_hours is None:
+            raise SettingsError("feedback_default", "applies once a session's feedback window closes; set feedback_window_hours too")
+        if self.continuous and not self.from_store:
+            raise SettingsError("continuous", "waits for new stored sessions; it needs from_store")
+        if not self.from_store:
+            return
+        if self.stack is None or not self.stack.store:
+            raise SettingsError("from_store", "reads the sessions of a deployed stack: name it with its store (stack = ingest=URL,assembler=ADDR,trainer=ADDR,store=ADDR)")
+        if self.tasks:
+            raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks; leave tasks out (val_tasks still validate)")
+        if self.steps is None:
+            raise SettingsError("steps", "a from_store run has no tasks to count epochs over; set steps")
 
     # Derived values, so callers never re-implement a default.
     @property
@@ -166,6 +215,17 @@ class TrainSettings(UpdateSettings):
         budget = SessionBudget(self.session_max_calls, self.session_max_tokens, self.session_max_completion_tokens,
                                self.session_max_seconds)  # fmt: skip
         return budget or None
+
+    @property
+    def store_tag_list(self) -> tuple[str, ...]:
+        """store_tags as the store filters by them: sorted, without repeats (ValueError for a bad tag)."""
+        return normalize_tags(tag.strip() for tag in self.store_tags.split(",") if tag.strip())
+
+    @property
+    def feedback(self) -> FeedbackRule:
+        """The rule that turns a stored session's feedback into its reward (from_store)."""
+        window = timedelta(hours=self.feedback_window_hours) if self.feedback_window_hours is not None else None
+        return FeedbackRule(self.feedback_rule, parse_weights(self.feedback_weights), window, self.feedback_default)
 
     @property
     def validation_max_tokens(self) -> int:

@@ -34,7 +34,7 @@ import structlog
 import parity
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.clients import AssemblerClient, RPCError, TrainerClient, transport
+from parity.clients import AssemblerClient, RPCError, StoreClient, TrainerClient, transport
 from parity.engine.runner import Agent
 from parity.progress import Progress, show_progress
 from parity.services.inference.packaged_models import is_model_name
@@ -62,6 +62,7 @@ from parity.training.run_inputs import (
 )
 from parity.training.run_report import RunOutcome, train_result
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
+from parity.training.store_supply import StoreExhausted, StoreSupply
 from parity.training.task_order import TaskOrder
 from parity.training.teacher_server import SERVED_NAME
 from parity.training.validation import RolloutScorer, ValidationResult, summarize
@@ -93,9 +94,14 @@ class Trainer:
             elif given == "":
                 values[name] = ""
         self.settings = resolve_settings(settings, values)
-        self.agent = resolve_agent(agent if callable(agent) else None, self.settings)
-        self.tasks = resolve_tasks(tasks, self.settings.tasks, "tasks")
+        from_store = self.settings.from_store
+        if from_store and tasks is not None:
+            raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks")
         self.val_tasks = resolve_tasks(val_tasks, self.settings.val_tasks, "val_tasks", required=False)
+        # A from-store run needs its agent only to validate.
+        needs_agent = not from_store or callable(agent) or self.settings.agent or self.settings.agent_command or self.val_tasks
+        self.agent = resolve_agent(agent if callable(agent) else None, self.settings) if needs_agent else None
+        self.tasks = [] if from_store else resolve_tasks(tasks, self.settings.tasks, "tasks")
         self.run_id = self.settings.resume or self.settings.run_id or new_run_id()
         self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
@@ -109,7 +115,7 @@ class Trainer:
         self.steps: list[StepResult] = []
         self._stack: LocalStack | None = None
         self._runner: RolloutRunner | None = None
-        self._supply: BatchSupply | None = None
+        self._supply: BatchSupply | StoreSupply | None = None
         self._tracker: tracking.Tracker | None = None
         self._control: RunControl | None = None
         self._assembler: AssemblerClient | None = None
@@ -155,21 +161,29 @@ class Trainer:
         (self.run_dir / SETTINGS_FILE).write_text(json.dumps(self._saved_settings(), indent=2) + "\n")
         self._tracker = self._open_tracker(keep_through_step=self.step_index if resume_from else None)
         # A resumed run continues the task order where its checkpoint left it.
-        self._task_order.skip(self.step_index * self.settings.groups_per_batch)
+        if self.tasks:
+            self._task_order.skip(self.step_index * self.settings.groups_per_batch)
         request = trainer_pb.StartRunRequest(config=self._run_config())
         if resume_from is not None:
             request.resume_checkpoint_id = resume_from.checkpoint_id
         else:
             request.run_id = self.run_id
         self._control.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
-        self._runner = RolloutRunner(
-            self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
-            timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
-            history_mode=self.settings.history_mode, budget=self.settings.session_budget,
-            capped_episodes=self.settings.capped_episodes, teacher_scored=bool(self.settings.teacher),
-        )  # fmt: skip
-        self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
-                                   self._served_model)  # fmt: skip
+        if self.agent is not None:
+            self._runner = RolloutRunner(
+                self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
+                timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
+                history_mode=self.settings.history_mode, budget=self.settings.session_budget,
+                capped_episodes=self.settings.capped_episodes, teacher_scored=bool(self.settings.teacher),
+            )  # fmt: skip
+        if self.settings.from_store:
+            control = self._control
+            self._supply = StoreSupply(StoreClient(addresses.store), self._assembler, self.settings, self.run_id,
+                                       lambda: control.status().run.policy_version)  # fmt: skip
+        else:
+            assert self._runner is not None
+            self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
+                                       self._served_model)  # fmt: skip
         self.state = "running"
         log.info("run_started", run_id=self.run_id, run_dir=str(self.run_dir), steps=self.total_steps,
                  resumed_at=self.step_index if resume_from else None)  # fmt: skip
@@ -186,7 +200,7 @@ class Trainer:
         self._require_running()
         supply, control = self._supply, self._control
         assert supply is not None and control is not None
-        futures = supply.begin(target)
+        futures: list[Any] = supply.begin(target)
         idle_since: float | None = None
         while True:
             status = control.status()
@@ -206,6 +220,8 @@ class Trainer:
                      for r in rollout_results(f))  # fmt: skip
         values = control.step_metrics(target)
         values["failed_rollouts"] = float(failed)
+        if isinstance(supply, StoreSupply):
+            values |= supply.step_values()
         self.step_index = target
         result = StepResult(target, values, failed)
         self.steps.append(result)
@@ -217,6 +233,7 @@ class Trainer:
         if not self.val_tasks:
             return None
         runner = self._require_running()
+        assert runner is not None, "validation tasks come with an agent"
         sampling = Sampling(self._served_model, self.settings.validation_max_tokens, self.settings.validation_temperature)
         future = runner.submit(self.val_tasks, prefix=f"{self.run_id}-v{self.step_index:05d}",
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
@@ -247,8 +264,10 @@ class Trainer:
                     every = self.settings.val_every
                     validation = self.validate() if every and step.step % every == 0 and step.step < self.total_steps else None
                     self._show(progress, validation, step)
-            except RewardsSaturated as saturated:
-                self._end_early(saturated)
+            except (RewardsSaturated, StoreExhausted) as ended:
+                if ended.state != "completed":
+                    raise
+                self._end_early(ended)
             else:
                 self._wait_for_end()
             self._show(progress, self.validate())
@@ -290,13 +309,14 @@ class Trainer:
                 log.error("stop_run_failed", error=str(error))
             self.state = "stopped"
 
-    def _end_early(self, saturated: RewardsSaturated) -> None:
+    def _end_early(self, ended: RunEnded) -> None:
         """Stop the trainer's run at its last step, checkpointed; the driver still validates and exports."""
-        assert self._runner is not None and self._control is not None
-        log.info("run_ending_early", run_id=self.run_id, step=self.step_index, reason=str(saturated))
-        self._runner.cancel_all()
+        assert self._control is not None
+        log.info("run_ending_early", run_id=self.run_id, step=self.step_index, reason=str(ended))
+        if self._runner is not None:
+            self._runner.cancel_all()
         self._control.trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
-        self.stopped_early = str(saturated)
+        self.stopped_early = str(ended)
 
     def fail(self, error: BaseException) -> TrainResult:
         """The result of a run that ended on `error` (a failed run, a stack that went down); a trainer run
@@ -412,8 +432,9 @@ class Trainer:
             postfix["val_reward"] = f"{last.reward:.3f}"
         progress.set_postfix(postfix, refresh=True)
 
-    def _require_running(self) -> RolloutRunner:
-        if self._runner is None or self.state != "running":
+    def _require_running(self) -> RolloutRunner | None:
+        """The rollout runner (None for a from-store run without an agent); raises unless the run is running."""
+        if self._supply is None or self.state != "running":
             raise RuntimeError("the run is not running: start() it first")
         return self._runner
 

@@ -19,9 +19,10 @@ from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.feedback_rule import is_feedback
 from parity.services.console.upstream import Missing, ServiceDown, Services
 from parity.services.console.views.format import enum_label, timestamp_text
-from parity.services.console.views.sessions import RUN_KEY, is_feedback, trajectory_rewards
+from parity.services.console.views.sessions import RUN_KEY, trajectory_rewards
 from parity.services.console.views.teacher_gap import DEPARTURE_GAP, mark_trajectory
 from parity.services.console.views.token_text import token_texts
 from parity.services.console.views.trajectory import TrajectoryView, build_trajectory

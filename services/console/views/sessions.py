@@ -28,7 +28,6 @@ GROUP_KEY = "parity.group_id"
 VALIDATION_KEY = "parity.validation"
 SCAN_LIMIT = 2000
 FRESH_S = 10.0
-FEEDBACK_SOURCE = "feedback"
 # Tags a row shows; the rest are counted, and named in its tooltip.
 SHOWN_TAGS = 4
 _ANY_STATE, _ANY_OUTCOME = session_pb2.SESSION_STATE_UNSPECIFIED, session_pb2.SESSION_OUTCOME_UNSPECIFIED
@@ -183,11 +182,6 @@ def _rewards(services: Services, session_ids: list[str]) -> dict[str, list[rewar
     found = store.read(store.client.batch_get_sessions,
                        store_pb.BatchGetSessionsRequest(session_ids=session_ids, view=store_pb.CALL_VIEW_BASIC))  # fmt: skip
     return {contents.session.session_id: list(contents.rewards) for contents in found.sessions}
-
-
-def is_feedback(reward: reward_pb2.Reward) -> bool:
-    """A named signal that came after the episode (`thumbs_up`), not the agent's or a reward function's reward."""
-    return bool(reward.name) or reward.source == FEEDBACK_SOURCE
 
 
 def trajectory_rewards(rewards: list[reward_pb2.Reward]) -> dict[str, float]:

@@ -20,13 +20,13 @@ from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.attribution import MAX_TAG_LENGTH, MAX_TAGS
 from parity.clients import RPCError
+from parity.feedback_rule import is_feedback
 from parity.services.console.app import create_app
 from parity.services.console.settings import ConsoleConfig
 from parity.services.console.upstream import Services, Upstream
 from parity.services.console.views.sessions import (
     SHOWN_TAGS,
     SessionFilters,
-    is_feedback,
     parse_tag_filter,
     trajectory_rewards,
 )

@@ -19,7 +19,7 @@ from parity.api.common.v1 import reward_pb2 as parity_dot_api_dot_common_dot_v1_
 from parity.api.common.v1 import session_pb2 as parity_dot_api_dot_common_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/parity/api/assembler/v1/assembler_service.proto\x12\x17parity.api.assembler.v1\x1a#parity/api/assembler/v1/batch.proto\x1a(parity/api/assembler/v1/trajectory.proto\x1a\x1dparity/api/auth/v1/auth.proto\x1a!parity/api/common/v1/reward.proto\x1a\"parity/api/common/v1/session.proto\"C\n\x13ReportRewardRequest\x12,\n\x06reward\x18\x01 \x01(\x0b\x32\x1c.parity.api.common.v1.Reward\")\n\x14ReportRewardResponse\x12\x11\n\treward_id\x18\x01 \x01(\t\"\xcf\x02\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x06reward\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x12\n\nepisode_id\x18\x06 \x01(\t\x12\x12\n\ngroup_size\x18\x07 \x01(\x05\x12\x12\n\nvalidation\x18\x08 \x01(\x08\x12\x0e\n\x06run_id\x18\t \x01(\t\x12@\n\x0f\x63\x61pped_episodes\x18\n \x01(\x0e\x32\'.parity.api.assembler.v1.CappedEpisodes\x12\x16\n\x0eteacher_scored\x18\x0b \x01(\x08\x42\t\n\x07_reward\"F\n\x14\x43loseSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"z\n\x14GetTrajectoryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x02 \x01(\t\x12\x35\n\x04view\x18\x03 \x01(\x0e\x32\'.parity.api.assembler.v1.TrajectoryView\"P\n\x15GetTrajectoryResponse\x12\x37\n\ntrajectory\x18\x01 \x01(\x0b\x32#.parity.api.assembler.v1.Trajectory\"\xd6\x01\n\x17ListTrajectoriesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x37\n\x05state\x18\x05 \x01(\x0e\x32(.parity.api.assembler.v1.TrajectoryState\x12\x35\n\x04view\x18\x06 \x01(\x0e\x32\'.parity.api.assembler.v1.TrajectoryView\"n\n\x18ListTrajectoriesResponse\x12\x39\n\x0ctrajectories\x18\x01 \x03(\x0b\x32#.parity.api.assembler.v1.Trajectory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x94\x01\n\x14StreamBatchesRequest\x12?\n\tsubscribe\x18\x01 \x01(\x0b\x32*.parity.api.assembler.v1.BatchSubscriptionH\x00\x12\x30\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32!.parity.api.assembler.v1.BatchAckH\x00\x42\t\n\x07message\"\xcf\x01\n\x11\x42\x61tchSubscription\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\t\x12\x18\n\x10groups_per_batch\x18\x02 \x01(\x05\x12\x1b\n\x13max_unacked_batches\x18\x03 \x01(\x05\x12\x1b\n\x0epolicy_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0emax_policy_lag\x18\x05 \x01(\x03H\x01\x88\x01\x01\x12\x0e\n\x06run_id\x18\x06 \x01(\tB\x11\n\x0f_policy_versionB\x11\n\x0f_max_policy_lag\"L\n\x08\x42\x61tchAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x1b\n\x0epolicy_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_policy_version\"F\n\x15StreamBatchesResponse\x12-\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x1e.parity.api.assembler.v1.Batch\"%\n\x13ReleaseBatchRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"3\n\x14ReleaseBatchResponse\x12\x1b\n\x13pending_group_count\x18\x01 \x01(\x05\"!\n\x0fGetStatsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xe5\x03\n\x10GetStatsResponse\x12\x1c\n\x14\x63losed_session_count\x18\x01 \x01(\x03\x12\x1b\n\x13pending_group_count\x18\x02 \x01(\x03\x12\x1d\n\x15\x64\x65livered_batch_count\x18\x03 \x01(\x03\x12 \n\x18\x61\x63knowledged_batch_count\x18\x04 \x01(\x03\x12\x1e\n\x16\x64\x65livered_sample_count\x18\x05 \x01(\x03\x12V\n\x0f\x66iltered_counts\x18\x06 \x03(\x0b\x32=.parity.api.assembler.v1.GetStatsResponse.FilteredCountsEntry\x12P\n\x0c\x65rror_counts\x18\x07 \x03(\x0b\x32:.parity.api.assembler.v1.GetStatsResponse.ErrorCountsEntry\x12 \n\x18validation_session_count\x18\x08 \x01(\x03\x1a\x35\n\x13\x46ilteredCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10\x45rrorCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01*f\n\x0eTrajectoryView\x12\x1f\n\x1bTRAJECTORY_VIEW_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAJECTORY_VIEW_BASIC\x10\x01\x12\x18\n\x14TRAJECTORY_VIEW_FULL\x10\x02*\x8d\x01\n\x0e\x43\x61ppedEpisodes\x12\x1f\n\x1b\x43\x41PPED_EPISODES_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43\x41PPED_EPISODES_DROP\x10\x01\x12\x1f\n\x1b\x43\x41PPED_EPISODES_ZERO_REWARD\x10\x02\x12\x1f\n\x1b\x43\x41PPED_EPISODES_KEEP_REWARD\x10\x03\x32\xd4\x06\n\x10\x41ssemblerService\x12t\n\x0cReportReward\x12,.parity.api.assembler.v1.ReportRewardRequest\x1a-.parity.api.assembler.v1.ReportRewardResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x02\x12t\n\x0c\x43loseSession\x12,.parity.api.assembler.v1.CloseSessionRequest\x1a-.parity.api.assembler.v1.CloseSessionResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x02\x12w\n\rGetTrajectory\x12-.parity.api.assembler.v1.GetTrajectoryRequest\x1a..parity.api.assembler.v1.GetTrajectoryResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12\x80\x01\n\x10ListTrajectories\x12\x30.parity.api.assembler.v1.ListTrajectoriesRequest\x1a\x31.parity.api.assembler.v1.ListTrajectoriesResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12x\n\rStreamBatches\x12-.parity.api.assembler.v1.StreamBatchesRequest\x1a..parity.api.assembler.v1.StreamBatchesResponse\"\x04\xa0\xbb\x18\x03(\x01\x30\x01\x12t\n\x0cReleaseBatch\x12,.parity.api.assembler.v1.ReleaseBatchRequest\x1a-.parity.api.assembler.v1.ReleaseBatchResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x03\x12h\n\x08GetStats\x12(.parity.api.assembler.v1.GetStatsRequest\x1a).parity.api.assembler.v1.GetStatsResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/parity/api/assembler/v1/assembler_service.proto\x12\x17parity.api.assembler.v1\x1a#parity/api/assembler/v1/batch.proto\x1a(parity/api/assembler/v1/trajectory.proto\x1a\x1dparity/api/auth/v1/auth.proto\x1a!parity/api/common/v1/reward.proto\x1a\"parity/api/common/v1/session.proto\"C\n\x13ReportRewardRequest\x12,\n\x06reward\x18\x01 \x01(\x0b\x32\x1c.parity.api.common.v1.Reward\")\n\x14ReportRewardResponse\x12\x11\n\treward_id\x18\x01 \x01(\t\"\xe3\x02\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x06reward\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x12\n\nepisode_id\x18\x06 \x01(\t\x12\x12\n\ngroup_size\x18\x07 \x01(\x05\x12\x12\n\nvalidation\x18\x08 \x01(\x08\x12\x0e\n\x06run_id\x18\t \x01(\t\x12@\n\x0f\x63\x61pped_episodes\x18\n \x01(\x0e\x32\'.parity.api.assembler.v1.CappedEpisodes\x12\x16\n\x0eteacher_scored\x18\x0b \x01(\x08\x12\x12\n\nfrom_store\x18\x0c \x01(\x08\x42\t\n\x07_reward\"F\n\x14\x43loseSessionResponse\x12.\n\x07session\x18\x01 \x01(\x0b\x32\x1d.parity.api.common.v1.Session\"z\n\x14GetTrajectoryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x02 \x01(\t\x12\x35\n\x04view\x18\x03 \x01(\x0e\x32\'.parity.api.assembler.v1.TrajectoryView\"P\n\x15GetTrajectoryResponse\x12\x37\n\ntrajectory\x18\x01 \x01(\x0b\x32#.parity.api.assembler.v1.Trajectory\"\xd6\x01\n\x17ListTrajectoriesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x37\n\x05state\x18\x05 \x01(\x0e\x32(.parity.api.assembler.v1.TrajectoryState\x12\x35\n\x04view\x18\x06 \x01(\x0e\x32\'.parity.api.assembler.v1.TrajectoryView\"n\n\x18ListTrajectoriesResponse\x12\x39\n\x0ctrajectories\x18\x01 \x03(\x0b\x32#.parity.api.assembler.v1.Trajectory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x94\x01\n\x14StreamBatchesRequest\x12?\n\tsubscribe\x18\x01 \x01(\x0b\x32*.parity.api.assembler.v1.BatchSubscriptionH\x00\x12\x30\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32!.parity.api.assembler.v1.BatchAckH\x00\x42\t\n\x07message\"\xcf\x01\n\x11\x42\x61tchSubscription\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\t\x12\x18\n\x10groups_per_batch\x18\x02 \x01(\x05\x12\x1b\n\x13max_unacked_batches\x18\x03 \x01(\x05\x12\x1b\n\x0epolicy_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0emax_policy_lag\x18\x05 \x01(\x03H\x01\x88\x01\x01\x12\x0e\n\x06run_id\x18\x06 \x01(\tB\x11\n\x0f_policy_versionB\x11\n\x0f_max_policy_lag\"L\n\x08\x42\x61tchAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x1b\n\x0epolicy_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_policy_version\"F\n\x15StreamBatchesResponse\x12-\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x1e.parity.api.assembler.v1.Batch\"%\n\x13ReleaseBatchRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"3\n\x14ReleaseBatchResponse\x12\x1b\n\x13pending_group_count\x18\x01 \x01(\x05\"!\n\x0fGetStatsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xe5\x03\n\x10GetStatsResponse\x12\x1c\n\x14\x63losed_session_count\x18\x01 \x01(\x03\x12\x1b\n\x13pending_group_count\x18\x02 \x01(\x03\x12\x1d\n\x15\x64\x65livered_batch_count\x18\x03 \x01(\x03\x12 \n\x18\x61\x63knowledged_batch_count\x18\x04 \x01(\x03\x12\x1e\n\x16\x64\x65livered_sample_count\x18\x05 \x01(\x03\x12V\n\x0f\x66iltered_counts\x18\x06 \x03(\x0b\x32=.parity.api.assembler.v1.GetStatsResponse.FilteredCountsEntry\x12P\n\x0c\x65rror_counts\x18\x07 \x03(\x0b\x32:.parity.api.assembler.v1.GetStatsResponse.ErrorCountsEntry\x12 \n\x18validation_session_count\x18\x08 \x01(\x03\x1a\x35\n\x13\x46ilteredCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10\x45rrorCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01*f\n\x0eTrajectoryView\x12\x1f\n\x1bTRAJECTORY_VIEW_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAJECTORY_VIEW_BASIC\x10\x01\x12\x18\n\x14TRAJECTORY_VIEW_FULL\x10\x02*\x8d\x01\n\x0e\x43\x61ppedEpisodes\x12\x1f\n\x1b\x43\x41PPED_EPISODES_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43\x41PPED_EPISODES_DROP\x10\x01\x12\x1f\n\x1b\x43\x41PPED_EPISODES_ZERO_REWARD\x10\x02\x12\x1f\n\x1b\x43\x41PPED_EPISODES_KEEP_REWARD\x10\x03\x32\xd4\x06\n\x10\x41ssemblerService\x12t\n\x0cReportReward\x12,.parity.api.assembler.v1.ReportRewardRequest\x1a-.parity.api.assembler.v1.ReportRewardResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x02\x12t\n\x0c\x43loseSession\x12,.parity.api.assembler.v1.CloseSessionRequest\x1a-.parity.api.assembler.v1.CloseSessionResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x02\x12w\n\rGetTrajectory\x12-.parity.api.assembler.v1.GetTrajectoryRequest\x1a..parity.api.assembler.v1.GetTrajectoryResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12\x80\x01\n\x10ListTrajectories\x12\x30.parity.api.assembler.v1.ListTrajectoriesRequest\x1a\x31.parity.api.assembler.v1.ListTrajectoriesResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12x\n\rStreamBatches\x12-.parity.api.assembler.v1.StreamBatchesRequest\x1a..parity.api.assembler.v1.StreamBatchesResponse\"\x04\xa0\xbb\x18\x03(\x01\x30\x01\x12t\n\x0cReleaseBatch\x12,.parity.api.assembler.v1.ReleaseBatchRequest\x1a-.parity.api.assembler.v1.ReleaseBatchResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x03\x12h\n\x08GetStats\x12(.parity.api.assembler.v1.GetStatsRequest\x1a).parity.api.assembler.v1.GetStatsResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,46 +44,46 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_ASSEMBLERSERVICE'].methods_by_name['ReleaseBatch']._serialized_options = b'\220\002\002\240\273\030\003'
   _globals['_ASSEMBLERSERVICE'].methods_by_name['GetStats']._options = None
   _globals['_ASSEMBLERSERVICE'].methods_by_name['GetStats']._serialized_options = b'\220\002\001\240\273\030\001'
-  _globals['_TRAJECTORYVIEW']._serialized_start=2440
-  _globals['_TRAJECTORYVIEW']._serialized_end=2542
-  _globals['_CAPPEDEPISODES']._serialized_start=2545
-  _globals['_CAPPEDEPISODES']._serialized_end=2686
+  _globals['_TRAJECTORYVIEW']._serialized_start=2460
+  _globals['_TRAJECTORYVIEW']._serialized_end=2562
+  _globals['_CAPPEDEPISODES']._serialized_start=2565
+  _globals['_CAPPEDEPISODES']._serialized_end=2706
   _globals['_REPORTREWARDREQUEST']._serialized_start=257
   _globals['_REPORTREWARDREQUEST']._serialized_end=324
   _globals['_REPORTREWARDRESPONSE']._serialized_start=326
   _globals['_REPORTREWARDRESPONSE']._serialized_end=367
   _globals['_CLOSESESSIONREQUEST']._serialized_start=370
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=705
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=707
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=777
-  _globals['_GETTRAJECTORYREQUEST']._serialized_start=779
-  _globals['_GETTRAJECTORYREQUEST']._serialized_end=901
-  _globals['_GETTRAJECTORYRESPONSE']._serialized_start=903
-  _globals['_GETTRAJECTORYRESPONSE']._serialized_end=983
-  _globals['_LISTTRAJECTORIESREQUEST']._serialized_start=986
-  _globals['_LISTTRAJECTORIESREQUEST']._serialized_end=1200
-  _globals['_LISTTRAJECTORIESRESPONSE']._serialized_start=1202
-  _globals['_LISTTRAJECTORIESRESPONSE']._serialized_end=1312
-  _globals['_STREAMBATCHESREQUEST']._serialized_start=1315
-  _globals['_STREAMBATCHESREQUEST']._serialized_end=1463
-  _globals['_BATCHSUBSCRIPTION']._serialized_start=1466
-  _globals['_BATCHSUBSCRIPTION']._serialized_end=1673
-  _globals['_BATCHACK']._serialized_start=1675
-  _globals['_BATCHACK']._serialized_end=1751
-  _globals['_STREAMBATCHESRESPONSE']._serialized_start=1753
-  _globals['_STREAMBATCHESRESPONSE']._serialized_end=1823
-  _globals['_RELEASEBATCHREQUEST']._serialized_start=1825
-  _globals['_RELEASEBATCHREQUEST']._serialized_end=1862
-  _globals['_RELEASEBATCHRESPONSE']._serialized_start=1864
-  _globals['_RELEASEBATCHRESPONSE']._serialized_end=1915
-  _globals['_GETSTATSREQUEST']._serialized_start=1917
-  _globals['_GETSTATSREQUEST']._serialized_end=1950
-  _globals['_GETSTATSRESPONSE']._serialized_start=1953
-  _globals['_GETSTATSRESPONSE']._serialized_end=2438
-  _globals['_GETSTATSRESPONSE_FILTEREDCOUNTSENTRY']._serialized_start=2333
-  _globals['_GETSTATSRESPONSE_FILTEREDCOUNTSENTRY']._serialized_end=2386
-  _globals['_GETSTATSRESPONSE_ERRORCOUNTSENTRY']._serialized_start=2388
-  _globals['_GETSTATSRESPONSE_ERRORCOUNTSENTRY']._serialized_end=2438
-  _globals['_ASSEMBLERSERVICE']._serialized_start=2689
-  _globals['_ASSEMBLERSERVICE']._serialized_end=3541
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=725
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=727
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=797
+  _globals['_GETTRAJECTORYREQUEST']._serialized_start=799
+  _globals['_GETTRAJECTORYREQUEST']._serialized_end=921
+  _globals['_GETTRAJECTORYRESPONSE']._serialized_start=923
+  _globals['_GETTRAJECTORYRESPONSE']._serialized_end=1003
+  _globals['_LISTTRAJECTORIESREQUEST']._serialized_start=1006
+  _globals['_LISTTRAJECTORIESREQUEST']._serialized_end=1220
+  _globals['_LISTTRAJECTORIESRESPONSE']._serialized_start=1222
+  _globals['_LISTTRAJECTORIESRESPONSE']._serialized_end=1332
+  _globals['_STREAMBATCHESREQUEST']._serialized_start=1335
+  _globals['_STREAMBATCHESREQUEST']._serialized_end=1483
+  _globals['_BATCHSUBSCRIPTION']._serialized_start=1486
+  _globals['_BATCHSUBSCRIPTION']._serialized_end=1693
+  _globals['_BATCHACK']._serialized_start=1695
+  _globals['_BATCHACK']._serialized_end=1771
+  _globals['_STREAMBATCHESRESPONSE']._serialized_start=1773
+  _globals['_STREAMBATCHESRESPONSE']._serialized_end=1843
+  _globals['_RELEASEBATCHREQUEST']._serialized_start=1845
+  _globals['_RELEASEBATCHREQUEST']._serialized_end=1882
+  _globals['_RELEASEBATCHRESPONSE']._serialized_start=1884
+  _globals['_RELEASEBATCHRESPONSE']._serialized_end=1935
+  _globals['_GETSTATSREQUEST']._serialized_start=1937
+  _globals['_GETSTATSREQUEST']._serialized_end=1970
+  _globals['_GETSTATSRESPONSE']._serialized_start=1973
+  _globals['_GETSTATSRESPONSE']._serialized_end=2458
+  _globals['_GETSTATSRESPONSE_FILTEREDCOUNTSENTRY']._serialized_start=2353
+  _globals['_GETSTATSRESPONSE_FILTEREDCOUNTSENTRY']._serialized_end=2406
+  _globals['_GETSTATSRESPONSE_ERRORCOUNTSENTRY']._serialized_start=2408
+  _globals['_GETSTATSRESPONSE_ERRORCOUNTSENTRY']._serialized_end=2458
+  _globals['_ASSEMBLERSERVICE']._serialized_start=2709
+  _globals['_ASSEMBLERSERVICE']._serialized_end=3561
 # @@protoc_insertion_point(module_scope)

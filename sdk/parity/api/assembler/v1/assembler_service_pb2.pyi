@@ -44,7 +44,7 @@ class ReportRewardResponse(_message.Message):
     def __init__(self, reward_id: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
-    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id", "capped_episodes", "teacher_scored")
+    __slots__ = ("session_id", "outcome", "error_message", "reward", "group_id", "episode_id", "group_size", "validation", "run_id", "capped_episodes", "teacher_scored", "from_store")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class CloseSessionRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CAPPED_EPISODES_FIELD_NUMBER: _ClassVar[int]
     TEACHER_SCORED_FIELD_NUMBER: _ClassVar[int]
+    FROM_STORE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     outcome: _session_pb2.SessionOutcome
     error_message: str
@@ -67,7 +68,8 @@ class CloseSessionRequest(_message.Message):
     run_id: str
     capped_episodes: CappedEpisodes
     teacher_scored: bool
-    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ..., capped_episodes: _Optional[_Union[CappedEpisodes, str]] = ..., teacher_scored: bool = ...) -> None: ...
+    from_store: bool
+    def __init__(self, session_id: _Optional[str] = ..., outcome: _Optional[_Union[_session_pb2.SessionOutcome, str]] = ..., error_message: _Optional[str] = ..., reward: _Optional[float] = ..., group_id: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_size: _Optional[int] = ..., validation: bool = ..., run_id: _Optional[str] = ..., capped_episodes: _Optional[_Union[CappedEpisodes, str]] = ..., teacher_scored: bool = ..., from_store: bool = ...) -> None: ...
 
 class CloseSessionResponse(_message.Message):
     __slots__ = ("session",)
