@@ -3,6 +3,7 @@ agent of the test's own trains, validates, exports; a run that fails ends at onc
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, StoreClient, TrainerClient
 from parity.tokens import unpack_floats
@@ -28,6 +30,7 @@ from parity.training import StackAddresses, batch_supply
 from parity.training.run_control import RunEnded
 from tests.conftest import free_port
 from tests.integration.tcp_relay import TcpRelay
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -353,3 +356,20 @@ def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_ne
     assert empty.state == "failed" and empty.steps == 0
     assert "no usable sessions for step 1 (skipped: no_feedback: 1)" in empty.error
     assert time.monotonic() - started < 120
+
+    # A continuous run waits for new sessions instead, and trains once enough have come.
+    with parity.Trainer(
+        model=str(deployed_stack.vllm.config.model_path), stack=deployed_stack.addresses, from_store=True, continuous=True,
+        store_poll_s=0.5, steps=1, groups_per_batch=1, rollouts_per_task=2, store_tags="prod", store_idle_minutes=0.0,
+        export=False, output_dir=str(tmp_path / "runs"), progress=False,
+    ) as waiting, concurrent.futures.ThreadPoolExecutor(1) as pool:  # fmt: skip
+        step = pool.submit(waiting.step)
+        control = TrainerClient(deployed_stack.trainer.address)
+        eventually(lambda: control.get_status(trainer_pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
+                   what="the continuous run waiting for data")  # fmt: skip
+        assert not step.done()
+        arrived = {production_session(deployed_stack, "u3", ["prod"], {"thumbs_up": value}): value for value in (1.0, 0.0)}
+        assert step.result(timeout=300).values["store_sessions_used"] == 2
+        batch = control.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=waiting.run_id, step=1)).batch
+        assert {s.session_id: s.reward for s in batch.samples} == arrived
+        assert waiting.finish().state == "completed"
