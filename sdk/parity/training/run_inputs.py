@@ -33,6 +33,20 @@ def resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) -> 
     return (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
 
 
+def resolve_inputs(
+    agent: Callable[..., Any] | None, tasks: Tasks | None, val_tasks: Tasks | None, settings: TrainSettings
+) -> tuple[Agent | None, list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """The run's agent, tasks and validation tasks. A from-store run rolls out no tasks, and needs an agent
+    only to validate."""
+    validation = resolve_tasks(val_tasks, settings.val_tasks, "val_tasks", required=False)
+    if not settings.from_store:
+        return resolve_agent(agent, settings), resolve_tasks(tasks, settings.tasks, "tasks"), validation
+    if tasks is not None:
+        raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks")
+    named = agent is not None or settings.agent or settings.agent_command
+    return (resolve_agent(agent, settings) if named or validation else None), [], validation
+
+
 def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
     if agent is not None:
         if settings.agent or settings.agent_command:

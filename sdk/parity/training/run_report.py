@@ -12,8 +12,9 @@ from parity.services.inference.packaged_models import DEFAULT_MODEL
 from parity.services.trainer.run_plot import plot_rewards
 from parity.training import tracking
 from parity.training.plateau import flat_reward_warning
-from parity.training.result import TrainResult
+from parity.training.result import StepResult, TrainResult
 from parity.training.settings import TrainSettings
+from parity.training.validation import ValidationResult
 
 PLOT_FILE = "reward.png"
 
@@ -69,6 +70,28 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
         store_sessions=_store_sessions(train) if settings.from_store else {},
         **_token_accounting(train),
     )  # fmt: skip
+
+
+def progress_postfix(
+    settings: TrainSettings, steps: Sequence[StepResult], step: StepResult | None, validation: ValidationResult | None
+) -> dict[str, str]:  # fmt: skip
+    """What the progress line shows after a step or a validation."""
+    postfix = {}
+    if step is not None:
+        postfix["reward"] = f"{step.reward:.3f}"
+        if "teacher_kl" in step.values:
+            postfix["teacher_kl"] = f"{step.values['teacher_kl']:.3f}"
+        if "store_sessions_used" in step.values:
+            postfix["sessions"] = str(int(step.values["store_sessions_used"]))
+        groups = int(step.values.get("groups", settings.groups_per_batch))
+        if groups < settings.groups_per_batch:
+            postfix["short batch"] = f"{groups}/{settings.groups_per_batch} groups"
+        rewards = [s.reward for s in steps]
+        if flat_reward_warning(rewards, settings.learning_rate):
+            postfix["note"] = f"reward flat for {len(rewards)} steps"
+    if validation is not None:
+        postfix["val_reward"] = f"{validation.reward:.3f}"
+    return postfix
 
 
 def serve_command(exported: str, settings: TrainSettings, model_path: str, run_id: str) -> str:

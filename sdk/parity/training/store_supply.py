@@ -53,8 +53,10 @@ class StoreExhausted(RunEnded):
 class StoreSupply:
     def __init__(
         self, store: StoreClient, assembler: AssemblerClient, settings: TrainSettings, run_id: str,
-        policy_version: Callable[[], int],
+        policy_version: Callable[[], int], raise_if_ended: Callable[[], None],
     ) -> None:  # fmt: skip
+        """`raise_if_ended` raises once the trainer's run has ended (or the stack is down): a continuous run
+        waiting for sessions stops waiting then."""
         self.store = store
         self.assembler = assembler
         self.settings = settings
@@ -62,6 +64,7 @@ class StoreSupply:
         self.rule = settings.feedback
         self.filters = StoreFilters.of(settings)
         self._policy_version = policy_version
+        self._raise_if_ended = raise_if_ended
         self.used = 0
         self.deleted = 0
         self.skipped: Counter[str] = Counter()
@@ -81,6 +84,7 @@ class StoreSupply:
             if not self.settings.continuous:
                 raise self._exhausted(step)
             log.info("waiting_for_sessions", step=step, poll_s=self.settings.store_poll_s)
+            self._raise_if_ended()
             time.sleep(self.settings.store_poll_s)
 
     def top_up(self, futures: list[object], status: trainer_pb.GetStatusResponse, idle_since: float | None,

@@ -42,7 +42,6 @@ from parity.training import tracking
 from parity.training.batch_supply import BatchSupply, rollout_results
 from parity.training.local_stack import LocalStack, StackError, served_model
 from parity.training.model_choice import choose_model
-from parity.training.plateau import flat_reward_warning
 from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
 from parity.training.run_checkpoints import (
@@ -56,11 +55,10 @@ from parity.training.run_inputs import (
     SETTINGS_FILE,
     Tasks,
     new_run_id,
-    resolve_agent,
+    resolve_inputs,
     resolve_settings,
-    resolve_tasks,
 )
-from parity.training.run_report import RunOutcome, train_result
+from parity.training.run_report import RunOutcome, progress_postfix, train_result
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
 from parity.training.store_supply import StoreExhausted, StoreSupply
 from parity.training.task_order import TaskOrder
@@ -94,14 +92,8 @@ class Trainer:
             elif given == "":
                 values[name] = ""
         self.settings = resolve_settings(settings, values)
-        from_store = self.settings.from_store
-        if from_store and tasks is not None:
-            raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks")
-        self.val_tasks = resolve_tasks(val_tasks, self.settings.val_tasks, "val_tasks", required=False)
-        # A from-store run needs its agent only to validate.
-        needs_agent = not from_store or callable(agent) or self.settings.agent or self.settings.agent_command or self.val_tasks
-        self.agent = resolve_agent(agent if callable(agent) else None, self.settings) if needs_agent else None
-        self.tasks = [] if from_store else resolve_tasks(tasks, self.settings.tasks, "tasks")
+        self.agent, self.tasks, self.val_tasks = resolve_inputs(agent if callable(agent) else None, tasks, val_tasks,
+                                                                self.settings)  # fmt: skip
         self.run_id = self.settings.resume or self.settings.run_id or new_run_id()
         self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
@@ -179,7 +171,7 @@ class Trainer:
         if self.settings.from_store:
             control = self._control
             self._supply = StoreSupply(StoreClient(addresses.store), self._assembler, self.settings, self.run_id,
-                                       lambda: control.status().run.policy_version)  # fmt: skip
+                                       lambda: control.status().run.policy_version, self._raise_if_ended)  # fmt: skip
         else:
             assert self._runner is not None
             self._supply = BatchSupply(self._runner, self._assembler, self._task_order, self.settings, self.run_id,
@@ -375,6 +367,11 @@ class Trainer:
             self.state = ended.state
             raise
 
+    def _raise_if_ended(self) -> None:
+        assert self._control is not None
+        with self._noting_the_end():
+            self._control.raise_if_ended(self._control.status(), [])
+
     def _wait_for_end(self) -> None:
         assert self._control is not None
         with self._noting_the_end():
@@ -416,21 +413,8 @@ class Trainer:
         return train_result(outcome, self.settings, self._tracker)
 
     def _show(self, progress: Progress, validation: ValidationResult | None, step: StepResult | None = None) -> None:
-        postfix = {}
-        if step is not None:
-            postfix["reward"] = f"{step.reward:.3f}"
-            if "teacher_kl" in step.values:
-                postfix["teacher_kl"] = f"{step.values['teacher_kl']:.3f}"
-            groups = int(step.values.get("groups", self.settings.groups_per_batch))
-            if groups < self.settings.groups_per_batch:
-                postfix["short batch"] = f"{groups}/{self.settings.groups_per_batch} groups"
-            rewards = [s.reward for s in self.steps]
-            if flat_reward_warning(rewards, self.settings.learning_rate):
-                postfix["note"] = f"reward flat for {len(rewards)} steps"
         last = validation or (self.validations[-1] if self.validations else None)
-        if last is not None:
-            postfix["val_reward"] = f"{last.reward:.3f}"
-        progress.set_postfix(postfix, refresh=True)
+        progress.set_postfix(progress_postfix(self.settings, self.steps, step, last), refresh=True)
 
     def _require_running(self) -> RolloutRunner | None:
         """The rollout runner (None for a from-store run without an agent); raises unless the run is running."""
