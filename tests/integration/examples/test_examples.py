@@ -1,14 +1,19 @@
-"""The three examples, each trained from its own TOML file for a few steps against a deployed stack
-and real vLLM, with what each one exists to show checked on what was captured."""
+"""The examples against a deployed stack and real vLLM, with what each one exists to show checked on what
+was captured: most trained from their own TOML file for a few steps; the RAG agent's episodes run alone
+(the generated model never answers a fact right, so its groups would never vary)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 import parity
+from examples.rag.agent import episode as rag_episode
+from examples.rag.corpus import library
+from examples.rag.graph import MAX_MODEL_CALLS, SEARCH_COMMAND
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
@@ -80,3 +85,27 @@ def test_langgraph_agent_feeds_tool_results_back_with_no_parity_inside(deployed_
         fed_back = [m for messages in turns for m in messages if m["role"] in ("tool", "user")][1:]
         assert fed_back, "tool results (or, for a malformed call, the error) are fed back"
         assert view.has_reward
+
+
+def test_rag_agent_searches_first_and_reads_back_the_entry_its_query_found_with_no_parity_inside(deployed_stack) -> None:
+    assert "parity" not in (EXAMPLES / "rag" / "graph.py").read_text(), "the graph must be configured by URL alone"
+    tasks = [json.loads(line) for line in (EXAMPLES / "rag" / "val_tasks.jsonl").read_text().splitlines()[:3]]
+    previous = parity.current_config()
+    parity.configure(ingest_url=deployed_stack.addresses.ingest_url)
+    try:
+        sessions = []
+        for task in tasks:
+            with parity.session() as session:
+                assert rag_episode(task | {"model": "tiny", "max_tokens": 8, "temperature": 1.0}) in (0.0, 1.0)
+            sessions.append(session.session_id)
+    finally:
+        parity.configure(ingest_url=previous.ingest_url)
+    assert httpx.post(f"{deployed_stack.addresses.ingest_url}/parity/v1/flush", timeout=60).status_code == 200
+    store = StoreClient(deployed_stack.store.address)
+    for session_id in sessions:
+        calls = store.list_calls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls
+        assert 2 <= len(calls) <= MAX_MODEL_CALLS, "the first reply is always a search, and the result comes back"
+        query = calls[0].choices[0].text
+        command = SEARCH_COMMAND.search(query)
+        read_back = json.loads(calls[1].request_json)["messages"][-1]
+        assert read_back == {"role": "user", "content": f"Result: {library().search(command.group(1) if command else query)}"}
