@@ -5,11 +5,9 @@ The tool protocol is text, and the first turn always searches: the model's first
 query (`SEARCH <words>`, or its words alone), the entry found comes back as the next user turn,
 and a later reply either searches again the same way or is the answer. The default model's chat
 template has no tool-calling format (SmolLM2-135M-Instruct was not trained on tool calls), and
-shown a worked exchange it copies the answer's shape, not the search: asked to choose, it
-answered every question from memory and never searched (0 of 128 held-out tries right), which
-leaves a reinforcement learner nothing to compare. Searching first, it is right often enough to
-learn from, and what it learns is what retrieval needs: a query that finds the entry, and the
-right fact read out of it.
+left to choose it answers from memory, so no rollout is ever right and there is nothing to learn
+from. Searching first, it is right often enough to learn what retrieval needs: a query that finds
+the entry, and the right fact read out of it (docs/design/rag-tool-protocol.md).
 """
 
 from __future__ import annotations

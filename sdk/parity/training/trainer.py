@@ -12,10 +12,10 @@
 
 Starting a run brings up the local stack (`parity up`, in RUN_DIR/stack) unless a
 deployed one is named, starts the trainer's run, and then, step by step, rolls each
-batch's tasks out through the agent engine while watching the trainer: a run that
-fails, or a stack that goes down, ends the wait at once with the reason and the
-checkpoint to resume from. Nothing here trains; the trainer service does, on what
-the assembler builds from the captured calls.
+batch's tasks out through the agent engine (from_store: adopts stored sessions instead,
+store_supply) while watching the trainer: a run that fails, or a stack that goes down,
+ends the wait at once with the reason and the checkpoint to resume from. Nothing here
+trains; the trainer service does, on what the assembler builds from the captured calls.
 """
 
 from __future__ import annotations
