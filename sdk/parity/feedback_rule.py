@@ -73,16 +73,15 @@ class FeedbackRule:
             raise ValueError("a default reward needs a finite value and a feedback window to wait out")
 
     def decide(self, rewards: Iterable[reward_pb2.Reward], last_call: datetime, now: datetime) -> Decision:
-        """The session's reward by this rule, or why it has none yet (`waiting`) or none at all."""
+        """The session's reward by this rule, or why it has none yet (awaiting_feedback) or none at all."""
         closes = last_call + self.window if self.window is not None else None
+        if closes is not None and now < closes:
+            return Decision(None, "awaiting_feedback")
         counted = [
             r for r in rewards
             if is_feedback(r) and (not self.weights or r.name in self.weights)
             and (closes is None or r.create_time.ToDatetime(last_call.tzinfo) <= closes)
         ]  # fmt: skip
-        window_open = closes is not None and now < closes
-        if window_open:
-            return Decision(None, "awaiting_feedback")
         if not counted:
             if self.default is not None:
                 return Decision(self.default, "", signals=0)

@@ -116,6 +116,10 @@ class BatchSupply:
             raise AgentFailing("failed", f"the agent failed {self._failures_in_a_row} rollouts in a row; "
                                          f"the last: {self._last_failure}", step - 1)  # fmt: skip
 
+    def step_values(self) -> dict[str, float]:
+        """What the supply adds to a step's metrics: nothing; rollouts' counts come from the trainer."""
+        return {}
+
     def _roll_out(self, tasks: list[dict[str, Any]], step: int) -> Rollouts:
         # Settled by the trainer (model_choice) before the first batch: the named model's, else the default.
         assert self.settings.max_tokens is not None, "max_tokens is resolved before rollouts start"

@@ -68,8 +68,12 @@ class Selection:
 
     @property
     def summary(self) -> str:
-        skipped = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items())) or "none"
-        return f"{len(self.eligible)} usable, skipped {sum(self.skipped.values())} ({skipped})"
+        return f"{len(self.eligible)} usable, skipped {sum(self.skipped.values())} ({skip_summary(self.skipped)})"
+
+
+def skip_summary(skipped: Counter[str]) -> str:
+    """`no_feedback: 3, too_stale: 1`, or `none`."""
+    return ", ".join(f"{reason}: {count}" for reason, count in sorted(skipped.items())) or "none"
 
 
 def select_sessions(

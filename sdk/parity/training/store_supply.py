@@ -36,6 +36,7 @@ from parity.training.store_sessions import (
     Selection,
     StoreFilters,
     select_sessions,
+    skip_summary,
 )
 
 log = structlog.get_logger(__name__)
@@ -66,7 +67,6 @@ class StoreSupply:
         self._policy_version = policy_version
         self._raise_if_ended = raise_if_ended
         self.used = 0
-        self.deleted = 0
         self.skipped: Counter[str] = Counter()
         self._step_used = 0
         self._step_deleted = 0
@@ -155,7 +155,6 @@ class StoreSupply:
                 if error.code != grpc.StatusCode.NOT_FOUND:
                     raise
                 # Deleted since it was selected (an end user's deletion request): never trained on.
-                self.deleted += 1
                 self._step_deleted += 1
                 continue
             self.used += 1
@@ -169,8 +168,7 @@ class StoreSupply:
         return self.assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
 
     def _exhausted(self, step: int) -> StoreExhausted:
-        skipped = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items())) or "none"
-        where = f"the store has no usable sessions for step {step} (skipped: {skipped})"
+        where = f"the store has no usable sessions for step {step} (skipped: {skip_summary(self.skipped)})"
         if self._step_used:
             where += f"; the assembler dropped the groups of the {self._step_used} sessions this step adopted (rewards all equal)"
         if step == 1:

@@ -212,8 +212,7 @@ class Trainer:
                      for r in rollout_results(f))  # fmt: skip
         values = control.step_metrics(target)
         values["failed_rollouts"] = float(failed)
-        if isinstance(supply, StoreSupply):
-            values |= supply.step_values()
+        values |= supply.step_values()
         self.step_index = target
         result = StepResult(target, values, failed)
         self.steps.append(result)
