@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from parity.config import configure, current_config
     from parity.feedback import FeedbackError, FeedbackReceipt, afeedback, feedback
     from parity.flushing import FlushError, aflush, flush
+    from parity.promotion import Promotion, promote, rollback
     from parity.rewards import areward, reward
     from parity.session_budget import SessionBudget
     from parity.session_slug import SessionRef
@@ -50,6 +51,9 @@ _EXPORTS = {
     "FlushError": "parity.flushing",
     "aflush": "parity.flushing",
     "flush": "parity.flushing",
+    "Promotion": "parity.promotion",
+    "promote": "parity.promotion",
+    "rollback": "parity.promotion",
     "areward": "parity.rewards",
     "reward": "parity.rewards",
     "SessionBudget": "parity.session_budget",
@@ -87,6 +91,7 @@ __all__ = [
     "FeedbackError",
     "FeedbackReceipt",
     "FlushError",
+    "Promotion",
     "RPCError",
     "SessionBudget",
     "SessionRef",
@@ -106,7 +111,9 @@ __all__ = [
     "flush",
     "get_async_chat_client",
     "get_chat_client",
+    "promote",
     "reward",
+    "rollback",
     "session",
     "session_url",
     "train",

@@ -3,6 +3,7 @@
     parity store|ingest|assembler|trainer serve [flags]   run one gRPC service
     parity store delete --user U | sessions --user U       an end user's data: delete it, list it
     parity trainer lineage --user U                        which runs and steps trained on it
+    parity trainer promote RUN | rollback | promotions     serve a gated policy to users, take it back
     parity console serve [flags]                           the web console: runs, batches, trajectories
     parity up [flags]                                      run the whole stack on this machine
     parity train [flags]                                   train an agent on its tasks, end to end
@@ -75,6 +76,9 @@ DELEGATED_COMMANDS = {
     ("store", "delete"): ("parity.user_data:delete_main", "delete an end user's data, or sessions by id or age"),
     ("store", "sessions"): ("parity.user_data:sessions_main", "list sessions by end user and tags"),
     ("trainer", "lineage"): ("parity.user_data:lineage_main", "which runs and steps trained on an end user's sessions"),
+    ("trainer", "promote"): ("parity.promotion:promote_main", "gate a run's checkpoint; serve it to users if it passes"),
+    ("trainer", "rollback"): ("parity.promotion:rollback_main", "serve again what the last promotion replaced"),
+    ("trainer", "promotions"): ("parity.promotion:promotions_main", "every promotion, refusal and rollback"),
     ("assembler", "retokenization-report"): (
         "parity.services.assembler.retokenization_report",
         "how many samples re-tokenizing would change, on your model",

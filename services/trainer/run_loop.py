@@ -9,11 +9,9 @@ FAILED with a checkpoint of the trained weights, from which StartRun resumes.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import structlog
@@ -35,7 +33,7 @@ from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_batches import step_batch
 from parity.services.trainer.step_metrics import MetricsLog, plot_run
 from parity.services.trainer.teacher import Teacher
-from parity.services.trainer.weight_sync import SyncFailed, probe_tokens
+from parity.services.trainer.weight_sync import SyncFailed, model_probe
 
 log = structlog.get_logger(__name__)
 
@@ -105,7 +103,7 @@ class RunLoop:
                 if self._resume is not None:
                     backend.load_state(self._resume.path)
                 self._policy.backend = backend
-                self._policy.weight_sync.probe = probe_tokens(_vocab_size(settings.model_path))
+                self._policy.weight_sync.probe = model_probe(settings.model_path)
                 run.policy_version = max(run.policy_version, self._ingests.highest_policy_version())
                 # Replicas may serve anything (a restarted vLLM, another run's weights):
                 # start from a verified copy of the weights this run trains.
@@ -248,6 +246,3 @@ def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     values |= {f"splits_{reason}": float(count) for reason, count in sorted(stats.split_reasons.items())}
     return values
 
-
-def _vocab_size(model_path: Path) -> int:
-    return int(json.loads((model_path / "config.json").read_text())["vocab_size"])

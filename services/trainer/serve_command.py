@@ -35,6 +35,14 @@ class TrainerConfig(ServerConfig):
     replica_api_key_file: str = setting(
         "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
     )
+    serving_replicas: str = setting(
+        "", "comma-separated vLLM server URLs that serve users: only a promotion that passes its gate loads a policy "
+        "into them (parity trainer promote); empty: none, and runs update --replicas as the only replicas"
+    )  # fmt: skip
+    serving_ingest_address: str = setting(
+        "", "the gRPC addresses of the ingests in front of --serving-replicas, comma-separated (or dns:///NAME:PORT), "
+        "paused and versioned around a promotion"
+    )  # fmt: skip
     work_dir: str = setting(".parity/trainer", "where pushed weights (and, by default, checkpoints) are written")
     consumer_id: str = setting("trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it")
     sync_tolerance: float = setting(
@@ -49,19 +57,31 @@ class TrainerConfig(ServerConfig):
             raise InvalidArgument("assembler_address and consumer_id are required")
         if self.sync_tolerance < 0:
             raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
-        try:
-            IngestFleet(self.ingest_addresses)
-        except ValueError as error:
-            raise InvalidArgument(f"ingest_address: {error}") from None
+        for name, addresses in (("ingest_address", self.ingest_addresses), ("serving_ingest_address", self.serving_ingest_addresses)):
+            try:
+                IngestFleet(addresses)
+            except ValueError as error:
+                raise InvalidArgument(f"{name}: {error}") from None
+        if self.serving_ingest_address and not self.serving_replicas:
+            raise InvalidArgument("serving_ingest_address needs serving_replicas: the replicas those ingests serve from")
+        shared = set(_urls(self.replicas)) & set(_urls(self.serving_replicas))
+        if shared:
+            raise InvalidArgument(f"serving_replicas must not be among replicas, which every update reaches: {', '.join(sorted(shared))}")
 
     @property
     def ingest_addresses(self) -> tuple[str, ...]:
         return tuple(parse_address_list(self.ingest_address))
 
+    @property
+    def serving_ingest_addresses(self) -> tuple[str, ...]:
+        return tuple(parse_address_list(self.serving_ingest_address))
+
     def deployment(self) -> TrainerDeployment:
         return TrainerDeployment(
             assembler_address=self.assembler_address,
-            replica_urls=tuple(url.strip() for url in self.replicas.split(",") if url.strip()),
+            replica_urls=_urls(self.replicas),
+            serving_replica_urls=_urls(self.serving_replicas),
+            serving_ingest_addresses=self.serving_ingest_addresses,
             work_dir=Path(self.work_dir),
             ingest_addresses=self.ingest_addresses,
             consumer_id=self.consumer_id,
@@ -69,6 +89,10 @@ class TrainerConfig(ServerConfig):
             max_message_bytes=self.max_message_bytes,
             replica_api_key=read_secret(self.replica_api_key_file, "replica_api_key_file"),
         )
+
+
+def _urls(text: str) -> tuple[str, ...]:
+    return tuple(url.strip().rstrip("/") for url in text.split(",") if url.strip())
 
 
 def build_bindings(config: TrainerConfig) -> list[ServiceBinding]:

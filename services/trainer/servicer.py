@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from parity.api.trainer.v1 import run_pb2
+from parity.api.trainer.v1 import promotion_pb2, run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.runtime import page_tokens
 from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.promotion_log import PROMOTED, REFUSED, ROLLED_BACK, PromotionRecord
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import StepRecord
@@ -28,6 +29,11 @@ _STATES = {
     RunState.COMPLETED: run_pb2.RUN_STATE_COMPLETED,
     RunState.FAILED: run_pb2.RUN_STATE_FAILED,
     RunState.STOPPED: run_pb2.RUN_STATE_STOPPED,
+}
+_OUTCOMES = {
+    PROMOTED: promotion_pb2.PROMOTION_OUTCOME_PROMOTED,
+    REFUSED: promotion_pb2.PROMOTION_OUTCOME_REFUSED,
+    ROLLED_BACK: promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK,
 }
 _METRICS_POLL_S = 1.0
 
@@ -76,6 +82,15 @@ def sync_to_proto(result: SyncResult) -> pb.SyncWeightsResponse:
 def metrics_to_proto(record: StepRecord, kind: pb.MetricsKind = pb.METRICS_KIND_TRAINING) -> pb.StepMetrics:
     return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values,
                           kind=kind)  # fmt: skip
+
+
+def promotion_to_proto(record: PromotionRecord) -> promotion_pb2.Promotion:
+    return promotion_pb2.Promotion(
+        promotion_id=record.promotion_id, outcome=_OUTCOMES[record.outcome], run_id=record.run_id,
+        checkpoint_id=record.checkpoint_id, policy_version=record.policy_version, metric=record.metric,
+        baseline=record.baseline, candidate=record.candidate, margin=record.margin, reason=record.reason,
+        max_logprob_diff=record.max_logprob_diff, create_time=_timestamp(record.create_time), path=record.path,
+    )  # fmt: skip
 
 
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
@@ -180,3 +195,21 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         return pb.ExportPolicyResponse(
             path=str(path), checkpoint=checkpoint_to_proto(checkpoint), merged_path=str(merged or "")
         )
+
+    async def PromotePolicy(self, request: pb.PromotePolicyRequest, context: grpc.aio.ServicerContext) -> pb.PromotePolicyResponse:
+        record = await asyncio.to_thread(
+            self.trainer.promote, request.run_id, request.checkpoint_id, request.metric, request.margin
+        )
+        return pb.PromotePolicyResponse(promotion=promotion_to_proto(record))
+
+    async def RollbackPolicy(
+        self, request: pb.RollbackPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RollbackPolicyResponse:
+        return pb.RollbackPolicyResponse(promotion=promotion_to_proto(await asyncio.to_thread(self.trainer.promotions.rollback)))
+
+    async def ListPromotions(
+        self, request: pb.ListPromotionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPromotionsResponse:
+        records = await asyncio.to_thread(self.trainer.promotions.list)
+        page, token = page_tokens.page_of(records, request.page_size, request.page_token, "promotions")
+        return pb.ListPromotionsResponse(promotions=[promotion_to_proto(r) for r in page], next_page_token=token)

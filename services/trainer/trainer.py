@@ -30,6 +30,9 @@ from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.live_policy import LivePolicy
 from parity.services.trainer.lora import check_run
 from parity.services.trainer.policy_export import export_policy
+from parity.services.trainer.promotion_gate import DEFAULT_METRIC
+from parity.services.trainer.promotion_log import PromotionRecord
+from parity.services.trainer.promotions import Promotions
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_ids import is_run_id, new_run_id
@@ -55,6 +58,7 @@ class Trainer:
             [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls], deployment.work_dir / "weights",
             probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests,
         ))  # fmt: skip
+        self.promotions = Promotions(deployment)
 
     # ----- what the RPCs call
 
@@ -85,6 +89,8 @@ class Trainer:
         else:
             run = RunStatus(new_run_id(settings.checkpoint_dir, run_id), settings)
             self.metrics.reset()
+        # Past every version users were served, so calls and samples never share a version across policies.
+        run.policy_version = max(run.policy_version, self.promotions.highest_policy_version())
         self._loop = RunLoop(run, resume, self.deployment, self._policy, self._ingests, self.metrics, self.history)
         self.history.start(run, self.metrics.records)
         self._loop.start()
@@ -186,6 +192,21 @@ class Trainer:
         run = self._require_run()
         with self._policy.lock:
             return self._policy.push(run.policy_version, verify=verify)
+
+    def promote(self, run_id: str, checkpoint_id: str, metric: str, margin: float) -> PromotionRecord:
+        """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users."""
+        run = self.get_run(run_id)
+        root = run.settings.checkpoint_dir
+        if checkpoint_id:
+            checkpoint = checkpoints.find_checkpoint(root, checkpoint_id)
+            if checkpoint.run_id != run.run_id:
+                raise InvalidArgument(f"checkpoint {checkpoint_id} belongs to run {checkpoint.run_id}, not {run.run_id}")
+        else:
+            latest = checkpoints.list_checkpoints(root, run.run_id)
+            if not latest:
+                raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
+            checkpoint = latest[0]
+        return self.promotions.promote(checkpoint, self.history.validations(run.run_id), metric or DEFAULT_METRIC, margin)
 
     def close(self) -> None:
         if self._loop is not None and self._loop.run.state.active:

@@ -15,6 +15,7 @@ trains on against stale weights.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -78,9 +79,29 @@ class SyncResult:
         return all(r.verified for r in self.replicas)
 
 
+@dataclass(frozen=True)
+class PushedPolicy:
+    """Weights the replicas load from a folder, and what they must then score on the probe."""
+
+    folder: Path | None
+    """A model folder (safetensors and config) or a LoRA adapter's; None: the replicas' base model as loaded,
+    no adapter (what a LoRA deployment served before its first adapter)."""
+    adapter: bool
+    """The folder holds a LoRA adapter, served beside the base model under one name."""
+    expected: list[float] | None
+    """The policy's own logprobs of the probe's tokens after the first; None: not verified."""
+    dtype: str = "float32"
+    """What `expected` was computed in; with each replica's dtype it sets the tolerance."""
+
+
 def probe_tokens(vocab_size: int, length: int = PROBE_LENGTH, seed: int = 0) -> list[int]:
     """A fixed pseudo-random token sequence: it touches embeddings, attention and the head alike."""
     return np.random.default_rng(seed).integers(0, vocab_size, size=length).tolist()
+
+
+def model_probe(model_path: Path) -> list[int]:
+    """The probe for a model folder: drawn from its whole vocabulary."""
+    return probe_tokens(int(json.loads((model_path / "config.json").read_text())["vocab_size"]))
 
 
 @dataclass
@@ -96,6 +117,21 @@ class WeightSync:
     """How long each ingest has to finish its requests in flight, and one that cannot be reached to come back."""
 
     def sync(self, backend: TrainingBackend, policy_version: int, verify: bool = True) -> SyncResult:
+        """Push the backend's weights as `policy_version`, verified against its own forward pass."""
+        target = self.weights_dir / f"policy-v{policy_version:06d}"
+        if target.exists():
+            shutil.rmtree(target)
+        started = time.perf_counter()
+        backend.save_weights(target)
+        saved_s = time.perf_counter() - started
+        expected = backend.probe_logprobs(self.probe) if verify else None
+        policy = PushedPolicy(target, bool(backend.settings.lora_rank), expected, backend.settings.dtype)
+        result = self.push(policy, policy_version, extra_push_s=saved_s)
+        self._prune(keep=target)
+        return result
+
+    def push(self, policy: PushedPolicy, policy_version: int, extra_push_s: float = 0.0) -> SyncResult:
+        """Load `policy` into every replica with traffic held, verify it, and move every ingest to `policy_version`."""
         durations: dict[str, float] = {}
         started = time.perf_counter()
         phase = time.perf_counter()
@@ -103,25 +139,23 @@ class WeightSync:
         durations["pause"] = time.perf_counter() - phase
         try:
             phase = time.perf_counter()
-            target = self.weights_dir / f"policy-v{policy_version:06d}"
-            if target.exists():
-                shutil.rmtree(target)
-            backend.save_weights(target)
             results = {r.base_url: ReplicaResult(r.base_url, False, float("nan")) for r in self.replicas}
             for replica in self.replicas:
                 outcome = results[replica.base_url]
                 try:
-                    if backend.settings.lora_rank:
+                    if policy.folder is None:
+                        pass  # the base model as loaded: requests stop going to any adapter
+                    elif policy.adapter:
                         outcome.policy_model = replica.model_name()
                         outcome.adapter = adapter_name(outcome.policy_model)
-                        replica.load_adapter(outcome.adapter, target.resolve())
+                        replica.load_adapter(outcome.adapter, policy.folder.resolve())
                     else:
-                        replica.reload_weights(target.resolve())
+                        replica.reload_weights(policy.folder.resolve())
                 except ReplicaError as error:
                     outcome.error = str(error)
-            durations["push"] = time.perf_counter() - phase
+            durations["push"] = time.perf_counter() - phase + extra_push_s
             phase = time.perf_counter()
-            self._verify(backend, results, verify)
+            self._verify(policy, results)
             durations["verify"] = time.perf_counter() - phase
             result = SyncResult(policy_version, list(results.values()), durations)
             if not result.verified:
@@ -137,12 +171,11 @@ class WeightSync:
                 policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
             )
             self._on_every_ingest(lambda ingest: ingest.set_policy_version(request))
-            self._prune(keep=target)
         finally:
             phase = time.perf_counter()
             self.release()
             durations["resume"] = time.perf_counter() - phase
-            durations["total"] = time.perf_counter() - started
+            durations["total"] = time.perf_counter() - started + extra_push_s
         log.info(
             "weights_synced", policy_version=policy_version, max_logprob_diff=result.max_logprob_diff,
             tolerance=min((r.tolerance for r in result.replicas), default=None),
@@ -150,16 +183,16 @@ class WeightSync:
         )  # fmt: skip
         return result
 
-    def _verify(self, backend: TrainingBackend, results: dict[str, ReplicaResult], verify: bool) -> None:
-        if not verify:
+    def _verify(self, policy: PushedPolicy, results: dict[str, ReplicaResult]) -> None:
+        if policy.expected is None:
             return
-        expected = np.array(backend.probe_logprobs(self.probe))
+        expected = np.array(policy.expected)
         for replica in self.replicas:
             outcome = results[replica.base_url]
             if outcome.error:
                 continue
             try:
-                outcome.tolerance = self.tolerance or probe_tolerance(backend.settings.dtype, replica.served_dtype())
+                outcome.tolerance = self.tolerance or probe_tolerance(policy.dtype, replica.served_dtype())
                 served = np.array(replica.prompt_logprobs(self.probe, model=outcome.adapter))
             except (ReplicaError, ValueError) as error:
                 outcome.error = str(error)
@@ -169,7 +202,7 @@ class WeightSync:
             if not outcome.verified:
                 outcome.error = (
                     f"probe logprobs differ by {outcome.max_logprob_diff:.3g} (tolerance {outcome.tolerance:g}); "
-                    "the replica is not serving the trainer's weights"
+                    "the replica is not serving the pushed weights"
                 )
 
     def hold(self, reason: str) -> None:

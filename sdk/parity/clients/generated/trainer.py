@@ -65,6 +65,15 @@ class TrainerClient(ServiceClient):
     def write_validation_metrics(self, request: pb.WriteValidationMetricsRequest, timeout_s: float | None = None) -> pb.WriteValidationMetricsResponse:
         return self._unary("WriteValidationMetrics", request, timeout_s)
 
+    def promote_policy(self, request: pb.PromotePolicyRequest, timeout_s: float | None = None) -> pb.PromotePolicyResponse:
+        return self._unary("PromotePolicy", request, timeout_s)
+
+    def rollback_policy(self, request: pb.RollbackPolicyRequest, timeout_s: float | None = None) -> pb.RollbackPolicyResponse:
+        return self._unary("RollbackPolicy", request, timeout_s)
+
+    def list_promotions(self, request: pb.ListPromotionsRequest, timeout_s: float | None = None) -> pb.ListPromotionsResponse:
+        return self._unary("ListPromotions", request, timeout_s)
+
 
 class AsyncTrainerClient(AsyncServiceClient):
     """TrainerService for asyncio code, on a channel of its own (`await client.close()`). Unary calls
@@ -120,3 +129,12 @@ class AsyncTrainerClient(AsyncServiceClient):
 
     async def write_validation_metrics(self, request: pb.WriteValidationMetricsRequest, timeout_s: float | None = None) -> pb.WriteValidationMetricsResponse:
         return await self._unary("WriteValidationMetrics", request, timeout_s)
+
+    async def promote_policy(self, request: pb.PromotePolicyRequest, timeout_s: float | None = None) -> pb.PromotePolicyResponse:
+        return await self._unary("PromotePolicy", request, timeout_s)
+
+    async def rollback_policy(self, request: pb.RollbackPolicyRequest, timeout_s: float | None = None) -> pb.RollbackPolicyResponse:
+        return await self._unary("RollbackPolicy", request, timeout_s)
+
+    async def list_promotions(self, request: pb.ListPromotionsRequest, timeout_s: float | None = None) -> pb.ListPromotionsResponse:
+        return await self._unary("ListPromotions", request, timeout_s)

@@ -2,6 +2,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from parity.api.assembler.v1 import batch_pb2 as _batch_pb2
 from parity.api.auth.v1 import auth_pb2 as _auth_pb2
+from parity.api.trainer.v1 import promotion_pb2 as _promotion_pb2
 from parity.api.trainer.v1 import run_pb2 as _run_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -381,3 +382,47 @@ class WriteValidationMetricsResponse(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     metrics: StepMetrics
     def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...
+
+class PromotePolicyRequest(_message.Message):
+    __slots__ = ("run_id", "checkpoint_id", "metric", "margin")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    checkpoint_id: str
+    metric: str
+    margin: float
+    def __init__(self, run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., metric: _Optional[str] = ..., margin: _Optional[float] = ...) -> None: ...
+
+class PromotePolicyResponse(_message.Message):
+    __slots__ = ("promotion",)
+    PROMOTION_FIELD_NUMBER: _ClassVar[int]
+    promotion: _promotion_pb2.Promotion
+    def __init__(self, promotion: _Optional[_Union[_promotion_pb2.Promotion, _Mapping]] = ...) -> None: ...
+
+class RollbackPolicyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RollbackPolicyResponse(_message.Message):
+    __slots__ = ("promotion",)
+    PROMOTION_FIELD_NUMBER: _ClassVar[int]
+    promotion: _promotion_pb2.Promotion
+    def __init__(self, promotion: _Optional[_Union[_promotion_pb2.Promotion, _Mapping]] = ...) -> None: ...
+
+class ListPromotionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListPromotionsResponse(_message.Message):
+    __slots__ = ("promotions", "next_page_token")
+    PROMOTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    promotions: _containers.RepeatedCompositeFieldContainer[_promotion_pb2.Promotion]
+    next_page_token: str
+    def __init__(self, promotions: _Optional[_Iterable[_Union[_promotion_pb2.Promotion, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -96,6 +96,21 @@ class TrainerServiceStub(object):
                 request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.FromString,
                 )
+        self.PromotePolicy = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/PromotePolicy',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyResponse.FromString,
+                )
+        self.RollbackPolicy = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/RollbackPolicy',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyResponse.FromString,
+                )
+        self.ListPromotions = channel.unary_unary(
+                '/parity.api.trainer.v1.TrainerService/ListPromotions',
+                request_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsResponse.FromString,
+                )
 
 
 class TrainerServiceServicer(object):
@@ -233,6 +248,39 @@ class TrainerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PromotePolicy(self, request, context):
+        """PromotePolicy serves a run's checkpoint to users if it passes the gate:
+        its validation at the checkpoint's step must be no worse than its
+        validation at step 0, less a margin. Step 0 measured the model the run
+        started from, so the gate first checks, by the logprob probe, that the
+        serving replicas serve that model. A candidate that passes is loaded into
+        the serving replicas (--serving-replicas) with the verified weight push,
+        the serving ingests paused and moved to a new policy version; one that
+        fails is kept unserved, and the answer says why. Every decision is
+        recorded (ListPromotions). FAILED_PRECONDITION when no serving replicas
+        are configured or the run is still active; NOT_FOUND for an unknown run
+        or checkpoint; INVALID_ARGUMENT for a negative margin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackPolicy(self, request, context):
+        """RollbackPolicy serves again the policy the last standing promotion
+        replaced, with the same verified push and a new policy version.
+        FAILED_PRECONDITION when no promotion stands.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPromotions(self, request, context):
+        """ListPromotions lists promotions, refusals and rollbacks, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +363,21 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.WriteValidationMetrics,
                     request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.FromString,
                     response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.SerializeToString,
+            ),
+            'PromotePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromotePolicy,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyResponse.SerializeToString,
+            ),
+            'RollbackPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackPolicy,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyResponse.SerializeToString,
+            ),
+            'ListPromotions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPromotions,
+                    request_deserializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsRequest.FromString,
+                    response_serializer=parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -597,5 +660,56 @@ class TrainerService(object):
         return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/WriteValidationMetrics',
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsRequest.SerializeToString,
             parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.WriteValidationMetricsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PromotePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/PromotePolicy',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.PromotePolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RollbackPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/RollbackPolicy',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.RollbackPolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListPromotions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.trainer.v1.TrainerService/ListPromotions',
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsRequest.SerializeToString,
+            parity_dot_api_dot_trainer_dot_v1_dot_trainer__service__pb2.ListPromotionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,224 @@
+"""Promotion: a candidate reaches the serving replicas only through the gate, and one call takes it back.
+
+A trainer deployed for production has two sets of vLLM replicas. Its own (`--replicas`)
+receive every update of a run: they serve its rollouts and validations, never users.
+The serving ones (`--serving-replicas`, behind the users' ingests, `--serving-ingest-address`)
+change only here:
+
+1. The gate (`promotion_gate.judge`) compares the run's validation at the checkpoint's
+   step with its validation at step 0.
+2. Step 0 measured the model the run started from; the serving replicas must serve that
+   model, or the comparison says nothing about them. Their probe logprobs are compared
+   with the start model's own.
+3. The checkpoint is exported as a model folder (or adapter) under `<work_dir>/serving/`
+   and loaded with the verified weight push: the serving ingests hold traffic, every
+   replica loads it and must score the probe as the exported policy does, and the ingests
+   move to a new policy version. A push that fails puts the replaced policy back.
+
+Every decision, refusals included, goes to the promotion log; a rollback pushes back
+what the last standing promotion replaced.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from parity.clients import RPCError
+from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, Unavailable
+from parity.services.trainer.checkpoints import CheckpointInfo
+from parity.services.trainer.deployment import TrainerDeployment
+from parity.services.trainer.ingest_fleet import IngestFleet
+from parity.services.trainer.lora import ADAPTER_WEIGHTS
+from parity.services.trainer.policy_export import export_policy
+from parity.services.trainer.probe_tolerance import probe_tolerance
+from parity.services.trainer.promotion_gate import GateResult, judge
+from parity.services.trainer.promotion_log import (
+    PROMOTED,
+    REFUSED,
+    ROLLED_BACK,
+    PromotionLog,
+    PromotionRecord,
+    ServedPolicy,
+)
+from parity.services.trainer.replicas import ReplicaError, VllmReplica
+from parity.services.trainer.run_settings import RunSettings
+from parity.services.trainer.step_metrics import StepRecord
+from parity.services.trainer.weight_sync import SyncFailed, SyncResult, WeightSync, model_probe
+
+log = structlog.get_logger(__name__)
+
+SERVING_DIR = "serving"
+
+
+class Promotions:
+    def __init__(self, deployment: TrainerDeployment) -> None:
+        self.log = PromotionLog(deployment.work_dir)
+        self._folder = deployment.work_dir / SERVING_DIR
+        self._ingests = IngestFleet(deployment.serving_ingest_addresses)
+        replicas = [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.serving_replica_urls]
+        self._sync = WeightSync(replicas, self._folder, probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests)
+        self._lock = threading.Lock()
+
+    def promote(self, checkpoint: CheckpointInfo, validations: Sequence[StepRecord], metric: str, margin: float) -> PromotionRecord:
+        if not math.isfinite(margin) or margin < 0:
+            raise InvalidArgument(f"margin must be a finite number >= 0, got {margin}")
+        self._require_replicas()
+        with self._lock:
+            settings = checkpoint.settings
+            gate = judge(validations, checkpoint.step, metric, margin)
+            if not gate.passed:
+                return self._refuse(checkpoint, gate, gate.reason)
+            self._sync.probe = model_probe(settings.model_path)
+            start = self._start_policy(checkpoint)
+            mismatch = self._mismatch(start)
+            if mismatch:
+                return self._refuse(checkpoint, gate, (
+                    f"the serving replicas do not serve the model run {checkpoint.run_id} started from ({mismatch}), "
+                    "so its step-0 validation did not measure what serves; train from the serving policy"
+                ))  # fmt: skip
+            promotion_id = self.log.next_id()
+            path, _ = export_policy(checkpoint, self._folder / promotion_id, merge_lora=False)
+            candidate = ServedPolicy(
+                checkpoint.run_id, checkpoint.checkpoint_id, str(path), bool(settings.lora_rank), self._sync.probe,
+                policy_probe(settings, self._sync.probe, path), settings.dtype,
+            )  # fmt: skip
+            current = self._serving_version()
+            result = self._push_or_restore(candidate, max(checkpoint.policy_version, current + 1), start, current)
+            record = PromotionRecord(
+                promotion_id, PROMOTED, checkpoint.run_id, checkpoint.checkpoint_id, result.policy_version,
+                gate.metric, gate.baseline, gate.candidate, margin, "", time.time(), result.max_logprob_diff,
+                str(path), served=candidate, replaced=start,
+            )  # fmt: skip
+            log.info("policy_promoted", promotion_id=promotion_id, checkpoint_id=checkpoint.checkpoint_id,
+                     policy_version=result.policy_version, metric=metric, baseline=gate.baseline, candidate=gate.candidate)  # fmt: skip
+            return self.log.append(record)
+
+    def rollback(self) -> PromotionRecord:
+        self._require_replicas()
+        with self._lock:
+            standing = self.log.standing()
+            if not standing:
+                raise FailedPrecondition("no promotion stands: the serving replicas serve what they were started with")
+            undone = standing[-1]
+            restored = undone.replaced
+            assert restored is not None  # every promotion records what it replaced
+            current = self._serving_version()
+            result = self._push_or_restore(restored, current + 1, undone.served, current)
+            record = PromotionRecord(
+                self.log.next_id(), ROLLED_BACK, restored.run_id, restored.checkpoint_id, result.policy_version,
+                undone.metric, math.nan, math.nan, undone.margin, f"took back {undone.promotion_id}: {restored.describe()} serves again",
+                time.time(), result.max_logprob_diff, restored.folder, served=restored,
+            )  # fmt: skip
+            log.info("policy_rolled_back", undone=undone.promotion_id, policy_version=result.policy_version)
+            return self.log.append(record)
+
+    def list(self) -> list[PromotionRecord]:
+        """Newest first."""
+        return list(reversed(self.log.records()))
+
+    def highest_policy_version(self) -> int:
+        """The highest version a promotion or rollback stamped: runs start past it."""
+        return self.log.highest_policy_version()
+
+    # ----- steps
+
+    def _require_replicas(self) -> None:
+        if not self._sync.replicas:
+            raise FailedPrecondition(
+                "this trainer has no serving replicas: start it with --serving-replicas (and --serving-ingest-address) "
+                "to promote into them"
+            )
+
+    def _refuse(self, checkpoint: CheckpointInfo, gate: GateResult, reason: str) -> PromotionRecord:
+        record = PromotionRecord(
+            self.log.next_id(), REFUSED, checkpoint.run_id, checkpoint.checkpoint_id, 0, gate.metric, gate.baseline,
+            gate.candidate, gate.margin, reason, time.time(),
+        )  # fmt: skip
+        log.info("promotion_refused", checkpoint_id=checkpoint.checkpoint_id, reason=reason)
+        return self.log.append(record)
+
+    def _start_policy(self, checkpoint: CheckpointInfo) -> ServedPolicy:
+        """The model the run started from, as the serving replicas would load it back."""
+        settings = checkpoint.settings
+        if settings.lora_rank:
+            folder = ""  # the base model, no adapter: LoRA runs never change the replicas' base weights
+        elif any(settings.model_path.glob("*.safetensors")):
+            folder = str(settings.model_path.resolve())
+        else:
+            raise FailedPrecondition(
+                f"model_path {settings.model_path} holds no safetensors weights, so a rollback could not load it back "
+                "into the serving replicas"
+            )
+        probe = self._sync.probe
+        return ServedPolicy(checkpoint.run_id, "", folder, False, probe, policy_probe(settings, probe), settings.dtype)
+
+    def _mismatch(self, policy: ServedPolicy) -> str:
+        """Why the serving replicas do not serve `policy` as users reach it; empty when they all do."""
+        adapter = self._served_adapter()
+        problems = []
+        for replica in self._sync.replicas:
+            try:
+                served = np.array(replica.prompt_logprobs(policy.probe, model=adapter))
+                tolerance = self._sync.tolerance or probe_tolerance(policy.dtype, replica.served_dtype())
+            except ReplicaError as error:
+                raise Unavailable(f"serving replica {replica.base_url}: {error}") from None
+            difference = float(np.max(np.abs(served - np.array(policy.expected))))
+            if difference > tolerance:
+                problems.append(f"{replica.base_url}: probe logprobs differ by {difference:.3g}, tolerance {tolerance:g}")
+        return "; ".join(problems)
+
+    def _served_adapter(self) -> str:
+        """The adapter the serving ingests send users' requests to; empty when they send them to the base model."""
+        for ingest in self._ingests.members():
+            try:
+                return str(ingest.get_stats(ingest_pb.GetStatsRequest()).lora_adapter)
+            except RPCError as error:
+                raise Unavailable(f"serving ingest at {ingest.address}: {error}") from None
+        return ""
+
+    def _serving_version(self) -> int:
+        return max(self._ingests.highest_policy_version(), self.log.highest_policy_version())
+
+    def _push_or_restore(self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int) -> SyncResult:
+        """Push `policy`; if the push fails, push `fallback` back at the version that serves now, then raise."""
+        try:
+            self._sync.probe = policy.probe
+            return self._sync.push(policy.pushed(), version)
+        except SyncFailed as error:
+            if fallback is None:
+                raise
+            try:
+                self._sync.probe = fallback.probe
+                self._sync.push(fallback.pushed(), current)
+            except SyncFailed as restore_error:
+                raise SyncFailed(f"{error}; putting {fallback.describe()} back failed too: {restore_error}") from None
+            raise SyncFailed(f"{error}; {fallback.describe()} serves again") from None
+
+
+def policy_probe(settings: RunSettings, probe: list[int], folder: Path | None = None) -> list[float]:
+    """A policy's own logprobs of `probe`, by the cpu backend's forward pass in the run's dtype: the model the run
+    started from, or the weights (a LoRA run: the adapter) in `folder`."""
+    from parity.services.trainer.backends.cpu import CpuBackend
+
+    lora_adapter = folder if folder is not None and settings.lora_rank else None
+    model_path = folder if folder is not None and not settings.lora_rank else settings.model_path
+    backend = CpuBackend(replace(settings, model_path=model_path, backend="cpu", kl_coef=0.0))
+    try:
+        if lora_adapter is not None:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(backend.model, load_file(lora_adapter / ADAPTER_WEIGHTS))
+        return backend.probe_logprobs(probe)
+    finally:
+        backend.close()
+
