@@ -1,7 +1,8 @@
 """Serving a trained policy to users: the gate, the verified push, and rollback.
 
     parity trainer promote RUN_ID --margin 0.02     # gate the run's latest checkpoint; serve it if it passes
-    parity trainer rollback                         # serve again what the last promotion replaced
+    parity trainer promote RUN_ID --canary-share 0.1  # first to a tenth of sessions, from the trainer's replicas
+    parity trainer rollback                         # end the canary, or serve again what the last promotion replaced
     parity trainer promotions                       # every decision, newest first
 
     promotion = parity.promote("run-...", margin=0.02)
@@ -33,7 +34,7 @@ DEFAULT_TRAINER_ADDRESS = "127.0.0.1:50054"
 class Promotion:
     promotion_id: str
     outcome: str
-    """promoted, refused or rolled_back."""
+    """promoted, canary, refused or rolled_back."""
     run_id: str
     checkpoint_id: str
     policy_version: int
@@ -44,6 +45,7 @@ class Promotion:
     margin: float
     reason: str
     create_time: datetime
+    canary_share: float = 0.0
 
     @property
     def promoted(self) -> bool:
@@ -55,6 +57,7 @@ class Promotion:
         return cls(
             message.promotion_id, outcome, message.run_id, message.checkpoint_id, message.policy_version, message.metric,
             message.baseline, message.candidate, message.margin, message.reason, message.create_time.ToDatetime(UTC),
+            message.canary_share,
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -66,16 +69,21 @@ class Promotion:
             gate = f"{self.metric}"
         if self.promoted:
             return f"{self.promotion_id}: promoted {what}: {gate}; users get policy version {self.policy_version}"
+        if self.outcome == "canary":
+            return (f"{self.promotion_id}: canary of {what}: {gate}; {self.canary_share:.0%} of sessions get policy version "
+                    f"{self.policy_version} from the trainer's replicas")  # fmt: skip
         return f"{self.promotion_id}: refused {what} ({gate}): {self.reason}"
 
 
 def promote(
-    run_id: str, *, checkpoint_id: str = "", metric: str = "pass@1", margin: float = 0.0,
+    run_id: str, *, checkpoint_id: str = "", metric: str = "pass@1", margin: float = 0.0, canary_share: float = 0.0,
     trainer_address: str = DEFAULT_TRAINER_ADDRESS,
 ) -> Promotion:  # fmt: skip
-    """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users. A refusal is an answer,
-    not an error: `promoted` is False and `reason` says why. Raises parity.RPCError when the trainer cannot decide."""
-    request = trainer_pb.PromotePolicyRequest(run_id=run_id, checkpoint_id=checkpoint_id, metric=metric, margin=margin)
+    """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users (with `canary_share`:
+    first to that share of sessions, from the trainer's own replicas). A refusal is an answer, not an error:
+    `promoted` is False and `reason` says why. Raises parity.RPCError when the trainer cannot decide."""
+    request = trainer_pb.PromotePolicyRequest(run_id=run_id, checkpoint_id=checkpoint_id, metric=metric, margin=margin,
+                                              canary_share=canary_share)  # fmt: skip
     return Promotion.from_proto(TrainerClient(trainer_address).promote_policy(request).promotion)
 
 
@@ -98,18 +106,20 @@ def promotions(*, trainer_address: str = DEFAULT_TRAINER_ADDRESS) -> list[Promot
 
 
 def promote_main(argv: list[str]) -> int:
-    """`parity trainer promote`: exits 0 when promoted, 3 when the gate refused."""
+    """`parity trainer promote`: exits 0 when promoted (or its canary started), 3 when the gate refused."""
     parser = _parser("promote", "gate a run's checkpoint against the serving model; serve it to users if it passes")
     parser.add_argument("run_id", help="the run whose checkpoint is the candidate")
     parser.add_argument("--checkpoint", default="", help="the candidate checkpoint's id; default: the run's latest")
     parser.add_argument("--metric", default="pass@1", help="the validation metric the gate compares")
     parser.add_argument("--margin", type=float, default=0.0, help="how far below the serving model's value the candidate may be")
+    parser.add_argument("--canary-share", type=float, default=0.0,
+                        help="first serve the candidate to this share of sessions (0..1) from the trainer's replicas")  # fmt: skip
 
     def act(args: argparse.Namespace) -> int:
         promotion = promote(args.run_id, checkpoint_id=args.checkpoint, metric=args.metric, margin=args.margin,
-                            trainer_address=args.address)  # fmt: skip
+                            canary_share=args.canary_share, trainer_address=args.address)  # fmt: skip
         print(promotion)
-        return 0 if promotion.promoted else 3
+        return 3 if promotion.outcome == "refused" else 0
 
     return _run(parser, argv, act)
 

@@ -28,6 +28,9 @@ class IngestStats:
     start_time: float
     policy_model: str
     lora_adapter: str
+    canary_share: float = 0.0
+    canary_policy_version: int = 0
+    canary_upstreams: tuple[str, ...] = ()
 
 
 class IngestControl:
@@ -42,6 +45,7 @@ class IngestControl:
         self.start_time = time.time()
 
     def stats(self) -> IngestStats:
+        canary = self.policy.canary.current
         return IngestStats(
             request_count=sum(r.request_count for r in self.router.replicas),
             error_count=sum(r.error_count for r in self.router.replicas),
@@ -56,6 +60,9 @@ class IngestControl:
             start_time=self.start_time,
             policy_model=self.policy.adapter.model,
             lora_adapter=self.policy.adapter.adapter,
+            canary_share=canary.share if canary else 0.0,
+            canary_policy_version=canary.policy_version if canary else 0,
+            canary_upstreams=tuple(canary.upstreams) if canary else (),
         )
 
     def replicas(self, model: str) -> list[Replica]:
@@ -70,6 +77,9 @@ class IngestControl:
 
     def resume(self) -> float:
         return self.gate.resume()
+
+    async def set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
+        await self.policy.canary.set(upstreams, share, policy_version, current_version=self.policy.version)
 
     def set_policy_version(self, version: int, policy_model: str, lora_adapter: str) -> int:
         """The version, and the adapter serving `policy_model` from now on (none when `lora_adapter` is empty)."""

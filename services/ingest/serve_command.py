@@ -40,6 +40,7 @@ from parity.services.ingest.model_aliases import AliasRule, ModelAliases
 from parity.services.ingest.servicer import IngestServicer
 from parity.services.ingest.session_budgets import SessionBudgets
 from parity.services.ingest.traffic_gate import TrafficGate
+from parity.services.ingest.upstream.canary import CanaryRoute
 from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.upstream.client import UpstreamClient
 from parity.services.ingest.upstream.external_models import ExternalModels
@@ -225,7 +226,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         store_timeout_s=config.store_timeout_s,
     )  # fmt: skip
     feedback = FeedbackSink(sink)
-    policy = PolicyState(config.policy_version)
+    policy = PolicyState(config.policy_version, canary=CanaryRoute(config.health_interval_s, api_key))
     gate = TrafficGate()
     record = PolicyRecord(Path(config.spool_path))
     control = IngestControl(gate, router, sink, policy, record)
@@ -286,6 +287,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         record.close()
         await chains.close()
         await upstream.stop()
+        await policy.canary.close()
         await router.stop()
 
     servicer = IngestServicer(control)

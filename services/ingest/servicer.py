@@ -25,6 +25,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             capture_queue_depth=stats.capture_queue_depth, spool_size=stats.spool_size,
             captured_call_count=stats.captured_call_count, paused=stats.paused, policy_version=stats.policy_version,
             policy_model=stats.policy_model, lora_adapter=stats.lora_adapter, joining=stats.joining,
+            canary_share=stats.canary_share, canary_policy_version=stats.canary_policy_version,
+            canary_upstreams=stats.canary_upstreams,
         )  # fmt: skip
         response.start_time.FromNanoseconds(int(stats.start_time * 1e9))
         return response
@@ -67,3 +69,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     ) -> pb.SetPolicyVersionResponse:
         previous = self.control.set_policy_version(request.policy_version, request.policy_model, request.lora_adapter)
         return pb.SetPolicyVersionResponse(previous_policy_version=previous)
+
+    async def SetCanary(self, request: pb.SetCanaryRequest, context: grpc.aio.ServicerContext) -> pb.SetCanaryResponse:
+        await self.control.set_canary(list(request.upstreams), request.share, request.policy_version)
+        return pb.SetCanaryResponse()

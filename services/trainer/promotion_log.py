@@ -4,7 +4,8 @@ One JSON line per decision in `<work_dir>/promotions.jsonl`, appended and synced
 the answer goes out. A promotion records the policy it put in service and the one it
 replaced; a rollback pops the last standing promotion and records what serves again, so
 replaying the file gives the stack of standing promotions (and repeated rollbacks walk
-back through them). A refusal changes nothing and is kept for the record.
+back through them). A canary changes only which sessions the candidate serves; the next
+promotion or rollback ends it. A refusal changes nothing and is kept for the record.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from parity.services.trainer.weight_sync import PushedPolicy
 
-PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled_back"
+PROMOTED, REFUSED, ROLLED_BACK, CANARY = "promoted", "refused", "rolled_back", "canary"
 LOG_FILE = "promotions.jsonl"
 
 
@@ -63,6 +64,7 @@ class PromotionRecord:
     create_time: float
     max_logprob_diff: float = 0.0
     path: str = ""
+    canary_share: float = 0.0
     served: ServedPolicy | None = None
     """What serves after a promotion or a rollback."""
     replaced: ServedPolicy | None = None
@@ -109,6 +111,11 @@ class PromotionLog:
             elif record.outcome == ROLLED_BACK and stack:
                 stack.pop()
         return stack
+
+    def running_canary(self) -> PromotionRecord | None:
+        """The canary now serving a share of sessions: the last decision that changed what serves, if it started one."""
+        deciding = [record for record in self.records() if record.outcome != REFUSED]
+        return deciding[-1] if deciding and deciding[-1].outcome == CANARY else None
 
     def next_id(self) -> str:
         return f"promotion-{len(self.records()) + 1:06d}"

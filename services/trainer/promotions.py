@@ -15,6 +15,11 @@ change only here:
    replica loads it and must score the probe as the exported policy does, and the ingests
    move to a new policy version. A push that fails puts the replaced policy back.
 
+With a canary share, step 3 waits: the candidate is pushed into the trainer's own
+replicas instead, and the serving ingests send that share of sessions to them, stamped
+with its version, until a promotion without a share (which ends the canary) or a
+rollback (which ends it and changes nothing else).
+
 Every decision, refusals included, goes to the promotion log; a rollback pushes back
 what the last standing promotion replaced.
 """
@@ -42,6 +47,7 @@ from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.promotion_gate import GateResult, judge
 from parity.services.trainer.promotion_log import (
+    CANARY,
     PROMOTED,
     REFUSED,
     ROLLED_BACK,
@@ -68,9 +74,16 @@ class Promotions:
         self._sync = WeightSync(replicas, self._folder, probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests)
         self._lock = threading.Lock()
 
-    def promote(self, checkpoint: CheckpointInfo, validations: Sequence[StepRecord], metric: str, margin: float) -> PromotionRecord:
+    def promote(
+        self, checkpoint: CheckpointInfo, validations: Sequence[StepRecord], metric: str, margin: float,
+        canary_share: float = 0.0, candidate_replicas: WeightSync | None = None,
+    ) -> PromotionRecord:  # fmt: skip
+        """Serve the checkpoint to users if it passes the gate; with `canary_share`, first to that share of sessions
+        from `candidate_replicas` (the trainer's own)."""
         if not math.isfinite(margin) or margin < 0:
             raise InvalidArgument(f"margin must be a finite number >= 0, got {margin}")
+        if not math.isfinite(canary_share) or not 0 <= canary_share <= 1:
+            raise InvalidArgument(f"canary_share must be between 0 and 1, got {canary_share}")
         self._require_replicas()
         with self._lock:
             settings = checkpoint.settings
@@ -92,19 +105,37 @@ class Promotions:
                 policy_probe(settings, self._sync.probe, path), settings.dtype,
             )  # fmt: skip
             current = self._serving_version()
-            result = self._push_or_restore(candidate, max(checkpoint.policy_version, current + 1), start, current)
+            canary = self.log.running_canary()
+            if canary is not None and canary.checkpoint_id == checkpoint.checkpoint_id:
+                version = canary.policy_version  # the same weights its canary calls were stamped with
+            else:
+                version = max(checkpoint.policy_version, self._fresh_version(current))
             record = PromotionRecord(
-                promotion_id, PROMOTED, checkpoint.run_id, checkpoint.checkpoint_id, result.policy_version,
-                gate.metric, gate.baseline, gate.candidate, margin, "", time.time(), result.max_logprob_diff,
-                str(path), served=candidate, replaced=start,
+                promotion_id, PROMOTED, checkpoint.run_id, checkpoint.checkpoint_id, version, gate.metric, gate.baseline,
+                gate.candidate, margin, "", time.time(), path=str(path),
             )  # fmt: skip
+            if canary_share > 0:
+                return self._start_canary(record, candidate, canary_share, candidate_replicas)
+            result = self._push_or_restore(candidate, version, start, current)
+            if canary is not None:
+                self._set_canary([], 0.0, 0)  # everyone gets the promoted policy now
             log.info("policy_promoted", promotion_id=promotion_id, checkpoint_id=checkpoint.checkpoint_id,
-                     policy_version=result.policy_version, metric=metric, baseline=gate.baseline, candidate=gate.candidate)  # fmt: skip
-            return self.log.append(record)
+                     policy_version=version, metric=metric, baseline=gate.baseline, candidate=gate.candidate)  # fmt: skip
+            return self.log.append(replace(record, max_logprob_diff=result.max_logprob_diff, served=candidate, replaced=start))
 
     def rollback(self) -> PromotionRecord:
+        """End a running canary; otherwise serve again what the last standing promotion replaced."""
         self._require_replicas()
         with self._lock:
+            canary = self.log.running_canary()
+            if canary is not None:
+                self._set_canary([], 0.0, 0)
+                log.info("canary_ended", promotion_id=canary.promotion_id)
+                return self.log.append(PromotionRecord(
+                    self.log.next_id(), ROLLED_BACK, canary.run_id, canary.checkpoint_id, self._serving_version(),
+                    canary.metric, math.nan, math.nan, canary.margin,
+                    f"ended the canary of {canary.promotion_id}: the serving replicas serve every session", time.time(),
+                ))  # fmt: skip
             standing = self.log.standing()
             if not standing:
                 raise FailedPrecondition("no promotion stands: the serving replicas serve what they were started with")
@@ -112,7 +143,7 @@ class Promotions:
             restored = undone.replaced
             assert restored is not None  # every promotion records what it replaced
             current = self._serving_version()
-            result = self._push_or_restore(restored, current + 1, undone.served, current)
+            result = self._push_or_restore(restored, self._fresh_version(current), undone.served, current)
             record = PromotionRecord(
                 self.log.next_id(), ROLLED_BACK, restored.run_id, restored.checkpoint_id, result.policy_version,
                 undone.metric, math.nan, math.nan, undone.margin, f"took back {undone.promotion_id}: {restored.describe()} serves again",
@@ -121,7 +152,12 @@ class Promotions:
             log.info("policy_rolled_back", undone=undone.promotion_id, policy_version=result.policy_version)
             return self.log.append(record)
 
-    def list(self) -> list[PromotionRecord]:
+    def canary_running(self) -> str:
+        """The promotion whose canary serves from the trainer's replicas; empty when none does."""
+        canary = self.log.running_canary()
+        return canary.promotion_id if canary else ""
+
+    def decisions(self) -> list[PromotionRecord]:
         """Newest first."""
         return list(reversed(self.log.records()))
 
@@ -185,8 +221,35 @@ class Promotions:
                 raise Unavailable(f"serving ingest at {ingest.address}: {error}") from None
         return ""
 
+    def _start_canary(
+        self, record: PromotionRecord, candidate: ServedPolicy, share: float, replicas: WeightSync | None
+    ) -> PromotionRecord:
+        if replicas is None or not replicas.replicas:
+            raise FailedPrecondition("a canary is served from the trainer's own replicas (--replicas); it has none")
+        replicas.probe = candidate.probe
+        result = replicas.push(candidate.pushed(), record.policy_version)
+        self._set_canary([replica.base_url for replica in replicas.replicas], share, record.policy_version)
+        log.info("canary_started", promotion_id=record.promotion_id, share=share, policy_version=record.policy_version)
+        return self.log.append(replace(record, outcome=CANARY, canary_share=share, max_logprob_diff=result.max_logprob_diff))
+
+    def _set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
+        request = ingest_pb.SetCanaryRequest(upstreams=upstreams, share=share, policy_version=policy_version)
+        for ingest in self._ingests.members():
+            try:
+                ingest.set_canary(request)
+            except RPCError as error:
+                raise Unavailable(f"serving ingest at {ingest.address} did not take the canary: {error}") from None
+
     def _serving_version(self) -> int:
-        return max(self._ingests.highest_policy_version(), self.log.highest_policy_version())
+        """The version users' calls are stamped with now."""
+        if self._ingests:
+            return self._ingests.highest_policy_version()
+        served = [record for record in self.log.records() if record.outcome in (PROMOTED, ROLLED_BACK)]
+        return served[-1].policy_version if served else 0
+
+    def _fresh_version(self, serving: int) -> int:
+        """A version no policy was served under yet, here or in a canary."""
+        return max(serving, self.log.highest_policy_version()) + 1
 
     def _push_or_restore(self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int) -> SyncResult:
         """Push `policy`; if the push fails, push `fallback` back at the version that serves now, then raise."""

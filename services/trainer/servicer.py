@@ -14,7 +14,13 @@ from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.runtime import page_tokens
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.promotion_log import PROMOTED, REFUSED, ROLLED_BACK, PromotionRecord
+from parity.services.trainer.promotion_log import (
+    CANARY,
+    PROMOTED,
+    REFUSED,
+    ROLLED_BACK,
+    PromotionRecord,
+)
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import StepRecord
@@ -34,6 +40,7 @@ _OUTCOMES = {
     PROMOTED: promotion_pb2.PROMOTION_OUTCOME_PROMOTED,
     REFUSED: promotion_pb2.PROMOTION_OUTCOME_REFUSED,
     ROLLED_BACK: promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK,
+    CANARY: promotion_pb2.PROMOTION_OUTCOME_CANARY,
 }
 _METRICS_POLL_S = 1.0
 
@@ -90,6 +97,7 @@ def promotion_to_proto(record: PromotionRecord) -> promotion_pb2.Promotion:
         checkpoint_id=record.checkpoint_id, policy_version=record.policy_version, metric=record.metric,
         baseline=record.baseline, candidate=record.candidate, margin=record.margin, reason=record.reason,
         max_logprob_diff=record.max_logprob_diff, create_time=_timestamp(record.create_time), path=record.path,
+        canary_share=record.canary_share,
     )  # fmt: skip
 
 
@@ -198,7 +206,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     async def PromotePolicy(self, request: pb.PromotePolicyRequest, context: grpc.aio.ServicerContext) -> pb.PromotePolicyResponse:
         record = await asyncio.to_thread(
-            self.trainer.promote, request.run_id, request.checkpoint_id, request.metric, request.margin
+            self.trainer.promote, request.run_id, request.checkpoint_id, request.metric, request.margin, request.canary_share
         )
         return pb.PromotePolicyResponse(promotion=promotion_to_proto(record))
 
@@ -210,6 +218,6 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def ListPromotions(
         self, request: pb.ListPromotionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPromotionsResponse:
-        records = await asyncio.to_thread(self.trainer.promotions.list)
+        records = await asyncio.to_thread(self.trainer.promotions.decisions)
         page, token = page_tokens.page_of(records, request.page_size, request.page_token, "promotions")
         return pb.ListPromotionsResponse(promotions=[promotion_to_proto(r) for r in page], next_page_token=token)

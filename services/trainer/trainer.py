@@ -68,6 +68,11 @@ class Trainer:
     def start_run(self, settings: RunSettings | None, resume_checkpoint_id: str = "", run_id: str = "") -> RunStatus:
         if self._loop is not None and self._loop.run.state.active:
             raise FailedPrecondition(f"run {self._loop.run.run_id} is {self._loop.run.state.value}; stop it first")
+        if canary := self.promotions.canary_running():
+            raise FailedPrecondition(
+                f"the canary of {canary} serves users from this trainer's replicas; promote it or end it (parity trainer "
+                "rollback) before a run changes them"
+            )  # fmt: skip
         resume: CheckpointInfo | None = None
         if resume_checkpoint_id:
             root = settings.checkpoint_dir if settings else self._checkpoint_root()
@@ -193,7 +198,7 @@ class Trainer:
         with self._policy.lock:
             return self._policy.push(run.policy_version, verify=verify)
 
-    def promote(self, run_id: str, checkpoint_id: str, metric: str, margin: float) -> PromotionRecord:
+    def promote(self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0) -> PromotionRecord:
         """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users."""
         run = self.get_run(run_id)
         root = run.settings.checkpoint_dir
@@ -206,7 +211,10 @@ class Trainer:
             if not latest:
                 raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
             checkpoint = latest[0]
-        return self.promotions.promote(checkpoint, self.history.validations(run.run_id), metric or DEFAULT_METRIC, margin)
+        if canary_share and self._loop is not None and self._loop.run.state.active:
+            raise FailedPrecondition(f"run {self._loop.run.run_id} is training on this trainer's replicas, which a canary would serve from")
+        validations = self.history.validations(run.run_id)
+        return self.promotions.promote(checkpoint, validations, metric or DEFAULT_METRIC, margin, canary_share, self._policy.weight_sync)
 
     def close(self) -> None:
         if self._loop is not None and self._loop.run.state.active:

@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the trained model is in {result.exported_model}; serve it with: {result.serve_command}", file=sys.stderr)
     elif result.resume_command:
         print(f"resume with: {result.resume_command}", file=sys.stderr)
+    if result.promotion:
+        print(f"parity train: {result.promotion}", file=sys.stderr)
     if result.error:
         print(f"parity train: the run {result.state}: {result.error}", file=sys.stderr)
     if result.warning:

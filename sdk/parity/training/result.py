@@ -71,6 +71,8 @@ class TrainResult:
     store_sessions: dict[str, int] = field(default_factory=dict)
     """A from-store run's sessions: `used` (trained on), `deleted` (gone between choosing and adopting them),
     and, at the last look at the store, `skipped_<reason>` for each reason a session was not usable."""
+    promotion: str = ""
+    """With promote: what the trainer's gate decided about the run's last checkpoint, and why."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -13,6 +13,7 @@ import structlog
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError, TrainerClient
+from parity.promotion import Promotion
 from parity.training.local_stack import LocalStack
 
 log = structlog.get_logger(__name__)
@@ -119,3 +120,14 @@ class RunControl:
         """The run's newest checkpoint the trainer knows of; None if it has none."""
         found = self.trainer.list_checkpoints(trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1))
         return found.checkpoints[0] if found.checkpoints else None
+
+    def promote(self, metric: str, margin: float) -> str:
+        """Ask the trainer to gate the run's latest checkpoint and, if it passes, serve it to users; says what it
+        decided. A trainer that cannot decide (no serving replicas, unreachable) is reported, not raised: the run
+        itself completed."""
+        request = trainer_pb.PromotePolicyRequest(run_id=self.run_id, metric=metric, margin=margin)
+        try:
+            return str(Promotion.from_proto(self.trainer.promote_policy(request, timeout_s=900).promotion))
+        except RPCError as error:
+            log.error("promotion_failed", run_id=self.run_id, error=str(error))
+            return f"not promoted: the trainer answered {error.code.name}: {error.message}"

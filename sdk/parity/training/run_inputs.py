@@ -39,6 +39,8 @@ def resolve_inputs(
     """The run's agent, tasks and validation tasks. A from-store run rolls out no tasks, and needs an agent
     only to validate."""
     validation = resolve_tasks(val_tasks, settings.val_tasks, "val_tasks", required=False)
+    if settings.promote and not validation:
+        raise SettingsError("promote", "the gate compares validations before and after training; give val_tasks")
     if not settings.from_store:
         return resolve_agent(agent, settings), resolve_tasks(tasks, settings.tasks, "tasks"), validation
     if tasks is not None:

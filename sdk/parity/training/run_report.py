@@ -34,6 +34,7 @@ class RunOutcome:
     checkpoint: str
     wall_seconds: float
     stopped_early: str = ""
+    promotion: str = ""
 
 
 def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking.Tracker | None) -> TrainResult:
@@ -65,6 +66,7 @@ def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking
         checkpoint=outcome.checkpoint,
         resume_command=f"parity train --resume {outcome.run_id} --output-dir {outcome.run_dir.parent}" if resumable else "",
         wall_seconds=outcome.wall_seconds, history_mode=settings.history_mode, stopped_early=outcome.stopped_early,
+        promotion=outcome.promotion,
         short_steps=sum(r.values.get("groups", settings.groups_per_batch) < settings.groups_per_batch for r in train),
         capped_episodes=int(sum(r.values.get("capped_episodes", 0.0) for r in train)),
         store_sessions=_store_sessions(train) if settings.from_store else {},

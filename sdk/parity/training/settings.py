@@ -119,6 +119,9 @@ class TrainSettings(UpdateSettings):
     feedback_default: float | None = setting(None, "from_store: the reward of a session whose feedback window closed with no signal; none: leave it out", group="production")
     continuous: bool = setting(False, "from_store: when the store has too few sessions for the next step, wait for new ones instead of ending", group="production")
     store_poll_s: float = setting(30.0, "from_store with continuous: how often to look for new sessions", group="production")
+    promote: bool = setting(False, "after the run, serve its last checkpoint to users if it passes the trainer's gate (its last validation no worse than step 0's, less promote_margin); needs val_tasks and a trainer with serving replicas (docs/production.md)", group="production")
+    promote_metric: str = setting("pass@1", "promote: the validation metric the gate compares (reward, pass@1, pass@k)", group="production")
+    promote_margin: float = setting(0.0, "promote: how far below the serving model's value the candidate may fall and still pass", group="production")
     # Output.
     output_dir: str = setting("runs", "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model", group="output")
     run_id: str = setting("", "the run's name; empty: run-DATE-TIME-XXXX", group="output")
@@ -193,6 +196,8 @@ class TrainSettings(UpdateSettings):
             raise SettingsError("feedback_default", f"must be a finite number, got {self.feedback_default}")
         if self.feedback_default is not None and self.feedback_window_hours is None:
             raise SettingsError("feedback_default", "applies once a session's feedback window closes; set feedback_window_hours too")
+        if not math.isfinite(self.promote_margin) or self.promote_margin < 0:
+            raise SettingsError("promote_margin", f"must be a finite number >= 0, got {self.promote_margin}")
         if self.continuous and not self.from_store:
             raise SettingsError("continuous", "waits for new stored sessions; it needs from_store")
         if not self.from_store:

@@ -268,14 +268,15 @@ class Trainer:
 
     def finish(self) -> TrainResult:
         """Export the trained policy (when asked), write the plot, and say how the run went."""
-        exported = ""
+        exported = promotion = ""
         if self.state == "running" and (self.step_index >= self.total_steps or self.stopped_early):
             if not self.stopped_early:
                 self._wait_for_end()
             self.state = "completed"
-            if self.settings.export:
-                exported = self.export()
-        return self._result(exported)
+            exported = self.export() if self.settings.export else ""
+            if self.settings.promote and self._control is not None:
+                promotion = self._control.promote(self.settings.promote_metric, self.settings.promote_margin)
+        return self._result(exported, promotion)
 
     def export(self, output_dir: str | Path | None = None) -> str:
         """Write the latest checkpoint's policy as a Hugging Face model folder; returns its path
@@ -403,11 +404,11 @@ class Trainer:
     def _saved_settings(self) -> dict[str, Any]:
         return self.settings.replace(run_id=self.run_id, resume="").to_json()
 
-    def _result(self, exported: str) -> TrainResult:
+    def _result(self, exported: str, promotion: str = "") -> TrainResult:
         outcome = RunOutcome(
             run_id=self.run_id, state=self.state, steps=self.step_index, error=self.error, run_dir=self.run_dir,
             model_path=self.model_path, exported=exported, checkpoint=latest_checkpoint_id(self._control),
-            wall_seconds=round(time.monotonic() - self._started, 1), stopped_early=self.stopped_early,
+            wall_seconds=round(time.monotonic() - self._started, 1), stopped_early=self.stopped_early, promotion=promotion,
         )  # fmt: skip
         return train_result(outcome, self.settings, self._tracker)
 

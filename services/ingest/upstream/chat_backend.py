@@ -31,6 +31,7 @@ from parity.services.ingest.replies import (
     UPSTREAM_ERROR,
 )
 from parity.services.ingest.session_budgets import SessionBudgets, SessionCapped
+from parity.services.ingest.upstream.canary import CanaryRoute
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, Render, StreamFailed
 from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
 from parity.services.ingest.upstream.external_models import ExternalModels
@@ -50,6 +51,8 @@ class PolicyState:
 
     version: int = 0
     adapter: PolicyAdapter = field(default_factory=PolicyAdapter)
+    canary: CanaryRoute = field(default_factory=lambda: CanaryRoute(health_interval_s=2.0))
+    """A candidate serving a share of sessions at its own version, while the trainer runs one."""
 
 
 class ChatBackend:
@@ -92,13 +95,19 @@ class ChatBackend:
             raise openai_errors.not_found(
                 f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
             )
-        candidates = self.router.candidates(call.served_model, call.session.session_id)
         request = CaptureRequest.prepare(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
-        routed_model = call.body.get("model", "")
-        request.lora_adapter = self.policy.adapter.route(call.body)
-        request.routed_model = routed_model if request.lora_adapter else ""
+        canary = self.policy.canary.pick(call.session.session_id, call.served_model)
+        if canary is not None:
+            # The candidate's replicas hold its whole weights: no adapter routing.
+            candidates, policy_version = canary
+        else:
+            candidates = self.router.candidates(call.served_model, call.session.session_id)
+            policy_version = self.policy.version
+            routed_model = call.body.get("model", "")
+            request.lora_adapter = self.policy.adapter.route(call.body)
+            request.routed_model = routed_model if request.lora_adapter else ""
         capture = CallCapture(
-            request, self.sink, model=call.model, served_model=call.served_model, policy_version=self.policy.version,
+            request, self.sink, model=call.model, served_model=call.served_model, policy_version=policy_version,
             kind=POLICY, started_at=call.started_at,
         )  # fmt: skip
         try:

@@ -1,17 +1,20 @@
 """Gated promotion against real services: a trainer whose runs update their own vLLM, and a serving vLLM
-behind the users' ingest that only a promotion that passes its gate changes, verified by the probe; one
-call rolls it back."""
+behind the users' ingest that only a promotion that passes its gate changes, verified by the probe; a
+canary share of users' sessions served from the trainer's vLLM first; one call rolls either back."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import httpx
 import numpy as np
 import pytest
 
+import parity
+from parity import StackAddresses
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as assembler_grpc
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
@@ -23,6 +26,7 @@ from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.promotion import promote_main, promotions_main
 from parity.services.inference.vllm_launcher import VllmServer
+from parity.services.ingest.upstream.canary import in_canary
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.weight_sync import model_probe
 from tests.call_factory import make_call
@@ -44,6 +48,7 @@ class Production:
     users_url: str
     served: VllmReplica
     candidates: VllmReplica
+    stack: StackAddresses
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,7 @@ def production(module_services: ServiceLauncher, trainer_vllm: VllmServer, tiny_
         store = module_services.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
         assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "0.3",
                                           "--shutdown-grace-s", "0.5")  # fmt: skip
-        training_ingest, _ = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "training-spool.db")
+        training_ingest, training_port = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "training-spool.db")
         users_ingest, users_port = start_ingest(module_services, store.address, users_vllm.base_url, data / "users-spool.db")
         trainer = module_services.start(
             "trainer", "--assembler-address", assembler.address, "--ingest-address", training_ingest.address,
@@ -66,6 +71,7 @@ def production(module_services: ServiceLauncher, trainer_vllm: VllmServer, tiny_
             assembler_grpc.AssemblerServiceStub(grpc.insecure_channel(assembler.address)),
             ingest_grpc.IngestServiceStub(grpc.insecure_channel(users_ingest.address)),
             f"http://127.0.0.1:{users_port}/v1", VllmReplica(users_vllm.base_url), VllmReplica(trainer_vllm.base_url),
+            StackAddresses(f"http://127.0.0.1:{training_port}", assembler.address, trainer.address),
         )  # fmt: skip
 
 
@@ -94,11 +100,36 @@ def validate(stack: Production, run_id: str, step: int, pass_at_1: float) -> Non
     stack.trainer.WriteValidationMetrics(pb.WriteValidationMetricsRequest(run_id=run_id, step=step, values={"pass@1": pass_at_1}))
 
 
+TASKS = [{"id": "t1", "prompt": "Count to three."}, {"id": "t2", "prompt": "Name a colour."}]
+
+
+async def one_reply_agent(task: dict[str, Any]) -> float:
+    client = parity.get_async_chat_client()
+    reply = await client.chat.completions.create(
+        model=task["model"], messages=[{"role": "user", "content": task["prompt"]}], max_tokens=task["max_tokens"],
+    )  # fmt: skip
+    return float(len(reply.choices[0].message.content or "") % 2)
+
+
+def chat(stack: Production, session: str) -> None:
+    """One end user's call through the users' ingest."""
+    reply = httpx.post(f"{stack.users_url}/chat/completions", headers={"X-Parity-Session": session},
+                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)  # fmt: skip
+    assert reply.status_code == 200, reply.text
+
+
+def stored_calls(stack: Production, session: str) -> list[Any]:
+    return eventually(lambda: list(stack.store.ListCalls(store_pb.ListCallsRequest(session_id=session)).calls),
+                      timeout_s=30, what=f"the calls of {session} to be stored")  # fmt: skip
+
+
 def users_version(stack: Production) -> int:
     return stack.users_ingest.GetStats(ingest_pb.GetStatsRequest()).policy_version
 
 
-def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_it_back(production, tiny_model_dir, capsys) -> None:
+def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_it_back(
+    production, tiny_model_dir, tmp_path, capsys
+) -> None:
     stack = production
     probe = model_probe(tiny_model_dir)
     original = np.array(stack.served.prompt_logprobs(probe))
@@ -143,12 +174,8 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     assert promoted.max_logprob_diff < 1e-3
     served = np.array(stack.served.prompt_logprobs(probe))
     assert np.max(np.abs(served - trained)) < 1e-4  # users get exactly what the run's last step made
-    reply = httpx.post(f"{stack.users_url}/chat/completions", headers={"X-Parity-Session": "user-after-promotion"},
-                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)  # fmt: skip
-    assert reply.status_code == 200, reply.text
-    calls = eventually(lambda: stack.store.ListCalls(store_pb.ListCallsRequest(session_id="user-after-promotion")).calls,
-                       timeout_s=30, what="the user's call to be stored")  # fmt: skip
-    assert calls[0].policy_version == promoted.policy_version
+    chat(stack, "user-after-promotion")
+    assert stored_calls(stack, "user-after-promotion")[0].policy_version == promoted.policy_version
 
     # The step-1 checkpoint's validation measured the run's start model, which no longer serves.
     validate(stack, run.run_id, 1, 0.45)
@@ -174,10 +201,48 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     assert len(lines) == 5 and "rolled back" in lines[0] and "promoted checkpoint" in lines[2]
     assert "refused checkpoint" in lines[3] and "refused checkpoint" in lines[4]
 
-    # The next run's calls and samples are stamped past every version users were served.
-    started = stack.trainer.StartRun(pb.StartRunRequest(config=run_pb2.RunConfig(
-        model_path=str(tiny_model_dir), total_steps=1, groups_per_batch=1, backend=run_pb2.TRAINING_BACKEND_CPU,
-    ))).run  # fmt: skip
-    assert started.policy_version >= rolled.policy_version
-    stack.trainer.StopRun(pb.StopRunRequest())
+    # A canary: the candidate serves a share of sessions from the trainer's replicas, at its own version; the
+    # serving replicas are untouched and no run may change the canary's replicas meanwhile.
+    canary = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.5)).promotion
+    assert canary.outcome == promotion_pb2.PROMOTION_OUTCOME_CANARY and canary.canary_share == 0.5, canary.reason
+    assert canary.policy_version == rolled.policy_version + 1
+    stats = stack.users_ingest.GetStats(ingest_pb.GetStatsRequest())
+    assert (stats.canary_share, stats.canary_policy_version, stats.policy_version) == (0.5, canary.policy_version, rolled.policy_version)
+    assert list(stats.canary_upstreams) == [stack.candidates.base_url]
+    assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - original)) < 1e-4
+    assert np.max(np.abs(np.array(stack.candidates.prompt_logprobs(probe)) - trained)) < 1e-4
+    with pytest.raises(grpc.RpcError) as blocked:
+        stack.trainer.StartRun(pb.StartRunRequest(config=run_pb2.RunConfig(model_path=str(tiny_model_dir), total_steps=1)))
+    assert blocked.value.code() == grpc.StatusCode.FAILED_PRECONDITION and canary.promotion_id in blocked.value.details()
+    sessions = [f"canary-user-{index}" for index in range(8)]
+    for session in sessions:
+        chat(stack, session)
+    versions = {session: stored_calls(stack, session)[0].policy_version for session in sessions}
+    expected = {s: canary.policy_version if in_canary(s, 0.5) else rolled.policy_version for s in sessions}
+    assert versions == expected and len(set(versions.values())) == 2  # every call stamped by the side that served it
 
+    # Promoting it without a share serves everyone and ends the canary; a rollback ends a canary and nothing else.
+    full = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)).promotion
+    assert full.outcome == promotion_pb2.PROMOTION_OUTCOME_PROMOTED and full.policy_version == canary.policy_version
+    assert stack.users_ingest.GetStats(ingest_pb.GetStatsRequest()).canary_share == 0
+    assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - trained)) < 1e-4
+    stack.trainer.RollbackPolicy(pb.RollbackPolicyRequest())
+    stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.25))
+    ended = stack.trainer.RollbackPolicy(pb.RollbackPolicyRequest()).promotion
+    assert ended.outcome == promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK and "ended the canary" in ended.reason
+    stats = stack.users_ingest.GetStats(ingest_pb.GetStatsRequest())
+    assert stats.canary_share == 0 and stats.policy_version == ended.policy_version
+    assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - original)) < 1e-4
+
+    # `parity train --promote`: the run validates through its own replicas, then asks the gate. Its versions
+    # start past every version users were served.
+    result = parity.train(
+        one_reply_agent, TASKS, val_tasks=TASKS, model=str(tiny_model_dir), stack=stack.stack, steps=1, groups_per_batch=1,
+        rollouts_per_task=2, max_tokens=4, val_samples=1, promote=True, promote_metric="reward", promote_margin=1.0,
+        output_dir=str(tmp_path / "runs"), progress=False,
+    )  # fmt: skip
+    assert result.state == "completed", result.error
+    assert result.promotion.startswith("promotion-") and "promoted checkpoint" in result.promotion, result.promotion
+    run = stack.trainer.GetRun(pb.GetRunRequest(run_id=result.run_id)).run
+    assert run.policy_version > ended.policy_version and users_version(stack) == run.policy_version
+    assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - np.array(stack.candidates.prompt_logprobs(probe)))) < 1e-4

@@ -64,7 +64,22 @@ def test_from_store_settings_are_checked_and_name_the_setting() -> None:
         ({"store_tags": "a," + "x" * 65}, "store_tags"),
         ({"store_max_age_hours": 0.0}, "store_max_age_hours"),
         ({"store_max_policy_lag": -1}, "store_max_policy_lag"),
+        ({"promote": True, "val_tasks": "val.jsonl", "promote_margin": -0.1}, "promote_margin"),
+        ({"promote_margin": float("inf")}, "promote_margin"),
     ]:  # fmt: skip
         with pytest.raises(SettingsError) as refused:
             TrainSettings(**values)
         assert refused.value.key == key, values
+
+
+def test_promote_needs_validation_tasks_for_its_gate() -> None:
+    from parity.training.run_inputs import resolve_inputs
+
+    async def agent(task: dict[str, object]) -> float:
+        return 0.0
+
+    with pytest.raises(SettingsError) as refused:
+        resolve_inputs(agent, [{"id": "a"}], None, TrainSettings(promote=True))
+    assert refused.value.key == "promote"
+    _, _, validation = resolve_inputs(agent, [{"id": "a"}], [{"id": "b"}], TrainSettings(promote=True))
+    assert len(validation) == 1

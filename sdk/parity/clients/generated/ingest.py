@@ -32,6 +32,9 @@ class IngestClient(ServiceClient):
     def set_policy_version(self, request: pb.SetPolicyVersionRequest, timeout_s: float | None = None) -> pb.SetPolicyVersionResponse:
         return self._unary("SetPolicyVersion", request, timeout_s)
 
+    def set_canary(self, request: pb.SetCanaryRequest, timeout_s: float | None = None) -> pb.SetCanaryResponse:
+        return self._unary("SetCanary", request, timeout_s)
+
 
 class AsyncIngestClient(AsyncServiceClient):
     """IngestService for asyncio code, on a channel of its own (`await client.close()`). Unary calls
@@ -54,3 +57,6 @@ class AsyncIngestClient(AsyncServiceClient):
 
     async def set_policy_version(self, request: pb.SetPolicyVersionRequest, timeout_s: float | None = None) -> pb.SetPolicyVersionResponse:
         return await self._unary("SetPolicyVersion", request, timeout_s)
+
+    async def set_canary(self, request: pb.SetCanaryRequest, timeout_s: float | None = None) -> pb.SetCanaryResponse:
+        return await self._unary("SetCanary", request, timeout_s)

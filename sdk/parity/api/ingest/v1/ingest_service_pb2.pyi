@@ -14,7 +14,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining", "held")
+    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining", "held", "canary_share", "canary_policy_version", "canary_upstreams")
     REQUEST_COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,9 @@ class GetStatsResponse(_message.Message):
     LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     JOINING_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    CANARY_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CANARY_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANARY_UPSTREAMS_FIELD_NUMBER: _ClassVar[int]
     request_count: int
     error_count: int
     in_flight: int
@@ -41,7 +44,10 @@ class GetStatsResponse(_message.Message):
     lora_adapter: str
     joining: bool
     held: int
-    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: bool = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: bool = ..., held: _Optional[int] = ...) -> None: ...
+    canary_share: float
+    canary_policy_version: int
+    canary_upstreams: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: bool = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: bool = ..., held: _Optional[int] = ..., canary_share: _Optional[float] = ..., canary_policy_version: _Optional[int] = ..., canary_upstreams: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListReplicasRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "model")
@@ -102,3 +108,17 @@ class SetPolicyVersionResponse(_message.Message):
     PREVIOUS_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     previous_policy_version: int
     def __init__(self, previous_policy_version: _Optional[int] = ...) -> None: ...
+
+class SetCanaryRequest(_message.Message):
+    __slots__ = ("upstreams", "share", "policy_version")
+    UPSTREAMS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    upstreams: _containers.RepeatedScalarFieldContainer[str]
+    share: float
+    policy_version: int
+    def __init__(self, upstreams: _Optional[_Iterable[str]] = ..., share: _Optional[float] = ..., policy_version: _Optional[int] = ...) -> None: ...
+
+class SetCanaryResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -42,6 +42,11 @@ class IngestServiceStub(object):
                 request_serializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionRequest.SerializeToString,
                 response_deserializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionResponse.FromString,
                 )
+        self.SetCanary = channel.unary_unary(
+                '/parity.api.ingest.v1.IngestService/SetCanary',
+                request_serializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryRequest.SerializeToString,
+                response_deserializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryResponse.FromString,
+                )
 
 
 class IngestServiceServicer(object):
@@ -87,6 +92,19 @@ class IngestServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCanary(self, request, context):
+        """SetCanary sends a share of sessions to other replicas (a candidate's),
+        their calls stamped with the candidate's policy version; a share of 0 ends
+        it. A session is in the canary by a hash of its id, so all its calls stay
+        on one side. When no canary replica is healthy, its sessions are served by
+        this ingest's own replicas at the current version. Not kept across a
+        restart. INVALID_ARGUMENT for a share outside 0..1, no upstreams, or a
+        version not above the current one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IngestServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +132,11 @@ def add_IngestServiceServicer_to_server(servicer, server):
                     servicer.SetPolicyVersion,
                     request_deserializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionRequest.FromString,
                     response_serializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionResponse.SerializeToString,
+            ),
+            'SetCanary': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCanary,
+                    request_deserializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryRequest.FromString,
+                    response_serializer=parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -210,5 +233,22 @@ class IngestService(object):
         return grpc.experimental.unary_unary(request, target, '/parity.api.ingest.v1.IngestService/SetPolicyVersion',
             parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionRequest.SerializeToString,
             parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetPolicyVersionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetCanary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/parity.api.ingest.v1.IngestService/SetCanary',
+            parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryRequest.SerializeToString,
+            parity_dot_api_dot_ingest_dot_v1_dot_ingest__service__pb2.SetCanaryResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -384,16 +384,18 @@ class WriteValidationMetricsResponse(_message.Message):
     def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...
 
 class PromotePolicyRequest(_message.Message):
-    __slots__ = ("run_id", "checkpoint_id", "metric", "margin")
+    __slots__ = ("run_id", "checkpoint_id", "metric", "margin", "canary_share")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MARGIN_FIELD_NUMBER: _ClassVar[int]
+    CANARY_SHARE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     checkpoint_id: str
     metric: str
     margin: float
-    def __init__(self, run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., metric: _Optional[str] = ..., margin: _Optional[float] = ...) -> None: ...
+    canary_share: float
+    def __init__(self, run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., metric: _Optional[str] = ..., margin: _Optional[float] = ..., canary_share: _Optional[float] = ...) -> None: ...
 
 class PromotePolicyResponse(_message.Message):
     __slots__ = ("promotion",)

@@ -266,9 +266,9 @@ class TrainerServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def RollbackPolicy(self, request, context):
-        """RollbackPolicy serves again the policy the last standing promotion
-        replaced, with the same verified push and a new policy version.
-        FAILED_PRECONDITION when no promotion stands.
+        """RollbackPolicy ends a running canary; otherwise it serves again the
+        policy the last standing promotion replaced, with the same verified push
+        and a new policy version. FAILED_PRECONDITION when neither stands.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
