@@ -22,6 +22,7 @@ from parity.services.console.views.batches import batch_page
 from parity.services.console.views.runs import list_runs, run_page
 from parity.services.console.views.session_page import session_page
 from parity.services.console.views.sessions import SessionFilters, list_sessions
+from parity.services.console.views.versions import feedback_by_version
 
 
 async def home(request: Request) -> Response:
@@ -77,6 +78,17 @@ async def sessions(request: Request) -> Response:
     return await run_in_threadpool(build)
 
 
+async def versions(request: Request) -> Response:
+    state = request.app.state
+    filters, problems = SessionFilters.parse(request.query_params)
+
+    def build() -> Response:
+        page = feedback_by_version(state.services, filters)
+        return render(request, "versions.html", filters=filters, problems=problems, page=page)
+
+    return await run_in_threadpool(build)
+
+
 async def session(request: Request) -> Response:
     state = request.app.state
     session_id = request.path_params["session_id"]
@@ -117,6 +129,7 @@ ROUTES = [
     Route("/runs/{run_id}/steps/{step:int}", step),
     Route("/sessions", sessions),
     Route("/events", live_calls),
+    Route("/versions", versions),
     Route("/sessions/{session_id:path}", session),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
 ]

@@ -329,6 +329,48 @@ def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedba
     assert set(listed()) == {first, f"prod-{stamp}-1"}
 
 
+def test_feedback_is_compared_by_the_policy_version_that_served_each_session(console, deployed_stack, page, screenshots) -> None:
+    stamp = time.time_ns()
+    tag = f"canary-{stamp}"
+    # Version 41 served three sessions (one rated twice, one not at all), version 42 two, each with one signal.
+    served = {f"v41-{stamp}-{i}": 41 for i in range(3)} | {f"v42-{stamp}-{i}": 42 for i in range(2)}
+    calls = []
+    for session_id, version in served.items():
+        call = make_call(f"{session_id}-c0", session_id, [1, 2, 3], [[4, 5]])
+        call.policy_version = version
+        call.tags.append(tag)
+        calls.append(call)
+    rollout = make_call(f"rollout-{stamp}-c0", f"rollout-{stamp}", [1, 2], [[3]], metadata={"parity.run_id": "run-x"})
+    rollout.tags.append(tag)
+    store = StoreClient(deployed_stack.store.address)
+    store.write_calls(store_pb.WriteCallsRequest(calls=[*calls, rollout]))
+    trajectory = reward_pb2.REWARD_LEVEL_TRAJECTORY
+
+    def signal(session_id: str, name: str, value: float) -> reward_pb2.Reward:
+        return reward_pb2.Reward(reward_id=f"{session_id}-{name}", session_id=session_id, level=trajectory, value=value,
+                                 source="feedback", name=name)  # fmt: skip
+
+    store.write_rewards(store_pb.WriteRewardsRequest(rewards=[
+        signal(f"v41-{stamp}-0", "thumbs_up", 1.0), signal(f"v41-{stamp}-0", "resolved", 2.0),
+        signal(f"v41-{stamp}-1", "thumbs_down", -1.0),
+        signal(f"v42-{stamp}-0", "thumbs_up", 1.0), signal(f"v42-{stamp}-1", "thumbs_up", 1.0),
+        reward_pb2.Reward(reward_id=f"rollout-{stamp}-r", session_id=f"rollout-{stamp}", level=trajectory, value=5.0,
+                          source="feedback", name="thumbs_up"),
+    ]))  # fmt: skip
+
+    page.goto(f"{console.url}/versions?{urlencode({'tag': tag})}", wait_until="load")
+    headings = [heading.lower() for heading in rows(page, "#versions thead tr")[0]]  # CSS sets headings in capitals
+    assert headings[:5] == ["policy version", "served as", "sessions", "with feedback", "mean feedback"]
+    table = rows(page, "#versions tbody tr")
+    # Newest version first; a training run's session is not production traffic and is left out.
+    assert [row[:5] for row in table] == [["42", "", "2", "2 (100%)", "1"], ["41", "", "3", "2 (67%)", "1"]]
+    assert headings[5:] == ["resolved (n, mean)", "thumbs_down (n, mean)", "thumbs_up (n, mean)"]
+    assert table[0][5:] == ["", "", "2, 1"] and table[1][5:] == ["1, 2", "1, -1", "1, 1"]
+    assert "Every matching session read (6)" in page.inner_text("main")
+    assert page.errors == []
+    screenshots(page, "feedback-by-version", clip={"x": 0, "y": 0, "width": 1400, "height": 360})
+
+
 def test_agent_text_is_shown_as_text_and_never_runs(
     console, deployed_stack, sdk_on_stack, page
 ) -> None:
