@@ -170,6 +170,10 @@ class VllmLaunchConfig:
             # Already vLLM's default; pinned because training depends on logprobs of the model
             # itself, before temperature, top-p or logit processors.
             "--logprobs-mode", "raw_logprobs",
+            # Chat answers then count prefix-cache hits (usage.prompt_tokens_details.cached_tokens), which ingest
+            # reports in its Responses and Messages answers as vLLM's own endpoints do; agents that account for
+            # cost read them.
+            "--enable-prompt-tokens-details",
         ]  # fmt: skip
         if self.served_model_name:
             args += ["--served-model-name", self.served_model_name]
