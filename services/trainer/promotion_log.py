@@ -41,7 +41,7 @@ class ServedPolicy:
     dtype: str
 
     def pushed(self) -> PushedPolicy:
-        return PushedPolicy(Path(self.folder) if self.folder else None, self.adapter, self.expected, self.dtype)
+        return PushedPolicy(Path(self.folder) if self.folder else None, self.adapter, self.probe, self.expected, self.dtype)
 
     def describe(self) -> str:
         if self.checkpoint_id:

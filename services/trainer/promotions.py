@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
@@ -44,7 +43,6 @@ from parity.services.trainer.deployment import TrainerDeployment
 from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.lora import ADAPTER_WEIGHTS
 from parity.services.trainer.policy_export import export_policy
-from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.promotion_gate import GateResult, judge
 from parity.services.trainer.promotion_log import (
     CANARY,
@@ -55,10 +53,16 @@ from parity.services.trainer.promotion_log import (
     PromotionRecord,
     ServedPolicy,
 )
-from parity.services.trainer.replicas import ReplicaError, VllmReplica
+from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.step_metrics import StepRecord
-from parity.services.trainer.weight_sync import SyncFailed, SyncResult, WeightSync, model_probe
+from parity.services.trainer.weight_sync import (
+    ReplicaResult,
+    SyncFailed,
+    SyncResult,
+    WeightSync,
+    model_probe,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -90,8 +94,8 @@ class Promotions:
             gate = judge(validations, checkpoint.step, metric, margin)
             if not gate.passed:
                 return self._refuse(checkpoint, gate, gate.reason)
-            self._sync.probe = model_probe(settings.model_path)
-            start = self._start_policy(checkpoint)
+            probe = model_probe(settings.model_path)
+            start = self._start_policy(checkpoint, probe)
             mismatch = self._mismatch(start)
             if mismatch:
                 return self._refuse(checkpoint, gate, (
@@ -101,8 +105,8 @@ class Promotions:
             promotion_id = self.log.next_id()
             path, _ = export_policy(checkpoint, self._folder / promotion_id, merge_lora=False)
             candidate = ServedPolicy(
-                checkpoint.run_id, checkpoint.checkpoint_id, str(path), bool(settings.lora_rank), self._sync.probe,
-                policy_probe(settings, self._sync.probe, path), settings.dtype,
+                checkpoint.run_id, checkpoint.checkpoint_id, str(path), bool(settings.lora_rank), probe,
+                policy_probe(settings, probe, path), settings.dtype,
             )  # fmt: skip
             current = self._serving_version()
             canary = self.log.running_canary()
@@ -182,7 +186,7 @@ class Promotions:
         log.info("promotion_refused", checkpoint_id=checkpoint.checkpoint_id, reason=reason)
         return self.log.append(record)
 
-    def _start_policy(self, checkpoint: CheckpointInfo) -> ServedPolicy:
+    def _start_policy(self, checkpoint: CheckpointInfo, probe: list[int]) -> ServedPolicy:
         """The model the run started from, as the serving replicas would load it back."""
         settings = checkpoint.settings
         if settings.lora_rank:
@@ -194,23 +198,19 @@ class Promotions:
                 f"model_path {settings.model_path} holds no safetensors weights, so a rollback could not load it back "
                 "into the serving replicas"
             )
-        probe = self._sync.probe
         return ServedPolicy(checkpoint.run_id, "", folder, False, probe, policy_probe(settings, probe), settings.dtype)
 
     def _mismatch(self, policy: ServedPolicy) -> str:
         """Why the serving replicas do not serve `policy` as users reach it; empty when they all do."""
         adapter = self._served_adapter()
-        problems = []
-        for replica in self._sync.replicas:
-            try:
-                served = np.array(replica.prompt_logprobs(policy.probe, model=adapter))
-                tolerance = self._sync.tolerance or probe_tolerance(policy.dtype, replica.served_dtype())
-            except ReplicaError as error:
-                raise Unavailable(f"serving replica {replica.base_url}: {error}") from None
-            difference = float(np.max(np.abs(served - np.array(policy.expected))))
-            if difference > tolerance:
-                problems.append(f"{replica.base_url}: probe logprobs differ by {difference:.3g}, tolerance {tolerance:g}")
-        return "; ".join(problems)
+        results = {r.base_url: ReplicaResult(r.base_url, False, math.nan, adapter=adapter) for r in self._sync.replicas}
+        self._sync.verify(policy.pushed(), results)
+        if unscored := next((r for r in results.values() if math.isnan(r.max_logprob_diff)), None):
+            raise Unavailable(f"serving replica {unscored.replica}: {unscored.error}")
+        return "; ".join(
+            f"{r.replica}: probe logprobs differ by {r.max_logprob_diff:.3g}, tolerance {r.tolerance:g}"
+            for r in results.values() if not r.verified
+        )  # fmt: skip
 
     def _served_adapter(self) -> str:
         """The adapter the serving ingests send users' requests to; empty when they send them to the base model."""
@@ -226,7 +226,6 @@ class Promotions:
     ) -> PromotionRecord:
         if replicas is None or not replicas.replicas:
             raise FailedPrecondition("a canary is served from the trainer's own replicas (--replicas); it has none")
-        replicas.probe = candidate.probe
         result = replicas.push(candidate.pushed(), record.policy_version)
         self._set_canary([replica.base_url for replica in replicas.replicas], share, record.policy_version)
         log.info("canary_started", promotion_id=record.promotion_id, share=share, policy_version=record.policy_version)
@@ -234,11 +233,7 @@ class Promotions:
 
     def _set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
         request = ingest_pb.SetCanaryRequest(upstreams=upstreams, share=share, policy_version=policy_version)
-        for ingest in self._ingests.members():
-            try:
-                ingest.set_canary(request)
-            except RPCError as error:
-                raise Unavailable(f"serving ingest at {ingest.address} did not take the canary: {error}") from None
+        self._sync.on_every_ingest(lambda ingest: ingest.set_canary(request))
 
     def _serving_version(self) -> int:
         """The version users' calls are stamped with now."""
@@ -254,13 +249,11 @@ class Promotions:
     def _push_or_restore(self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int) -> SyncResult:
         """Push `policy`; if the push fails, push `fallback` back at the version that serves now, then raise."""
         try:
-            self._sync.probe = policy.probe
             return self._sync.push(policy.pushed(), version)
         except SyncFailed as error:
             if fallback is None:
                 raise
             try:
-                self._sync.probe = fallback.probe
                 self._sync.push(fallback.pushed(), current)
             except SyncFailed as restore_error:
                 raise SyncFailed(f"{error}; putting {fallback.describe()} back failed too: {restore_error}") from None

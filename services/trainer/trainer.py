@@ -184,11 +184,7 @@ class Trainer:
         if checkpoint_id:
             checkpoint = checkpoints.find_checkpoint(root, checkpoint_id)
         else:
-            run = self._require_run()
-            latest = checkpoints.list_checkpoints(root, run.run_id)
-            if not latest:
-                raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
-            checkpoint = latest[0]
+            checkpoint = _latest_checkpoint(root, self._require_run())
         path, merged = export_policy(checkpoint, Path(output_dir), merge_lora)
         log.info("policy_exported", checkpoint_id=checkpoint.checkpoint_id, path=str(path), merged=str(merged or ""))
         return path, merged, checkpoint
@@ -207,10 +203,7 @@ class Trainer:
             if checkpoint.run_id != run.run_id:
                 raise InvalidArgument(f"checkpoint {checkpoint_id} belongs to run {checkpoint.run_id}, not {run.run_id}")
         else:
-            latest = checkpoints.list_checkpoints(root, run.run_id)
-            if not latest:
-                raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
-            checkpoint = latest[0]
+            checkpoint = _latest_checkpoint(root, run)
         if canary_share and self._loop is not None and self._loop.run.state.active:
             raise FailedPrecondition(f"run {self._loop.run.run_id} is training on this trainer's replicas, which a canary would serve from")
         validations = self.history.validations(run.run_id)
@@ -256,3 +249,10 @@ class Trainer:
 
     def _require_run(self) -> RunStatus:
         return self._require_loop().run
+
+
+def _latest_checkpoint(root: Path, run: RunStatus) -> CheckpointInfo:
+    latest = checkpoints.list_checkpoints(root, run.run_id)
+    if not latest:
+        raise FailedPrecondition(f"run {run.run_id} has no checkpoint yet")
+    return latest[0]

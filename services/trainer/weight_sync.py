@@ -88,6 +88,8 @@ class PushedPolicy:
     no adapter (what a LoRA deployment served before its first adapter)."""
     adapter: bool
     """The folder holds a LoRA adapter, served beside the base model under one name."""
+    probe: list[int]
+    """The token ids every replica scores to show it serves the policy."""
     expected: list[float] | None
     """The policy's own logprobs of the probe's tokens after the first; None: not verified."""
     dtype: str = "float32"
@@ -125,7 +127,7 @@ class WeightSync:
         backend.save_weights(target)
         saved_s = time.perf_counter() - started
         expected = backend.probe_logprobs(self.probe) if verify else None
-        policy = PushedPolicy(target, bool(backend.settings.lora_rank), expected, backend.settings.dtype)
+        policy = PushedPolicy(target, bool(backend.settings.lora_rank), self.probe, expected, backend.settings.dtype)
         result = self.push(policy, policy_version, extra_push_s=saved_s)
         self._prune(keep=target)
         return result
@@ -155,7 +157,7 @@ class WeightSync:
                     outcome.error = str(error)
             durations["push"] = time.perf_counter() - phase + extra_push_s
             phase = time.perf_counter()
-            self._verify(policy, results)
+            self.verify(policy, results)
             durations["verify"] = time.perf_counter() - phase
             result = SyncResult(policy_version, list(results.values()), durations)
             if not result.verified:
@@ -170,7 +172,7 @@ class WeightSync:
             request = ingest_pb.SetPolicyVersionRequest(
                 policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
             )
-            self._on_every_ingest(lambda ingest: ingest.set_policy_version(request))
+            self.on_every_ingest(lambda ingest: ingest.set_policy_version(request))
         finally:
             phase = time.perf_counter()
             self.release()
@@ -183,7 +185,9 @@ class WeightSync:
         )  # fmt: skip
         return result
 
-    def _verify(self, policy: PushedPolicy, results: dict[str, ReplicaResult]) -> None:
+    def verify(self, policy: PushedPolicy, results: dict[str, ReplicaResult]) -> None:
+        """Score the probe on each replica without an error in `results` (through its `adapter`), against the
+        policy's own logprobs; each result says whether it matched within the tolerance."""
         if policy.expected is None:
             return
         expected = np.array(policy.expected)
@@ -193,7 +197,7 @@ class WeightSync:
                 continue
             try:
                 outcome.tolerance = self.tolerance or probe_tolerance(policy.dtype, replica.served_dtype())
-                served = np.array(replica.prompt_logprobs(self.probe, model=outcome.adapter))
+                served = np.array(replica.prompt_logprobs(policy.probe, model=outcome.adapter))
             except (ReplicaError, ValueError) as error:
                 outcome.error = str(error)
                 continue
@@ -215,7 +219,7 @@ class WeightSync:
             drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
         )
         try:
-            self._on_every_ingest(lambda ingest: ingest.pause_traffic(request, timeout_s=self.drain_timeout_s + 30))
+            self.on_every_ingest(lambda ingest: ingest.pause_traffic(request, timeout_s=self.drain_timeout_s + 30))
         except SyncFailed:
             # The others paused: they must not stay so because one failed.
             with contextlib.suppress(SyncFailed):
@@ -224,9 +228,9 @@ class WeightSync:
 
     def release(self) -> None:
         """Resume every ingest, even when some cannot be reached: those are named in the failure."""
-        self._on_every_ingest(lambda ingest: ingest.resume_traffic(ingest_pb.ResumeTrafficRequest()))
+        self.on_every_ingest(lambda ingest: ingest.resume_traffic(ingest_pb.ResumeTrafficRequest()))
 
-    def _on_every_ingest(self, call: Callable[[IngestClient], object]) -> None:
+    def on_every_ingest(self, call: Callable[[IngestClient], object]) -> None:
         """`call` on each ingest at once; every one is tried, and the failures are raised together."""
         if not self.ingests:
             return
