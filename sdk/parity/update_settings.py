@@ -73,7 +73,7 @@ class UpdateSettings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
+            if choices and getattr(self, f.name) is not None and getattr(self, f.name) not in choices:
                 raise SettingsError(f.name, f"must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
         for key in ("groups_per_batch", "ppo_epochs", "micro_batch_tokens", "ray_nodes"):
             _check(key, getattr(self, key), lambda v: v >= 1, "must be at least 1")

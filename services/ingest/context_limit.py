@@ -5,12 +5,15 @@ ends with `finish_reason: length`), but refuses a prompt that alone fills it. Th
 ends the episode as surely as a session budget does, so it is recorded the same way: the
 call with outcome CALL_OUTCOME_SESSION_CAPPED and `session_cap` "context", which the
 assembler treats as a truncated episode. The agent hears it as OpenAI says it
-(`context_length_exceeded`), which frameworks that trim their history look for.
+(`context_length_exceeded`), which frameworks that trim their history look for. A session
+whose context policy is "refuse" (parity/session_budget.py) has the cut reply refused
+the same way, before anything is sampled.
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 import orjson
 
@@ -41,3 +44,21 @@ async def refuse(capture: CallCapture, message: str) -> NoReturn:
     capture.session_cap = CONTEXT_CAP
     await capture.finish(SESSION_CAPPED, message)
     raise openai_errors.HttpError(400, message, "invalid_request_error", "messages", code="context_length_exceeded")
+
+
+def requested_reply(body: Mapping[str, Any]) -> int | None:
+    """The reply length a chat or completions body asks for, if it names one."""
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+async def refuse_overrun(capture: CallCapture, prompt_tokens: int, body: Mapping[str, Any], limit: int) -> None:
+    """Refuse the call, as a prompt past the context is, when its prompt and requested reply exceed `limit`."""
+    requested = requested_reply(body)
+    if requested is None or prompt_tokens + requested <= limit:
+        return
+    await refuse(capture, (
+        f"This model's maximum context length is {limit} tokens. However, you requested {prompt_tokens + requested} "
+        f"tokens ({prompt_tokens} in the messages, {requested} in the completion), and the session's context policy "
+        "is refuse. Please reduce the length of the messages or completion."
+    ))  # fmt: skip

@@ -52,7 +52,7 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
-from parity.session_budget import SessionBudget
+from parity.session_budget import CONTEXT_POLICIES, SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import setting
 
@@ -122,6 +122,12 @@ class IngestConfig(ServerConfig):
     session_max_seconds: float = setting(
         0.0, "serving default: wall seconds a session may run from its first call; 0: no cap", group="session budgets"
     )  # fmt: skip
+    session_context: str = setting(
+        "clamp", "serving default: a call whose prompt plus max_tokens exceeds the model's context is cut to fit "
+        "(clamp: finish_reason length) or refused as context_length_exceeded and recorded as the session's context "
+        "cap (refuse: one more render of the prompt per call that sets max_tokens)", CONTEXT_POLICIES,
+        group="session budgets",
+    )  # fmt: skip
     model_alias: list[str] = field(
         default_factory=list,
         metadata={"help": "PATTERN=MODEL: serve requests for models matching the glob PATTERN with MODEL (a served "
@@ -166,6 +172,7 @@ class IngestConfig(ServerConfig):
         return SessionBudget(
             calls=self.session_max_calls or None, tokens=self.session_max_tokens or None,
             completion_tokens=self.session_max_completion_tokens or None, seconds=self.session_max_seconds or None,
+            context=self.session_context,
         )  # fmt: skip
 
     @property

@@ -59,7 +59,7 @@ class SessionUsage:
 class SessionBudgets:
     def __init__(self, default: SessionBudget) -> None:
         self.default = default
-        self._any_default = bool(default)
+        self._any_default = default.counts
         self._usage: OrderedDict[str, SessionUsage] = OrderedDict()
 
     def admit(self, session: SessionRef) -> SessionUsage | None:
@@ -68,7 +68,7 @@ class SessionBudgets:
             # Every call of an uncapped deployment passes here: nothing to look up.
             return None
         budget = session.budget.or_default(self.default) if session.budget else self.default
-        if not budget or session.session_id == UNASSIGNED.session_id:
+        if not budget.counts or session.session_id == UNASSIGNED.session_id:
             return None
         usage = self._usage.get(session.session_id)
         if usage is None:
@@ -84,3 +84,9 @@ class SessionBudgets:
             raise capped
         usage.calls += 1
         return usage
+
+    def context_policy(self, session: SessionRef) -> str:
+        """What a call of `session` whose prompt and max_tokens overrun the context gets: "clamp" or "refuse"."""
+        if session.budget is not None and session.budget.context is not None:
+            return session.budget.context
+        return self.default.context or "clamp"

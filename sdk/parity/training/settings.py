@@ -22,7 +22,7 @@ from typing import Any
 from parity.attribution import normalize_tags
 from parity.feedback_rule import COMBINE, FeedbackRule, parse_weights
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
-from parity.session_budget import SessionBudget
+from parity.session_budget import CONTEXT_POLICIES, SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import SettingsError, setting
 from parity.update_settings import UpdateSettings, is_url
@@ -105,6 +105,7 @@ class TrainSettings(UpdateSettings):
     session_max_tokens: int | None = setting(None, "prompt and completion tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
     session_max_completion_tokens: int | None = setting(None, "sampled tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
     session_max_seconds: float | None = setting(None, "wall seconds each rollout may call the policy for, from its first call; none: ingest's default", group="budgets")
+    session_context: str | None = setting(None, "a call whose prompt plus max_tokens exceeds the model's context: clamp cuts the reply to fit (finish_reason length), refuse refuses it as context_length_exceeded, a capped episode; none: ingest's default", choices=CONTEXT_POLICIES, group="budgets")
     capped_episodes: str = setting("drop", "what an episode that hit a cap trains as: drop it, zero_reward (reward 0), or keep_reward (the reward it earned)", choices=CAPPED_EPISODES, group="budgets")
     # Training from stored production sessions.
     from_store: bool = setting(False, "train on stored production sessions (their calls and late feedback) instead of rolling out tasks; needs a deployed stack that names its store (docs/production.md)", group="production")
@@ -218,7 +219,7 @@ class TrainSettings(UpdateSettings):
     def session_budget(self) -> SessionBudget | None:
         """The caps each rollout's session carries; None leaves them to ingest's serving default."""
         budget = SessionBudget(self.session_max_calls, self.session_max_tokens, self.session_max_completion_tokens,
-                               self.session_max_seconds)  # fmt: skip
+                               self.session_max_seconds, self.session_context)  # fmt: skip
         return budget or None
 
     @property

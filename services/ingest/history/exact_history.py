@@ -77,10 +77,11 @@ class ExactHistory:
         return found
 
     async def forward(
-        self, call: ChatCall, capture: CallCapture, continuation: Continuation, candidates: list[Replica]
+        self, call: ChatCall, capture: CallCapture, continuation: Continuation, candidates: list[Replica],
+        refuse_overrun: bool = False,
     ) -> Forwarded | None:
         """The call generated from the continued ids; None when the template cannot be spliced (rendered as
-        deployed instead)."""
+        deployed instead). With `refuse_overrun`, a call whose max_tokens would run past the context is refused."""
         body = call.body | {"messages": TurnRules.stand_in() + continuation.new_messages}
         try:
             rules = await self.rules(call.served_model)
@@ -106,6 +107,8 @@ class ExactHistory:
                     f"This model's maximum context length is {limit} tokens. However, the session's exact history "
                     f"and this request's new messages hold {len(prompt)} tokens."
                 ))  # fmt: skip
+            if limit is not None and refuse_overrun:
+                await context_limit.refuse_overrun(capture, len(prompt), body, limit)
             request = self._generate_request(rendered, prompt, call)
             reply = await self.upstream.post(candidates, GENERATE_PATH, orjson.dumps(request))
         except openai_errors.HttpError as error:

@@ -37,12 +37,14 @@ from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFaile
 from parity.services.ingest.upstream.external_models import ExternalModels
 from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, UpstreamConnectionError
 from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
-from parity.services.ingest.upstream.replica_router import ReplicaRouter
+from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.upstream.sse import split_sse_data
 from parity.session_budget import REFUSAL_TYPE, SessionBudget
 
 UPSTREAM_PATHS = {COMPLETIONS: "/v1/completions"}
 CHAT_PATH = "/v1/chat/completions"
+RENDER_PATHS = {COMPLETIONS: "/v1/completions/render"}
+CHAT_RENDER_PATH = "/v1/chat/completions/render"
 
 
 @dataclass
@@ -119,13 +121,16 @@ class ChatBackend:
             raise openai_errors.HttpError(400, str(capped), REFUSAL_TYPE, "session") from None
         if usage is not None:
             capture.on_recorded = usage.record
+        refuse_overrun = self.budgets.context_policy(call.session) == "refuse"
         history_mode = call.session.history_mode or self.history_mode
         if self.exact is not None and call.endpoint != COMPLETIONS and history_mode == "exact_history":
             continuation = self.exact.watch(call, capture)
             if continuation is not None:
-                forwarded = await self.exact.forward(call, capture, continuation, candidates)
+                forwarded = await self.exact.forward(call, capture, continuation, candidates, refuse_overrun)
                 if forwarded is not None:
                     return forwarded
+        if refuse_overrun:
+            await self._refuse_overrun(call, capture, candidates)
         path = UPSTREAM_PATHS.get(call.endpoint, CHAT_PATH)
         try:
             reply = await self.upstream.post(candidates, path, orjson.dumps(call.body))
@@ -140,6 +145,22 @@ class ChatBackend:
             return Forwarded(capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon)
         capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
         return await _whole(reply, capture)
+
+    async def _refuse_overrun(self, call: ChatCall, capture: CallCapture, candidates: list[Replica]) -> None:
+        """Refuse the call if its prompt, as a replica renders it, and its max_tokens exceed the context."""
+        limit = self.router.max_model_len(call.served_model)
+        if limit is None or context_limit.requested_reply(call.body) is None:
+            return
+        try:
+            status, payload = await self.upstream.ask(candidates, RENDER_PATHS.get(call.endpoint, CHAT_RENDER_PATH),
+                                                      orjson.dumps(call.body))  # fmt: skip
+        except UpstreamFailed:
+            return  # the call itself meets the same failure, and is recorded with it
+        if status != 200:
+            return  # the call itself is refused the same way (a prompt that alone fills the context is a cap too)
+        rendered = orjson.loads(payload)
+        prompt_tokens = max(len(r["token_ids"]) for r in rendered) if isinstance(rendered, list) else len(rendered["token_ids"])
+        await context_limit.refuse_overrun(capture, prompt_tokens, call.body, limit)
 
 
 async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:

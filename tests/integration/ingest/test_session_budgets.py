@@ -159,7 +159,7 @@ def test_the_serving_default_caps_sessions_that_set_none_and_a_sessions_own_cap_
     module_services, ingest_stack, vllm_server, tmp_path
 ) -> None:  # fmt: skip
     ingest, http_port = start_ingest(module_services, ingest_stack.store.address, vllm_server.base_url,
-                                     tmp_path / "spool.db", "--session-max-calls", "2")  # fmt: skip
+                                     tmp_path / "spool.db", "--session-max-calls", "2", "--session-context", "refuse")  # fmt: skip
     try:
         root, model = f"http://127.0.0.1:{http_port}", vllm_server.model_name
         assert run_turns(chat_turn(f"{root}/sessions/default-capped", model, {}), 3)[0] == 2
@@ -170,6 +170,12 @@ def test_the_serving_default_caps_sessions_that_set_none_and_a_sessions_own_cap_
         assert run_turns(chat_turn(root, model, {}), 3)[0] == 3, (
             "calls of no session are never capped"
         )
+        overrun = {"model": model, "max_tokens": 2040, "messages": [{"role": "user", "content": "Hi"}]}
+        refused = httpx.post(f"{root}/sessions/default-refuses/v1/chat/completions", json=overrun, timeout=60)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "context_length_exceeded")
+        own = httpx.post(f"{root}/sessions/own-clamp/v1/chat/completions", json=overrun, timeout=120,
+                         headers={"X-Parity-Budget": "context=clamp"})  # fmt: skip
+        assert own.status_code == 200, "the session's own clamp holds over the default: served, cut if it runs long"
     finally:
         ingest.terminate()
 
@@ -237,3 +243,41 @@ def test_a_reply_that_would_outgrow_the_context_is_cut_to_fit_with_finish_reason
     assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 2048
     (call,) = ingest_stack.calls_after_flush("cut-to-fit")
     assert call.outcome == SUCCEEDED and call.choices[0].finish_reason == "length"
+
+
+def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_on_every_path(
+    ingest_stack, vllm_server
+) -> None:  # fmt: skip
+    model, root = vllm_server.model_name, f"http://127.0.0.1:{ingest_stack.http_port}"
+    refusing = session_slug.encode(SessionRef("refuses-chat", budget=SessionBudget(context="refuse")))
+    chat = openai.OpenAI(base_url=f"{root}/sessions/{refusing}/v1", api_key="any", max_retries=0)
+    question = [{"role": "user", "content": "Hi"}]
+    fits = chat.chat.completions.create(model=model, max_tokens=8, messages=question)
+    prompt_tokens = fits.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as refused:
+        chat.chat.completions.create(model=model, max_tokens=2049 - prompt_tokens, messages=question)
+    assert refused.value.code == "context_length_exceeded"
+    assert (f"you requested 2049 tokens ({prompt_tokens} in the messages, {2049 - prompt_tokens} in the completion)"
+            in refused.value.message)  # fmt: skip
+
+    anthropic_client = anthropic.Anthropic(base_url=f"{root}/sessions/refuses-messages", api_key="any", max_retries=0,
+                                           default_headers={"X-Parity-Budget": "context=refuse"})  # fmt: skip
+    with pytest.raises(anthropic.BadRequestError, match="the session's context policy is refuse"):
+        anthropic_client.messages.create(model=model, max_tokens=2048, messages=question)
+
+    # exact_history counts the session's exact ids: its second call continues the first's.
+    exact = session_slug.encode(SessionRef("refuses-exact", history_mode="exact_history",
+                                           budget=SessionBudget(context="refuse")))  # fmt: skip
+    client = openai.OpenAI(base_url=f"{root}/sessions/{exact}/v1", api_key="any", max_retries=0)
+    first = client.chat.completions.create(model=model, max_tokens=6, messages=question)
+    history = [*question, {"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "More"}]
+    with pytest.raises(openai.BadRequestError, match="the session's context policy is refuse"):
+        client.chat.completions.create(model=model, max_tokens=2040, messages=history)
+
+    for session_id, served in (("refuses-chat", 1), ("refuses-messages", 0), ("refuses-exact", 1)):
+        calls = ingest_stack.calls_after_flush(session_id)
+        capped = [c for c in calls if c.outcome == CAPPED]
+        assert len(calls) - len(capped) == served and len(capped) == 1, session_id
+        assert capped[0].session_cap == "context" and not capped[0].choices, "refused unsent, recorded as the cap"
+    (refused_exact,) = [c for c in ingest_stack.calls_after_flush("refuses-exact") if c.outcome == CAPPED]
+    assert refused_exact.history_mode == llm_call_pb2.HISTORY_MODE_EXACT_HISTORY and not refused_exact.history_fallback

@@ -69,6 +69,15 @@ def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_s
     assert SessionBudgets(SessionBudget()).admit(SessionRef("free")) is None, "no budget: not tracked"
 
 
+def test_a_sessions_context_policy_holds_else_the_serving_defaults_and_a_policy_alone_is_not_counted() -> None:
+    refusing = SessionBudgets(SessionBudget(context="refuse"))
+    assert refusing.context_policy(SessionRef("plain")) == "refuse"
+    assert refusing.context_policy(SessionRef("own", budget=SessionBudget(calls=2, context="clamp"))) == "clamp"
+    assert refusing.context_policy(SessionRef("capped", budget=SessionBudget(calls=2))) == "refuse"
+    assert SessionBudgets(SessionBudget()).context_policy(SessionRef("plain")) == "clamp"
+    assert refusing.admit(SessionRef("plain")) is None, "a context policy caps no use: nothing to track"
+
+
 def test_a_later_call_may_tighten_a_sessions_budget_but_never_loosen_it() -> None:
     budgets = SessionBudgets(SessionBudget())
     budgets.admit(SessionRef("s1", budget=SessionBudget(calls=5)))
