@@ -78,8 +78,12 @@ chromium:
 		{ $(APT_GET) update -q >/dev/null 2>&1 && $(APT_GET) install -y -q chromium >/dev/null 2>&1; } || \
 		echo "make env: could not install chromium ($(APT_GET) install chromium failed); the console's browser tests will be skipped. Install it with: apt-get install -y chromium" >&2; }
 
+# Two workers, a module (or the Ray modules together) at a time: a lone worker leaves a core idle while it waits
+# on servers; more than the cores only slows each test (TEST_WORKERS=0 runs the suite in one process).
+TEST_WORKERS ?= 2
+
 test: env
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 demo: env
 	$(VENV)/bin/python -m parity.cli train --config examples/calculator/train.toml --output-dir .parity/runs

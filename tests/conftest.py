@@ -21,6 +21,15 @@ from parity.services.trainer.compute_defaults import CPU_BF16_ENV
 # hold on either kind of CI machine. Set before any service starts: they inherit it.
 os.environ[CPU_BF16_ENV] = "0"
 
+# Under `make test`'s workers (pytest-xdist), each worker's processes keep to a core of their own: its vLLMs are
+# bound there (vLLM's CPU worker pins its threads, by default all to the first core, where two workers' vLLMs
+# would take turns), and torch runs one thread per process, so two workers' training never spins on each other's
+# cores. Set before any process starts or torch is imported: everything the worker starts inherits it.
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    _cores = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_worker[2:]) % len(_cores)]))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Hypothesis fails an example that takes over 200 ms; on 2 shared cores beside a vLLM that is load, not a bug.
 hypothesis.settings.register_profile("parity", deadline=None)
 hypothesis.settings.load_profile("parity")
@@ -34,6 +43,18 @@ pytest_plugins = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Modules that start a Ray cluster of their own on this machine: one worker runs them, one after the other.
+RAY_MODULES = {"tests/unit/trainer/test_backends.py", "tests/integration/training/test_ray_nodes.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` spreads the suite over workers (pytest-xdist's loadgroup) a module at a time, so a module's
+    fixtures (its vLLM, its stack) start once; before xdist names the groups, each test gets its module's."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
 
 
 def free_port() -> int:
@@ -83,7 +104,12 @@ def restore_logging() -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Named models (`--model smollm2-135m-instruct`, `tiny-test`) are prepared into the session's own cache,
-    which every `parity up` and `parity train` the tests start inherits: no test reads or fills the user's."""
-    cache = tmp_path_factory.mktemp("model_cache")
+    which every `parity up` and `parity train` the tests start inherits: no test reads or fills the user's. The
+    workers of one `make test` share it (preparing a model locks the cache), so the real model is prepared once."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = tmp_path_factory.getbasetemp().parent / "model_cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("model_cache")
     os.environ[CACHE_ENV] = str(cache)
     return cache

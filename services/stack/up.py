@@ -254,7 +254,8 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         max_model_len=args.max_model_len,
         api_key=(tokens / "vllm.key").read_text().strip(),
     )
-    layout = cpu_layout(config.python)
+    # An operator's own VLLM_CPU_OMP_THREADS_BIND holds: the launcher passes the environment on.
+    layout = None if os.environ.get("VLLM_CPU_OMP_THREADS_BIND") else cpu_layout(config.python)
     if layout:
         config.worker_cpus = layout.worker_bind
         log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),

@@ -6,20 +6,23 @@ correction helper from the logprobs vLLM reported when it sampled the token. Tha
 corrects for the gap between the policy that generated a sample (one or more
 versions behind in async mode, or a numerically different engine) and the policy
 being trained.
+
+verl is imported by the first function that needs it, not with this module: importing it
+costs a process about 9 s of CPU, which a trainer pays only once a run trains, not to
+start, answer health checks or refuse a run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from verl.trainer.config import AlgoConfig
-from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
-from verl.utils import torch_functional as verl_F
-from verl.workers.config import ActorConfig
 
 from parity.services.trainer.batch_tensors import TrainingBatch
+
+if TYPE_CHECKING:
+    from verl.workers.config import ActorConfig
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ def compute_advantages(batch: TrainingBatch, estimator: str, weights: SignalWeig
     """(batch, length-1) advantages, zero off the response mask: verl's registered estimator's, and with
     a teacher, plus each sampled token's teacher logprob minus the student's logprob as it was sampled
     (the negative per-token reverse KL, as on-policy distillation trains on)."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo import core_algos
+
     advantages = torch.zeros_like(batch.response_mask)
     if weights.reward:
         estimate = core_algos.get_adv_estimator_fn(estimator)
@@ -67,6 +73,8 @@ def teacher_kl(batch: TrainingBatch) -> float:
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each next token and the entropy at each position: both (batch, length-1)."""
+    from verl.utils import torch_functional as verl_F
+
     logits = logits[:, :-1].float()
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -75,6 +83,8 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch
 
 
 def _actor_config(settings: LossSettings, rows: int, global_batch: dict[str, float] | None) -> ActorConfig:
+    from verl.workers.config import ActorConfig
+
     config = ActorConfig(
         strategy="fsdp", clip_ratio=settings.clip_ratio, ppo_mini_batch_size=rows, rollout_n=1,
         ppo_micro_batch_size_per_gpu=rows, use_dynamic_bsz=False, loss_agg_mode=settings.loss_agg_mode,
@@ -100,6 +110,10 @@ def policy_loss(
     loss by the whole batch across data-parallel ranks, so summed micro-batch gradients
     equal the full batch's; without it the loss is this batch's own mean.
     """
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+    from verl.utils import torch_functional as verl_F
+
     mask = response_mask
     weights, is_metrics = compute_rollout_correction_weights(
         log_ratio=(old_logprobs - rollout_logprobs) * mask, response_mask=mask,

@@ -16,7 +16,6 @@ from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.services.inference.vllm_launcher import VllmServer
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
-from tests.integration.vllm_fixtures import serving_model
 from tests.waiting import eventually
 
 
@@ -133,13 +132,5 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
 
 
 @pytest.fixture(scope="module")
-def own_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
-    """A vLLM for one module's training runs: training rewrites the served weights, so the session's shared
-    vLLM is left alone."""
-    with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def deployed_stack(module_services: ServiceLauncher, own_vllm, tmp_path_factory) -> TrainingStack:
-    return start_training_stack(module_services, own_vllm, tmp_path_factory.mktemp("deployed-stack"))
+def deployed_stack(module_services: ServiceLauncher, training_vllm, tmp_path_factory) -> TrainingStack:
+    return start_training_stack(module_services, training_vllm, tmp_path_factory.mktemp("deployed-stack"))

@@ -67,6 +67,15 @@ def vllm_server(
         yield server
 
 
+@pytest.fixture(scope="session")
+def training_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """The tiny model served as "tiny" for the modules that train, one after another. Training rewrites its weights,
+    so the session's `vllm_server` is left alone; every run and every sync test starts by pushing the weights it
+    starts from, so no module depends on what an earlier one left here."""
+    with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as server:
+        yield server
+
+
 @contextmanager
 def serving_model(model: Path, tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[VllmServer]:
     """A vLLM of a test module's own serving `model` (a module that trains, or needs a context or name of its own);

@@ -1,5 +1,5 @@
-"""A whole training stack around a vLLM of its own: training rewrites the served weights, so the
-session's shared vLLM is left alone."""
+"""A whole training stack around the training vLLM (`training_vllm`, or a module's own where it serves the model
+otherwise): training rewrites the served weights, so the session's `vllm_server` is left alone."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def serving(
 
 
 @pytest.fixture(scope="module")
-def trainer_vllm(tiny_model_dir, tmp_path_factory) -> Iterator[VllmServer]:
-    with serving(tiny_model_dir, tmp_path_factory) as server:
-        yield server
+def trainer_vllm(training_vllm) -> VllmServer:
+    """The training stack's vLLM: the session's shared one, unless a module serves the model otherwise."""
+    return training_vllm
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,13 @@ def model_dir(tmp_path_factory) -> Path:
     return generate_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.fixture(scope="module")
+def idle_trainer(module_services, tmp_path_factory):
+    """One trainer for the refusal cases: a refused run leaves it as it was, which each case checks last."""
+    return module_services.start("trainer", "--assembler-address", f"127.0.0.1:{free_port()}", "--work-dir",
+                                 str(tmp_path_factory.mktemp("idle-trainer")))  # fmt: skip
+
+
 def run_config(model_dir: Path, steps: int = 1) -> run_pb2.RunConfig:
     """Checkpoints go to the trainer's work dir, where a restarted trainer finds them by id."""
     return run_pb2.RunConfig(
@@ -132,10 +139,9 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
      ({"ppo_epochs": 0}, "ppo_epochs"), ({"dtype": 9}, "dtype")],
 )  # fmt: skip
 def test_a_zero_or_unknown_setting_over_grpc_is_refused_naming_the_field(
-    start_service, model_dir, tmp_path, setting, named
+    idle_trainer, model_dir, setting, named
 ) -> None:
-    trainer = start_service("trainer", "--assembler-address", f"127.0.0.1:{free_port()}", "--work-dir", str(tmp_path))
-    stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
+    stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(idle_trainer.address))
     config = run_config(model_dir)
     for key, value in setting.items():
         setattr(config, key, value)

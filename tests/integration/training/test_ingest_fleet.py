@@ -92,21 +92,14 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
 
 
 @pytest.fixture(scope="module")
-def two_replicas(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
-    servers = [
-        VllmServer(VllmLaunchConfig(
-            model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
-            log_path=tmp_path_factory.mktemp(f"vllm-{n}") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-        ))
-        for n in range(2)
-    ]  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        for server in servers:
-            stack.callback(server.stop)
-            server.start()
-        for server in servers:
-            server.wait_healthy()
-        yield servers
+def two_replicas(training_vllm: VllmServer, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
+    """The session's training vLLM and one more: the run's first sync puts its weights on both."""
+    second = VllmServer(VllmLaunchConfig(
+        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
+        log_path=tmp_path_factory.mktemp("vllm-second") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
+    ))  # fmt: skip
+    with second:
+        yield [training_vllm, second]
 
 
 @dataclass

@@ -16,6 +16,9 @@ from parity.training.config_file import (
 )
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings, settings_fields
 
+# main() configures structlog for its process, onto the stderr pytest captures: put the defaults back after.
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "train.toml"
