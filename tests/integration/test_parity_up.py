@@ -35,7 +35,9 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
     ports = {name: free_port() for name in (*SERVICES, "vllm", "http", "console")}
     command = [sys.executable, "-m", "parity.cli", "up", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)]
     command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
-    stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Its own CPU layout, as on a host where nobody set vLLM's cores (make test's workers do).
+    environment = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_OMP_THREADS_BIND"}
+    stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     try:
         banner = []
         while not banner or not banner[-1].startswith("Press Ctrl-C"):

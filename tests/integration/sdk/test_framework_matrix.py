@@ -150,6 +150,8 @@ def test_a_framework_agent_is_captured_token_exactly(name: str, framework_envs, 
     for call in calls:
         check_token_exact(call, long_context_vllm.base_url, tokenizer)
     if "replies" in result:  # every reply the agent received, in order
-        assert result["replies"] == [call.choices[0].text for call in calls]
+        texts = [call.choices[0].text for call in calls]
+        # Claude Code asks again when the small model's reply is empty, and never surfaces the empty one.
+        assert result["replies"] == [text for text in texts if text or framework.main_package != "claude-agent-sdk"], texts
     if framework.answer_is_reply and not stopped:
         assert result["answer"] is not None and result["answer"].strip() == calls[-1].choices[0].text.strip()
