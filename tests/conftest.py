@@ -106,7 +106,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Named models (`--model smollm2-135m-instruct`, `tiny-test`) are prepared into the session's own cache,
     which every `parity up` and `parity train` the tests start inherits: no test reads or fills the user's. The
     workers of one `make test` share it (preparing a model locks the cache), so the real model is prepared once."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if _worker:
         cache = tmp_path_factory.getbasetemp().parent / "model_cache"
         cache.mkdir(exist_ok=True)
     else:

@@ -30,13 +30,13 @@ from parity.api.common.v1 import llm_call_pb2, session_pb2
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, IngestClient, RPCError, StoreClient
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmServer
 from parity.training import StackAddresses
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.stack_fixtures import start_ingest
 from tests.integration.training.test_train_api import word_start_share
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -94,11 +94,7 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
 @pytest.fixture(scope="module")
 def two_replicas(training_vllm: VllmServer, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
     """The session's training vLLM and one more: the run's first sync puts its weights on both."""
-    second = VllmServer(VllmLaunchConfig(
-        model_path=tiny_model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny",
-        log_path=tmp_path_factory.mktemp("vllm-second") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-    ))  # fmt: skip
-    with second:
+    with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as second:
         yield [training_vllm, second]
 
 
