@@ -83,7 +83,7 @@ chromium:
 TEST_WORKERS ?= 2
 
 test: env
-	$(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+	$(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 
 demo: env
 	$(VENV)/bin/python -m parity.cli train --config examples/calculator/train.toml --output-dir .parity/runs

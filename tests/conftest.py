@@ -48,13 +48,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RAY_MODULES = {"tests/unit/trainer/test_backends.py", "tests/integration/training/test_ray_nodes.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` spreads the suite over workers (pytest-xdist's loadgroup) a module at a time, so a module's
-    fixtures (its vLLM, its stack) start once; before xdist names the groups, each test gets its module's."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's types load with xdist only)
+    """`make test` spreads the suite over workers (`--dist loadscope`) a module at a time, so a module's fixtures
+    (its vLLM, its stack) start once, and the Ray modules run on one worker."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from tests.module_scheduling import ModuleScheduling
+
+    return ModuleScheduling(config, log, together={module: "ray" for module in RAY_MODULES})
 
 
 def free_port() -> int:

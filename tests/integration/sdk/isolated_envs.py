@@ -10,6 +10,7 @@ download each wheel once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -61,6 +62,14 @@ def env_key(requirements: list[str]) -> str:
 def cached_env(name: str, requirements: list[str], wheel: Path) -> IsolatedEnv:
     """The environment `pip install WHEEL REQUIREMENTS` makes, from the cache or built now."""
     path = CACHE_ROOT / f"{name}-{env_key(requirements)}"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    # One builder per environment: test workers that want the same one wait for it instead of building over it.
+    with open(CACHE_ROOT / f"{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ready_or_built(path, requirements, wheel)
+
+
+def _ready_or_built(path: Path, requirements: list[str], wheel: Path) -> IsolatedEnv:
     ready = path / READY
     if ready.exists():
         return IsolatedEnv(path, json.loads(ready.read_text()))
