@@ -54,11 +54,13 @@ class BatchSupply:
         self._failures_in_a_row = 0
         self._last_failure = ""
         self._topped_up = 0
+        self._passed_over_before = 0
         self._best_reward: float | None = None
 
     def begin(self, step: int) -> list[Rollouts]:
         """Roll out a batch's worth of tasks for `step`; the list collects what top-ups add."""
         self._topped_up = 0
+        self._passed_over_before = self.tasks.passed_over
         return [self._roll_out(self.tasks.take(self.settings.groups_per_batch), step)]
 
     def top_up(
@@ -117,8 +119,10 @@ class BatchSupply:
                                          f"the last: {self._last_failure}", step - 1)  # fmt: skip
 
     def step_values(self) -> dict[str, float]:
-        """What the supply adds to a step's metrics: nothing; rollouts' counts come from the trainer."""
-        return {}
+        """What the supply adds to a step's metrics: the tasks it added for dropped groups, and those it passed
+        over for want of signal."""
+        return {"extra_tasks": float(self._topped_up),
+                "tasks_passed_over": float(self.tasks.passed_over - self._passed_over_before)}  # fmt: skip
 
     def _roll_out(self, tasks: list[dict[str, Any]], step: int) -> Rollouts:
         # Settled by the trainer (model_choice) before the first batch: the named model's, else the default.
@@ -131,7 +135,9 @@ class BatchSupply:
         return future
 
     def _count_failures(self, future: Rollouts) -> None:
-        for result in rollout_results(future) if not future.cancelled() else []:
+        results = rollout_results(future) if not future.cancelled() else []
+        self.tasks.observe(results)
+        for result in results:
             final = result.attempt == self.settings.retries or result.outcome == "succeeded"
             if result.outcome == "succeeded":
                 self._failures_in_a_row = 0

@@ -25,6 +25,7 @@ from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rul
 from parity.session_budget import CONTEXT_POLICIES, SessionBudget
 from parity.session_slug import HISTORY_MODES
 from parity.settings_fields import SettingsError, setting
+from parity.training.task_order import TASK_SELECTIONS
 from parity.update_settings import UpdateSettings, is_url
 
 __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
@@ -82,6 +83,7 @@ class TrainSettings(UpdateSettings):
     steps: int | None = setting(None, "update steps; set this or epochs", group="schedule")
     epochs: float | None = setting(None, "passes over the tasks (default 1 when steps is not set)", group="schedule")
     rollouts_per_task: int = setting(8, "rollouts of each task; they are compared with each other (GRPO groups)", group="schedule")
+    task_selection: str = setting("signal", "signal: a task whose last groups each earned one reward in every rollout is passed over with probability 1/2, 3/4, then 7/8, so rollouts go where rewards vary; uniform: every task in turn", choices=TASK_SELECTIONS, group="schedule")
     # Sampling: the trainer fills these into each task as task["max_tokens"] and task["temperature"].
     max_tokens: int | None = setting(None, "max_tokens the agent is asked to use for its rollouts; default: the named model's (64 for smollm2-135m-instruct, whose useful answers are short), else 256", group="sampling")
     temperature: float = setting(1.0, "sampling temperature for rollouts", group="sampling")

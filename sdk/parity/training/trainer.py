@@ -113,7 +113,7 @@ class Trainer:
         self._assembler: AssemblerClient | None = None
         self._previous_config = parity.current_config()
         self._previous_security = transport.process_security()
-        self._task_order = TaskOrder(self.tasks, self.settings.seed)
+        self._task_order = TaskOrder(self.tasks, self.settings.seed, by_signal=self.settings.task_selection == "signal")
         self._served_model = ""
         self._started = time.monotonic()
         self.state = "created"

@@ -79,6 +79,7 @@ def test_a_batch_short_of_dropped_groups_is_topped_up_once_idle(monkeypatch: pyt
     assert idle_since is not None and len(runner.submitted) == 1, "the idle clock starts first"
     assert feed.top_up(futures, WAITING, idle_since, 1) is None
     assert len(futures) == 2 and len(runner.submitted[1]) == 1, "one task for the one missing group"
+    assert feed.step_values()["extra_tasks"] == 1
 
 
 def test_a_step_that_cannot_form_a_batch_ends_the_run_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,3 +145,18 @@ def test_equal_rewards_below_the_runs_best_or_before_any_training_fail_the_run_w
     with pytest.raises(AgentFailing, match="every rollout earned 0") as ended:
         collapsed.top_up(futures, WAITING, 0.0, 3)
     assert ended.value.state == "failed", "rewards that fell to the bottom are not a finished run"
+
+
+def test_each_step_counts_the_tasks_it_passed_over_for_groups_that_stayed_flat() -> None:
+    runner = Runner(reward=1.0)
+    settings = TrainSettings(groups_per_batch=2, rollouts_per_task=2, retries=0, max_tokens=64)
+    feed = BatchSupply(runner, Assembler(pending_groups=2), TaskOrder(TASKS, seed=1, by_signal=True), settings,  # type: ignore[arg-type]
+                       "run", "model")  # fmt: skip
+    feed.begin(1)
+    assert feed.step_values() == {"extra_tasks": 0.0, "tasks_passed_over": 0.0}, "nothing is known of any task yet"
+    passed = []
+    for step in range(2, 12):
+        feed.begin(step)
+        passed.append(feed.step_values()["tasks_passed_over"])
+    assert sum(passed) == feed.tasks.passed_over > 0, "every group earned 1 in each rollout: flat tasks are passed over"
+    assert all(len(tasks) == 2 for tasks in runner.submitted), "a step still rolls out a batch's worth of tasks"
