@@ -12,11 +12,14 @@ So: PASSIVE passes copy the bulk beside the writer without holding it up, and th
 writer itself, right after its next commit, copies the few frames committed meanwhile.
 No commit can land during that last copy, so the write after it starts the WAL over.
 Frames are counted by SQLite's WAL hook on the writer's connection, so nothing polls.
+Should the thread fall behind (a machine whose cores are all busy), the writer copies the
+whole WAL itself once it is twice its limit: a pause for the writer, but a bounded WAL.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +33,8 @@ _FRAME_HEADER_BYTES = 24
 _PASSIVE_PASSES = 4
 # Few enough for the writer to copy in about one commit's time.
 _WRITER_FINISHES_AT_FRAMES = 64
+# Past this many times its limit, the writer does not wait for the thread.
+_WRITER_TAKES_OVER_AT = 2
 # A reader still on the WAL keeps it from starting over; the next commit past the
 # limit tries again, but no sooner than this, so those tries do not spin on fsyncs.
 _RETRY_INTERVAL_S = 0.25
@@ -40,6 +45,8 @@ class WalCheckpointer:
         self._path = path
         self._connect = connect
         self._due_at_frames = max(1, wal_bytes // (page_size + _FRAME_HEADER_BYTES))
+        self._writer_takes_over_at_frames = _WRITER_TAKES_OVER_AT * self._due_at_frames
+        self._writer_took_over = (-1, 0.0)  # the WAL's restarts then, and when
         self._due = threading.Event()
         self._closing = threading.Event()
         self._writer_finishes = False
@@ -70,9 +77,21 @@ class WalCheckpointer:
         if self._writer_finishes:
             self._writer_finishes = False
             self._run(writer, "PASSIVE")
+        elif frames >= self._writer_takes_over_at_frames and self._may_take_over():
+            self._run(writer, "PASSIVE", quiet_if_busy=True)
         elif frames >= self._due_at_frames:
             self._due.set()
         return apsw.SQLITE_OK
+
+    def _may_take_over(self) -> bool:
+        """Once the WAL has started over since the writer's last copy; else (a reader on the WAL keeps it from
+        starting over, whoever copies it) at most once per retry interval."""
+        restarts, at = self._writer_took_over
+        now = time.monotonic()
+        if restarts == self._restarts and now - at < _RETRY_INTERVAL_S:
+            return False
+        self._writer_took_over = (self._restarts, now)
+        return True
 
     def _checkpoint_when_due(self) -> None:
         connection = self._connect()
@@ -95,13 +114,18 @@ class WalCheckpointer:
         finally:
             connection.close()
 
-    def _run(self, connection: apsw.Connection, mode: str) -> int | None:
+    def _run(self, connection: apsw.Connection, mode: str, quiet_if_busy: bool = False) -> int | None:
         """The frames left in the WAL that the checkpoint did not copy; None if it failed."""
         # A checkpoint that fails (a full disk, an I/O error) is tried again after a
         # later commit: were the thread to end, the WAL would grow without bound.
         try:
             _, frames, copied = connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0]
             assert isinstance(frames, int) and isinstance(copied, int), (frames, copied)
+        except apsw.BusyError:
+            # The thread's own checkpoint is running: it has the WAL in hand.
+            if not quiet_if_busy:
+                log.warning("sqlite_checkpoint_busy", path=str(self._path))
+            return None
         except apsw.Error as error:
             log.warning("sqlite_checkpoint_failed", path=str(self._path), error=str(error))
             return None

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.runtime.errors import NotFound, Unavailable
-from parity.services.store.backends import sqlite
+from parity.services.store.backends import sqlite, wal_checkpointer
 from parity.services.store.backends.sqlite import SqliteBackend
 from parity.services.store.token_store import TokenStore
 from tests.call_factory import conversation, make_call
@@ -101,6 +101,23 @@ async def test_the_wal_stays_bounded_under_writes_that_never_pause(small_wal_sto
     assert (await small_wal_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, "the load wrote many times the limit"
     # Commits go on while the checkpointer works, so the WAL overshoots its limit by those.
     assert largest <= 3 * WAL_LIMIT
+
+
+async def test_the_writer_bounds_the_wal_itself_when_the_checkpoint_thread_falls_behind(tmp_path: Path, monkeypatch) -> None:
+    # A thread that never gets the CPU, as on a machine whose cores are all busy.
+    monkeypatch.setattr(wal_checkpointer.WalCheckpointer, "_checkpoint_when_due", lambda self: None)
+    monkeypatch.setattr(sqlite, "CHECKPOINT_WAL_BYTES", WAL_LIMIT)
+    token_store = TokenStore(SqliteBackend(tmp_path / "store.db"))
+    await token_store.start()
+    try:
+        wal, rng, largest = tmp_path / "store.db-wal", random.Random(0), 0
+        for n in range(1000):
+            await token_store.write_calls([make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])])
+            largest = max(largest, wal.stat().st_size)
+        assert (await token_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, "the load wrote many times the limit"
+        assert largest <= 3 * WAL_LIMIT
+    finally:
+        await token_store.stop()
 
 
 async def test_a_reader_on_an_old_snapshot_delays_the_wal_starting_over_until_it_ends(
