@@ -16,6 +16,8 @@ from parity.api.common.v1 import llm_call_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE = REPO / ".tools" / "agents" / "node_modules" / ".bin" / "claude"
+# Claude Code's system prompt and tool catalogue are about 27,000 tokens of the small model's tokenizer.
+LONG_CONTEXT = 65536
 REPLACEMENT_CHARACTER = "\ufffd"
 TOOL_CALL_START = "<tool_call>"
 

@@ -21,8 +21,6 @@ from tests.conftest import free_port
 
 # Cold start is ~25 s on 2 CPU cores; a loaded CI machine can take several times that.
 VLLM_STARTUP_TIMEOUT_S = 240.0
-# Claude Code's system prompt and tool catalogue are about 27,000 tokens of the small model's tokenizer.
-LONG_CONTEXT = 65536
 
 MISSING_INFERENCE_ENV = (
     "The inference environment is missing: no vLLM interpreter at {path}. Create .venv-vllm "
@@ -75,15 +73,6 @@ def training_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     so the session's `vllm_server` is left alone; every run and every sync test starts by pushing the weights it
     starts from, so no module depends on what an earlier one left here."""
     with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def long_context_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """The tiny model with a context CLI agents' prompts fit in, served as "tiny", for the modules that only
-    serve agents through it (nothing trains it)."""
-    model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
-    with serving_model(model, tmp_path_factory, served_model_name="tiny", max_model_len=LONG_CONTEXT) as server:
         yield server
 
 

@@ -16,15 +16,26 @@ import pytest
 from transformers import AutoTokenizer
 
 import parity
+from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
+from parity.services.inference.vllm_launcher import VllmServer
 from parity.training.agents import CommandAgent
 from tests.integration.claude_code import (
+    LONG_CONTEXT,
     check_token_exact,
     claude_code,
     offline_environment,
 )
 from tests.integration.stack_fixtures import IngestStack, start_ingest
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def long_context_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
+    with serving_model(model, tmp_path_factory, served_model_name="tiny", max_model_len=LONG_CONTEXT) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

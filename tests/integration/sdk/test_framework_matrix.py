@@ -21,9 +21,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from parity.api.common.v1 import llm_call_pb2
-from tests.integration.claude_code import TOOL_CALL_START, decodes_to
+from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
+from parity.services.inference.vllm_launcher import VllmServer
+from tests.integration.claude_code import LONG_CONTEXT, TOOL_CALL_START, decodes_to
 from tests.integration.sdk.isolated_envs import IsolatedEnv, build_wheel, cached_env
 from tests.integration.stack_fixtures import IngestStack, start_ingest
+from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -79,7 +82,15 @@ def framework_envs(tmp_path_factory) -> Iterator[dict[str, Future[IsolatedEnv]]]
 
 
 @pytest.fixture(scope="module")
-def stack(module_services, framework_envs, long_context_vllm, tmp_path_factory) -> IngestStack:
+def long_context_vllm(framework_envs, tmp_path_factory) -> Iterator[VllmServer]:
+    """Claude Code's prompt is about 27,000 tokens of the small model's tokenizer; the others fit in it too."""
+    model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
+    with serving_model(model, tmp_path_factory, served_model_name=SERVED, max_model_len=LONG_CONTEXT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(module_services, long_context_vllm, tmp_path_factory) -> IngestStack:
     data = tmp_path_factory.mktemp("framework-matrix")
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
     ingest, http_port = start_ingest(

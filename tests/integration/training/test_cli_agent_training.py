@@ -29,12 +29,13 @@ from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_mo
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
 from tests.conftest import REPO_ROOT, free_port
 from tests.integration.claude_code import (
+    LONG_CONTEXT,
     answer_text,
     check_token_exact,
     claude_code,
     offline_environment,
 )
-from tests.integration.vllm_fixtures import LONG_CONTEXT, VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1800)]
 
