@@ -27,9 +27,12 @@ from tests.conftest import REPO_ROOT
 from tests.integration.stack_fixtures import TrainingStack, start_training_stack
 from tests.integration.vllm_fixtures import serving_model
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
 CALCULATOR = REPO_ROOT / "examples" / "calculator"
 IM_START, IM_END = 1, 2  # SmolLM2's ChatML tokens
+# Untrained, about 0.3 of all rollouts are right; three updates take that to about 0.55 (demo runs), measured
+# on 80-130 rollouts a step: a gain past 0.1 is 2 standard errors short of the expected one, 1.5 above none.
+STEPS, MIN_GAIN = 4, 0.1
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +44,11 @@ def real_model_stack(module_services, real_model_dir: Path, tmp_path_factory) ->
 
 def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(real_model_stack, tmp_path) -> None:
     values, _ = load_file(CALCULATOR / "train.toml")
-    values |= {"steps": 3, "val_tasks": None, "progress": False, "stack": real_model_stack.addresses,
+    values |= {"steps": STEPS, "val_tasks": None, "progress": False, "stack": real_model_stack.addresses,
                "model": str(real_model_stack.vllm.config.model_path), "output_dir": str(tmp_path / "runs")}  # fmt: skip
     result = parity.train(**values)
     assert result.state == "completed", result.error
     assert result.learning_rate == 1e-5, "the real model's own rate, with none set"
-    # Untrained it answers right about a quarter of the time; three steps of 32 rollouts take it past half.
-    assert result.reward_last >= result.reward_first + 0.2, (result.reward_first, result.reward_last)
     assert result.max_sync_logprob_diff is not None and result.max_sync_logprob_diff < 1e-3
 
     store = StoreClient(real_model_stack.store.address)
@@ -55,6 +56,14 @@ def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(real_m
     listed = AssemblerClient(real_model_stack.assembler.address).list_trajectories(
         assembler_pb.ListTrajectoriesRequest(page_size=1000)
     ).trajectories
+    # Every rollout of a step counts, not only the groups its batch kept: those are kept for rewards that vary,
+    # so their mean sits near a half whatever the policy.
+    rewards: dict[int, list[float]] = {}
+    for view in listed:
+        if view.session_id.startswith(f"{result.run_id}-s") and view.has_reward:
+            rewards.setdefault(int(view.session_id.removeprefix(f"{result.run_id}-s")[:5]), []).append(view.reward)
+    first, last = (float(np.mean(rewards[step])) for step in (1, STEPS))
+    assert last - first > MIN_GAIN, {step: (len(r), round(float(np.mean(r)), 3)) for step, r in sorted(rewards.items())}
     for session_id in {view.session_id for view in listed if view.session_id.startswith(f"{result.run_id}-s")}:
         calls = store.list_calls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls
         turns = [json.loads(call.request_json)["messages"] for call in calls]
