@@ -20,10 +20,6 @@ from dataclasses import dataclass, field
 
 from parity.services.assembler.samples import LengthLimit
 
-# Returns closer than this are equal: float32 token rewards round, and a group
-# whose returns differ by less gives GRPO nothing to learn from.
-_EQUAL_RETURNS = 1e-6
-
 
 @dataclass(frozen=True)
 class FilterSettings:
@@ -42,8 +38,3 @@ class Staleness:
 
     def is_stale(self, sample_policy_version: int) -> bool:
         return sample_policy_version < self.policy_version - self.max_lag
-
-
-def has_no_variance(returns: list[float]) -> bool:
-    """Two or more returns, all equal. A single rollout's variance is undefined, not zero."""
-    return len(returns) >= 2 and max(returns) - min(returns) <= _EQUAL_RETURNS

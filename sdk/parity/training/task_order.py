@@ -15,14 +15,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from parity.engine import RolloutResult
+from parity.rewards import has_no_variance
 from parity.training.tasks import TASK_ID_KEY
 
 TASK_SELECTIONS = ("signal", "uniform")
 # A task is kept with probability KEEP_PER_FLAT_GROUP ** (its flat groups in a row), never below MIN_KEEP.
 KEEP_PER_FLAT_GROUP = 0.5
 MIN_KEEP = 0.125
-# The assembler's zero_variance_group test: returns closer than this are equal.
-EQUAL_REWARDS = 1e-6
 
 
 class TaskOrder:
@@ -60,10 +59,8 @@ class TaskOrder:
             if result.outcome == "succeeded" and result.reward is not None:
                 groups.setdefault((result.task_id, result.group_id), []).append(result.reward)
         for (task_id, _), rewards in groups.items():
-            if len(rewards) < 2:
-                continue
-            flat = max(rewards) - min(rewards) <= EQUAL_REWARDS
-            self._flat_streak[task_id] = self._flat_streak.get(task_id, 0) + 1 if flat else 0
+            if len(rewards) >= 2:
+                self._flat_streak[task_id] = self._flat_streak.get(task_id, 0) + 1 if has_no_variance(rewards) else 0
 
 
 def _epochs(tasks: list[dict[str, Any]], rng: random.Random) -> Iterator[dict[str, Any]]:

@@ -78,7 +78,7 @@ class WalCheckpointer:
             self._writer_finishes = False
             self._run(writer, "PASSIVE")
         elif frames >= self._writer_takes_over_at_frames and self._may_take_over():
-            self._run(writer, "PASSIVE", quiet_if_busy=True)
+            self._run(writer, "PASSIVE")
         elif frames >= self._due_at_frames:
             self._due.set()
         return apsw.SQLITE_OK
@@ -114,7 +114,7 @@ class WalCheckpointer:
         finally:
             connection.close()
 
-    def _run(self, connection: apsw.Connection, mode: str, quiet_if_busy: bool = False) -> int | None:
+    def _run(self, connection: apsw.Connection, mode: str) -> int | None:
         """The frames left in the WAL that the checkpoint did not copy; None if it failed."""
         # A checkpoint that fails (a full disk, an I/O error) is tried again after a
         # later commit: were the thread to end, the WAL would grow without bound.
@@ -122,9 +122,7 @@ class WalCheckpointer:
             _, frames, copied = connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0]
             assert isinstance(frames, int) and isinstance(copied, int), (frames, copied)
         except apsw.BusyError:
-            # The thread's own checkpoint is running: it has the WAL in hand.
-            if not quiet_if_busy:
-                log.warning("sqlite_checkpoint_busy", path=str(self._path))
+            # The other side's checkpoint is running: it has the WAL in hand.
             return None
         except apsw.Error as error:
             log.warning("sqlite_checkpoint_failed", path=str(self._path), error=str(error))
