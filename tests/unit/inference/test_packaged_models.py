@@ -24,11 +24,13 @@ SMOLLM = PACKAGED_MODELS[DEFAULT_MODEL]
 
 
 @pytest.mark.slow
-def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_own_template(tmp_path) -> None:
+def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_own_template(model_cache: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
-    folder = resolve_model("", tmp_path)
-    assert folder == tmp_path / f"{DEFAULT_MODEL}-{SMOLLM.version}"
+    # The session's cache starts empty, so its first user (this test or a real-model module) prepared it from the
+    # package; importing the 270 MB GGUF again into a folder of this test's own would double that minute.
+    folder = resolve_model("", model_cache)
+    assert folder == model_cache / f"{DEFAULT_MODEL}-{SMOLLM.version}"
     config = AutoConfig.from_pretrained(folder)
     assert (config.model_type, config.num_hidden_layers, config.hidden_size, config.tie_word_embeddings) == ("llama", 30, 576, True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -39,7 +41,7 @@ def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_ow
     assert tokenizer.tokenize(" 127") == ["Ġ", "1", "2", "7"], "digits are single tokens, as SmolLM2 was trained"
     assert packaged_models.parameter_count(folder) == 134_515_008
     modified = (folder / "model.safetensors").stat().st_mtime_ns
-    assert resolve_model(DEFAULT_MODEL, tmp_path) == folder
+    assert resolve_model(DEFAULT_MODEL, model_cache) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == modified, "a prepared model is reused, not rebuilt"
 
 
