@@ -1,12 +1,12 @@
 """Where vLLM's engine core runs on a CPU host: on its worker's cores.
 
-vLLM's engine core (the process titled `VLLM::EngineCore`) busy-polls shared memory
-while its worker computes a step. vLLM binds the worker's threads
-(VLLM_CPU_OMP_THREADS_BIND) but leaves the engine core free, so the scheduler runs it
-on whatever core the worker leaves: the one that ingest, the store, vLLM's API server
-and the agents share. There it spends most of a core. On its worker's cores its
-polling yields to the worker (vLLM measured no slower there), and the shared core is
-left to the rest.
+The launcher runs the model inside vLLM's engine core (the process titled
+`VLLM::EngineCore`). Placing the whole process on the cores VLLM_CPU_OMP_THREADS_BIND
+gives the model keeps every thread of it off the core that ingest, the store, vLLM's API
+server and the agents share. With vLLM's multiprocess executor (an operator's
+VLLM_ENABLE_V1_MULTIPROCESSING=1) the engine core is a process of its own that
+busy-polls shared memory while its worker computes: left free, it spent most of the
+shared core; on its worker's cores its polling yields to the worker.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from parity.services.inference.engine_core_placement import (
     parse_cpu_list,
     place_process,
 )
+from parity.services.inference.launch_temp_dir import make_launch_temp_dir
 from parity.services.inference.parent_death import die_with_parent
 
 log = structlog.get_logger(__name__)
@@ -188,7 +189,10 @@ class VllmLaunchConfig:
         return args + self.extra_args
 
     def environment(self) -> dict[str, str]:
-        return os.environ | {
+        # The model runs in the engine core's process, as on a GPU, instead of a worker process of its own: the CPU
+        # platform swaps in a multiprocess executor unless this is 0, and that third process costs a start about
+        # 20 s of CPU importing vLLM and torch once more, and its memory. An operator's own setting wins.
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | os.environ | {
             # Enables /pause, /resume, /sleep and /collective_rpc, which weight sync needs.
             "VLLM_SERVER_DEV_MODE": "1",
             "HF_HUB_OFFLINE": "1",
@@ -238,7 +242,7 @@ class VllmServer:
     def start(self) -> None:
         if not self.config.python.exists():
             raise FileNotFoundError(f"no vLLM interpreter at {self.config.python}")
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="parity-vllm-"))
+        self.temp_dir = make_launch_temp_dir()
         try:
             with self.log_path.open("ab") as log_file:
                 # A new session makes vLLM the leader of its own process group, so stop() reaches
