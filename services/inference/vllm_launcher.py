@@ -137,8 +137,9 @@ class VllmLaunchConfig:
     log_path: Path | None = None
     """Where vLLM's stdout and stderr go; a temporary file when None."""
     worker_cpus: str | None = None
-    """VLLM_CPU_OMP_THREADS_BIND for the CPU backend (see CpuLayout); vLLM's choice when None.
-    When set, the engine core is placed on the same cores (see engine_core_placement)."""
+    """The cores the model runs on, as VLLM_CPU_OMP_THREADS_BIND takes them (see CpuLayout): the engine core,
+    where the model runs, is placed there once it answers (see engine_core_placement), with as many OpenMP
+    threads. None: an operator's VLLM_CPU_OMP_THREADS_BIND, else vLLM's choice."""
     startup_timeout_s: float = 180.0
     lora_rank: int = 0
     """Serve LoRA adapters up to this rank, loaded while vLLM runs (a LoRA run's trainer pushes its
@@ -188,11 +189,19 @@ class VllmLaunchConfig:
             args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(self.lora_rank))]
         return args + self.extra_args
 
+    @property
+    def model_cores(self) -> frozenset[int] | None:
+        """The cores worker_cpus (or an operator's VLLM_CPU_OMP_THREADS_BIND) names; None for vLLM's choice."""
+        spec = self.worker_cpus or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
+        return parse_cpu_list(spec) if spec else None
+
     def environment(self) -> dict[str, str]:
-        # The model runs in the engine core's process, as on a GPU, instead of a worker process of its own: the CPU
-        # platform swaps in a multiprocess executor unless this is 0, and that third process costs a start about
-        # 20 s of CPU importing vLLM and torch once more, and its memory. An operator's own setting wins.
-        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | os.environ | {
+        # The model runs in the engine core, as on a GPU, not in a worker process of its own: the CPU platform swaps
+        # in its multiprocess executor unless this is 0, a third process that costs each start about 20 s of CPU to
+        # import vLLM and torch again, while the engine core busy-polls beside it. An operator's setting wins. vLLM
+        # sets OpenMP's thread count only for a worker process it starts, so the model's is set here.
+        threads = {"OMP_NUM_THREADS": str(len(cores))} if (cores := self.model_cores) else {}
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | os.environ | threads | {
             # Enables /pause, /resume, /sleep and /collective_rpc, which weight sync needs.
             "VLLM_SERVER_DEV_MODE": "1",
             "HF_HUB_OFFLINE": "1",
@@ -285,7 +294,7 @@ class VllmServer:
 
     def _place_engine_core(self) -> None:
         """Put the engine core on the worker's cores, once it has started (by /health)."""
-        cores = parse_cpu_list(self.config.worker_cpus) if self.config.worker_cpus else None
+        cores = self.config.model_cores
         if cores is None or self._process is None:
             return
         pids = engine_core_pids(self._process.pid)

@@ -76,7 +76,7 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         console = f"http://127.0.0.1:{ports['console']}"
         assert any(console in line for line in banner)
         assert "up-smoke" in httpx.get(f"{console}/sessions", timeout=30).text
-        _assert_services_keep_off_the_vllm_worker(stack.pid, tmp_path / "logs" / "vllm.log")
+        _assert_services_keep_off_the_models_cores(stack.pid)
     finally:
         stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)
@@ -86,15 +86,18 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
     assert (tmp_path / "logs" / "store.log").read_text().strip(), "services log into DATA_DIR/logs"
 
 
-def _assert_services_keep_off_the_vllm_worker(stack_pid: int, vllm_log: Path) -> None:
-    """With vLLM's CPU build on several cores, its worker and engine core have every core
-    but the last, and the services that serve while it generates run on the last; the
-    trainer keeps all."""
+def _assert_services_keep_off_the_models_cores(stack_pid: int) -> None:
+    """With vLLM's CPU build on several cores, its engine core, where the model runs with a thread
+    per core, has every core but the last, and the services that serve while it generates run
+    on the last; the trainer keeps all."""
     layout = cpu_layout(vllm_python())
     if layout is None:  # vLLM's GPU build, or one core: nothing to lay out
         return
-    assert f"VLLM_CPU_OMP_THREADS_BIND={layout.worker_bind!r}" in vllm_log.read_text()
     (engine_core,) = engine_core_pids(stack_pid)
+    environment = dict(entry.split(b"=", 1) for entry in Path(f"/proc/{engine_core}/environ").read_bytes().split(b"\0")
+                       if b"=" in entry)  # fmt: skip
+    assert environment[b"OMP_NUM_THREADS"] == str(len(layout.worker)).encode()
+    assert environment[b"VLLM_ENABLE_V1_MULTIPROCESSING"] == b"0", "no worker process beside the engine core"
     assert {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{engine_core}/task")} == {
         frozenset(layout.worker)
     }
