@@ -8,8 +8,8 @@ measures: seconds until it answers, the CPU its processes spent getting there, a
 concurrent chat calls (wall time, tokens per second, CPU seconds per thousand tokens). The compile
 cache is shared, so the first start of the run compiles for both; the one-process layout goes first.
 
-    .venv/bin/python bench/vllm_layout.py            # the default model, 3 rounds, about 8 minutes on 2 cores
-    .venv/bin/python bench/vllm_layout.py --quick    # the generated test model, 2 rounds
+    .venv/bin/python bench/vllm_layout.py            # the default model, 3 rounds, about 7 minutes on 2 cores
+    .venv/bin/python bench/vllm_layout.py --quick    # the generated test model, 2 rounds, about 4 minutes
 """
 
 from __future__ import annotations
