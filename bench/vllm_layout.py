@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from parity.services.inference.vllm_launcher import (
     cpu_layout,
     vllm_python,
 )
+from parity.training.local_stack import free_port
 
 LAYOUTS = {"one process": "0", "vLLM's default": "1"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -73,7 +73,7 @@ def burst(server: VllmServer, calls: int, max_tokens: int) -> tuple[float, int]:
 def measure(model: Path, work: Path, multiprocessing: str, calls: int, max_tokens: int) -> dict[str, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
     layout = cpu_layout(vllm_python())
-    config = VllmLaunchConfig(model_path=model, port=_free_port(), log_path=work / f"vllm-{time.time_ns()}.log",
+    config = VllmLaunchConfig(model_path=model, port=free_port(), log_path=work / f"vllm-{time.time_ns()}.log",
                               served_model_name="bench", worker_cpus=layout.worker_bind if layout else None)  # fmt: skip
     started = time.perf_counter()
     with VllmServer(config) as server:
@@ -87,12 +87,6 @@ def measure(model: Path, work: Path, multiprocessing: str, calls: int, max_token
         cpu = tree_cpu_s(root) - before
     return {"healthy_s": healthy_s, "start_cpu_s": start_cpu, "processes": processes, "burst_s": wall,
             "tokens_per_s": tokens / wall, "cpu_s_per_1k_tokens": 1000 * cpu / tokens}  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def main() -> None:
