@@ -105,8 +105,10 @@ def test_a_restarted_ingest_goes_on_at_the_version_it_was_given(
     ingest.process.send_signal(signal.SIGKILL)
     ingest.process.wait()
 
+    # On both of its ports, as a restarted pod would: a fresh HTTP port could be the freed gRPC one.
     port = int(ingest.address.rpartition(":")[2])
-    restarted, http_port = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "spool.db", port=port)
+    restarted, http_port = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "spool.db",
+                                        port=port, http_port=http_port)  # fmt: skip
     assert stats(restarted).policy_version == 5
     assert ask(http_port, vllm_server.model_name, "after-restart").status_code == 200
     calls = StoreClient(store.address).list_calls(store_pb.ListCallsRequest(session_id="after-restart")).calls
