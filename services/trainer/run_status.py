@@ -10,6 +10,7 @@ from parity.services.trainer.run_settings import RunSettings
 
 
 class RunState(enum.Enum):
+    STARTING = "starting"
     WAITING_FOR_DATA = "waiting_for_data"
     TRAINING = "training"
     SYNCING = "syncing"
@@ -27,7 +28,7 @@ class RunState(enum.Enum):
 class RunStatus:
     run_id: str
     settings: RunSettings
-    state: RunState = RunState.WAITING_FOR_DATA
+    state: RunState = RunState.STARTING
     step: int = 0
     policy_version: int = 0
     error: str = ""

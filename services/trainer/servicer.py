@@ -28,6 +28,7 @@ from parity.services.trainer.trainer import Trainer
 from parity.services.trainer.weight_sync import SyncResult
 
 _STATES = {
+    RunState.STARTING: run_pb2.RUN_STATE_STARTING,
     RunState.WAITING_FOR_DATA: run_pb2.RUN_STATE_WAITING_FOR_DATA,
     RunState.TRAINING: run_pb2.RUN_STATE_TRAINING,
     RunState.SYNCING: run_pb2.RUN_STATE_SYNCING,

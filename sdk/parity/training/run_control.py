@@ -88,6 +88,13 @@ class RunControl:
         message = status.run.error_message or f"the run was {state} at step {status.run.step}"
         raise RunEnded(state, message, status.run.step)
 
+    def wait_until_started(self) -> None:
+        """Until the trainer has loaded the run's policy into every replica: a validation or a rollout before then
+        would sample whatever the replicas served before (the last run's weights, a restarted vLLM's)."""
+        while (status := self.status()).run.state == run_pb2.RUN_STATE_STARTING:
+            time.sleep(POLL_S)
+        self.raise_if_ended(status, [])
+
     def wait_for_end(self) -> None:
         """After the last step: until the trainer has saved the final checkpoint and the plot."""
         while True:

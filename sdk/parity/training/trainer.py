@@ -161,6 +161,8 @@ class Trainer:
         else:
             request.run_id = self.run_id
         self._control.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
+        with self._noting_the_end():
+            self._control.wait_until_started()
         if self.agent is not None:
             self._runner = RolloutRunner(
                 self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,

@@ -14,7 +14,9 @@ from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from parity.clients import TrainerClient
 from parity.services.inference.tiny_model import generate_tiny_model
+from parity.training.run_control import RunControl, RunEnded
 from tests.call_factory import make_call
 from tests.conftest import free_port
 from tests.waiting import eventually
@@ -99,9 +101,14 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     common = ("--assembler-address", f"127.0.0.1:{free_port()}", "--work-dir", str(tmp_path))
     trainer = start_service("trainer", *common, "--replicas", dead_replica)
     stub = pb_grpc.TrainerServiceStub(grpc.insecure_channel(trainer.address))
-    stub.StartRun(pb.StartRunRequest(config=run_config(model_dir, steps=3)))
-    run = eventually(lambda: (r := stub.GetStatus(pb.GetStatusRequest()).run).state == run_pb2.RUN_STATE_FAILED and r,
-                   timeout_s=60, what="the run to fail")  # fmt: skip
+    started = stub.StartRun(pb.StartRunRequest(config=run_config(model_dir, steps=3))).run
+    # Starting until every replica serves the run's start weights; a driver waits for that, so a run whose start
+    # push fails ends there, with why, before any rollout or validation samples the replicas' old model.
+    assert started.state == run_pb2.RUN_STATE_STARTING
+    with pytest.raises(RunEnded, match=dead_replica) as ended:
+        RunControl(TrainerClient(trainer.address), started.run_id, stack=None).wait_until_started()
+    assert ended.value.state == "failed"
+    run = stub.GetStatus(pb.GetStatusRequest()).run
     assert dead_replica in run.error_message and "resumable from checkpoint" in run.error_message
     assert "weight sync" in run.error_message
     (checkpoint,) = stub.ListCheckpoints(pb.ListCheckpointsRequest(run_id=run.run_id)).checkpoints
@@ -117,8 +124,8 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(start_
     assert (remembered.state, remembered.error_message) == (run_pb2.RUN_STATE_FAILED, run.error_message)
     resumed = fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=checkpoint.checkpoint_id)).run
     assert (resumed.run_id, resumed.step, resumed.config.total_steps) == (run.run_id, 0, 3)
-    eventually(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
-             timeout_s=60, what="the resumed run to wait for data")  # fmt: skip
+    RunControl(TrainerClient(fixed.address), run.run_id, stack=None).wait_until_started()
+    assert fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
     stopped = fixed_stub.StopRun(pb.StopRunRequest())
     assert stopped.run.state == run_pb2.RUN_STATE_STOPPED and stopped.checkpoint.run_id == run.run_id
 

@@ -21,15 +21,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 LEARNING_RATE = 1e-5
 
 
-# Float32 over 30 layers: the prefix computed apart sums the same terms in another order. Measured: metrics
-# within 3e-7 (the loss terms are differences of O(1) values, so their tolerance is absolute), each
-# parameter's gradient within 1e-4 of its norm (LoRA's A matrices, whose gradients are the smallest, 3e-4).
+# Float32 over 30 layers: the prefix computed apart sums the same terms in another order, and each CPU's kernels
+# order them their own way. Measured: metrics within 3e-7 on a Xeon and 5.2e-6 on an EPYC (the loss terms are
+# differences of O(1) values, so their tolerance is absolute), each parameter's gradient within 1e-4 of its norm
+# on a Xeon and 2.8e-4 on an EPYC (LoRA's A matrices, whose gradients are the smallest: 3e-4 and 5.9e-4).
 @pytest.mark.parametrize(("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"])
 def test_sharing_gives_the_unshared_update_on_the_default_model(real_model_dir, settings, grad_rtol) -> None:
     batch = sharing_batch(3)
     shared, unshared = (step(real_model_dir, batch, share, LEARNING_RATE, **settings) for share in (True, False))
     assert shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
-    assert_same_update(shared, unshared, rtol=1e-5, atol=2e-6, grad_rtol=grad_rtol)
+    assert_same_update(shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol)
 
 
 def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise_does(real_model_dir, monkeypatch) -> None:

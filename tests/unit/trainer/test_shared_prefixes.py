@@ -91,9 +91,9 @@ def test_sharing_gives_the_unshared_loss_metrics_and_gradients_in_float32(tiny_m
     assert shared[0]["tokens_trained"] == unshared[0]["tokens_computed"] == batch.token_count
     prompt, first_turn_prefix = MIN_SHARED_TOKENS + 6, MIN_SHARED_TOKENS + 4
     assert shared[0]["tokens_computed"] == batch.token_count - 3 * prompt - first_turn_prefix
-    # Gradients sum the prefix's share in another order than the unshared rows do, and the number of threads that
-    # split each product orders those sums too: up to 1.1e-5 of a gradient's norm seen on one thread.
-    assert_same_update(*[shared, unshared], rtol=1e-5, atol=1e-7, grad_rtol=256 * torch.finfo(torch.float32).eps)
+    # Gradients sum the prefix's share in another order than the unshared rows do, and the CPU's kernels and their
+    # thread count order those sums too: up to 1.1e-5 of a gradient's norm seen on a Xeon, 3.6e-5 on an EPYC.
+    assert_same_update(*[shared, unshared], rtol=1e-5, atol=1e-7, grad_rtol=1e-4)
 
 
 def test_sharing_gives_the_unshared_update_in_bfloat16_and_on_a_tied_head(tied_model_dir) -> None:

@@ -17,6 +17,7 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_COMPLETED: _ClassVar[RunState]
     RUN_STATE_FAILED: _ClassVar[RunState]
     RUN_STATE_STOPPED: _ClassVar[RunState]
+    RUN_STATE_STARTING: _ClassVar[RunState]
 
 class AdvantageEstimator(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -57,6 +58,7 @@ RUN_STATE_PAUSED: RunState
 RUN_STATE_COMPLETED: RunState
 RUN_STATE_FAILED: RunState
 RUN_STATE_STOPPED: RunState
+RUN_STATE_STARTING: RunState
 ADVANTAGE_ESTIMATOR_UNSPECIFIED: AdvantageEstimator
 ADVANTAGE_ESTIMATOR_GRPO: AdvantageEstimator
 ADVANTAGE_ESTIMATOR_RLOO: AdvantageEstimator
