@@ -22,8 +22,8 @@ from parity.services.console.views.charts import (
 )
 from parity.services.console.views.format import enum_label, timestamp_text
 
-ACTIVE_STATES = {run_pb2.RUN_STATE_STARTING, run_pb2.RUN_STATE_WAITING_FOR_DATA, run_pb2.RUN_STATE_TRAINING, run_pb2.RUN_STATE_SYNCING,
-                 run_pb2.RUN_STATE_PAUSED}  # fmt: skip
+ACTIVE_STATES = {run_pb2.RUN_STATE_STARTING, run_pb2.RUN_STATE_WAITING_FOR_DATA, run_pb2.RUN_STATE_TRAINING,
+                 run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_PAUSED}  # fmt: skip
 SYNC_PHASES = ("pause", "push", "verify", "resume")
 # The steps table's columns: (metric key, heading).
 STEP_COLUMNS = (
