@@ -20,6 +20,8 @@ log = structlog.get_logger(__name__)
 
 POLL_S = 0.2
 METRICS_TIMEOUT_S = 30.0
+# StartRun checks a LoRA run's replicas and a distillation run's teacher over HTTP, a cold server's first answer included.
+START_RUN_TIMEOUT_S = 300.0
 # How long the trainer may go without answering a status poll in time before the run fails on it.
 STATUS_PATIENCE_S = 300.0
 TERMINAL = {
@@ -87,6 +89,11 @@ class RunControl:
             future.cancel()
         message = status.run.error_message or f"the run was {state} at step {status.run.step}"
         raise RunEnded(state, message, status.run.step)
+
+    def start(self, request: trainer_pb.StartRunRequest) -> None:
+        """Start (or resume) the run, and return once it is started."""
+        self.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
+        self.wait_until_started()
 
     def wait_until_started(self) -> None:
         """Until the trainer has loaded the run's policy into every replica: a validation or a rollout before then

@@ -67,8 +67,6 @@ from parity.training.validation import RolloutScorer, ValidationResult, summariz
 from parity.update_settings import to_run_config
 
 log = structlog.get_logger(__name__)
-# StartRun checks a LoRA run's replicas and a distillation run's teacher over HTTP, a cold server's first answer included.
-START_RUN_TIMEOUT_S = 300.0
 
 
 class Trainer:
@@ -160,9 +158,8 @@ class Trainer:
             request.resume_checkpoint_id = resume_from.checkpoint_id
         else:
             request.run_id = self.run_id
-        self._control.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
         with self._noting_the_end():
-            self._control.wait_until_started()
+            self._control.start(request)
         if self.agent is not None:
             self._runner = RolloutRunner(
                 self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
