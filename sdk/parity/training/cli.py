@@ -6,7 +6,7 @@
 
 Progress and messages go to stderr; the last line on stdout is the run's result as one
 JSON object. Exit codes: 0 completed, 1 failed, 2 bad input (nothing was started),
-130 stopped with Ctrl-C (resumable).
+130 stopped with Ctrl-C, 143 stopped by SIGTERM (both resumable).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from parity.training.settings import (
 )
 from parity.training.tasks import TaskFileError
 
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED = 1, 2, 130
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_TERMINATED = 1, 2, 130, 143
 GROUP_TITLES = {
     "agent": "the agent", "data": "tasks and model", "schedule": "how long", "sampling": "sampling",
     "validation": "validation", "optimization": "the update", "lora": "LoRA", "distillation": "distillation", "rollouts": "rollouts", "budgets": "session budgets",
@@ -64,9 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as a supervisor sends it (`kill`, `timeout`, systemd, a Kubernetes pod's end), taken as Ctrl-C is:
+    the run stops after its step with a checkpoint and the stack goes down. Without it the process would die at
+    once, losing the step and leaving no result line."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
+    terminated: list[int] = []
+
+    def terminate(signum: int, frame: Any) -> None:
+        if terminated:
+            return  # the stop is under way: a repeat would cut its checkpoint short
+        terminated.append(signum)
+        raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, terminate)
     from parity.training.trainer import train
 
     known = {field.name for field in settings_fields()}
@@ -89,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     if result.warning:
         print(f"parity train: {result.warning}", file=sys.stderr)
     print(json.dumps(result.to_json()), flush=True)
-    return 0 if result.ok else EXIT_STOPPED if result.state == "stopped" else EXIT_FAILED
+    if result.ok:
+        return 0
+    if result.state == "stopped":
+        return EXIT_TERMINATED if terminated else EXIT_STOPPED
+    return EXIT_FAILED
 
 
 def _run(train: Any, values: dict[str, Any], sources: SettingsSources) -> Any:

@@ -439,9 +439,9 @@ def train(
     try:
         trainer.start()
         return trainer.train()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         trainer.stop()
-        return trainer.fail(RunEnded("stopped", "stopped by the user (Ctrl-C)", trainer.step_index))
+        return trainer.fail(RunEnded("stopped", str(interrupt) or "stopped by the user (Ctrl-C)", trainer.step_index))
     except (RunEnded, StackError, RPCError) as error:
         return trainer.fail(error)
     finally:

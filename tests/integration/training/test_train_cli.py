@@ -1,5 +1,5 @@
 """`parity train` as a user runs it: a TOML file, an agent written in Node.js, the local stack it brings up
-itself, Ctrl-C in the middle, and `--resume` to finish the run."""
+itself, Ctrl-C or SIGTERM in the middle, and `--resume` to finish the run."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT
@@ -95,6 +96,29 @@ def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_pa
     assert train_steps(metrics) == [1, 2, 3, 4, 5]
     assert (Path(finished["exported_model"]) / "model.safetensors").exists()
     assert Path(finished["plot"]).exists()
+
+
+def test_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_takes_the_stack_down(tmp_path) -> None:
+    # What `kill`, `timeout`, systemd and a Kubernetes pod's end send; a background job ignores SIGINT.
+    runs, log = tmp_path / "runs", tmp_path / "stderr.log"
+    run = parity_train("--config", str(REPO_ROOT / "examples/speak_in_words/train.toml"), "--checkpoint-interval", "1",
+                       "--output-dir", str(runs), "--run-id", "termed", stderr=log)  # fmt: skip
+
+    def one_step() -> bool:
+        assert run.poll() is None, log.read_text()[-3000:]
+        return len(train_steps(runs / "termed" / "metrics.jsonl")) >= 1
+
+    eventually(one_step, timeout_s=300, interval_s=0.5, what="a training step")
+    stack = psutil.Process(run.pid).children(recursive=True)
+    assert stack, "parity train brought up its stack"
+    run.send_signal(signal.SIGTERM)
+    stdout, _ = run.communicate(timeout=300)
+    assert run.returncode == 143, log.read_text()[-3000:]
+    stopped = json.loads(stdout.strip().splitlines()[-1])
+    assert stopped["state"] == "stopped" and stopped["error"] == "stopped by SIGTERM", stopped
+    assert stopped["checkpoint"].startswith("termed/step-") and stopped["resume_command"].startswith("parity train")
+    _, alive = psutil.wait_procs(stack, timeout=30)
+    assert not alive, [process.info for process in alive]
 
 
 def test_a_stack_that_does_not_come_up_ends_the_run_with_why(tmp_path) -> None:
