@@ -65,7 +65,7 @@ class UpdateSettings:
     lora_alpha: int = setting(0, "LoRA scale numerator: updates are scaled by lora_alpha / lora_rank; 0: twice the rank", group="lora")
     lora_target_modules: str = setting(ALL_LINEAR, "comma-separated names of the modules LoRA adapts (q_proj,v_proj), as peft matches them; all-linear: every linear layer but the output head", group="lora")
     lora_dropout: float = setting(0.0, "dropout on the adapter's input while training (the cpu backend; fsdp takes 0)", group="lora")
-    teacher: str = setting("", "on-policy distillation from this teacher, which scores every token the agent sampled: a model name (`parity model list`) or folder the local stack serves, or the URL of an OpenAI-compatible server returning prompt logprobs (vLLM); it must share the model's tokenizer", group="distillation")
+    teacher: str = setting("", "on-policy distillation from this teacher, which scores every token the agent sampled: a model name (`parity model list`) or folder the local stack serves, or the URL of an OpenAI-compatible server returning prompt logprobs (vLLM), or the URLs of several replicas of one teacher, comma-separated (a step's samples are spread over them); it must share the model's tokenizer", group="distillation")
     teacher_model: str = setting("", "the model to ask the teacher's server for; empty: the first it lists", group="distillation")
     teacher_coef: float = setting(1.0, "weight of the teacher's per-token signal (teacher minus student logprob of each sampled token) in its advantage", group="distillation")
     reward_coef: float = setting(1.0, "weight of the reward's advantage; 0 trains on the teacher alone (no reward function needed)", group="distillation")
@@ -94,6 +94,9 @@ class UpdateSettings:
             raise SettingsError("reward_coef", "0 leaves nothing to learn from without a teacher; set teacher, or a reward_coef above 0")
         if self.teacher and not self.teacher_coef and not self.reward_coef:
             raise SettingsError("teacher_coef", "and reward_coef are both 0: nothing to learn from")
+        urls = self.teacher_urls
+        if len(urls) > 1 and not all(map(is_url, urls)):
+            raise SettingsError("teacher", f"names a teacher's replicas by their servers' http(s) URLs, comma-separated; got {self.teacher!r}")
         modules = self.lora_modules
         if not all(modules):
             raise SettingsError("lora_target_modules", f"must be module names separated by commas, got {self.lora_target_modules!r}")
@@ -103,6 +106,11 @@ class UpdateSettings:
     @property
     def lora_modules(self) -> tuple[str, ...]:
         return tuple(name.strip() for name in self.lora_target_modules.split(","))
+
+    @property
+    def teacher_urls(self) -> list[str]:
+        """The teacher's replicas when `teacher` names its servers (comma-separated); else `teacher` alone."""
+        return [part.strip() for part in self.teacher.split(",")] if self.teacher else []
 
     def update_values(self) -> dict[str, Any]:
         """The UpdateSettings fields of this object, by name."""
@@ -126,7 +134,8 @@ def to_run_config(settings: UpdateSettings, **fields: Any) -> run_pb2.RunConfig:
             dropout=settings.lora_dropout,
         ))  # fmt: skip
     if settings.teacher:
-        config.teacher.CopyFrom(run_pb2.TeacherConfig(url=settings.teacher, model=settings.teacher_model))
+        first, *others = settings.teacher_urls
+        config.teacher.CopyFrom(run_pb2.TeacherConfig(url=first, model=settings.teacher_model, replica_urls=others))
     return config
 
 
@@ -157,7 +166,11 @@ def from_run_config(config: run_pb2.RunConfig) -> dict[str, Any]:
     if config.HasField("teacher"):
         if not config.teacher.url:
             raise SettingsError("teacher.url", "is required (leave teacher unset to train without one)")
-        values.update(teacher=config.teacher.url, teacher_model=config.teacher.model)
+        for index, url in enumerate(config.teacher.replica_urls):
+            if not is_url(url):
+                raise SettingsError("teacher.replica_urls", f"entry {index} must be an http(s) URL, got {url!r}")
+        values.update(teacher=",".join([config.teacher.url, *config.teacher.replica_urls]),
+                      teacher_model=config.teacher.model)  # fmt: skip
     return values
 
 

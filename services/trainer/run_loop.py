@@ -123,7 +123,7 @@ class RunLoop:
     def _train(self, backend: TrainingBackend, source: BatchSource) -> RunState:
         """Train until the step budget or a stop; returns how the run ended."""
         run, settings = self.run, self.run.settings
-        teacher = Teacher(settings.teacher, settings.teacher_model) if settings.teacher else None
+        teacher = Teacher(settings.teacher_urls, settings.teacher_model) if settings.teacher else None
         # A bar only on a terminal: a log has the JSON `step` line of each step.
         progress = tqdm(total=settings.total_steps, initial=run.step, desc=f"training {run.run_id}", unit="step",
                         disable=not sys.stderr.isatty())  # fmt: skip

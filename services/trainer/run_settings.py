@@ -38,7 +38,7 @@ class RunSettings(UpdateSettings):
             super().__post_init__()
             if self.total_steps < 1:
                 raise SettingsError("total_steps", f"must be at least 1, got {self.total_steps}")
-            if self.teacher and not is_url(self.teacher):
+            if self.teacher and not all(map(is_url, self.teacher_urls)):
                 raise SettingsError("teacher", f"must be the http(s) URL of the teacher's server, got {self.teacher!r}")
         except SettingsError as error:
             raise InvalidArgument(f"{proto_path(error.key)}: {error.message}") from None

@@ -85,7 +85,7 @@ class Trainer:
         if settings.lora_rank:
             self._check_lora(settings)
         if settings.teacher:
-            Teacher(settings.teacher, settings.teacher_model).check(settings.model_path)
+            Teacher(settings.teacher_urls, settings.teacher_model).check(settings.model_path)
         if resume is not None:
             if resume.step >= settings.total_steps:
                 raise InvalidArgument(f"checkpoint is at step {resume.step}; raise total_steps above it to resume")

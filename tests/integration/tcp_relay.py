@@ -36,6 +36,8 @@ class TcpRelay:
         self._cut = asyncio.Event()
         self._frozen: socket.socket | None = None
         self._fillers: list[socket.socket] = []
+        self.accepted = 0
+        """Connections taken so far."""
 
     def __enter__(self) -> TcpRelay:
         self._thread.start()
@@ -88,6 +90,7 @@ class TcpRelay:
             self._server = None
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:

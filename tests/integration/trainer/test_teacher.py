@@ -1,6 +1,7 @@
 """A distillation teacher checked as StartRun checks it, against real servers: one that shares the
 student's tokenizer passes; one with another vocabulary, one that does not answer, and one that
-answers without prompt logprobs are refused with a message that says which and why."""
+answers without prompt logprobs are refused with a message that says which and why. A teacher's replicas
+share a step's samples, and the others score what one that died cannot."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from parity import tokens
 from parity.api.common.v1 import sample_pb2
 from parity.services.trainer.teacher import Teacher, TeacherError
 from tests.conftest import free_port
+from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = [pytest.mark.vllm]
 
@@ -83,3 +85,31 @@ def test_a_teacher_that_does_not_answer_is_refused(tiny_model_dir: Path) -> None
 def test_a_teacher_that_returns_no_prompt_logprobs_is_refused(without_prompt_logprobs: str, tiny_model_dir: Path) -> None:
     with pytest.raises(TeacherError, match="returns no prompt logprobs for the student's token ids"):
         Teacher(without_prompt_logprobs).check(tiny_model_dir)
+
+
+def test_a_teachers_replicas_share_a_steps_samples_and_the_others_score_what_a_dead_one_cannot(
+    vllm_server, tiny_model_dir: Path
+) -> None:  # fmt: skip
+    samples = [sample_pb2.Sample(token_ids=tokens.pack_token_ids([3, 17, 42, 8, n])) for n in range(16)]
+    direct = Teacher(vllm_server.base_url).score(samples)
+    # Two replicas of one teacher: each its own address, in front of the same vLLM.
+    with TcpRelay(vllm_server.config.port) as first, TcpRelay(vllm_server.config.port) as second:
+        urls = [f"http://127.0.0.1:{relay.port}" for relay in (first, second)]
+        teacher = Teacher(urls)
+        teacher.check(tiny_model_dir)
+        taken = first.accepted, second.accepted
+        assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(teacher.score(samples), direct, strict=True))
+        assert first.accepted > taken[0] and second.accepted > taken[1], "each replica scored some of the samples"
+
+        second.cut()
+        assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(teacher.score(samples), direct, strict=True))
+        first.cut()
+        with pytest.raises(TeacherError, match="failed to score the step's samples") as failed:
+            teacher.score(samples)
+        assert all(url in str(failed.value) for url in urls), "the reason names every replica"
+
+
+def test_a_replica_that_does_not_answer_refuses_the_whole_teacher_naming_it(vllm_server, tiny_model_dir: Path) -> None:
+    gone = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TeacherError, match=f"at {gone} cannot tokenize"):
+        Teacher([vllm_server.base_url, gone]).check(tiny_model_dir)

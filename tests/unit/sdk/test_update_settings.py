@@ -90,7 +90,7 @@ def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_p
         "ppo_epochs": 2, "max_grad_norm": 0.5, "loss_agg_mode": "seq-mean-token-sum", "seed": 7, "dtype": "bfloat16",
         "micro_batch_tokens": 4096, "ray_workers_per_node": 2, "ray_nodes": 2, "checkpoint_interval": 0, "share_prefixes": False,
         "lora_rank": 8, "lora_alpha": 4, "lora_target_modules": "q_proj,v_proj", "lora_dropout": 0.1,
-        "teacher": "http://10.0.0.5:8000", "teacher_model": "big", "teacher_coef": 0.5, "reward_coef": 0.0,
+        "teacher": "http://10.0.0.5:8000,http://10.0.0.6:8000", "teacher_model": "big", "teacher_coef": 0.5, "reward_coef": 0.0,
     }  # fmt: skip
     assert sorted(changed) == sorted(update_fields()), "a setting is missing from this test's values"
     assert all(value != update_fields()[name].default for name, value in changed.items())

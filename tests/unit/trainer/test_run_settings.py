@@ -51,6 +51,7 @@ def config(**fields) -> run_pb2.RunConfig:
         (config(lora=run_pb2.LoraConfig(rank=4, target_modules=["all-linear", "q_proj"])), "lora.target_modules"),
         (config(teacher=run_pb2.TeacherConfig(model="m")), "teacher.url"),
         (config(teacher=run_pb2.TeacherConfig(url="smollm2-135m-instruct")), "teacher.url"),
+        (config(teacher=run_pb2.TeacherConfig(url="http://t:8000", replica_urls=["t2:8000"])), "teacher.replica_urls"),
         (config(reward_coef=0), "reward_coef"),
         (config(teacher_coef=-1, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),
         (config(teacher_coef=0, reward_coef=0, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),

@@ -52,6 +52,16 @@ def test_bad_lora_settings_are_refused_naming_the_key(values, key) -> None:
     assert refused.value.key == key
 
 
+def test_a_teachers_replicas_reach_the_trainer_in_order_and_a_list_names_servers_only(tmp_path) -> None:
+    settings = run_settings(tmp_path, teacher="http://t0:8000, http://t1:8000", reward_coef=0.0)
+    assert settings.teacher_urls == ["http://t0:8000", "http://t1:8000"]
+    config = settings.to_proto()
+    assert (config.teacher.url, list(config.teacher.replica_urls)) == ("http://t0:8000", ["http://t1:8000"])
+    with pytest.raises(SettingsError) as refused:
+        TrainSettings(teacher="smollm2-135m-instruct,http://t1:8000")
+    assert refused.value.key == "teacher" and "replicas" in refused.value.message
+
+
 def test_ray_nodes_reach_the_trainer_with_the_ranks_on_each(tmp_path) -> None:
     assert run_settings(tmp_path).ray_workers_per_node == 0
     spread = run_settings(tmp_path, backend="fsdp", ray_workers_per_node=2, ray_nodes=3)

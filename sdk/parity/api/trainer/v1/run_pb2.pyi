@@ -134,12 +134,14 @@ class RunConfig(_message.Message):
     def __init__(self, model_path: _Optional[str] = ..., advantage_estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., rollout_mode: _Optional[_Union[RolloutMode, str]] = ..., backend: _Optional[_Union[TrainingBackend, str]] = ..., total_steps: _Optional[int] = ..., groups_per_batch: _Optional[int] = ..., learning_rate: _Optional[float] = ..., clip_ratio: _Optional[float] = ..., kl_coef: _Optional[float] = ..., tis_cap: _Optional[float] = ..., max_policy_lag: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ..., ppo_epochs: _Optional[int] = ..., max_grad_norm: _Optional[float] = ..., loss_agg_mode: _Optional[_Union[LossAggMode, str]] = ..., seed: _Optional[int] = ..., micro_batch_tokens: _Optional[int] = ..., ray_workers_per_node: _Optional[int] = ..., ray_nodes: _Optional[int] = ..., dtype: _Optional[_Union[TrainingDtype, str]] = ..., share_prefixes: bool = ..., teacher: _Optional[_Union[TeacherConfig, _Mapping]] = ..., teacher_coef: _Optional[float] = ..., reward_coef: _Optional[float] = ...) -> None: ...
 
 class TeacherConfig(_message.Message):
-    __slots__ = ("url", "model")
+    __slots__ = ("url", "model", "replica_urls")
     URL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_URLS_FIELD_NUMBER: _ClassVar[int]
     url: str
     model: str
-    def __init__(self, url: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    replica_urls: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, url: _Optional[str] = ..., model: _Optional[str] = ..., replica_urls: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoraConfig(_message.Message):
     __slots__ = ("rank", "alpha", "target_modules", "dropout")
