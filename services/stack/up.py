@@ -42,6 +42,7 @@ from parity.services.inference.vllm_launcher import (
 )
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
 from parity.services.runtime.auth import ROLES, is_loopback
+from parity.services.runtime.stop_signals import stop_on_signals
 from parity.services.runtime.structured_logging import configure_logging
 from parity.services.stack.local_ca import LocalCertificateAuthority
 
@@ -442,6 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(service="up")
     stop_requested = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_requested.set())
+    stop_on_signals(stop_requested)
     return run(args, stop_requested)
+

@@ -39,7 +39,7 @@ log = structlog.get_logger(__name__)
 API_KEY_ENV = "PARITY_TEACHER_API_KEY"
 # Requests in flight at once on each replica: the server batches them, and a step's samples are scored in one wave.
 CONCURRENCY = 8
-# One sample's scoring, queueing behind the others included; past it the teacher is taken as gone.
+# One request, queueing behind the others included; past it the replica counts as failed for that sample.
 TIMEOUT_S = 120.0
 PROBE_TEXT = "Parity 1234 + 56.7 = ? naïve café, 東京 🙂\n<|im_start|>assistant\ndef f(x):\n\treturn x ** 2  # done"
 

@@ -78,7 +78,9 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
         assert "up-smoke" in httpx.get(f"{console}/sessions", timeout=30).text
         _assert_services_keep_off_the_models_cores(stack.pid)
     finally:
-        stack.send_signal(signal.SIGINT)
+        # Ctrl-C, and again while it stops, as an impatient user presses it.
+        for _ in range(20):
+            stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)
     assert exit_code == 0, stack.stderr.read()
     eventually(lambda: not any(_port_open(port) for port in ports.values()), timeout_s=10, interval_s=0.2,
@@ -154,7 +156,9 @@ def test_parity_up_spreads_agents_over_several_ingests_behind_one_port(tmp_path:
                          "parity.api.store.v1.TokenStoreService/ListCalls")  # fmt: skip
         assert len(json.loads(listed.stdout)["calls"]) == 30
     finally:
-        stack.send_signal(signal.SIGINT)
+        # Ctrl-C, and again while it stops, as an impatient user presses it.
+        for _ in range(20):
+            stack.send_signal(signal.SIGINT)
         exit_code = stack.wait(120)
     assert exit_code == 0, stack.stderr.read()
     assert all(not _port_open(ingest_port + n) for n in range(3))
