@@ -175,8 +175,9 @@ def test_a_model_name_in_a_file_stays_a_name_and_a_model_folder_is_relative_to_t
     assert load_file(folder)[0]["model"] == str((tmp_path / "models" / "mine").resolve())
 
 
-def test_the_distillation_example_needs_its_teacher_and_says_so() -> None:
-    path = Path(__file__).parents[3] / "examples" / "calculator" / "distill.toml"
+@pytest.mark.parametrize("example", ["calculator", "math"])
+def test_a_distillation_example_needs_its_teacher_and_says_so(example: str) -> None:
+    path = Path(__file__).parents[3] / "examples" / example / "distill.toml"
     values, sources = load_file(path)
     settings = build_settings(values, {"teacher": "runs/demo/model"}, sources)
     assert (settings.teacher, settings.reward_coef, settings.teacher_coef) == ("runs/demo/model", 0.0, 1.0)
