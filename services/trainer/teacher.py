@@ -60,17 +60,13 @@ class Teacher:
         self._lock = threading.Lock()
 
     @property
-    def url(self) -> str:
-        return self.urls[0]
-
-    @property
     def model(self) -> str:
         """The model scored with: the configured one, else the first the first replica lists (asked once)."""
         if not self._model:
             try:
                 self._model = self._replicas[0].model_name()
             except ReplicaError as error:
-                raise TeacherError(f"teacher at {self.url} does not answer: {error}") from None
+                raise TeacherError(f"teacher at {self.urls[0]} does not answer: {error}") from None
         return self._model
 
     def check(self, student_model: Path) -> None:
