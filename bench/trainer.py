@@ -12,6 +12,7 @@ forward pass of its saved weights.
     .venv/bin/python bench/trainer.py                       # tiny model, CPU, ~1 minute
     .venv/bin/python bench/trainer.py --profile             # also where a step's time goes
     .venv/bin/python bench/trainer.py --prefix-rows         # the cpu loop with and without shared prefixes
+    .venv/bin/python bench/trainer.py --prefix-rows --backends cpu,fsdp   # both backends' shared prefixes
     python bench/trainer.py --hidden 1024 --layers 16 --heads 16 --rows 32 --length 2048   # on a GPU
 
 The last line printed is one JSON object with every row.
@@ -168,20 +169,25 @@ def prefix_batch(groups: int, group_size: int, prompt: int, reply: int, vocab: i
     )  # fmt: skip
 
 
-def prefix_rows(model: Path, vocab: int, args: argparse.Namespace) -> list[dict[str, object]]:
-    """The cpu loop's step with shared prefixes against without, per group size and prompt:reply ratio."""
+def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace) -> list[dict[str, object]]:
+    """A backend's step with shared prefixes against without, per group size and prompt:reply ratio."""
     rows = []
     for group_size in (8, 16):
         for ratio in (1, 10, 50):
             batch = prefix_batch(args.prefix_groups, group_size, ratio * args.reply, args.reply, vocab)
             timings = {}
             for share in (False, True):
-                settings = RunSettings(model, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-5, share_prefixes=share)
+                settings = RunSettings(
+                    model, 10, groups_per_batch=1, backend=backend, learning_rate=1e-5, share_prefixes=share, dtype=dtype,
+                    micro_batch_tokens=args.micro_batch_tokens,
+                )  # fmt: skip
                 seconds, cpu_seconds, metrics = timed_steps(select_backend(settings), batch, args)
                 timings[share] = (statistics.median(seconds), statistics.median(cpu_seconds), metrics)
+                gc.collect()
             (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = timings[False], timings[True]
             rows.append({
-                "group_size": group_size, "prompt_to_reply": f"{ratio}:1", "tokens": batch.token_count,
+                "backend": backend, "dtype": dtype, "group_size": group_size, "prompt_to_reply": f"{ratio}:1",
+                "tokens": batch.token_count,
                 "tokens_computed": int(metrics["tokens_computed"]), "unshared_ms": round(step * 1000, 1),
                 "shared_ms": round(shared_step * 1000, 1), "speedup": round(step / shared_step, 2),
                 "cpu_speedup": round(cpu / shared_cpu, 2),
@@ -191,10 +197,10 @@ def prefix_rows(model: Path, vocab: int, args: argparse.Namespace) -> list[dict[
 
 
 def print_prefix_rows(rows: list[dict[str, object]]) -> None:
-    print(f"{'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}")
+    print(f"{'backend':<8} {'dtype':<9} {'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}")
     for row in rows:
         print(
-            f"{row['group_size']:>3} {row['prompt_to_reply']:>5} {row['tokens']:>7} {row['tokens_computed']:>9} "
+            f"{row['backend']:<8} {row['dtype']:<9} {row['group_size']:>3} {row['prompt_to_reply']:>5} {row['tokens']:>7} {row['tokens_computed']:>9} "
             f"{row['unshared_ms']:>12} {row['shared_ms']:>10} {row['speedup']:>7}x {row['cpu_speedup']:>11}x"
         )
 
@@ -371,7 +377,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also split one step: forward, backward, optimizer, other")
     parser.add_argument(
         "--prefix-rows", action="store_true",
-        help="instead: the cpu loop with and without shared prefixes, group sizes 8 and 16, prompt:reply 1:1, 10:1, 50:1",
+        help="instead: each backend (default cpu, fsdp on CUDA) with and without shared prefixes, group sizes 8 and 16, prompt:reply 1:1, 10:1, 50:1",
     )  # fmt: skip
     parser.add_argument("--prefix-groups", type=int, default=1, help="with --prefix-rows: groups a batch holds")
     parser.add_argument("--reply", type=int, default=64, help="with --prefix-rows: tokens of each row's own reply")
@@ -389,7 +395,9 @@ def main() -> None:
         config = json.loads((model / "config.json").read_text())
         vocab = config["vocab_size"]
         if args.prefix_rows:
-            shared = prefix_rows(model, vocab, args)
+            backends = (args.backends or ("fsdp" if torch.cuda.is_available() else "cpu")).split(",")
+            dtypes = [resolve_dtype(dtype) for dtype in args.dtype.split(",")]
+            shared = [row for dtype in dtypes for name in backends for row in prefix_rows(model, vocab, name, dtype, args)]
             print(f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers; "
                   f"{args.prefix_groups} groups a batch, replies of {args.reply} tokens")  # fmt: skip
             print_prefix_rows(shared)

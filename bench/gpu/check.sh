@@ -2,13 +2,14 @@
 # The trainer on a lent GPU in one call: what the machine lacks installed from the checkout, the
 # `gpu`-marked tests, bench/trainer.py at the 0.9B and 153M shapes in bfloat16 and float32 (fsdp
 # against the plain loop, MFU, peak memory, and the time to gather and write the weights a push
-# hands vLLM), and a Markdown table of it all for docs/trainer.md. Everything goes under $OUT
-# (six files). Each part has its own time limit, so one that hangs does not cost the others.
+# hands vLLM), fsdp's shared prefixes against none at the 153M shape, and a Markdown table of it
+# all for docs/trainer.md. Everything goes under $OUT (seven files). Each part has its own time
+# limit, so one that hangs does not cost the others.
 #
 #   bash bench/gpu/prepare.sh                                   # here, once, with network (.gpu/whl)
 #   run(command="bash bench/gpu/check.sh", carry=[".gpu"], timeout_s=600)   # the device call
 #   PYTHON=.venv/bin/python bash bench/gpu/check.sh --quick    # on CPU: tiny shapes, GPU tests skip
-#   bash bench/gpu/check.sh tests 153M                           # only some parts: tests, 0.9B, 153M
+#   bash bench/gpu/check.sh tests 153M                           # only some parts: tests, 0.9B, 153M, prefix
 # All three parts took 4.6 minutes on an H200 (plus about a minute to start the machine).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ PY=${PYTHON:-python3}
 GPU_DIR=${GPU_DIR:-.gpu}
 QUICK=0
 [ "${1:-}" = "--quick" ] && { QUICK=1; shift; }
-PARTS=${*:-0.9B tests 153M}
+PARTS=${*:-0.9B tests 153M prefix}
 want() { [[ " $PARTS " == *" $1 "* ]] || [ $QUICK = 1 ]; }
 mkdir -p "$OUT"
 started=$(date +%s)
@@ -59,8 +60,9 @@ fi
 
 # 3. The gpu-marked tests (they skip without CUDA) and the CPU-decidable defaults beside them.
 if want tests; then
-  timeout 110 "$PY" -m pytest -q -p no:cacheprovider -o addopts="--strict-markers" \
-    tests/unit/trainer/test_fsdp_on_gpu.py tests/unit/trainer/test_compute_defaults.py > "$OUT/tests.log" 2>&1
+  timeout 170 "$PY" -m pytest -q -p no:cacheprovider -o addopts="--strict-markers" \
+    tests/unit/trainer/test_fsdp_on_gpu.py tests/unit/trainer/test_compute_defaults.py \
+    tests/unit/trainer/test_fsdp_shared_prefixes.py > "$OUT/tests.log" 2>&1
   note "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 fi
 
@@ -68,7 +70,16 @@ if [ $QUICK = 0 ] && want 153M; then
   bench 153M 130 --hidden 1024 --layers 16 --heads 16 --rows 32 --length 2048 --steps 3 --warmup 1
 fi
 
-# 4. One table for docs/trainer.md, of the parts run.
+# 4. Shared prefixes in fsdp: group sizes 8 and 16, prompt:reply 1:1, 10:1 and 50:1, replies of 256 tokens.
+if want prefix; then
+  shape=(--hidden 1024 --layers 16 --heads 16 --reply 256 --steps 2 --warmup 1)
+  [ $QUICK = 1 ] && shape=(--hidden 128 --layers 2 --heads 2 --reply 16 --steps 1 --warmup 1)
+  timeout 150 "$PY" bench/trainer.py --prefix-rows --backends fsdp --dtype bfloat16 "${shape[@]}" > "$OUT/prefix.log" 2>&1
+  note "prefix: exit $?"
+  tail -9 "$OUT/prefix.log" | head -8
+fi
+
+# 5. One table for docs/trainer.md, of the parts run.
 shopt -s nullglob
 logs=("$OUT"/bench-*.log)
 if [ ${#logs[@]} -gt 0 ]; then

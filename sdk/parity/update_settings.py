@@ -59,7 +59,7 @@ class UpdateSettings:
     micro_batch_tokens: int = setting(16384, "fsdp backend: tokens per micro-batch on each GPU (bounds activation memory)", group="optimization")
     ray_workers_per_node: int = setting(0, "fsdp backend: training ranks per node as Ray actors (one per GPU); 0 trains in the trainer process", group="optimization")
     ray_nodes: int = setting(1, "with ray_workers_per_node: nodes of the Ray cluster at $RAY_ADDRESS to spread the ranks over, ray_workers_per_node on each, rank 0 on the trainer's node", group="optimization")
-    share_prefixes: bool = setting(True, "cpu backend: compute a prefix shared by a step's samples once; exact (the loss and gradients are the unshared computation's)", group="optimization")
+    share_prefixes: bool = setting(True, "compute a prefix shared by a step's samples once, in either backend; on only where exact (the loss and gradients are the unshared computation's)", group="optimization")
     checkpoint_interval: int = setting(10, "save a checkpoint every N steps (and always at the end); 0: only at the end", group="optimization")
     lora_rank: int = setting(0, "train a LoRA adapter of this rank on the frozen model instead of the whole model; 0: the whole model", group="lora")
     lora_alpha: int = setting(0, "LoRA scale numerator: updates are scaled by lora_alpha / lora_rank; 0: twice the rank", group="lora")

@@ -16,6 +16,7 @@ agents' shared prompts are long against the text that tells their tasks apart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,16 +60,21 @@ def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def shared_prefix_clusters(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, min_shared: int = MIN_SHARED_TOKENS
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    min_shared: int = MIN_SHARED_TOKENS,
+    limits: Sequence[int] | None = None,
 ) -> list[PrefixCluster]:
     """The batch's rows grouped by shared prefixes of at least `min_shared` tokens; rows that share none are in no cluster.
 
     Each cluster's prefix is the longest common prefix of its rows, capped one token short of
     its shortest row (a row that is the start of another, as an earlier turn of a session is,
-    keeps a token to compute past the prefix). Clusters are contiguous runs of the rows sorted by
-    ids, cut where the tokens saved, (rows - 1) x prefix length summed, are largest.
+    keeps a token to compute past the prefix) and at each row's entry of `limits`, if given.
+    Clusters are contiguous runs of the rows sorted by ids, cut where the tokens saved,
+    (rows - 1) x prefix length summed, are largest.
     """
     ids = row_ids(input_ids, attention_mask)
+    caps = [len(row) - 1 if limits is None else min(len(row) - 1, limits[index]) for index, row in enumerate(ids)]
     order = sorted(range(len(ids)), key=lambda row: ids[row].tolist())
     neighbours = [common_prefix_length(ids[a], ids[b]) for a, b in zip(order, order[1:], strict=False)]
 
@@ -77,13 +83,13 @@ def shared_prefix_clusters(
     best, cut, shared = [0] * (len(order) + 1), list(range(len(order) + 1)), [0] * (len(order) + 1)
     for end in range(1, len(order) + 1):
         best[end], cut[end] = best[end - 1], end - 1
-        common, shortest = len(ids[order[end - 1]]), len(ids[order[end - 1]])
+        common, cap = len(ids[order[end - 1]]), caps[order[end - 1]]
         for start in range(end - 2, -1, -1):
             common = min(common, neighbours[start])
             if common < min_shared:
                 break
-            shortest = min(shortest, len(ids[order[start]]))
-            prefix = min(common, shortest - 1)
+            cap = min(cap, caps[order[start]])
+            prefix = min(common, cap)
             saved = best[start] + (end - start - 1) * prefix
             if prefix >= min_shared and saved > best[end]:
                 best[end], cut[end], shared[end] = saved, start, prefix

@@ -25,6 +25,12 @@ training pass's own, detached, as the `cpu` loop and verl's own actor take them 
 batch is one on-policy mini-batch, so there is no separate forward pass; the attention
 kernel, padding-free micro-batches and gradient checkpointing follow `compute_defaults`;
 entropy (a metric, not in the loss) is checkpointed so its softmax is not kept for backward.
+
+With `share_prefixes`, rows that share a prefix of token ids reach the engine packed as prefix
+trees (`prefix_packing`): the prefix once, each row's tokens past it after it, and an attention
+mask that keeps the rows apart, which `verl_worker` gives the model in place of verl's causal one.
+The engine's one forward per packed row then computes each shared prefix once, and the loss,
+summed over sampled tokens, is the unshared one.
 """
 
 from __future__ import annotations
@@ -42,10 +48,13 @@ import torch
 import torch.distributed as dist
 
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.backends.shared_prefix import shares_exactly
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.compute_defaults import attention_layout, needs_gradient_checkpointing
 from parity.services.trainer.lora import peft_targets
 from parity.services.trainer.policy_loss import LossSettings, compute_advantages, policy_loss
+from parity.services.trainer.prefix_packing import PackedTrees, pack_prefix_trees, sampling_limits
+from parity.services.trainer.prefix_tree import shared_prefix_clusters
 from parity.services.trainer.run_settings import RunSettings
 
 log = structlog.get_logger(__name__)
@@ -127,7 +136,25 @@ class FsdpBackend(TrainingBackend):
         # on CPU the reference is a training engine that is never stepped.
         self.reference = self._worker(forward_only=self.on_gpu) if settings.kl_coef > 0 else None
         self.ranks = self.policy.world_size if self.pool is not None else dist.get_world_size()
+        self.shares_prefixes = settings.share_prefixes and self._sharing_is_exact()
         self.steps = 0
+
+    def _sharing_is_exact(self) -> bool:
+        """Whether prefix trees give this run the unshared update; says why not when they would not."""
+        from transformers import AutoConfig
+
+        settings = self.settings
+        reasons = {
+            "flash-attn's padding-free micro-batches take no tree mask": attention_layout(self.on_gpu).padding_free,
+            f"loss_agg_mode {settings.loss_agg_mode} averages per sample, not per token": settings.loss_agg_mode != "token-mean",
+            "LoRA dropout would share one mask across a prefix's rows": bool(settings.lora_dropout),
+            "the model has layers that do not attend to the whole prefix":
+                not shares_exactly(AutoConfig.from_pretrained(settings.model_path)),
+        }  # fmt: skip
+        unshared = [reason for reason, holds in reasons.items() if holds]
+        if unshared:
+            log.info("shared_prefixes_off", backend=self.name, why="; ".join(unshared))
+        return not unshared
 
     def _ray_pool(self) -> Any:
         import ray
@@ -208,13 +235,20 @@ class FsdpBackend(TrainingBackend):
             torch.cuda.get_device_properties(0).total_memory, padding_free, lora=bool(self.settings.lora_rank),
         )  # fmt: skip
 
-    def _logprobs(self, worker: Any, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    def _logprobs(self, worker: Any, ids: torch.Tensor, attention: torch.Tensor, trees: PackedTrees | None = None) -> torch.Tensor:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
         rows = ids.shape[0]
-        ids, attention, ones = _pad_rows(self.ranks, ids, attention, torch.ones(rows, ids.shape[1] - 1))
-        data = _tensordict(ids, attention, ones)
+        ones = torch.ones(rows, ids.shape[1] - 1)
+        if trees is None:
+            ids, attention, ones = _pad_rows(self.ranks, ids, attention, ones)
+            data = _tensordict(ids, attention, ones)
+        else:
+            ids, attention, ones, positions, segments = _pad_rows(
+                self.ranks, ids, attention, ones, trees.position_ids, trees.segments
+            )
+            data = _tensordict(ids, attention, ones, positions, segments=segments)
         tu.assign_non_tensor(data, compute_loss=False, calculate_entropy=False, temperature=1.0)
         output = _resolved(worker.infer_batch(data))
         return no_padding_2_padding(tu.get(output, "log_probs"), data)[:rows].float().cpu()
@@ -224,21 +258,27 @@ class FsdpBackend(TrainingBackend):
 
         started = time.perf_counter()
         advantages = compute_advantages(batch, self.settings.advantage_estimator, self.signal_weights)
+        trees = self._prefix_trees(batch)
+        ids, attention = (batch.input_ids, batch.attention_mask) if trees is None else (trees.input_ids, trees.attention_mask)
         # The weights before this update are the PPO "old" policy.
-        per_token = {"advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
+        per_token = {"response_mask": batch.response_mask, "advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
+        if trees is not None:
+            per_token = {name: trees.pack(values) for name, values in per_token.items()}
         if self.settings.ppo_epochs > 1:
             # Later epochs need the log-probs of the weights before the first; one epoch takes its own (_EngineLoss).
-            per_token["old_log_probs"] = self._logprobs(self.policy, batch.input_ids, batch.attention_mask)
+            per_token["old_log_probs"] = self._logprobs(self.policy, ids, attention, trees)
         if self.reference is not None:
-            per_token["ref_log_prob"] = self._logprobs(self.reference, batch.input_ids, batch.attention_mask)
+            per_token["ref_log_prob"] = self._logprobs(self.reference, ids, attention, trees)
+        if trees is not None:
+            per_token |= {"position_ids": trees.position_ids, "segments": trees.segments}
         names = list(per_token)
-        ids, attention, mask, *values = _pad_rows(
-            self.ranks, batch.input_ids, batch.attention_mask, batch.response_mask, *per_token.values()
-        )
+        ids, attention, *values = _pad_rows(self.ranks, ids, attention, *per_token.values())
+        fields = dict(zip(names, values, strict=True))
+        mask, positions = fields.pop("response_mask"), fields.pop("position_ids", None)
         metrics: dict[str, float] = {}
         for _ in range(self.settings.ppo_epochs):
             # A fresh tensordict each epoch: verl's worker writes its own keys into the one it trains on.
-            data = _tensordict(ids, attention, mask, **dict(zip(names, values, strict=True)))
+            data = _tensordict(ids, attention, mask, positions, **fields)
             tu.assign_non_tensor(data, global_batch_size=batch.size, temperature=1.0, calculate_entropy=True)
             output = tu.get(_resolved(self.policy.train_batch(data)), "metrics")
             grad_norm = float(output["grad_norm"])
@@ -252,7 +292,21 @@ class FsdpBackend(TrainingBackend):
         seconds = time.perf_counter() - started
         metrics["train_seconds"] = seconds
         metrics["tokens_per_s"] = batch.token_count * self.settings.ppo_epochs / seconds
+        # What one pass's forward ran over, against the samples' own tokens.
+        metrics["tokens_trained"] = float(batch.token_count)
+        metrics["tokens_computed"] = float(batch.token_count if trees is None else trees.token_count)
         return metrics
+
+    def _prefix_trees(self, batch: TrainingBatch) -> PackedTrees | None:
+        """The batch packed as prefix trees, or None where it shares nothing (it then trains as it is)."""
+        if not self.shares_prefixes:
+            return None
+        limits = sampling_limits(batch.response_mask)
+        clusters = shared_prefix_clusters(batch.input_ids, batch.attention_mask, limits=limits)
+        trees = pack_prefix_trees(
+            batch.input_ids, batch.attention_mask, batch.response_mask, clusters, self.settings.micro_batch_tokens
+        )
+        return trees if trees.shares else None
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         ids = torch.tensor([token_ids], dtype=torch.long)
@@ -308,13 +362,19 @@ def _pad_rows(multiple: int, ids: torch.Tensor, attention: torch.Tensor, *per_to
     return padded
 
 
-def _tensordict(ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor, **extra: torch.Tensor) -> Any:
-    """verl's padded layout (prompt = first token, response = the rest), converted to its padding-free one."""
+def _tensordict(
+    ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor, positions: torch.Tensor | None = None,
+    **extra: torch.Tensor,
+) -> Any:
+    """verl's padded layout (prompt = first token, response = the rest), converted to its padding-free one.
+    `positions` default to each row's own count; prefix trees give theirs."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
+    if positions is None:
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
     data = tu.get_tensordict({
-        "input_ids": ids, "attention_mask": attention, "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+        "input_ids": ids, "attention_mask": attention, "position_ids": positions,
         "prompts": ids[:, :1], "responses": ids[:, 1:], "response_mask": response_mask, **extra,
     })  # fmt: skip
     return left_right_2_no_padding(data)

@@ -1,5 +1,5 @@
 """Shared prefixes on the default model (SmolLM2-135M-Instruct, 30 layers, GQA, a tied head): the step's loss,
-metrics and gradients are the unshared path's, in float32, with LoRA, and in bfloat16."""
+metrics and gradients are the unshared path's, in float32, with LoRA, and in bfloat16, in both backends."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from parity.services.trainer.backends import cpu
 from parity.services.trainer.compute_defaults import CPU_BF16_ENV, cpu_bf16_units
+from tests.unit.trainer import test_fsdp_shared_prefixes as fsdp
 from tests.unit.trainer.test_shared_prefixes import (
     COMPARED,
     assert_same_update,
@@ -31,6 +32,14 @@ def test_sharing_gives_the_unshared_update_on_the_default_model(real_model_dir, 
     shared, unshared = (step(real_model_dir, batch, share, LEARNING_RATE, **settings) for share in (True, False))
     assert shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
     assert_same_update(shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol)
+
+
+@pytest.mark.parametrize(("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"])
+def test_prefix_trees_give_the_unshared_update_on_the_default_model_in_fsdp(real_model_dir, settings, grad_rtol) -> None:
+    batch = sharing_batch(3)
+    shared, unshared = (fsdp.step(real_model_dir, batch, share, learning_rate=LEARNING_RATE, **settings) for share in (True, False))
+    assert shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
+    assert_same_update(shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol, compared=fsdp.TOTALS)
 
 
 def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise_does(real_model_dir, monkeypatch) -> None:
