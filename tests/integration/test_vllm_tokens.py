@@ -133,3 +133,14 @@ def test_sampled_logprobs_match_transformers_forward(
         predicting = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
         reference = predicting.gather(1, torch.tensor(choice.token_ids)[:, None]).squeeze(1)
         assert (served - reference).abs().max().item() < LOGPROB_TOLERANCE
+
+
+def test_a_short_agent_prompt_is_a_prefix_cache_hit_when_repeated(client: OpenAI, vllm_server: VllmServer) -> None:
+    """A GRPO group's rollouts and an agent's later turns repeat a prompt that is often under vLLM's CPU
+    default block (128 tokens), which its prefix cache could never reuse; the launcher's blocks are smaller."""
+    messages = [{"role": "system", "content": " ".join(f"rule{index}" for index in range(10))}, QUESTION[1]]
+    first = create(client, vllm_server, messages, max_tokens=2)
+    again = create(client, vllm_server, messages, max_tokens=2)
+    assert first.usage.prompt_tokens < 128
+    assert again.usage.prompt_tokens_details is not None
+    assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 32
