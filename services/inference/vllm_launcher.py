@@ -167,6 +167,8 @@ class VllmLaunchConfig:
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
         self.python = Path(self.python)
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.cpu_kv_cache_gib < 1:
             raise ValueError("cpu_kv_cache_gib must be at least 1: vLLM reads it as whole GiB")
         if self.lora_rank:
@@ -193,8 +195,10 @@ class VllmLaunchConfig:
             args += ["--served-model-name", self.served_model_name]
         if self.enforce_eager:
             args.append("--enforce-eager")
-        block_size = self.block_size or (CPU_BLOCK_SIZE if serves_on_cpu(self.python) else None)
-        if block_size:
+        block_size = self.block_size
+        if block_size is None and serves_on_cpu(self.python):
+            block_size = CPU_BLOCK_SIZE
+        if block_size is not None:
             args += ["--block-size", str(block_size)]
         if self.enable_scale_out:
             args.append("--enable-scale-out")

@@ -65,6 +65,9 @@ _VERL_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Metrics that are a micro-batch's share of a batch total (the loss is normalised by the
 # whole batch's tokens); the others are per-micro-batch means.
 _SUMMED_METRICS = ("policy_loss", "kl")
+# A tree's attention mask holds a value per pair of its positions, and on a GPU SDPA keeps it as a bias
+# in the compute dtype for each layer's backward: 8,192 positions are 128 MiB a layer in bf16.
+MAX_TREE_TOKENS = 8192
 
 
 def _free_port() -> int:
@@ -144,12 +147,14 @@ class FsdpBackend(TrainingBackend):
         from transformers import AutoConfig
 
         settings = self.settings
+        config = AutoConfig.from_pretrained(settings.model_path)
         reasons = {
             "flash-attn's padding-free micro-batches take no tree mask": attention_layout(self.on_gpu).padding_free,
             f"loss_agg_mode {settings.loss_agg_mode} averages per sample, not per token": settings.loss_agg_mode != "token-mean",
             "LoRA dropout would share one mask across a prefix's rows": bool(settings.lora_dropout),
-            "the model has layers that do not attend to the whole prefix":
-                not shares_exactly(AutoConfig.from_pretrained(settings.model_path)),
+            "the model has dropout, or layers that do not attend to the whole prefix": not shares_exactly(config),
+            # A tree's rows take their positions from position_ids; biases from packed offsets (ALiBi) would not.
+            "the model's positions are not rotary": getattr(config, "rope_parameters", None) is None,
         }  # fmt: skip
         unshared = [reason for reason, holds in reasons.items() if holds]
         if unshared:
@@ -303,9 +308,8 @@ class FsdpBackend(TrainingBackend):
             return None
         limits = sampling_limits(batch.response_mask)
         clusters = shared_prefix_clusters(batch.input_ids, batch.attention_mask, limits=limits)
-        trees = pack_prefix_trees(
-            batch.input_ids, batch.attention_mask, batch.response_mask, clusters, self.settings.micro_batch_tokens
-        )
+        budget = min(self.settings.micro_batch_tokens, MAX_TREE_TOKENS)
+        trees = pack_prefix_trees(batch.input_ids, batch.attention_mask, batch.response_mask, clusters, budget)
         return trees if trees.shares else None
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:

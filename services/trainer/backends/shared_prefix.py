@@ -30,10 +30,12 @@ ModelCall = Callable[..., Any]
 
 
 def shares_exactly(config: PretrainedConfig) -> bool:
-    """Whether every layer's cache keeps the whole prefix's keys and values. A sliding-window layer keeps
-    only its window and a linear-attention layer a state, so branches on them would not see what the
-    whole rows see: such models train unshared."""
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+    """Whether every layer's cache keeps the whole prefix's keys and values, and training draws no dropout.
+    A sliding-window layer keeps only its window and a linear-attention layer a state, so branches on them
+    would not see what the whole rows see; dropout would draw one mask for a prefix all its rows share.
+    Such models train unshared."""
+    dropout = any(isinstance(value, float) and value > 0 for key, value in vars(config).items() if "drop" in key)
+    return not dropout and all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
 
 
 def first_sampled_position(response_mask: torch.Tensor) -> int:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoConfig, BloomConfig
 
-from parity.services.trainer.backends import select_backend
+from parity.services.trainer.backends import fsdp, select_backend
 from parity.services.trainer.backends.fsdp import FsdpBackend
 from parity.services.trainer.batch_tensors import TrainingBatch
+from parity.services.trainer.compute_defaults import AttentionLayout, attention_layout
 from parity.services.trainer.prefix_tree import MIN_SHARED_TOKENS
 from parity.services.trainer.run_settings import RunSettings
 from tests.unit.trainer.test_shared_prefixes import COMPARED, assert_same_update, sharing_batch
 
+pytestmark = pytest.mark.skipif(
+    attention_layout(torch.cuda.is_available()).padding_free, reason="flash-attn's padding-free micro-batches take no tree mask"
+)
 # fsdp averages clip fraction and entropy per micro-batch, as verl does, and trees change what a
 # micro-batch holds; the loss terms and the gradient are the batch's own.
 TOTALS = tuple(key for key in COMPARED if key not in ("entropy", "clip_fraction", "ppo_kl", "tis_weight_mean", "rollout_logprob_diff"))
@@ -81,8 +87,26 @@ def test_a_batch_sharing_nothing_trains_as_it_is(tiny_model_dir) -> None:
     assert metrics["tokens_computed"] == metrics["tokens_trained"] == alone.token_count
 
 
-def test_prefix_trees_are_off_where_they_would_not_give_the_unshared_update(tiny_model_dir) -> None:
+def test_prefix_trees_are_off_where_they_would_not_give_the_unshared_update(tiny_model_dir, monkeypatch) -> None:
     assert not backend(tiny_model_dir, False).shares_prefixes
     # A per-sample mean weighs a tree's rows as one sample; dropout would draw one mask for a prefix's rows.
     assert not backend(tiny_model_dir, True, loss_agg_mode="seq-mean-token-mean").shares_prefixes
     assert not backend(tiny_model_dir, True, lora_rank=4, lora_dropout=0.1).shares_prefixes
+    trainer = backend(tiny_model_dir, True)
+    assert trainer.shares_prefixes
+    # flash-attn's padding-free micro-batches find rows from position resets and take no mask.
+    monkeypatch.setattr(fsdp, "attention_layout", lambda on_gpu: AttentionLayout("flash_attention_2", padding_free=True))
+    assert not trainer._sharing_is_exact()
+
+
+def test_models_with_dropout_or_positions_not_from_position_ids_train_unshared(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "dropout"
+    shutil.copytree(tiny_model_dir, folder)
+    config = AutoConfig.from_pretrained(folder)
+    config.attention_dropout = 0.1
+    config.save_pretrained(folder)
+    assert not backend(folder, True).shares_prefixes
+    # ALiBi (Bloom) biases attention by packed offsets, which a tree's rows do not share with their whole rows.
+    trainer = backend(tiny_model_dir, True)
+    monkeypatch.setattr(AutoConfig, "from_pretrained", lambda *_: BloomConfig(n_layer=2))
+    assert not trainer._sharing_is_exact()
