@@ -55,10 +55,6 @@ class PackedTrees:
     shifted position stands for, -1 where it stands for none (the prefix, a segment's last token, padding)."""
 
     @property
-    def size(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    @property
     def token_count(self) -> int:
         return int(self.attention_mask.sum())
 

@@ -61,7 +61,7 @@ def test_every_sampled_token_is_kept_once_and_labelled_as_in_its_row(groups, bud
         assert int(trees.input_ids[tree, position + 1]) == int(ids[row, t + 1])
         assert int(trees.position_ids[tree, position]) == t
     lengths = trees.attention_mask.sum(dim=1)
-    for tree in range(trees.size):
+    for tree in range(len(trees.input_ids)):
         if (trees.segments[tree] != PREFIX_SEGMENT).any():
             assert int(lengths[tree]) <= budget
     if budget == 10_000:
@@ -77,7 +77,7 @@ def test_a_group_and_a_session_pack_as_trees_and_a_lone_row_is_unchanged() -> No
     # The group's four replies to one prompt, and the session's two turns (capped where its first reply starts).
     assert [len(cluster.rows) for cluster in clusters] == [4, 2]
     prompt, turn = clusters[0].prefix_length, clusters[1].prefix_length
-    assert trees.size == 3
+    assert len(trees.input_ids) == 3
     assert trees.token_count == int(lengths.sum()) - 3 * prompt - turn + 3 + 1
     lone = [tree for tree in range(3) if not (trees.segments[tree] != PREFIX_SEGMENT).any()][0]
     row = int(lengths[6])
