@@ -150,12 +150,15 @@ class PlainLoop:
         """Nothing outlives the loop."""
 
 
-def prefix_batch(groups: int, group_size: int, prompt: int, reply: int, vocab: int, seed: int = 0) -> TrainingBatch:
-    """GRPO groups: `group_size` rows per group share a prompt of `prompt` tokens, each with a reply of its own."""
+def prefix_batch(
+    groups: int, group_size: int, prompt: int, reply: int, vocab: int, seed: int = 0, shared: bool = True
+) -> TrainingBatch:
+    """GRPO groups: `group_size` rows per group share a prompt of `prompt` tokens (each its own unless
+    `shared`), each with a reply of its own."""
     generator = torch.Generator().manual_seed(seed)
     rows, length = groups * group_size, prompt + reply
     ids = torch.randint(5, vocab - 1, (rows, length), generator=generator)
-    for group in range(groups):
+    for group in range(groups if shared else 0):
         ids[group * group_size : (group + 1) * group_size, :prompt] = ids[group * group_size, :prompt]
     mask, rewards = torch.zeros(rows, length - 1), torch.zeros(rows, length - 1)
     mask[:, prompt - 1 :] = 1
@@ -170,11 +173,13 @@ def prefix_batch(groups: int, group_size: int, prompt: int, reply: int, vocab: i
 
 
 def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace) -> list[dict[str, object]]:
-    """A backend's step with shared prefixes against without, per group size and prompt:reply ratio."""
+    """A backend's step with shared prefixes against without, per group size and prompt:reply ratio; ratio 0 is
+    10:1 with every row's prompt its own, where the setting finds nothing to share."""
     rows = []
     for group_size in (8, 16):
-        for ratio in (1, 10, 50):
-            batch = prefix_batch(args.prefix_groups, group_size, ratio * args.reply, args.reply, vocab)
+        for ratio in (0, 1, 10, 50):
+            prompt = (ratio or 10) * args.reply
+            batch = prefix_batch(args.prefix_groups, group_size, prompt, args.reply, vocab, shared=ratio > 0)
             timings = {}
             for share in (False, True):
                 settings = RunSettings(
@@ -186,7 +191,7 @@ def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argpars
                 gc.collect()
             (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = timings[False], timings[True]
             rows.append({
-                "backend": backend, "dtype": dtype, "group_size": group_size, "prompt_to_reply": f"{ratio}:1",
+                "backend": backend, "dtype": dtype, "group_size": group_size, "prompt_to_reply": f"{ratio}:1" if ratio else "none",
                 "tokens": batch.token_count,
                 "tokens_computed": int(metrics["tokens_computed"]), "unshared_ms": round(step * 1000, 1),
                 "shared_ms": round(shared_step * 1000, 1), "speedup": round(step / shared_step, 2),
