@@ -64,7 +64,8 @@ import openai
 from packaging.requirements import Requirement
 from scratch import scratch_dir
 
-from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
+from parity.services.inference.cpu_build import cpu_layout
+from parity.services.inference.vllm_launcher import vllm_python
 from parity.services.stack.local_ca import LocalCertificateAuthority
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,13 +25,13 @@ from pathlib import Path
 import httpx
 from scratch import scratch_dir
 
+from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.engine_core_placement import descendants
 from parity.services.inference.packaged_models import DEFAULT_MODEL, resolve_model
 from parity.services.inference.tiny_model import generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     VllmLaunchConfig,
     VllmServer,
-    cpu_layout,
     vllm_python,
 )
 from parity.training.local_stack import free_port

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     VllmLaunchConfig,
     VllmServer,
-    cpu_layout,
     vllm_python,
 )
 from parity.services.trainer.backends.cpu import CpuBackend

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +23,7 @@ from typing import Self
 import httpx
 import structlog
 
+from parity.services.inference.cpu_build import CPU_BLOCK_SIZE, serves_on_cpu
 from parity.services.inference.engine_core_placement import (
     engine_core_pids,
     parse_cpu_list,
@@ -40,11 +40,6 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOG_TAIL_BYTES = 4000
 # vLLM's --dtype values Parity supports: auto takes the checkpoint's (bfloat16 for most hub models).
 SERVED_DTYPES = ("float32", "bfloat16", "float16", "auto")
-# vLLM's CPU build defaults to 128-token KV-cache blocks, and its prefix cache reuses only whole blocks,
-# so an agent's prompt or turn under 128 tokens was computed again for every rollout and every later
-# turn. At 32 (its kernels want a multiple of 32) the main job's cache hit rate went from 0 to 75% and
-# its rollouts from 26-95 s a step to 10-17 s (docs/design/vllm-cpu-block-size.md).
-CPU_BLOCK_SIZE = 32
 # The --max-lora-rank values vLLM accepts; a LoRA rank is served under the smallest that holds it.
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -79,43 +74,6 @@ def vllm_python() -> Path:
     """The interpreter vLLM runs under: the inference environment's, else this one, for
     images that hold both."""
     return find_vllm_python() or Path(sys.executable)
-
-
-@dataclass(frozen=True)
-class CpuLayout:
-    """How a CPU host shares its cores between vLLM's worker and the processes around it.
-
-    vLLM's CPU backend pins its worker threads to cores, and anything the scheduler puts
-    on those cores slows every token: on 2 cores, agents through an unpinned ingest took
-    20% longer than direct ones, and 2 to 7% longer with ingest kept off the worker's core.
-    vLLM's engine core goes on the worker's cores too (see engine_core_placement).
-    """
-
-    worker: tuple[int, ...]
-    others: frozenset[int]
-
-    @property
-    def worker_bind(self) -> str:
-        """The worker's cores as VLLM_CPU_OMP_THREADS_BIND takes them."""
-        return ",".join(map(str, self.worker))
-
-
-def serves_on_cpu(python: Path) -> bool:
-    """Whether `python`'s environment has vLLM's CPU build."""
-    return any(python.parent.parent.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
-
-
-def cpu_layout(python: Path, cores: Iterable[int] | None = None) -> CpuLayout | None:
-    """vLLM's own default split, made explicit: its worker on every core but the last of
-    `cores` (those this process may use), the rest of the stack on the last. None unless
-    `python` runs vLLM's CPU build (a GPU worker leaves the cores free) on more than
-    one core."""
-    if not serves_on_cpu(python):
-        return None
-    usable = sorted(os.sched_getaffinity(0) if cores is None else cores)
-    if len(usable) < 2:
-        return None
-    return CpuLayout(tuple(usable[:-1]), frozenset(usable[-1:]))
 
 
 @dataclass

@@ -29,6 +29,7 @@ import structlog
 from parity.clients.health import HealthClient
 from parity.clients.transport import ChannelSecurity, set_process_security
 from parity.services.console.settings import TOKEN_ENV
+from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
 from parity.services.inference.parent_death import die_with_parent
@@ -37,7 +38,6 @@ from parity.services.inference.vllm_launcher import (
     VllmExitedError,
     VllmLaunchConfig,
     VllmServer,
-    cpu_layout,
     lora_rank_arg,
 )
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
@@ -445,4 +445,3 @@ def main(argv: list[str] | None = None) -> int:
     stop_requested = threading.Event()
     stop_on_signals(stop_requested)
     return run(args, stop_requested)
-

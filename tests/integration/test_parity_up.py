@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.engine_core_placement import descendants, engine_core_pids
-from parity.services.inference.vllm_launcher import cpu_layout, vllm_python
+from parity.services.inference.vllm_launcher import vllm_python
 from parity.services.runtime.auth import ROLES
 from tests.conftest import free_port, free_port_run
 from tests.integration.test_grpcurl import SERVICES, grpcurl

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from parity.services.inference.vllm_launcher import CPU_BLOCK_SIZE, VllmLaunchConfig
+from parity.services.inference.cpu_build import CPU_BLOCK_SIZE
+from parity.services.inference.vllm_launcher import VllmLaunchConfig
 from tests.unit.inference.test_cpu_layout import _environment
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.services.inference.vllm_launcher import CpuLayout, VllmLaunchConfig, cpu_layout
+from parity.services.inference.cpu_build import CpuLayout, cpu_layout
+from parity.services.inference.vllm_launcher import VllmLaunchConfig
 
 
 def _environment(root: Path, distribution: str) -> Path:
