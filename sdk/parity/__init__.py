@@ -31,7 +31,14 @@ if TYPE_CHECKING:
     from parity.rewards import areward, reward
     from parity.session_budget import SessionBudget
     from parity.session_slug import SessionRef
-    from parity.sessions import TrajectoryView, current_session, session, session_url, trajectory
+    from parity.sessions import (
+        TrajectoryView,
+        current_session,
+        session,
+        session_url,
+        thread,
+        trajectory,
+    )
     from parity.training import StackAddresses, Trainer, TrainResult, TrainSettings, train
     from parity.user_data import Deletion, delete_user_data
 
@@ -61,6 +68,7 @@ _EXPORTS = {
     "TrajectoryView": "parity.sessions",
     "current_session": "parity.sessions",
     "session": "parity.sessions",
+    "thread": "parity.sessions",
     "session_url": "parity.sessions",
     "trajectory": "parity.sessions",
     "StackAddresses": "parity.training.settings",
@@ -116,6 +124,7 @@ __all__ = [
     "rollback",
     "session",
     "session_url",
+    "thread",
     "train",
     "trajectory",
 ]

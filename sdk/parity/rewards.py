@@ -20,8 +20,12 @@ def reward(
     *,
     reward_id: str | None = None,
     metadata: dict[str, str] | None = None,
+    thread: str | None = None,
 ) -> str:
     """Report a reward for the current trajectory, or for one of its steps.
+
+    A trajectory reward made inside `parity.thread(name)`, or given `thread=name`, scores that thread's
+    samples only (a subagent's outcome); `thread=""` scores the whole trajectory from inside a thread.
 
     `step` is the step's position in the trajectory (0 for its first LLM call) or the
     call id. Returns the reward id; passing the same `reward_id` again is a no-op, so
@@ -46,6 +50,9 @@ def reward(
         source="sdk",
         metadata=metadata or {},
     )
+    thread_id = ref.thread_id if thread is None else thread
+    if thread_id and step is None:
+        message.thread_id = thread_id
     if isinstance(step, str):
         message.call_id = step
     elif step is not None:

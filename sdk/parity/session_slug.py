@@ -1,7 +1,7 @@
 """The session segment of an ingest base URL: `http://HOST:PORT/sessions/{slug}/v1`.
 
 A plain session id is its own slug (`/sessions/episode-7/v1`), so curl users can
-type one. Nested sessions, a trajectory name, metadata and a budget need more than a URL
+type one. Nested sessions, a trajectory name, a thread, metadata and a budget need more than a URL
 segment can hold as is (so do an end user and tags); they travel as `p1.` followed by URL-safe base64 of a
 compact JSON object. Both forms are also accepted in the `X-Parity-Session` header.
 """
@@ -44,13 +44,16 @@ class SessionRef:
     """The end user the session serves (parity/attribution.py); empty: none given."""
     tags: tuple[str, ...] = ()
     """Labels of the session, sorted, without repeats."""
+    thread_id: str = ""
+    """The thread of the session its calls belong to (an orchestrator's, a subagent's); empty: the assembler finds
+    each call's thread from its token ids."""
 
 
 def encode(ref: SessionRef) -> str:
     check(ref)
     plain = not (
         ref.parent_session_ids or ref.trajectory_name or ref.metadata or ref.history_mode or ref.budget
-        or ref.end_user_id or ref.tags
+        or ref.end_user_id or ref.tags or ref.thread_id
     )  # fmt: skip
     if plain and _PLAIN_ID.fullmatch(ref.session_id) and not ref.session_id.startswith(PREFIX):
         return ref.session_id
@@ -69,6 +72,8 @@ def encode(ref: SessionRef) -> str:
         document["u"] = ref.end_user_id
     if ref.tags:
         document["g"] = list(ref.tags)
+    if ref.thread_id:
+        document["r"] = ref.thread_id
     packed = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     slug = PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
     if len(slug) > MAX_SLUG_LENGTH:
@@ -113,9 +118,12 @@ def decode(slug: str) -> SessionRef:
         raise ValueError("session slug 'u' must be a string")
     if not isinstance(tags, list):
         raise ValueError("session slug 'g' must be a list of tags")
+    thread_id = document.get("r", "")
+    if not isinstance(thread_id, str):
+        raise ValueError("session slug 'r' (the thread) must be a string")
     ref = SessionRef(
         document["s"], tuple(parents), trajectory, metadata, history_mode, budget, end_user_id,
-        normalize_tags(tags, "session slug 'g'"),
+        normalize_tags(tags, "session slug 'g'"), thread_id,
     )  # fmt: skip
     check(ref)
     return ref
@@ -125,7 +133,7 @@ def check(ref: SessionRef) -> None:
     """Raise ValueError if the token store would refuse the session's ids or metadata."""
     if not ref.session_id:
         raise ValueError("session_id must not be empty")
-    named = [("session_id", ref.session_id), ("trajectory_name", ref.trajectory_name)]
+    named = [("session_id", ref.session_id), ("trajectory_name", ref.trajectory_name), ("thread_id", ref.thread_id)]
     named += [(f"parent_session_ids[{i}]", parent) for i, parent in enumerate(ref.parent_session_ids)]
     for what, value in named:
         if len(value) > MAX_ID_LENGTH:

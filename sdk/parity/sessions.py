@@ -11,6 +11,7 @@ needs to know about Parity. A process started for one session (an agent command 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 import os
@@ -108,6 +109,54 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
 
     def _close(self) -> None:
         assert self._token is not None, "session exited without being entered"
+        _current.reset(self._token)
+        self._token = None
+
+    def __enter__(self) -> SessionRef:
+        return self._open()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self._close()
+
+    async def __aenter__(self) -> SessionRef:
+        return self._open()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._close()
+
+
+class thread:  # noqa: N801 - used like a function: `with parity.thread("researcher"):`
+    """Name the thread of the current session that the calls made inside belong to: an orchestrator's, or one
+    of the subagents it runs in the same episode.
+
+        with parity.thread("researcher"):
+            client.chat.completions.create(...)
+
+    The session stays the same (its rollout, rewards and group); only the calls' thread changes. The
+    assembler merges each thread's calls on their own, and a `parity.reward()` made inside scores that
+    thread's samples only. Without it the assembler finds threads from the token ids alone; a framework
+    that cannot run code around a subagent's calls can send the `X-Parity-Thread` header instead.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not name:
+            raise ValueError("a thread needs a name")
+        self.name = name
+        self._token: contextvars.Token[SessionRef | None] | None = None
+
+    def _open(self) -> SessionRef:
+        parent = current_session()
+        if parent is None:
+            raise RuntimeError("parity.thread() needs an active session: open it inside parity.session() or @trajectory")
+        ref = dataclasses.replace(parent, thread_id=self.name)
+        session_slug.check(ref)
+        self._token = _current.set(ref)
+        return ref
+
+    def _close(self) -> None:
+        assert self._token is not None, "thread exited without being entered"
         _current.reset(self._token)
         self._token = None
 

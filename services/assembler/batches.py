@@ -38,6 +38,10 @@ class BatchStats:
     reward_mean: float = 0.0
     reward_std: float = 0.0
     capped_episode_count: int = 0
+    thread_count: int = 0
+    threads_per_session: float = 0.0
+    max_thread_repetition: float = 1.0
+    threads_ended_at_limit: int = 0
 
 
 @dataclass(slots=True)
@@ -149,4 +153,8 @@ def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: Bui
         reward_mean=mean,
         reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
         capped_episode_count=built.capped_episodes,
+        thread_count=built.threads,
+        threads_per_session=built.threads / sessions if (sessions := len({s.session_id for s in samples})) else 0.0,
+        max_thread_repetition=built.max_thread_repetition,
+        threads_ended_at_limit=built.threads_ended_at_limit,
     )

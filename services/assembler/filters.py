@@ -18,15 +18,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parity.services.assembler.prefix_merge import DEFAULT_MAX_OPEN_THREADS
 from parity.services.assembler.samples import LengthLimit
+
+# Where a named thread's samples find the others their advantage is relative to: the episode's group (every
+# sample of the group's episodes, whatever its thread), or its role (the samples of the threads of the same
+# name across the group's episodes: an orchestrator is compared with orchestrators, a judge with judges).
+THREAD_ADVANTAGES = ("episode", "role")
 
 
 @dataclass(frozen=True)
 class FilterSettings:
+    """What is trained on, and how samples are cut and grouped."""
+
     drop_failed_rollouts: bool = True
     drop_unrewarded: bool = True
     drop_zero_variance_groups: bool = True
     length: LengthLimit = field(default_factory=LengthLimit)
+    max_open_threads: int = DEFAULT_MAX_OPEN_THREADS
+    thread_advantage: str = "episode"
 
 
 @dataclass(frozen=True)

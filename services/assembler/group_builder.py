@@ -13,7 +13,7 @@ from parity.feedback_rule import is_feedback
 from parity.rewards import has_no_variance
 from parity.services.assembler.filters import FilterSettings, Staleness
 from parity.services.assembler.rollouts import Rollout
-from parity.services.assembler.samples import build_samples
+from parity.services.assembler.samples import TrajectorySamples, build_samples
 from parity.services.assembler.trajectories import split_trajectories
 
 _SESSION_CAPPED = llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED
@@ -25,6 +25,11 @@ class BuildStats:
     splits: int = 0
     split_reasons: Counter[str] = field(default_factory=Counter)
     repeated_tokens: int = 0
+    # Threads of the built trajectories, those ended at the open-thread limit, and the most any one thread's
+    # samples repeated of its tokens (tokens in its samples ÷ its unique tokens).
+    threads: int = 0
+    threads_ended_at_limit: int = 0
+    max_thread_repetition: float = 1.0
     truncated: int = 0
     unusable_calls: int = 0
     # Rewards that scored no trajectory or step.
@@ -38,6 +43,9 @@ class BuildStats:
         self.splits += other.splits
         self.split_reasons.update(other.split_reasons)
         self.repeated_tokens += other.repeated_tokens
+        self.threads += other.threads
+        self.threads_ended_at_limit += other.threads_ended_at_limit
+        self.max_thread_repetition = max(self.max_thread_repetition, other.max_thread_repetition)
         self.truncated += other.truncated
         self.unusable_calls += other.unusable_calls
         self.unplaced_rewards += other.unplaced_rewards
@@ -103,11 +111,18 @@ def build_group(
             if settings.drop_unrewarded and not trajectory.rewarded and not rollout.teacher_scored:
                 stats.filtered["unrewarded_trajectory"] += 1
                 continue
-            built = build_samples(trajectory, rollout.episode_id, group_id, settings.length)
+            built = build_samples(trajectory, rollout.episode_id, group_id, settings.length, settings.max_open_threads)
             stats.merged_calls += built.merged_calls
             stats.splits += built.splits
             stats.split_reasons.update(built.split_reasons)
             stats.repeated_tokens += built.repeated_tokens
+            stats.threads += built.threads
+            stats.threads_ended_at_limit += built.threads_ended_at_limit
+            stats.max_thread_repetition = max(stats.max_thread_repetition, thread_repetition(built))
+            if settings.thread_advantage == "role":
+                for sample in built.samples:
+                    if sample.thread_id:
+                        sample.advantage_group = f"{group_id}/{sample.thread_id}"
             stats.truncated += built.truncated
             stats.unusable_calls += built.unusable_calls
             stats.filtered["overlong_sample"] += built.dropped_overlong
@@ -123,6 +138,13 @@ def build_group(
         elif settings.drop_zero_variance_groups and has_no_variance(returns) and not _teacher_scored(build.rollouts):
             build.dropped = "zero_variance_group"
     return build
+
+
+def thread_repetition(built: TrajectorySamples) -> float:
+    """The most any one thread of the trajectory trained of its tokens: tokens in its samples ÷ unique ones."""
+    ratios = [tokens / max(tokens - built.thread_repeated_tokens[thread], 1)
+              for thread, tokens in built.thread_tokens.items() if tokens]  # fmt: skip
+    return max(ratios, default=1.0)
 
 
 def _teacher_scored(rollouts: Sequence[Rollout]) -> bool:

@@ -1,27 +1,37 @@
 """Prefix merging: the calls of one trajectory become as few token-exact sequences as possible.
 
-A multi-turn agent re-sends its whole conversation on every call, so call k+1's prompt
-usually starts with call k's prompt and the completion the model sampled. When it
-does, byte for byte, the two calls are one sequence: the new prompt tokens (a tool
-result, a user turn, template tokens) are appended with loss mask 0, then the new
-completion with loss mask 1. When it does not (a chat template that drops earlier
-reasoning, an edited or truncated history), the sequence so far is finished and a new
-one starts: a split. Nothing is ever decoded or re-tokenized; every token id in a
-sample is one that vLLM reported.
+A multi-turn agent re-sends its whole conversation on every call, so a call's prompt
+usually starts with an earlier call's prompt and the completion the model sampled.
+When it does, byte for byte, the two calls are one sequence: the new prompt tokens (a
+tool result, a user turn, template tokens) are appended with loss mask 0, then the new
+completion with loss mask 1. Nothing is ever decoded or re-tokenized; every token id in
+a sample is one that vLLM reported.
 
-A call with several choices forks the sequence: the next call continues whichever
-choice its prompt extends, and every other choice ends as a sample of its own.
+Threads. An agent that runs subagents (an orchestrator and its workers, an agent called
+as a tool) interleaves several conversations in one trajectory. Every sequence stays
+open as a thread, and a call joins the thread whose tokens its prompt extends (the
+longest, when several do), so each conversation is one sequence however the calls
+interleave. A call that extends none either rewrites a thread's history or opens a new
+thread: it rewrites thread T when it repeats T's opening (the whole prompt of T's first
+call), goes on past it, and then departs from T; otherwise it is a new conversation. Where the agent names
+its threads (`X-Parity-Thread`, the session slug's thread), a call only joins or
+rewrites threads of its own name.
 
-Each split is counted with its reason, read off where the new prompt leaves the
-sequence it came closest to extending:
+A rewrite finishes the thread's sequence and starts a new one in its place: a split,
+counted with its reason, read off where the new prompt leaves the thread:
 - `reply_rerendered`: inside the previous reply: its text, rendered again, gave other
   ids than the ones sampled (a template that drops reasoning, or a non-canonical
   tokenization of what was sampled);
 - `history_changed`: before the previous reply: earlier turns were edited, or the
   template renders them differently now;
 - `history_cut`: the prompt is a strict prefix of the sequence (a truncated history).
-The tokens the new sequence shares with that one are counted as repeated: they are
+The tokens the new sequence shares with the old one are counted as repeated: they are
 trained again, so tokens trained ÷ (tokens trained − repeated) is what splits cost.
+
+A call with several choices forks its thread: each choice is a sequence of its own, and
+the next call continues whichever choice its prompt extends; the others end with the
+trajectory. At most `max_open_threads` sequences stay open: past that, the least
+recently extended one ends (counted), so a session of hundreds of threads stays bounded.
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from dataclasses import dataclass, field
 from parity import tokens
 
 _ZERO_FLOAT = b"\x00\x00\x00\x00"
+# Open sequences a trajectory keeps before the least recently extended one ends.
+DEFAULT_MAX_OPEN_THREADS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +64,8 @@ class StepTokens:
     prompt: bytes
     choices: tuple[ChoiceTokens, ...]
     policy_version: int
+    # The thread the agent named for the call; empty: the token ids decide.
+    thread_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +89,10 @@ class MergedSequence:
     prompt_length: int
     # Oldest policy version among the steps whose tokens were sampled.
     policy_version: int
+    # The thread the sequence belongs to: its number in the trajectory, in the order threads opened, and the
+    # name the agent gave it (empty when the token ids found it).
+    thread_index: int = 0
+    thread_id: str = ""
 
     @property
     def token_count(self) -> int:
@@ -90,11 +108,16 @@ class MergeResult:
     sequences: list[MergedSequence]
     # Calls appended to the sequence of an earlier call.
     merged_calls: int = 0
-    # Calls whose prompt did not extend the sequence before them, by reason.
+    # Calls that rewrote their thread's history instead of extending it, by reason.
     splits: int = 0
     split_reasons: Counter[str] = field(default_factory=Counter)
-    # Tokens a split's new sequence shares with the sequence it broke from.
+    # Tokens a split's new sequence shares with the sequence it broke from, in all and by thread.
     repeated_tokens: int = 0
+    repeated_by_thread: Counter[int] = field(default_factory=Counter)
+    # Conversations in the trajectory: calls that extended and rewrote no open sequence opened one.
+    threads: int = 0
+    # Sequences ended because more than max_open_threads were open.
+    threads_ended_at_limit: int = 0
 
 
 @dataclass(slots=True)
@@ -102,6 +125,10 @@ class _Builder:
     """A sequence being built; pieces are joined once, when it is finished."""
 
     token_ids: bytearray
+    thread_index: int
+    thread_id: str
+    # The prompt of the thread's first call: a call that repeats it belongs to the thread.
+    opening: bytes
     mask: list[bytes] = field(default_factory=list)
     logprobs: list[bytes] = field(default_factory=list)
     steps: list[StepEnd] = field(default_factory=list)
@@ -112,9 +139,13 @@ class _Builder:
 
     def fork(self) -> _Builder:
         return _Builder(
-            bytearray(self.token_ids), list(self.mask), list(self.logprobs), list(self.steps),
-            self.prompt_length, self.policy_version, self.last_sampled_start,
+            bytearray(self.token_ids), self.thread_index, self.thread_id, self.opening, list(self.mask),
+            list(self.logprobs), list(self.steps), self.prompt_length, self.policy_version, self.last_sampled_start,
         )  # fmt: skip
+
+    def restart(self) -> _Builder:
+        """An empty sequence of the same thread, for a call that rewrote its history."""
+        return _Builder(bytearray(), self.thread_index, self.thread_id, self.opening)
 
     def append(self, step: StepTokens, new_prompt: bytes, choice: ChoiceTokens) -> None:
         start = tokens.token_count(self.token_ids)
@@ -142,43 +173,64 @@ class _Builder:
             steps=self.steps,
             prompt_length=self.prompt_length if self.prompt_length >= 0 else tokens.token_count(token_ids),
             policy_version=self.policy_version or 0,
+            thread_index=self.thread_index,
+            thread_id=self.thread_id,
         )
 
 
-def merge_steps(steps: Iterable[StepTokens]) -> MergeResult:
-    """Merge a trajectory's trainable steps, in order, into sequences."""
+def merge_steps(steps: Iterable[StepTokens], max_open_threads: int = DEFAULT_MAX_OPEN_THREADS) -> MergeResult:
+    """Merge a trajectory's trainable steps, in order, into one sequence per thread (and per rewrite or fork)."""
+    if max_open_threads < 1:
+        raise ValueError(f"max_open_threads must be at least 1, got {max_open_threads}")
     result = MergeResult([])
+    # Least recently extended first.
     open_: list[_Builder] = []
     for step in steps:
-        base = None
-        if open_:
-            base = next((b for b in open_ if step.prompt.startswith(b.token_ids)), None)
-            if base is None:
+        own = [b for b in open_ if b.thread_id == step.thread_id]
+        base = max((b for b in own if step.prompt.startswith(b.token_ids)), key=lambda b: len(b.token_ids), default=None)
+        if base is not None:
+            result.merged_calls += 1
+            open_.remove(base)
+            new_prompt = step.prompt[len(base.token_ids) :]
+        else:
+            new_prompt = step.prompt
+            rewritten = _rewritten(own, step.prompt)
+            if rewritten is None:
+                base = _Builder(bytearray(), result.threads, step.thread_id, step.prompt)
+                result.threads += 1
+            else:
+                old, reason, shared = rewritten
                 result.splits += 1
-                reason, shared = _split(open_, step.prompt)
                 result.split_reasons[reason] += 1
                 result.repeated_tokens += shared
-            else:
-                result.merged_calls += 1
-            result.sequences += [b.finish() for b in open_ if b is not base]
-        if base is None:
-            base, new_prompt = _Builder(bytearray()), step.prompt
-        else:
-            new_prompt = step.prompt[len(base.token_ids) :]
+                result.repeated_by_thread[old.thread_index] += shared
+                open_.remove(old)
+                result.sequences.append(old.finish())
+                base = old.restart()
         forks = [base] + [base.fork() for _ in step.choices[1:]]
         for builder, choice in zip(forks, step.choices, strict=True):
             builder.append(step, new_prompt, choice)
-        open_ = forks
-    result.sequences += [b.finish() for b in open_]
+        open_ += forks
+        while len(open_) > max_open_threads:
+            result.sequences.append(open_.pop(0).finish())
+            result.threads_ended_at_limit += 1
+    result.sequences += [b.finish() for b in sorted(open_, key=lambda b: b.thread_index)]
     return result
 
 
-def _split(open_: list[_Builder], prompt: bytes) -> tuple[str, int]:
-    """Why `prompt` extends none of the open sequences, judged against the one it shares the most with, and how
-    many tokens it shares with it."""
+def _rewritten(own: list[_Builder], prompt: bytes) -> tuple[_Builder, str, int] | None:
+    """The open sequence whose thread `prompt` rewrites (it repeats the thread's opening, then departs from the
+    sequence), judged against the one it shares the most with; why; and how many tokens it shares with it.
+    None when `prompt` repeats no open thread's opening: a new thread."""
+    # A prompt that is exactly a thread's opening starts that conversation again (a parallel worker given the
+    # same task, a retry): a thread of its own, which leaves the first one open.
+    candidates = [b for b in own if len(prompt) > len(b.opening) and prompt.startswith(b.opening)]
+    if not candidates:
+        return None
     ids = tokens.unpack_token_ids(prompt)
     shared, closest = max((tokens.common_prefix(ids, tokens.unpack_token_ids(b.token_ids)), i)
-                          for i, b in enumerate(open_))  # fmt: skip
+                          for i, b in enumerate(candidates))  # fmt: skip
+    old = candidates[closest]
     if shared == len(ids):
-        return "history_cut", shared
-    return ("reply_rerendered" if shared >= open_[closest].last_sampled_start else "history_changed"), shared
+        return old, "history_cut", shared
+    return old, ("reply_rerendered" if shared >= old.last_sampled_start else "history_changed"), shared

@@ -5,6 +5,8 @@ How rewards become token-level rewards:
   the same on every sample of the trajectory. Outcome-reward estimators (GRPO, RLOO)
   compute the trajectory's advantage from it, group-relative, and apply it to every
   token whose loss mask is 1.
+- A reward the agent gave one thread (`Reward.thread_id`, a subagent's outcome) adds to
+  `Sample.reward` on that thread's samples only.
 - `Sample.token_rewards` holds the step rewards: each step's reward sits on the last
   token that step sampled, 0 everywhere else. A trainer that wants one dense reward
   per token adds `Sample.reward` at the last sampled token of the trajectory's final
@@ -22,6 +24,7 @@ import numpy as np
 
 from parity.api.common.v1 import llm_call_pb2, sample_pb2
 from parity.services.assembler.prefix_merge import (
+    DEFAULT_MAX_OPEN_THREADS,
     ChoiceTokens,
     MergedSequence,
     StepEnd,
@@ -53,6 +56,12 @@ class TrajectorySamples:
     split_reasons: Counter[str] = field(default_factory=Counter)
     # Tokens trained more than once: what a split's new sample shares with the one before.
     repeated_tokens: int = 0
+    # The trajectory's threads (conversations), and those ended at the open-thread limit.
+    threads: int = 0
+    threads_ended_at_limit: int = 0
+    # Per thread: tokens in its samples, and how many of them a split repeated.
+    thread_tokens: Counter[int] = field(default_factory=Counter)
+    thread_repeated_tokens: Counter[int] = field(default_factory=Counter)
     truncated: int = 0
     # Samples dropped for length: over the limit with overlong="drop", or with no
     # sampled token left after truncation.
@@ -68,15 +77,22 @@ def trainable_steps(trajectory: Trajectory) -> tuple[list[StepTokens], int]:
         choices = tuple(ChoiceTokens(c.token_ids, c.logprobs) for c in call.choices if c.token_ids)
         if call.kind == llm_call_pb2.CALL_KIND_EXTERNAL or call.outcome not in _USABLE_OUTCOMES or not choices:
             continue
-        steps.append(StepTokens(call.call_id, index, call.prompt_token_ids, choices, call.policy_version))
+        steps.append(StepTokens(call.call_id, index, call.prompt_token_ids, choices, call.policy_version,
+                                call.thread_id))  # fmt: skip
     return steps, len(trajectory.calls) - len(steps)
 
 
-def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit: LengthLimit) -> TrajectorySamples:
+def build_samples(
+    trajectory: Trajectory, episode_id: str, group_id: str, limit: LengthLimit,
+    max_open_threads: int = DEFAULT_MAX_OPEN_THREADS,
+) -> TrajectorySamples:  # fmt: skip
+    """The trajectory's samples; `max_open_threads` bounds the sequences (threads, forks) kept open while its calls
+    are merged: past it the least recently extended one ends (`threads_ended_at_limit`)."""
     steps, unusable = trainable_steps(trajectory)
-    merged = merge_steps(steps)
+    merged = merge_steps(steps, max_open_threads)
     result = TrajectorySamples([], merged.merged_calls, merged.splits, merged.split_reasons, merged.repeated_tokens,
-                               unusable_calls=unusable)  # fmt: skip
+                               merged.threads, merged.threads_ended_at_limit,
+                               thread_repeated_tokens=merged.repeated_by_thread, unusable_calls=unusable)  # fmt: skip
     kept: list[tuple[MergedSequence, bool]] = []
     for sequence in merged.sequences:
         truncated = False
@@ -87,6 +103,7 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             sequence, truncated = _truncate(sequence, limit.max_tokens), True
             result.truncated += 1
         kept.append((sequence, truncated))
+        result.thread_tokens[sequence.thread_index] += sequence.token_count
     history_modes = {call.call_id: call.history_mode for call in trajectory.calls}
     end_user_id = next((call.end_user_id for call in trajectory.calls if call.end_user_id), "")
     for position, (sequence, truncated) in enumerate(kept):
@@ -99,7 +116,7 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             token_ids=sequence.token_ids,
             loss_mask=sequence.loss_mask,
             rollout_logprobs=sequence.logprobs,
-            reward=trajectory.reward,
+            reward=trajectory.reward + trajectory.thread_rewards.get(sequence.thread_id, 0.0),
             token_rewards=_token_rewards(sequence, trajectory.step_rewards),
             policy_version=sequence.policy_version,
             prompt_length=sequence.prompt_length,
@@ -108,6 +125,8 @@ def build_samples(trajectory: Trajectory, episode_id: str, group_id: str, limit:
             metadata=_FINAL if position == len(kept) - 1 else _NOT_FINAL,
             history_mode=history_mode(history_modes.get(sequence.call_ids[0], llm_call_pb2.HISTORY_MODE_UNSPECIFIED)),
             end_user_id=end_user_id,
+            thread_index=sequence.thread_index,
+            thread_id=sequence.thread_id,
         )
         result.samples.append(sample)
     return result
@@ -132,6 +151,8 @@ def _truncate(sequence: MergedSequence, max_tokens: int) -> MergedSequence:
         steps=[s if s.last_token < max_tokens else StepEnd(s.step_index, s.call_id, -1) for s in sequence.steps],
         prompt_length=sequence.prompt_length,
         policy_version=sequence.policy_version,
+        thread_index=sequence.thread_index,
+        thread_id=sequence.thread_id,
     )
 
 

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from parity.api.assembler.v1 import assembler_service_pb2, assembler_service_pb2_grpc
 from parity.services.assembler.assembler import Assembler
-from parity.services.assembler.filters import FilterSettings
+from parity.services.assembler.filters import THREAD_ADVANTAGES, FilterSettings
 from parity.services.assembler.llm_judge import DEFAULT_INSTRUCTIONS, JudgeSettings, LlmJudge
+from parity.services.assembler.prefix_merge import DEFAULT_MAX_OPEN_THREADS
 from parity.services.assembler.reward_function import RewardFunction
 from parity.services.assembler.rollout_tracker import AssemblySettings
 from parity.services.assembler.samples import OVERLONG_POLICIES, LengthLimit
@@ -37,6 +38,12 @@ class AssemblerConfig(ServerConfig):
     drop_zero_variance_groups: bool = setting(True, "drop groups of 2+ trajectories whose returns are all equal")
     max_sample_tokens: int = setting(0, "longest sample in tokens; 0 means no limit")
     overlong: str = setting("truncate", "what happens to a sample over --max-sample-tokens", OVERLONG_POLICIES)
+    max_open_threads: int = setting(
+        DEFAULT_MAX_OPEN_THREADS, "sequences a trajectory keeps open while its calls are merged (an agent's subagent "
+        "threads, forks); past it the least recently extended one ends")
+    thread_advantage: str = setting(
+        "episode", "which group a named thread's samples are compared in: the episode's group, or per role (the "
+        "thread's name across the group's episodes)", THREAD_ADVANTAGES)
     max_policy_lag: int = setting(-1, "policy versions a sample may lag the trainer, for subscriptions that set none; -1 disables")
     reward_function: str = setting("", "reward function as package.module:function, called with (metadata, messages)")
     reward_timeout_s: float = setting(30.0, "seconds a reward function call may take")
@@ -58,6 +65,10 @@ class AssemblerConfig(ServerConfig):
             raise InvalidArgument("group_size and max_sample_tokens must be >= 0, max_policy_lag >= -1")
         if self.overlong not in OVERLONG_POLICIES:
             raise InvalidArgument(f"overlong must be one of {OVERLONG_POLICIES}, got {self.overlong!r}")
+        if self.max_open_threads < 1:
+            raise InvalidArgument(f"max_open_threads must be >= 1, got {self.max_open_threads}")
+        if self.thread_advantage not in THREAD_ADVANTAGES:
+            raise InvalidArgument(f"thread_advantage must be one of {THREAD_ADVANTAGES}, got {self.thread_advantage!r}")
         if self.judge_max_tokens < 1 or self.judge_concurrency < 1:
             raise InvalidArgument("judge_max_tokens and judge_concurrency must be >= 1")
         if self.judge_extra_body:
@@ -77,6 +88,8 @@ class AssemblerConfig(ServerConfig):
                 drop_unrewarded=self.drop_unrewarded,
                 drop_zero_variance_groups=self.drop_zero_variance_groups,
                 length=LengthLimit(self.max_sample_tokens, self.overlong),
+                max_open_threads=self.max_open_threads,
+                thread_advantage=self.thread_advantage,
             ),
             max_policy_lag=None if self.max_policy_lag < 0 else self.max_policy_lag,
         )

@@ -46,12 +46,17 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
             unique_token_count=stats.unique_token_count,
             split_reasons=stats.split_reasons,
             capped_episode_count=stats.capped_episode_count,
+            thread_count=stats.thread_count,
+            threads_per_session=stats.threads_per_session,
+            max_thread_repetition=stats.max_thread_repetition,
+            threads_ended_at_limit=stats.threads_ended_at_limit,
         ),
     )
 
 
 def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
     trajectory = view.trajectory
+    threads = {call_id: (s.thread_index, s.thread_id) for s in view.built.samples for call_id in s.call_ids}
     steps = []
     for index, call in enumerate(trajectory.calls):
         prompt_tokens = token_count(call.prompt_token_ids) or call.usage.prompt_tokens
@@ -60,6 +65,7 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
             call_id=call.call_id, step_index=index, prompt_token_count=prompt_tokens,
             completion_token_count=completion_tokens, reward=trajectory.step_rewards.get(index, 0.0),
             has_reward=index in trajectory.step_rewards,
+            thread_index=threads.get(call.call_id, (0, ""))[0], thread_id=threads.get(call.call_id, (0, ""))[1],
         ))  # fmt: skip
     return trajectory_pb2.Trajectory(
         session_id=trajectory.session_id,
@@ -79,6 +85,7 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         token_count=view.token_count,
         unique_token_count=view.unique_token_count,
         merged_call_count=view.merged_call_count,
+        thread_count=view.built.threads,
         history_mode=history_mode(trajectory.calls[0].history_mode) if trajectory.calls else llm_call_pb2.HISTORY_MODE_UNSPECIFIED,
     )
 

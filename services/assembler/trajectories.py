@@ -10,7 +10,8 @@ Which trajectory a reward scores:
 
 A trajectory's reward is the sum of its trajectory-level rewards, one per source
 usually (SDK, engine, reward function, judge); a step's reward is the sum of its
-step rewards.
+step rewards. A trajectory-level reward naming a thread (`Reward.thread_id`, a
+subagent's outcome) is kept apart, per thread: it scores that thread's samples only.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ class Trajectory:
     reward: float = 0.0
     has_reward: bool = False
     step_rewards: dict[int, float] = field(default_factory=dict)
+    # Trajectory-level rewards that named a thread, summed per thread.
+    thread_rewards: dict[str, float] = field(default_factory=dict)
     # Step rewards that name a step the trajectory does not have.
     unplaced_step_rewards: int = 0
 
     @property
     def total_return(self) -> float:
-        """The trajectory reward plus every step reward: what group variance is judged on."""
-        return self.reward + sum(self.step_rewards.values())
+        """The trajectory reward plus every step and thread reward: what group variance is judged on."""
+        return self.reward + sum(self.step_rewards.values()) + sum(self.thread_rewards.values())
 
     @property
     def rewarded(self) -> bool:
@@ -68,7 +71,11 @@ def split_trajectories(
         unmatched += not targets
         for trajectory, step in targets:
             trajectory.rewards.append(reward)
-            if reward.level != _STEP:
+            if reward.level != _STEP and reward.thread_id:
+                thread = reward.thread_id
+                trajectory.thread_rewards[thread] = trajectory.thread_rewards.get(thread, 0.0) + reward.value
+                trajectory.has_reward = True
+            elif reward.level != _STEP:
                 trajectory.reward += reward.value
                 trajectory.has_reward = True
             elif step is None or not 0 <= step < len(trajectory.calls):

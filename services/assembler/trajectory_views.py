@@ -88,7 +88,8 @@ def views_of(tracker: RolloutTracker, contents: store_pb.SessionContents, with_s
     views = []
     trajectories, _ = split_trajectories(session.session_id, contents.calls, contents.rewards)
     for trajectory in trajectories:
-        built = build_samples(trajectory, episode, group, tracker.settings.filters.length)
+        filters = tracker.settings.filters
+        built = build_samples(trajectory, episode, group, filters.length, filters.max_open_threads)
         views.append(TrajectoryView(trajectory, episode, group, state, reason, built, session.outcome, with_samples))
     return views
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from parity.api.common.v1 import reward_pb2
 
-RewardContent = tuple[str, str, int, str | None, str | int | None, float, str]
+RewardContent = tuple[str, str, int, str | None, str | int | None, float, str, str]
 
 
 def reward_content(reward: reward_pb2.Reward) -> RewardContent:
@@ -23,7 +23,8 @@ def reward_content(reward: reward_pb2.Reward) -> RewardContent:
         at = reward.call_id
     elif step == "step_index":
         at = reward.step_index
-    return (reward.session_id, reward.trajectory_name, reward.level, step, at, reward.value, reward.name)
+    return (reward.session_id, reward.trajectory_name, reward.level, step, at, reward.value, reward.name,
+            reward.thread_id)  # fmt: skip
 
 
 def describe(reward: reward_pb2.Reward) -> str:
@@ -31,6 +32,8 @@ def describe(reward: reward_pb2.Reward) -> str:
     where = [f"session {reward.session_id!r}"]
     if reward.trajectory_name:
         where.append(f"trajectory {reward.trajectory_name!r}")
+    if reward.thread_id:
+        where.append(f"thread {reward.thread_id!r}")
     step = reward.WhichOneof("step")
     if step == "call_id":
         where.append(f"call {reward.call_id!r}")

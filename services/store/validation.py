@@ -115,6 +115,7 @@ def _calls_pass(calls: Sequence[llm_call_pb2.LlmCall]) -> bool:
         required.append(call.call_id)
         required.append(call.session_id)
         optional.append(call.trajectory_name)
+        optional.append(call.thread_id)
         if call.parent_session_ids:
             required.extend(call.parent_session_ids)
             if call.session_id in call.parent_session_ids:
@@ -196,6 +197,7 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
             raise InvalidArgument(f"{where}: session {call.session_id!r} cannot be its own ancestor")
         # Empty names the session's default trajectory.
         check_id(call.trajectory_name, f"{where}.trajectory_name")
+        check_id(call.thread_id, f"{where}.thread_id")
         check_metadata(call.metadata, f"{where}.metadata")
         check_end_user_id(call.end_user_id, f"{where}.end_user_id")
         # Ingest sends them normalized; the store keeps them as sent, so it refuses any other order.
@@ -234,6 +236,9 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
             check_id(reward.call_id, f"{where}.call_id")
         if step == "step_index" and reward.step_index < 0:
             raise InvalidArgument(f"{where}.step_index must not be negative")
+        check_id(reward.thread_id, f"{where}.thread_id")
+        if reward.thread_id and reward.level == REWARD_LEVEL_STEP:
+            raise InvalidArgument(f"{where}: a step reward cannot name a thread (its step names the call)")
         if not math.isfinite(reward.value):
             raise InvalidArgument(f"{where}.value must be a finite number, got {reward.value}")
         check_reward_name(reward.name, f"{where}.name")

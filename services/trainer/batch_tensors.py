@@ -114,7 +114,8 @@ def to_training_batch(samples: Sequence[sample_pb2.Sample]) -> TrainingBatch:
         response_mask=response,
         rollout_logprobs=rollout * response,
         token_rewards=rewards,
-        group_index=np.array([s.group_id or s.episode_id or s.sample_id for s in samples], dtype=object),
+        group_index=np.array([s.advantage_group or s.group_id or s.episode_id or s.sample_id for s in samples],
+                             dtype=object),
         rewards=returns,
         policy_versions=np.array([s.policy_version for s in samples], dtype=np.int64),
     )

@@ -231,7 +231,8 @@ def _batch_values(rewards: np.ndarray, versions: np.ndarray, trained_version: in
 def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     """What prefix merging saved and what splits cost, per batch: tokens trained, those tokens counted once, their
     ratio, the share of call-to-call joins that merged, and the splits by reason; and the batch's groups (fewer
-    than asked for in a short batch) and its episodes cut short at a session cap (trained on, or dropped)."""
+    than asked for in a short batch) and its episodes cut short at a session cap (trained on, or dropped); for agents
+    whose sessions interleave threads (subagents), threads per session and the most any thread repeated."""
     values = {
         "tokens_trained": float(stats.token_count),
         "tokens_unique": float(stats.unique_token_count),
@@ -244,5 +245,9 @@ def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     if joins:
         values["merge_rate"] = stats.merged_call_count / joins
     values |= {f"splits_{reason}": float(count) for reason, count in sorted(stats.split_reasons.items())}
+    if stats.thread_count:
+        values |= {"threads_per_session": stats.threads_per_session,
+                   "thread_token_repetition_max": stats.max_thread_repetition,
+                   "threads_ended_at_limit": float(stats.threads_ended_at_limit)}  # fmt: skip
     return values
 

@@ -174,6 +174,7 @@ class CallRecorder:
             session_id=session.session_id,
             parent_session_ids=session.parent_session_ids,
             trajectory_name=session.trajectory_name,
+            thread_id=session.thread_id,
             metadata=self.request.metadata,
             # Resolved per call (endpoints/session_resolution.py): the store keeps a session's from its first call
             # that carries them.

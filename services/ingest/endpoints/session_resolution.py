@@ -4,7 +4,8 @@ serves (an end user and tags), for every API alike.
 The end user is the first found of: the session slug's, the X-Parity-User header, the request's own field for it
 (OpenAI's `user`, Anthropic's `metadata.user_id`). The slug comes first because `parity.session(user=...)` is the
 operator's own statement; the API's field is often a client library's default. Tags are the slug's and the
-X-Parity-Tags header's together. The X-Parity-* headers are read here only: ingest builds its upstream request
+X-Parity-Tags header's together. The thread is the X-Parity-Thread header's, else the slug's: an agent framework
+that sets one header per subagent names its threads without changing its URLs. The X-Parity-* headers are read here only: ingest builds its upstream request
 from the body, so none of them reaches vLLM.
 """
 
@@ -25,9 +26,10 @@ from parity.attribution import (
 from parity.services.ingest import openai_errors
 from parity.session_budget import HEADER as BUDGET_HEADER
 from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef, check_metadata, decode
+from parity.session_slug import SessionRef, check, check_metadata, decode
 
 UNASSIGNED = SessionRef("unassigned")
+THREAD_HEADER = "X-Parity-Thread"
 # The body key an agent can set instead of a URL or header: `metadata={"parity_session": ...}`.
 METADATA_SESSION_KEY = "parity_session"
 UserField = Literal["user", "metadata.user_id"]
@@ -39,13 +41,14 @@ ANTHROPIC_USER: UserField = "metadata.user_id"
 
 @dataclass(frozen=True)
 class SessionHeaders:
-    """What a request's headers say of its session: X-Parity-Session, X-Parity-Budget, X-Parity-User and
-    X-Parity-Tags, as sent."""
+    """What a request's headers say of its session: X-Parity-Session, X-Parity-Budget, X-Parity-User,
+    X-Parity-Tags and X-Parity-Thread, as sent."""
 
     session: str | None = None
     budget: str | None = None
     user: str | None = None
     tags: str | None = None
+    thread: str | None = None
 
     @classmethod
     def read(cls, headers: Mapping[bytes, bytes]) -> SessionHeaders:
@@ -57,6 +60,7 @@ class SessionHeaders:
             budget.decode("latin-1") if budget is not None else None,
             _utf8(headers.get(b"x-parity-user"), USER_HEADER),
             _utf8(headers.get(b"x-parity-tags"), TAGS_HEADER),
+            _utf8(headers.get(b"x-parity-thread"), THREAD_HEADER),
         )
 
 
@@ -102,6 +106,12 @@ def resolve(
             raise openai_errors.bad_request(str(error), BUDGET_HEADER) from None
         session = dataclasses.replace(session, budget=budget.tightest(session.budget))
     session = _attributed(session, headers, _body_user(body, metadata, user_field))
+    if headers.thread and headers.thread.strip():
+        session = dataclasses.replace(session, thread_id=headers.thread.strip())
+        try:
+            check(session)
+        except ValueError as error:
+            raise openai_errors.bad_request(str(error).replace("thread_id", THREAD_HEADER), THREAD_HEADER) from None
     merged = dict(session.metadata)
     merged.update((k, v) for k, v in metadata.items() if k != METADATA_SESSION_KEY)
     try:

@@ -27,7 +27,7 @@ import structlog
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import context_limit, openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
-from parity.services.ingest.history.history_book import Continuation, HistoryBook
+from parity.services.ingest.history.history_book import Continuation, HistoryBook, TrajectoryKey
 from parity.services.ingest.history.turn_rules import (
     TemplateUnsupported,
     TurnRules,
@@ -64,9 +64,9 @@ class ExactHistory:
 
     def watch(self, call: ChatCall, capture: CallCapture) -> Continuation | None:
         """Mark the capture as exact_history and have it remember its sequence; the continuation, if the request
-        continues its trajectory's last call."""
+        continues the last call of its conversation (of its trajectory and thread)."""
         capture.history_mode = EXACT_HISTORY
-        key = (call.session.session_id, call.session.trajectory_name)
+        key = (call.session.session_id, call.session.trajectory_name, call.session.thread_id)
         capture.on_succeeded = lambda done: self._remember(key, done)
         if call.body.get("n", 1) != 1:
             return None
@@ -165,7 +165,7 @@ class ExactHistory:
             "stream_options": {"include_usage": True} if stream else None,
         }  # fmt: skip
 
-    def _remember(self, key: tuple[str, str], capture: CallCapture) -> None:
+    def _remember(self, key: TrajectoryKey, capture: CallCapture) -> None:
         recorder = capture.recorder
         choice = recorder.choices.get(0)
         if choice is None or recorder.prompt_token_ids is None or len(recorder.choices) != 1:

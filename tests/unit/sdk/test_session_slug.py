@@ -19,6 +19,7 @@ refs = st.builds(
     trajectory_name=st.text(id_text, max_size=20),
     metadata=st.dictionaries(st.text(id_text, min_size=1, max_size=10), st.text(free_text, max_size=20), max_size=4),
     end_user_id=st.text(id_text, max_size=20),
+    thread_id=st.text(id_text, max_size=20),
     tags=st.lists(st.from_regex(r"[a-z0-9][a-z0-9 :/._-]{0,10}[a-z0-9]", fullmatch=True), max_size=4).map(
         lambda tags: tuple(sorted(set(tags)))
     ),
@@ -68,6 +69,8 @@ def _packed(document: dict) -> str:
         (SessionRef("leaf", metadata={"k\nk": "v"}), "metadata key 'k.nk' contains a control character"),
         (SessionRef("leaf", metadata={"": "v"}), "metadata key '' must be 1 to 256 characters"),
         (SessionRef("leaf", end_user_id="u" * 257), "end_user_id is 257 characters"),
+        (SessionRef("leaf", thread_id="w" * 257), "thread_id is 257 characters"),
+        (SessionRef("leaf", thread_id="a\nb"), "thread_id 'a.nb' contains a control character"),
         (SessionRef("leaf", end_user_id="a\tb"), "end_user_id 'a.tb' contains a control character"),
         (SessionRef("leaf", tags=("a,b",)), "tag 'a,b' must be 1 to 64 characters, without commas"),
         (SessionRef("leaf", tags=(" a",)), "spaces at either end"),
@@ -78,7 +81,7 @@ def test_ids_the_store_would_refuse_are_refused_both_ways(ref: SessionRef, messa
     """A slug that decodes is one the store accepts: a call never fails only once it is captured."""
     document = {
         "s": ref.session_id, "p": list(ref.parent_session_ids), "t": ref.trajectory_name, "m": dict(ref.metadata),
-        "u": ref.end_user_id, "g": list(ref.tags),
+        "u": ref.end_user_id, "g": list(ref.tags), "r": ref.thread_id,
     }  # fmt: skip
     with pytest.raises(ValueError, match=message):
         encode(ref)

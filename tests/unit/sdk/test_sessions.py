@@ -111,3 +111,19 @@ def test_reward_outside_a_session_is_an_error_not_a_silent_drop() -> None:
         parity.reward(1.0)
     with parity.session("s"), pytest.raises(ValueError, match="finite"):
         parity.reward(float("nan"))
+
+
+async def test_a_thread_names_the_calls_inside_it_and_keeps_the_session() -> None:
+    with parity.session("episode", task="t1") as outer:
+        with parity.thread("researcher") as worker:
+            assert (worker.session_id, worker.thread_id, worker.metadata) == ("episode", "researcher", outer.metadata)
+            assert session_slug.decode(parity.session_url("http://ingest").split("/")[-2]).thread_id == "researcher"
+        async with parity.thread("writer") as writer:
+            assert writer.thread_id == "writer"
+        assert parity.current_session() == outer and outer.thread_id == ""
+    with pytest.raises(RuntimeError, match="needs an active session"), parity.thread("researcher"):
+        pass
+    with pytest.raises(ValueError, match="needs a name"):
+        parity.thread("")
+    with parity.session("episode"), pytest.raises(ValueError, match="thread_id 'a.nb' contains a control character"):
+        parity.thread("a\nb").__enter__()

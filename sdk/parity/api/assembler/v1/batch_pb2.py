@@ -15,7 +15,7 @@ _sym_db = _symbol_database.Default()
 from parity.api.common.v1 import sample_pb2 as parity_dot_api_dot_common_dot_v1_dot_sample__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#parity/api/assembler/v1/batch.proto\x12\x17parity.api.assembler.v1\x1a!parity/api/common/v1/sample.proto\"\xd1\x01\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12-\n\x07samples\x18\x03 \x03(\x0b\x32\x1c.parity.api.common.v1.Sample\x12\x11\n\tgroup_ids\x18\x04 \x03(\t\x12\x32\n\x05stats\x18\x05 \x01(\x0b\x32#.parity.api.assembler.v1.BatchStats\x12\x13\n\x0bredelivered\x18\x06 \x01(\x08\x12\x19\n\x11\x64ropped_group_ids\x18\x07 \x03(\t\"\xa1\x04\n\nBatchStats\x12\x14\n\x0csample_count\x18\x01 \x01(\x05\x12\x13\n\x0bgroup_count\x18\x02 \x01(\x05\x12\x19\n\x11merged_call_count\x18\x03 \x01(\x05\x12\x13\n\x0bsplit_count\x18\x04 \x01(\x05\x12\x13\n\x0btoken_count\x18\x05 \x01(\x03\x12\x1b\n\x13loss_token_fraction\x18\x06 \x01(\x01\x12\x17\n\x0ftruncated_count\x18\x07 \x01(\x05\x12P\n\x0f\x66iltered_counts\x18\x08 \x03(\x0b\x32\x37.parity.api.assembler.v1.BatchStats.FilteredCountsEntry\x12\x13\n\x0breward_mean\x18\t \x01(\x01\x12\x12\n\nreward_std\x18\n \x01(\x01\x12\x1a\n\x12unique_token_count\x18\x0b \x01(\x03\x12L\n\rsplit_reasons\x18\x0c \x03(\x0b\x32\x35.parity.api.assembler.v1.BatchStats.SplitReasonsEntry\x12\x1c\n\x14\x63\x61pped_episode_count\x18\r \x01(\x05\x1a\x35\n\x13\x46ilteredCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11SplitReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#parity/api/assembler/v1/batch.proto\x12\x17parity.api.assembler.v1\x1a!parity/api/common/v1/sample.proto\"\xd1\x01\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12-\n\x07samples\x18\x03 \x03(\x0b\x32\x1c.parity.api.common.v1.Sample\x12\x11\n\tgroup_ids\x18\x04 \x03(\t\x12\x32\n\x05stats\x18\x05 \x01(\x0b\x32#.parity.api.assembler.v1.BatchStats\x12\x13\n\x0bredelivered\x18\x06 \x01(\x08\x12\x19\n\x11\x64ropped_group_ids\x18\x07 \x03(\t\"\x93\x05\n\nBatchStats\x12\x14\n\x0csample_count\x18\x01 \x01(\x05\x12\x13\n\x0bgroup_count\x18\x02 \x01(\x05\x12\x19\n\x11merged_call_count\x18\x03 \x01(\x05\x12\x13\n\x0bsplit_count\x18\x04 \x01(\x05\x12\x13\n\x0btoken_count\x18\x05 \x01(\x03\x12\x1b\n\x13loss_token_fraction\x18\x06 \x01(\x01\x12\x17\n\x0ftruncated_count\x18\x07 \x01(\x05\x12P\n\x0f\x66iltered_counts\x18\x08 \x03(\x0b\x32\x37.parity.api.assembler.v1.BatchStats.FilteredCountsEntry\x12\x13\n\x0breward_mean\x18\t \x01(\x01\x12\x12\n\nreward_std\x18\n \x01(\x01\x12\x1a\n\x12unique_token_count\x18\x0b \x01(\x03\x12L\n\rsplit_reasons\x18\x0c \x03(\x0b\x32\x35.parity.api.assembler.v1.BatchStats.SplitReasonsEntry\x12\x1c\n\x14\x63\x61pped_episode_count\x18\r \x01(\x05\x12\x14\n\x0cthread_count\x18\x0e \x01(\x05\x12\x1b\n\x13threads_per_session\x18\x0f \x01(\x01\x12\x1d\n\x15max_thread_repetition\x18\x10 \x01(\x01\x12\x1e\n\x16threads_ended_at_limit\x18\x11 \x01(\x05\x1a\x35\n\x13\x46ilteredCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11SplitReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -29,9 +29,9 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_BATCH']._serialized_start=100
   _globals['_BATCH']._serialized_end=309
   _globals['_BATCHSTATS']._serialized_start=312
-  _globals['_BATCHSTATS']._serialized_end=857
-  _globals['_BATCHSTATS_FILTEREDCOUNTSENTRY']._serialized_start=751
-  _globals['_BATCHSTATS_FILTEREDCOUNTSENTRY']._serialized_end=804
-  _globals['_BATCHSTATS_SPLITREASONSENTRY']._serialized_start=806
-  _globals['_BATCHSTATS_SPLITREASONSENTRY']._serialized_end=857
+  _globals['_BATCHSTATS']._serialized_end=971
+  _globals['_BATCHSTATS_FILTEREDCOUNTSENTRY']._serialized_start=865
+  _globals['_BATCHSTATS_FILTEREDCOUNTSENTRY']._serialized_end=918
+  _globals['_BATCHSTATS_SPLITREASONSENTRY']._serialized_start=920
+  _globals['_BATCHSTATS_SPLITREASONSENTRY']._serialized_end=971
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ class Batch(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., sequence: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[_sample_pb2.Sample, _Mapping]]] = ..., group_ids: _Optional[_Iterable[str]] = ..., stats: _Optional[_Union[BatchStats, _Mapping]] = ..., redelivered: bool = ..., dropped_group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BatchStats(_message.Message):
-    __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std", "unique_token_count", "split_reasons", "capped_episode_count")
+    __slots__ = ("sample_count", "group_count", "merged_call_count", "split_count", "token_count", "loss_token_fraction", "truncated_count", "filtered_counts", "reward_mean", "reward_std", "unique_token_count", "split_reasons", "capped_episode_count", "thread_count", "threads_per_session", "max_thread_repetition", "threads_ended_at_limit")
     class FilteredCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,10 @@ class BatchStats(_message.Message):
     UNIQUE_TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_REASONS_FIELD_NUMBER: _ClassVar[int]
     CAPPED_EPISODE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    THREAD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    THREADS_PER_SESSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_THREAD_REPETITION_FIELD_NUMBER: _ClassVar[int]
+    THREADS_ENDED_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     sample_count: int
     group_count: int
     merged_call_count: int
@@ -66,4 +70,8 @@ class BatchStats(_message.Message):
     unique_token_count: int
     split_reasons: _containers.ScalarMap[str, int]
     capped_episode_count: int
-    def __init__(self, sample_count: _Optional[int] = ..., group_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., split_count: _Optional[int] = ..., token_count: _Optional[int] = ..., loss_token_fraction: _Optional[float] = ..., truncated_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., unique_token_count: _Optional[int] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., capped_episode_count: _Optional[int] = ...) -> None: ...
+    thread_count: int
+    threads_per_session: float
+    max_thread_repetition: float
+    threads_ended_at_limit: int
+    def __init__(self, sample_count: _Optional[int] = ..., group_count: _Optional[int] = ..., merged_call_count: _Optional[int] = ..., split_count: _Optional[int] = ..., token_count: _Optional[int] = ..., loss_token_fraction: _Optional[float] = ..., truncated_count: _Optional[int] = ..., filtered_counts: _Optional[_Mapping[str, int]] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., unique_token_count: _Optional[int] = ..., split_reasons: _Optional[_Mapping[str, int]] = ..., capped_episode_count: _Optional[int] = ..., thread_count: _Optional[int] = ..., threads_per_session: _Optional[float] = ..., max_thread_repetition: _Optional[float] = ..., threads_ended_at_limit: _Optional[int] = ...) -> None: ...

@@ -18,7 +18,7 @@ from parity.api.common.v1 import sample_pb2 as parity_dot_api_dot_common_dot_v1_
 from parity.api.common.v1 import session_pb2 as parity_dot_api_dot_common_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(parity/api/assembler/v1/trajectory.proto\x12\x17parity.api.assembler.v1\x1a#parity/api/common/v1/llm_call.proto\x1a!parity/api/common/v1/reward.proto\x1a!parity/api/common/v1/sample.proto\x1a\"parity/api/common/v1/session.proto\"\x8b\x01\n\x04Step\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x12\n\nstep_index\x18\x02 \x01(\x05\x12\x1a\n\x12prompt_token_count\x18\x03 \x01(\x05\x12\x1e\n\x16\x63ompletion_token_count\x18\x04 \x01(\x05\x12\x0e\n\x06reward\x18\x05 \x01(\x01\x12\x12\n\nhas_reward\x18\x06 \x01(\x08\"\xb3\x05\n\nTrajectory\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x02 \x01(\t\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x37\n\x05state\x18\x05 \x01(\x0e\x32(.parity.api.assembler.v1.TrajectoryState\x12,\n\x05steps\x18\x06 \x03(\x0b\x32\x1d.parity.api.assembler.v1.Step\x12\x0e\n\x06reward\x18\x07 \x01(\x01\x12\x12\n\nhas_reward\x18\x08 \x01(\x08\x12-\n\x07rewards\x18\t \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\x12-\n\x07samples\x18\n \x03(\x0b\x32\x1c.parity.api.common.v1.Sample\x12\x15\n\rfilter_reason\x18\x0b \x01(\t\x12\x13\n\x0bsplit_count\x18\x0c \x01(\x05\x12\x35\n\x07outcome\x18\r \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12L\n\rsplit_reasons\x18\x0e \x03(\x0b\x32\x35.parity.api.assembler.v1.Trajectory.SplitReasonsEntry\x12\x13\n\x0btoken_count\x18\x0f \x01(\x03\x12\x1a\n\x12unique_token_count\x18\x10 \x01(\x03\x12\x19\n\x11merged_call_count\x18\x11 \x01(\x05\x12\x37\n\x0chistory_mode\x18\x12 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x1a\x33\n\x11SplitReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01*\xe6\x01\n\x0fTrajectoryState\x12 \n\x1cTRAJECTORY_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAJECTORY_STATE_OPEN\x10\x01\x12\x1c\n\x18TRAJECTORY_STATE_PENDING\x10\x02\x12\x1a\n\x16TRAJECTORY_STATE_READY\x10\x03\x12\x1c\n\x18TRAJECTORY_STATE_TRAINED\x10\x04\x12\x1d\n\x19TRAJECTORY_STATE_FILTERED\x10\x05\x12\x1f\n\x1bTRAJECTORY_STATE_VALIDATION\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(parity/api/assembler/v1/trajectory.proto\x12\x17parity.api.assembler.v1\x1a#parity/api/common/v1/llm_call.proto\x1a!parity/api/common/v1/reward.proto\x1a!parity/api/common/v1/sample.proto\x1a\"parity/api/common/v1/session.proto\"\xb4\x01\n\x04Step\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x12\n\nstep_index\x18\x02 \x01(\x05\x12\x1a\n\x12prompt_token_count\x18\x03 \x01(\x05\x12\x1e\n\x16\x63ompletion_token_count\x18\x04 \x01(\x05\x12\x0e\n\x06reward\x18\x05 \x01(\x01\x12\x12\n\nhas_reward\x18\x06 \x01(\x08\x12\x14\n\x0cthread_index\x18\x07 \x01(\x05\x12\x11\n\tthread_id\x18\x08 \x01(\t\"\xc9\x05\n\nTrajectory\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x02 \x01(\t\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x37\n\x05state\x18\x05 \x01(\x0e\x32(.parity.api.assembler.v1.TrajectoryState\x12,\n\x05steps\x18\x06 \x03(\x0b\x32\x1d.parity.api.assembler.v1.Step\x12\x0e\n\x06reward\x18\x07 \x01(\x01\x12\x12\n\nhas_reward\x18\x08 \x01(\x08\x12-\n\x07rewards\x18\t \x03(\x0b\x32\x1c.parity.api.common.v1.Reward\x12-\n\x07samples\x18\n \x03(\x0b\x32\x1c.parity.api.common.v1.Sample\x12\x15\n\rfilter_reason\x18\x0b \x01(\t\x12\x13\n\x0bsplit_count\x18\x0c \x01(\x05\x12\x35\n\x07outcome\x18\r \x01(\x0e\x32$.parity.api.common.v1.SessionOutcome\x12L\n\rsplit_reasons\x18\x0e \x03(\x0b\x32\x35.parity.api.assembler.v1.Trajectory.SplitReasonsEntry\x12\x13\n\x0btoken_count\x18\x0f \x01(\x03\x12\x1a\n\x12unique_token_count\x18\x10 \x01(\x03\x12\x19\n\x11merged_call_count\x18\x11 \x01(\x05\x12\x37\n\x0chistory_mode\x18\x12 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x12\x14\n\x0cthread_count\x18\x13 \x01(\x05\x1a\x33\n\x11SplitReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01*\xe6\x01\n\x0fTrajectoryState\x12 \n\x1cTRAJECTORY_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAJECTORY_STATE_OPEN\x10\x01\x12\x1c\n\x18TRAJECTORY_STATE_PENDING\x10\x02\x12\x1a\n\x16TRAJECTORY_STATE_READY\x10\x03\x12\x1c\n\x18TRAJECTORY_STATE_TRAINED\x10\x04\x12\x1d\n\x19TRAJECTORY_STATE_FILTERED\x10\x05\x12\x1f\n\x1bTRAJECTORY_STATE_VALIDATION\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -27,12 +27,12 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_TRAJECTORY_SPLITREASONSENTRY']._options = None
   _globals['_TRAJECTORY_SPLITREASONSENTRY']._serialized_options = b'8\001'
-  _globals['_TRAJECTORYSTATE']._serialized_start=1049
-  _globals['_TRAJECTORYSTATE']._serialized_end=1279
+  _globals['_TRAJECTORYSTATE']._serialized_start=1112
+  _globals['_TRAJECTORYSTATE']._serialized_end=1342
   _globals['_STEP']._serialized_start=213
-  _globals['_STEP']._serialized_end=352
-  _globals['_TRAJECTORY']._serialized_start=355
-  _globals['_TRAJECTORY']._serialized_end=1046
-  _globals['_TRAJECTORY_SPLITREASONSENTRY']._serialized_start=995
-  _globals['_TRAJECTORY_SPLITREASONSENTRY']._serialized_end=1046
+  _globals['_STEP']._serialized_end=393
+  _globals['_TRAJECTORY']._serialized_start=396
+  _globals['_TRAJECTORY']._serialized_end=1109
+  _globals['_TRAJECTORY_SPLITREASONSENTRY']._serialized_start=1058
+  _globals['_TRAJECTORY_SPLITREASONSENTRY']._serialized_end=1109
 # @@protoc_insertion_point(module_scope)

@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#parity/api/common/v1/llm_call.proto\x12\x14parity.api.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x06\n\x07LlmCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12parent_session_ids\x18\x03 \x03(\t\x12\x17\n\x0ftrajectory_name\x18\x04 \x01(\t\x12=\n\x08metadata\x18\x05 \x03(\x0b\x32+.parity.api.common.v1.LlmCall.MetadataEntry\x12\r\n\x05model\x18\x06 \x01(\t\x12\x16\n\x0epolicy_version\x18\x07 \x01(\x03\x12,\n\x04kind\x18\x08 \x01(\x0e\x32\x1e.parity.api.common.v1.CallKind\x12\x34\n\x08\x65ndpoint\x18\t \x01(\x0e\x32\".parity.api.common.v1.CallEndpoint\x12\x14\n\x0crequest_json\x18\n \x01(\x0c\x12\x18\n\x10prompt_token_ids\x18\x0b \x01(\x0c\x12-\n\x07\x63hoices\x18\x0c \x03(\x0b\x32\x1c.parity.api.common.v1.Choice\x12\x32\n\x07timings\x18\r \x01(\x0b\x32!.parity.api.common.v1.CallTimings\x12\x0f\n\x07replica\x18\x0e \x01(\t\x12/\n\x05usage\x18\x0f \x01(\x0b\x32 .parity.api.common.v1.TokenUsage\x12\x32\n\x07outcome\x18\x10 \x01(\x0e\x32!.parity.api.common.v1.CallOutcome\x12\x15\n\rerror_message\x18\x11 \x01(\t\x12\x10\n\x08streamed\x18\x12 \x01(\x08\x12\x14\n\x0cserved_model\x18\x13 \x01(\t\x12\x14\n\x0clora_adapter\x18\x14 \x01(\t\x12\x37\n\x0chistory_mode\x18\x15 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x12\x18\n\x10history_fallback\x18\x16 \x01(\t\x12\x13\n\x0bsession_cap\x18\x17 \x01(\t\x12\x13\n\x0b\x65nd_user_id\x18\x18 \x01(\t\x12\x0c\n\x04tags\x18\x19 \x03(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa7\x01\n\x06\x43hoice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x01(\x0c\x12\x10\n\x08logprobs\x18\x03 \x01(\x0c\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x17\n\x0ftool_calls_json\x18\x06 \x01(\x0c\x12\x16\n\x0ereasoning_text\x18\x07 \x01(\t\x12\x13\n\x0bstop_reason\x18\x08 \x01(\t\"\xf4\x01\n\x0b\x43\x61llTimings\x12.\n\nstart_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x13time_to_first_token\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11upstream_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11upstream_attempts\x18\x05 \x01(\x05\"\\\n\nTokenUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05*S\n\x08\x43\x61llKind\x12\x19\n\x15\x43\x41LL_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43\x41LL_KIND_POLICY\x10\x01\x12\x16\n\x12\x43\x41LL_KIND_EXTERNAL\x10\x02*\xb3\x01\n\x0c\x43\x61llEndpoint\x12\x1d\n\x19\x43\x41LL_ENDPOINT_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43\x41LL_ENDPOINT_CHAT_COMPLETIONS\x10\x01\x12\x1d\n\x19\x43\x41LL_ENDPOINT_COMPLETIONS\x10\x02\x12$\n CALL_ENDPOINT_ANTHROPIC_MESSAGES\x10\x03\x12\x1b\n\x17\x43\x41LL_ENDPOINT_RESPONSES\x10\x04*\xaf\x01\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x1f\n\x1b\x43\x41LL_OUTCOME_UPSTREAM_ERROR\x10\x02\x12$\n CALL_OUTCOME_CLIENT_DISCONNECTED\x10\x03\x12\x1f\n\x1b\x43\x41LL_OUTCOME_SESSION_CAPPED\x10\x04*i\n\x0bHistoryMode\x12\x1c\n\x18HISTORY_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18HISTORY_MODE_AS_DEPLOYED\x10\x01\x12\x1e\n\x1aHISTORY_MODE_EXACT_HISTORY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#parity/api/common/v1/llm_call.proto\x12\x14parity.api.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x06\n\x07LlmCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12parent_session_ids\x18\x03 \x03(\t\x12\x17\n\x0ftrajectory_name\x18\x04 \x01(\t\x12=\n\x08metadata\x18\x05 \x03(\x0b\x32+.parity.api.common.v1.LlmCall.MetadataEntry\x12\r\n\x05model\x18\x06 \x01(\t\x12\x16\n\x0epolicy_version\x18\x07 \x01(\x03\x12,\n\x04kind\x18\x08 \x01(\x0e\x32\x1e.parity.api.common.v1.CallKind\x12\x34\n\x08\x65ndpoint\x18\t \x01(\x0e\x32\".parity.api.common.v1.CallEndpoint\x12\x14\n\x0crequest_json\x18\n \x01(\x0c\x12\x18\n\x10prompt_token_ids\x18\x0b \x01(\x0c\x12-\n\x07\x63hoices\x18\x0c \x03(\x0b\x32\x1c.parity.api.common.v1.Choice\x12\x32\n\x07timings\x18\r \x01(\x0b\x32!.parity.api.common.v1.CallTimings\x12\x0f\n\x07replica\x18\x0e \x01(\t\x12/\n\x05usage\x18\x0f \x01(\x0b\x32 .parity.api.common.v1.TokenUsage\x12\x32\n\x07outcome\x18\x10 \x01(\x0e\x32!.parity.api.common.v1.CallOutcome\x12\x15\n\rerror_message\x18\x11 \x01(\t\x12\x10\n\x08streamed\x18\x12 \x01(\x08\x12\x14\n\x0cserved_model\x18\x13 \x01(\t\x12\x14\n\x0clora_adapter\x18\x14 \x01(\t\x12\x37\n\x0chistory_mode\x18\x15 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x12\x18\n\x10history_fallback\x18\x16 \x01(\t\x12\x13\n\x0bsession_cap\x18\x17 \x01(\t\x12\x13\n\x0b\x65nd_user_id\x18\x18 \x01(\t\x12\x0c\n\x04tags\x18\x19 \x03(\t\x12\x11\n\tthread_id\x18\x1a \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa7\x01\n\x06\x43hoice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x01(\x0c\x12\x10\n\x08logprobs\x18\x03 \x01(\x0c\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x17\n\x0ftool_calls_json\x18\x06 \x01(\x0c\x12\x16\n\x0ereasoning_text\x18\x07 \x01(\t\x12\x13\n\x0bstop_reason\x18\x08 \x01(\t\"\xf4\x01\n\x0b\x43\x61llTimings\x12.\n\nstart_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x13time_to_first_token\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11upstream_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11upstream_attempts\x18\x05 \x01(\x05\"\\\n\nTokenUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05*S\n\x08\x43\x61llKind\x12\x19\n\x15\x43\x41LL_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43\x41LL_KIND_POLICY\x10\x01\x12\x16\n\x12\x43\x41LL_KIND_EXTERNAL\x10\x02*\xb3\x01\n\x0c\x43\x61llEndpoint\x12\x1d\n\x19\x43\x41LL_ENDPOINT_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43\x41LL_ENDPOINT_CHAT_COMPLETIONS\x10\x01\x12\x1d\n\x19\x43\x41LL_ENDPOINT_COMPLETIONS\x10\x02\x12$\n CALL_ENDPOINT_ANTHROPIC_MESSAGES\x10\x03\x12\x1b\n\x17\x43\x41LL_ENDPOINT_RESPONSES\x10\x04*\xaf\x01\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x1f\n\x1b\x43\x41LL_OUTCOME_UPSTREAM_ERROR\x10\x02\x12$\n CALL_OUTCOME_CLIENT_DISCONNECTED\x10\x03\x12\x1f\n\x1b\x43\x41LL_OUTCOME_SESSION_CAPPED\x10\x04*i\n\x0bHistoryMode\x12\x1c\n\x18HISTORY_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18HISTORY_MODE_AS_DEPLOYED\x10\x01\x12\x1e\n\x1aHISTORY_MODE_EXACT_HISTORY\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -25,22 +25,22 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_LLMCALL_METADATAENTRY']._options = None
   _globals['_LLMCALL_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_CALLKIND']._serialized_start=1479
-  _globals['_CALLKIND']._serialized_end=1562
-  _globals['_CALLENDPOINT']._serialized_start=1565
-  _globals['_CALLENDPOINT']._serialized_end=1744
-  _globals['_CALLOUTCOME']._serialized_start=1747
-  _globals['_CALLOUTCOME']._serialized_end=1922
-  _globals['_HISTORYMODE']._serialized_start=1924
-  _globals['_HISTORYMODE']._serialized_end=2029
+  _globals['_CALLKIND']._serialized_start=1498
+  _globals['_CALLKIND']._serialized_end=1581
+  _globals['_CALLENDPOINT']._serialized_start=1584
+  _globals['_CALLENDPOINT']._serialized_end=1763
+  _globals['_CALLOUTCOME']._serialized_start=1766
+  _globals['_CALLOUTCOME']._serialized_end=1941
+  _globals['_HISTORYMODE']._serialized_start=1943
+  _globals['_HISTORYMODE']._serialized_end=2048
   _globals['_LLMCALL']._serialized_start=127
-  _globals['_LLMCALL']._serialized_end=966
-  _globals['_LLMCALL_METADATAENTRY']._serialized_start=919
-  _globals['_LLMCALL_METADATAENTRY']._serialized_end=966
-  _globals['_CHOICE']._serialized_start=969
-  _globals['_CHOICE']._serialized_end=1136
-  _globals['_CALLTIMINGS']._serialized_start=1139
-  _globals['_CALLTIMINGS']._serialized_end=1383
-  _globals['_TOKENUSAGE']._serialized_start=1385
-  _globals['_TOKENUSAGE']._serialized_end=1477
+  _globals['_LLMCALL']._serialized_end=985
+  _globals['_LLMCALL_METADATAENTRY']._serialized_start=938
+  _globals['_LLMCALL_METADATAENTRY']._serialized_end=985
+  _globals['_CHOICE']._serialized_start=988
+  _globals['_CHOICE']._serialized_end=1155
+  _globals['_CALLTIMINGS']._serialized_start=1158
+  _globals['_CALLTIMINGS']._serialized_end=1402
+  _globals['_TOKENUSAGE']._serialized_start=1404
+  _globals['_TOKENUSAGE']._serialized_end=1496
 # @@protoc_insertion_point(module_scope)

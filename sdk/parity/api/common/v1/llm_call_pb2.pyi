@@ -53,7 +53,7 @@ HISTORY_MODE_AS_DEPLOYED: HistoryMode
 HISTORY_MODE_EXACT_HISTORY: HistoryMode
 
 class LlmCall(_message.Message):
-    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed", "served_model", "lora_adapter", "history_mode", "history_fallback", "session_cap", "end_user_id", "tags")
+    __slots__ = ("call_id", "session_id", "parent_session_ids", "trajectory_name", "metadata", "model", "policy_version", "kind", "endpoint", "request_json", "prompt_token_ids", "choices", "timings", "replica", "usage", "outcome", "error_message", "streamed", "served_model", "lora_adapter", "history_mode", "history_fallback", "session_cap", "end_user_id", "tags", "thread_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class LlmCall(_message.Message):
     SESSION_CAP_FIELD_NUMBER: _ClassVar[int]
     END_USER_ID_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     session_id: str
     parent_session_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -111,7 +112,8 @@ class LlmCall(_message.Message):
     session_cap: str
     end_user_id: str
     tags: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: bool = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., history_mode: _Optional[_Union[HistoryMode, str]] = ..., history_fallback: _Optional[str] = ..., session_cap: _Optional[str] = ..., end_user_id: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
+    thread_id: str
+    def __init__(self, call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_session_ids: _Optional[_Iterable[str]] = ..., trajectory_name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., policy_version: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., endpoint: _Optional[_Union[CallEndpoint, str]] = ..., request_json: _Optional[bytes] = ..., prompt_token_ids: _Optional[bytes] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., timings: _Optional[_Union[CallTimings, _Mapping]] = ..., replica: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., error_message: _Optional[str] = ..., streamed: bool = ..., served_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., history_mode: _Optional[_Union[HistoryMode, str]] = ..., history_fallback: _Optional[str] = ..., session_cap: _Optional[str] = ..., end_user_id: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., thread_id: _Optional[str] = ...) -> None: ...
 
 class Choice(_message.Message):
     __slots__ = ("index", "token_ids", "logprobs", "finish_reason", "text", "tool_calls_json", "reasoning_text", "stop_reason")

@@ -15,7 +15,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!parity/api/common/v1/reward.proto\x12\x14parity.api.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x02\n\x06Reward\x12\x11\n\treward_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x03 \x01(\t\x12\x30\n\x05level\x18\x04 \x01(\x0e\x32!.parity.api.common.v1.RewardLevel\x12\x11\n\x07\x63\x61ll_id\x18\x05 \x01(\tH\x00\x12\x14\n\nstep_index\x18\x06 \x01(\x05H\x00\x12\r\n\x05value\x18\x07 \x01(\x01\x12\x0e\n\x06source\x18\x08 \x01(\t\x12<\n\x08metadata\x18\t \x03(\x0b\x32*.parity.api.common.v1.Reward.MetadataEntry\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\x0b \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04step*_\n\x0bRewardLevel\x12\x1c\n\x18REWARD_LEVEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17REWARD_LEVEL_TRAJECTORY\x10\x01\x12\x15\n\x11REWARD_LEVEL_STEP\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!parity/api/common/v1/reward.proto\x12\x14parity.api.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x03\n\x06Reward\x12\x11\n\treward_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x03 \x01(\t\x12\x30\n\x05level\x18\x04 \x01(\x0e\x32!.parity.api.common.v1.RewardLevel\x12\x11\n\x07\x63\x61ll_id\x18\x05 \x01(\tH\x00\x12\x14\n\nstep_index\x18\x06 \x01(\x05H\x00\x12\r\n\x05value\x18\x07 \x01(\x01\x12\x0e\n\x06source\x18\x08 \x01(\t\x12<\n\x08metadata\x18\t \x03(\x0b\x32*.parity.api.common.v1.Reward.MetadataEntry\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\x0b \x01(\t\x12\x11\n\tthread_id\x18\x0c \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04step*_\n\x0bRewardLevel\x12\x1c\n\x18REWARD_LEVEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17REWARD_LEVEL_TRAJECTORY\x10\x01\x12\x15\n\x11REWARD_LEVEL_STEP\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -24,10 +24,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_REWARD_METADATAENTRY']._options = None
   _globals['_REWARD_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_REWARDLEVEL']._serialized_start=471
-  _globals['_REWARDLEVEL']._serialized_end=566
+  _globals['_REWARDLEVEL']._serialized_start=490
+  _globals['_REWARDLEVEL']._serialized_end=585
   _globals['_REWARD']._serialized_start=93
-  _globals['_REWARD']._serialized_end=469
-  _globals['_REWARD_METADATAENTRY']._serialized_start=414
-  _globals['_REWARD_METADATAENTRY']._serialized_end=461
+  _globals['_REWARD']._serialized_end=488
+  _globals['_REWARD_METADATAENTRY']._serialized_start=433
+  _globals['_REWARD_METADATAENTRY']._serialized_end=480
 # @@protoc_insertion_point(module_scope)

@@ -17,7 +17,7 @@ REWARD_LEVEL_TRAJECTORY: RewardLevel
 REWARD_LEVEL_STEP: RewardLevel
 
 class Reward(_message.Message):
-    __slots__ = ("reward_id", "session_id", "trajectory_name", "level", "call_id", "step_index", "value", "source", "metadata", "create_time", "name")
+    __slots__ = ("reward_id", "session_id", "trajectory_name", "level", "call_id", "step_index", "value", "source", "metadata", "create_time", "name", "thread_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class Reward(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     reward_id: str
     session_id: str
     trajectory_name: str
@@ -47,4 +48,5 @@ class Reward(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     create_time: _timestamp_pb2.Timestamp
     name: str
-    def __init__(self, reward_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., level: _Optional[_Union[RewardLevel, str]] = ..., call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., value: _Optional[float] = ..., source: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+    thread_id: str
+    def __init__(self, reward_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., level: _Optional[_Union[RewardLevel, str]] = ..., call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., value: _Optional[float] = ..., source: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., thread_id: _Optional[str] = ...) -> None: ...

@@ -15,7 +15,7 @@ _sym_db = _symbol_database.Default()
 from parity.api.common.v1 import llm_call_pb2 as parity_dot_api_dot_common_dot_v1_dot_llm__call__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!parity/api/common/v1/sample.proto\x12\x14parity.api.common.v1\x1a#parity/api/common/v1/llm_call.proto\"\xe6\x03\n\x06Sample\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x03 \x01(\t\x12\x12\n\nepisode_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x11\n\ttoken_ids\x18\x06 \x01(\x0c\x12\x11\n\tloss_mask\x18\x07 \x01(\x0c\x12\x18\n\x10rollout_logprobs\x18\x08 \x01(\x0c\x12\x0e\n\x06reward\x18\t \x01(\x01\x12\x15\n\rtoken_rewards\x18\n \x01(\x0c\x12\x16\n\x0epolicy_version\x18\x0b \x01(\x03\x12\x15\n\rprompt_length\x18\x0c \x01(\x05\x12\x10\n\x08\x63\x61ll_ids\x18\r \x03(\t\x12\x11\n\ttruncated\x18\x0e \x01(\x08\x12<\n\x08metadata\x18\x0f \x03(\x0b\x32*.parity.api.common.v1.Sample.MetadataEntry\x12\x37\n\x0chistory_mode\x18\x10 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x12\x13\n\x0b\x65nd_user_id\x18\x11 \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!parity/api/common/v1/sample.proto\x12\x14parity.api.common.v1\x1a#parity/api/common/v1/llm_call.proto\"\xa8\x04\n\x06Sample\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0ftrajectory_name\x18\x03 \x01(\t\x12\x12\n\nepisode_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x11\n\ttoken_ids\x18\x06 \x01(\x0c\x12\x11\n\tloss_mask\x18\x07 \x01(\x0c\x12\x18\n\x10rollout_logprobs\x18\x08 \x01(\x0c\x12\x0e\n\x06reward\x18\t \x01(\x01\x12\x15\n\rtoken_rewards\x18\n \x01(\x0c\x12\x16\n\x0epolicy_version\x18\x0b \x01(\x03\x12\x15\n\rprompt_length\x18\x0c \x01(\x05\x12\x10\n\x08\x63\x61ll_ids\x18\r \x03(\t\x12\x11\n\ttruncated\x18\x0e \x01(\x08\x12<\n\x08metadata\x18\x0f \x03(\x0b\x32*.parity.api.common.v1.Sample.MetadataEntry\x12\x37\n\x0chistory_mode\x18\x10 \x01(\x0e\x32!.parity.api.common.v1.HistoryMode\x12\x13\n\x0b\x65nd_user_id\x18\x11 \x01(\t\x12\x14\n\x0cthread_index\x18\x12 \x01(\x05\x12\x11\n\tthread_id\x18\x13 \x01(\t\x12\x17\n\x0f\x61\x64vantage_group\x18\x14 \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -25,7 +25,7 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_SAMPLE_METADATAENTRY']._options = None
   _globals['_SAMPLE_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLE']._serialized_start=97
-  _globals['_SAMPLE']._serialized_end=583
-  _globals['_SAMPLE_METADATAENTRY']._serialized_start=536
-  _globals['_SAMPLE_METADATAENTRY']._serialized_end=583
+  _globals['_SAMPLE']._serialized_end=649
+  _globals['_SAMPLE_METADATAENTRY']._serialized_start=602
+  _globals['_SAMPLE_METADATAENTRY']._serialized_end=649
 # @@protoc_insertion_point(module_scope)

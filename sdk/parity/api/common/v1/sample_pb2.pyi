@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Sample(_message.Message):
-    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "token_ids", "loss_mask", "rollout_logprobs", "reward", "token_rewards", "policy_version", "prompt_length", "call_ids", "truncated", "metadata", "history_mode", "end_user_id")
+    __slots__ = ("sample_id", "session_id", "trajectory_name", "episode_id", "group_id", "token_ids", "loss_mask", "rollout_logprobs", "reward", "token_rewards", "policy_version", "prompt_length", "call_ids", "truncated", "metadata", "history_mode", "end_user_id", "thread_index", "thread_id", "advantage_group")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,9 @@ class Sample(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     HISTORY_MODE_FIELD_NUMBER: _ClassVar[int]
     END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     session_id: str
     trajectory_name: str
@@ -49,4 +52,7 @@ class Sample(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     history_mode: _llm_call_pb2.HistoryMode
     end_user_id: str
-    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ..., end_user_id: _Optional[str] = ...) -> None: ...
+    thread_index: int
+    thread_id: str
+    advantage_group: str
+    def __init__(self, sample_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trajectory_name: _Optional[str] = ..., episode_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., rollout_logprobs: _Optional[bytes] = ..., reward: _Optional[float] = ..., token_rewards: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., prompt_length: _Optional[int] = ..., call_ids: _Optional[_Iterable[str]] = ..., truncated: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., history_mode: _Optional[_Union[_llm_call_pb2.HistoryMode, str]] = ..., end_user_id: _Optional[str] = ..., thread_index: _Optional[int] = ..., thread_id: _Optional[str] = ..., advantage_group: _Optional[str] = ...) -> None: ...
