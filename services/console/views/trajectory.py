@@ -1,11 +1,11 @@
 """One trajectory as the model saw it: each call's prompt and sampled tokens, in order, with
 where prefix merging joined calls into one training sequence or split them, and why.
 
-The page reads as one stream of tokens. The first call shows its whole prompt; a later
-call shows only the prompt tokens past the sequence before it (its shared prefix is what
-the blocks above already show), and a call that broke the prefix shows where it diverged.
-Merging follows the assembler's rule exactly: a call continues the sequence when its
-prompt starts with the previous trainable call's prompt plus one of its choices.
+The page reads as one stream of tokens per thread. A thread's first call shows its whole
+prompt; a later call shows only the prompt tokens past the sequence it continues (its
+shared prefix is what the blocks above already show), and a call that broke the prefix
+shows where it diverged. Joins follow the assembler's rule exactly (call_joins.py); a
+trajectory of several threads (an agent and its subagents) shows them side by side.
 
 Loss masks come from the assembler's samples (GetTrajectory, FULL): a token's mask is the
 sample's, at the same position, since every call's prompt is a prefix of the sample it
@@ -22,6 +22,7 @@ import numpy as np
 from parity import tokens
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, sample_pb2
+from parity.services.console.views.call_joins import CallJoins, JoinView
 from parity.services.console.views.format import enum_label, seconds, timestamp_text
 from parity.services.console.views.token_text import TokenTexts
 
@@ -89,16 +90,6 @@ class ChoiceView:
 
 
 @dataclass
-class JoinView:
-    # first, merged, split or skipped.
-    kind: str
-    summary: str
-    # Prompt tokens not shown because the blocks above hold them.
-    shared: int = 0
-    detail: str = ""
-
-
-@dataclass
 class CallView:
     position: int
     call: llm_call_pb2.LlmCall
@@ -108,6 +99,8 @@ class CallView:
     choices: list[ChoiceView]
     step_reward: float | None
     sample_note: str
+    # The thread of the trajectory the call continues, numbered from 0 in the order they opened.
+    thread: int = 0
 
     @property
     def outcome(self) -> str:
@@ -158,6 +151,19 @@ class TrajectoryView:
     """as_deployed or exact_history: how the calls' prompts were built."""
     teacher_gaps: list[tuple[str, float]] = field(default_factory=list)
     """(the calls it spans, its mean teacher gap) of each sample a distillation teacher scored."""
+    thread_names: list[str] = field(default_factory=list)
+    """Each thread's name, as the agent gave it (empty when the token ids found it), in the order they opened."""
+
+    @property
+    def thread_count(self) -> int:
+        return len(self.thread_names)
+
+    @property
+    def threads(self) -> list[tuple[int, str, int, int]]:
+        """(number from 1, name, calls, sampled tokens) of each thread."""
+        return [(n + 1, name, sum(c.thread == n for c in self.calls),
+                 sum(len(ch.tokens) for c in self.calls if c.thread == n for ch in c.choices))
+                for n, name in enumerate(self.thread_names)]  # fmt: skip
 
     @property
     def sampled_count(self) -> int:
@@ -200,37 +206,33 @@ def build_trajectory(
         else {}
     )
     builder = _Builder(texts, sample_arrays)
-    previous_messages: list[object] = []
     for position, call in enumerate(calls, 1):
-        messages, previous_messages = _new_messages(call, previous_messages)
-        view.calls.append(builder.call(position, call, messages, step_rewards.get(call.call_id)))
+        view.calls.append(builder.call(position, call, step_rewards.get(call.call_id)))
     builder.decode()
+    view.thread_names = builder.joins.thread_names
     return view
 
 
 class _Builder:
-    """Walks a trajectory's calls in order, keeping the sequence the last trainable call ended."""
+    """Walks a trajectory's calls in order, keeping every thread's open sequence."""
 
     def __init__(
         self, texts: TokenTexts, samples: list[tuple[sample_pb2.Sample, np.ndarray, np.ndarray]]
     ) -> None:
         self.texts = texts
         self.samples = samples
-        self.previous: tuple[llm_call_pb2.LlmCall, np.ndarray, list[np.ndarray]] | None = None
+        self.joins = CallJoins(texts)
         self._pending: list[TokenView] = []
 
-    def call(
-        self,
-        position: int,
-        call: llm_call_pb2.LlmCall,
-        messages: list[MessageView],
-        reward: float | None,
-    ) -> CallView:
+    def call(self, position: int, call: llm_call_pb2.LlmCall, reward: float | None) -> CallView:
         prompt = tokens.unpack_token_ids(call.prompt_token_ids)
         choices = [tokens.unpack_token_ids(c.token_ids) for c in call.choices]
         trainable = call.kind != llm_call_pb2.CALL_KIND_EXTERNAL and call.outcome in _USABLE_OUTCOMES and any(
             len(c) for c in choices)  # fmt: skip
-        join = self._join(call, prompt, trainable)
+        request_messages = _request_messages(call)
+        join, thread, previous_messages = self.joins.join(
+            call, prompt, choices, request_messages, None if trainable else _skip_reason(call))
+        messages = _new_messages(call, request_messages, previous_messages)
         holding = [(s, ids, mask) for s, ids, mask in self.samples if call.call_id in s.call_ids]
         prompt_mask = holding[0][2] if holding else None
         shown = [
@@ -242,15 +244,13 @@ class _Builder:
         views = [
             self._choice(call.choices[i], prompt, ids, holding) for i, ids in enumerate(choices)
         ]
-        if trainable:
-            self.previous = (call, prompt, choices)
         note = ""
-        if holding and (join.kind in ("first", "split")):
+        if holding and (join.kind in ("first", "split", "thread")):
             index = next(i for i, (s, _, _) in enumerate(self.samples) if s is holding[0][0])
             note = f"sample {index + 1} of {len(self.samples)} starts here" + (
                 " (truncated)" if holding[0][0].truncated else ""
             )
-        return CallView(position, call, join, messages, shown, views, reward, note)
+        return CallView(position, call, join, messages, shown, views, reward, note, thread)
 
     def decode(self) -> None:
         """Every token's text, decoded in one batch."""
@@ -296,41 +296,6 @@ class _Builder:
             sample_ids=tuple(s.sample_id for s, _ in followed),
         )  # fmt: skip
 
-    def _join(self, call: llm_call_pb2.LlmCall, prompt: np.ndarray, trainable: bool) -> JoinView:
-        if not trainable:
-            return JoinView("skipped", _skip_reason(call))
-        if self.previous is None:
-            return JoinView("first", "the trajectory's first sampled call: its whole prompt")
-        before, before_prompt, before_choices = self.previous
-        sequences = [np.concatenate([before_prompt, c]) for c in before_choices]
-        prefixes = [tokens.common_prefix(seq, prompt) for seq in sequences]
-        best = int(np.argmax(prefixes))
-        sequence, shared = sequences[best], prefixes[best]
-        choice_note = f" (choice {best})" if len(sequences) > 1 else ""
-        if shared == len(sequence):
-            return JoinView("merged", f"continues the sequence{choice_note}: {_tokens(len(prompt) - shared)} of new prompt, "
-                            "loss mask 0, then what it sampled", shared)  # fmt: skip
-        return JoinView("split", "prefix broken: a new sample starts here", shared,
-                        self._why_split(sequence, prompt, shared, len(before_prompt)))  # fmt: skip
-
-    def _why_split(
-        self, sequence: np.ndarray, prompt: np.ndarray, shared: int, before_prompt: int
-    ) -> str:
-        if shared == len(prompt):
-            return (f"this prompt is the first {shared} of the {len(sequence)} tokens the sequence already had: "
-                    "the history was cut")  # fmt: skip
-        expected, got = self.texts.texts([int(sequence[shared]), int(prompt[shared])])
-        where = f"at token {shared:,}: the prompt has {got!r} (id {int(prompt[shared])}) where the sequence had {expected!r} (id {int(sequence[shared])})"
-        if shared >= before_prompt:
-            return (f"the previous reply came back re-rendered, {where}, {_tokens(shared - before_prompt)} into what "
-                    "the model sampled. A chat template that re-tokenizes the reply's text, or drops its "
-                    "reasoning, does this")  # fmt: skip
-        return f"the history before the previous reply changed, {where}: an edited or re-rendered conversation"
-
-
-def _tokens(count: int) -> str:
-    return f"{count:,} token" if count == 1 else f"{count:,} tokens"
-
 
 def _mask_at(mask: np.ndarray | None, position: int) -> int:
     if mask is None or position >= len(mask):
@@ -374,21 +339,26 @@ def _tool_calls(raw: bytes) -> list[ToolCallView]:
     return views
 
 
-def _new_messages(
-    call: llm_call_pb2.LlmCall, previous: list[object]
-) -> tuple[list[MessageView], list[object]]:
-    """The messages this call's request added to the conversation of the call before it
-    (the reply it sampled excluded), and this call's messages, for the next."""
+def _request_messages(call: llm_call_pb2.LlmCall) -> list[object] | None:
+    """The request's messages; None for a prompt-only or unreadable request."""
     try:
         request = json.loads(call.request_json) if call.request_json else {}
     except ValueError:
-        return [], []
-    if not isinstance(request, dict):
-        return [], []
-    if "messages" not in request:
-        prompt = request.get("prompt")
-        return ([MessageView("prompt", prompt)] if isinstance(prompt, str) else []), []
-    messages = request["messages"] if isinstance(request["messages"], list) else []
+        return None
+    if not isinstance(request, dict) or "messages" not in request:
+        return None
+    return request["messages"] if isinstance(request["messages"], list) else []
+
+
+def _new_messages(call: llm_call_pb2.LlmCall, messages: list[object] | None, previous: list[object]) -> list[MessageView]:
+    """The messages this call's request added to its thread's call before it (the reply it sampled excluded)."""
+    if messages is None:
+        try:
+            request = json.loads(call.request_json) if call.request_json else {}
+        except ValueError:
+            return []
+        prompt = request.get("prompt") if isinstance(request, dict) else None
+        return [MessageView("prompt", prompt)] if isinstance(prompt, str) else []
     shared = 0
     while shared < min(len(messages), len(previous)) and messages[shared] == previous[shared]:
         shared += 1
@@ -403,7 +373,7 @@ def _new_messages(
         and not added[0].get("tool_calls")
     ):
         added = added[1:]
-    return [_message(m) for m in added if isinstance(m, dict)], messages
+    return [_message(m) for m in added if isinstance(m, dict)]
 
 
 def _message(message: dict[str, object]) -> MessageView:

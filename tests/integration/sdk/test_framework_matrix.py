@@ -21,6 +21,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.services.assembler.samples import LengthLimit, build_samples
+from parity.services.assembler.trajectories import split_trajectories
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import VllmServer
 from tests.integration.claude_code import LONG_CONTEXT, TOOL_CALL_START, decodes_to
@@ -48,6 +50,11 @@ class Framework:
     model_stops: tuple[str, ...] = ()
     # The framework asks again when a reply is empty and never surfaces the empty one (Claude Code).
     retries_empty_replies: bool = False
+    # An agent that runs subagents in its session: the conversations its calls hold, each of which the assembler
+    # must merge into one sequence. 0: one agent, not checked here.
+    threads: int = 0
+    # Another entry's environment, when this agent needs no other package.
+    env: str = ""
 
 
 FRAMEWORKS = {
@@ -62,6 +69,11 @@ FRAMEWORKS = {
     "dspy": Framework(["dspy"], "dspy_agent.py", "dspy", model_stops=("AdapterParseError: ",)),
     "smolagents": Framework(["smolagents"], "smolagents_agent.py", "smolagents"),
     "pydantic-ai": Framework(["pydantic-ai-slim[openai]"], "pydantic_ai_agent.py", "pydantic-ai-slim", True),
+    # Multi-agent shapes: a supervisor and two workers (3 threads), an orchestrator calling an agent as a tool (2).
+    "langgraph-supervisor": Framework(["langgraph", "langchain-openai"], "langgraph_supervisor_agent.py", "langgraph",
+                                      threads=3, env="langgraph"),
+    "openai-agents-as-tool": Framework(["openai-agents"], "openai_agents_as_tool_agent.py", "openai-agents",
+                                       threads=2, env="openai-agents"),
 }  # fmt: skip
 ENDPOINT_PATHS = {
     llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS: "chat/completions",
@@ -77,8 +89,8 @@ def framework_envs(tmp_path_factory) -> Iterator[dict[str, Future[IsolatedEnv]]]
     with ThreadPoolExecutor(PARALLEL_INSTALLS) as pool:
         wheel = pool.submit(build_wheel, wheel_dir)
         futures = {name: pool.submit(lambda f=f, n=name: cached_env(f"fw-{n}", f.requirements, wheel.result()))
-                   for name, f in FRAMEWORKS.items()}  # fmt: skip
-        yield futures
+                   for name, f in FRAMEWORKS.items() if not f.env}  # fmt: skip
+        yield futures | {name: futures[f.env] for name, f in FRAMEWORKS.items() if f.env}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +128,9 @@ def check_token_exact(call: llm_call_pb2.LlmCall, vllm_url: str, tokenizer) -> N
     render = httpx.post(f"{vllm_url}/v1/{ENDPOINT_PATHS[call.endpoint]}/render", json=request | {"model": SERVED},
                         timeout=120)  # fmt: skip
     assert render.status_code == 200, render.text
-    assert ids(call.prompt_token_ids) == render.json()["token_ids"]
+    # An exact_history call continues its conversation's ids instead (check_one_sequence_per_thread).
+    if call.history_mode != llm_call_pb2.HISTORY_MODE_EXACT_HISTORY:
+        assert ids(call.prompt_token_ids) == render.json()["token_ids"]
     for choice in call.choices:
         sampled = ids(choice.token_ids)
         assert len(sampled) == len(choice.logprobs) // 4 > 0
@@ -157,3 +171,31 @@ def test_a_framework_agent_is_captured_token_exactly(name: str, framework_envs, 
         assert result["replies"] == [text for text in texts if text or not framework.retries_empty_replies], texts
     if framework.answer_is_reply and not stopped:
         assert result["answer"] is not None and result["answer"].strip() == calls[-1].choices[0].text.strip()
+    if framework.threads:
+        check_one_sequence_per_thread(calls, framework.threads, long_context_vllm.base_url)
+
+
+def check_one_sequence_per_thread(calls: list[llm_call_pb2.LlmCall], threads: int, vllm_url: str) -> None:
+    """The assembler's own merge (as its service runs it) makes one sample of each conversation: every call in
+    exactly one sample, its sampled ids under loss mask 1, nothing split; each call's prompt is its conversation's
+    ids so far, as sampled, then its new turns exactly as vLLM renders them."""
+    (trajectory,), _ = split_trajectories(calls[0].session_id, calls, [])
+    built = build_samples(trajectory, "episode", "group", LengthLimit())
+    assert (built.threads, built.splits, len(built.samples)) == (threads, 0, threads), (
+        built.threads, dict(built.split_reasons), [list(s.call_ids) for s in built.samples])
+    assert sorted(c for s in built.samples for c in s.call_ids) == sorted(call.call_id for call in calls)
+    by_id = {call.call_id: call for call in calls}
+    for sample in built.samples:
+        mask = np.frombuffer(sample.loss_mask, dtype=np.uint8)
+        sampled = [t for c in sample.call_ids for t in ids(by_id[c].choices[0].token_ids)]
+        assert np.frombuffer(sample.token_ids, dtype="<i4")[mask == 1].tolist() == sampled
+        sequence: list[int] = []
+        for call_id in sample.call_ids:
+            call = by_id[call_id]
+            prompt = ids(call.prompt_token_ids)
+            assert prompt[: len(sequence)] == sequence and not call.history_fallback
+            request = json.loads(call.request_json) | {"model": SERVED}
+            rendered = httpx.post(f"{vllm_url}/v1/chat/completions/render", json=request, timeout=120).json()["token_ids"]
+            spliced = prompt[len(sequence) :]
+            assert spliced and rendered[-len(spliced) :] == spliced
+            sequence = prompt + ids(call.choices[0].token_ids)
