@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -22,3 +24,19 @@ def eventually(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_
         if time.monotonic() > deadline:
             raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
         time.sleep(interval_s)
+
+
+async def eventually_async(condition: Callable[[], T | Awaitable[T]], *, timeout_s: float = 30.0,
+                           interval_s: float = 0.05, what: str | Callable[[], str] = "the condition") -> T:  # fmt: skip
+    """eventually() for a test on an event loop: `condition` may be a coroutine function, and the loop runs on
+    (the store's background tasks, say) between polls."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
+        await asyncio.sleep(interval_s)

@@ -216,13 +216,15 @@ async def test_a_watch_from_latest_sends_only_calls_committed_after_it_opened(
     store: TokenStore,
 ) -> None:
     await write(store, conversation("old", turns=3, prompt_len=10, completion_len=3))
+    # A heartbeat at every empty read: the first message says the watch is open, its starting point taken.
+    store.watch_heartbeat_s = 0.0
     stream = store.watch_calls("", full=False, max_batch_size=100, from_latest=True)
-    first = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0.3)
+    opened, _ = await anext(stream)
+    assert opened == [], "the calls stored before the watch opened are not sent"
     new = conversation("new", turns=2, prompt_len=10, completion_len=3)
     await write(store, new)
-    calls, _ = await asyncio.wait_for(first, 5)
+    calls: list = []
     while not calls:
-        calls, _ = await asyncio.wait_for(anext(stream), 5)
+        calls, _ = await anext(stream)
     assert [c.call_id for c in calls] == [c.call_id for c in new]
     await stream.aclose()

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from parity.services.store import commits, token_store
 from parity.services.store.backends import open_backend
 from parity.services.store.records import SESSION_STATE_CLOSED, SESSION_STATE_OPEN, SessionQuery
 from parity.services.store.token_store import TokenStore
@@ -23,6 +24,7 @@ from tests.integration.store.store_requests import (
     wire,
     write,
 )
+from tests.waiting import eventually_async
 
 
 async def test_sessions_are_created_with_their_ancestors_and_listed(store: TokenStore) -> None:
@@ -205,26 +207,62 @@ async def session_exists(store: TokenStore, session_id: str) -> bool:
     return True
 
 
+class StoreClock:
+    """The store's wall clock, set by the test: what a session's update time and retention's cutoff read. Its
+    monotonic clock and the retention loop's sleeps stay real."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - whatever else the store reads of the time module
+        return getattr(time, name)
+
+
+def recording_retention_passes(store: TokenStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
+    """Each retention pass the store makes once it is started, as (its cutoff, sessions it deleted)."""
+    passes: list[tuple[float, int]] = []
+    delete_sessions = store.delete_sessions
+
+    async def recorded(session_ids, updated_before, end_user_id=""):  # noqa: ANN001, ANN202
+        deleted = await delete_sessions(session_ids, updated_before, end_user_id)
+        passes.append((updated_before, deleted.sessions))
+        return deleted
+
+    monkeypatch.setattr(store, "delete_sessions", recorded)
+    return passes
+
+
 async def test_the_retention_setting_deletes_idle_sessions_in_the_background(
-    backend_url: str,
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    start = 1_000_000.0
+    clock = StoreClock(start)
+    monkeypatch.setattr(commits, "time", clock)
+    monkeypatch.setattr(token_store, "time", clock)
     store = TokenStore(open_backend(backend_url), retention_s=2.0)
+    passes = recording_retention_passes(store, monkeypatch)
     await store.start()
     try:
-        await write(
-            store, [make_call("old", "old", [1], [[2]]), make_call("new-0", "new", [1], [[2]])]
-        )
-        # "new" stays active, a call every 0.1 s, until retention has deleted "old", idle since its one call.
-        written, written_at = 1, time.monotonic()
-        while await session_exists(store, "old"):
-            assert written < 300, "the idle session was never deleted"
-            await asyncio.sleep(0.1)
-            await write(store, [make_call(f"new-{written}", "new", [1], [[2]])])
-            written += 1
-        assert time.monotonic() - written_at > 1.5, (
-            "deleted before it had been idle for the retention period"
-        )
-        assert (await store.get_session("new")).call_count == written
+        await write(store, [make_call("old", "old", [1], [[2]]), make_call("new-0", "new", [1], [[2]])])
+        # "new" stays active: a second call 1.5 s later; "old" stays idle since its one call.
+        clock.now = start + 1.5
+        await write(store, [make_call("new-1", "new", [1], [[2]])])
+
+        def a_pass_at(now: float) -> tuple[float, int] | None:
+            """The first retention pass that read the clock once it said `now`: (its cutoff, what it deleted)."""
+            return next((p for p in passes if p[0] >= now - store.retention_s), None)
+
+        # Idle for exactly the retention period: not yet past it.
+        clock.now = start + 2.0
+        _, deleted = await eventually_async(lambda: a_pass_at(start + 2.0), what="a retention pass")
+        assert deleted == 0 and await session_exists(store, "old"), "deleted before it was idle past the period"
+        clock.now = start + 3.0
+        _, deleted = await eventually_async(lambda: a_pass_at(start + 3.0), what="a retention pass")
+        assert deleted == 1 and not await session_exists(store, "old")
+        assert (await store.get_session("new")).call_count == 2, "a session active within the period stays"
     finally:
         await store.stop()
 
@@ -247,10 +285,11 @@ async def test_retention_goes_on_after_a_failed_pass(backend_url: str, monkeypat
     await store.start()
     try:
         await write(store, [make_call("old", "old", [1], [[2]])])
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if (await store.stats()).session_count == 0:
-                break
-        assert passes > 1 and (await store.stats()).session_count == 0
+
+        async def deleted() -> bool:
+            return (await store.stats()).session_count == 0
+
+        await eventually_async(deleted, what="a retention pass after the failed one deleting the idle session")
+        assert passes > 1
     finally:
         await store.stop()
