@@ -425,3 +425,32 @@ def test_unknown_ids_are_404_pages_and_a_down_store_is_a_banner(
     page.goto(f"{orphan.url}/sessions", wait_until="load")
     assert "unavailable" in page.inner_text(".banner")
     screenshots(page, "store-down", clip={"x": 0, "y": 0, "width": 1400, "height": 360})
+
+
+def test_a_session_of_interleaved_threads_shows_them_side_by_side(console, deployed_stack, page, screenshots) -> None:
+    """An orchestrator and a named researcher, their calls alternating in one session, exactly as an agent that
+    runs a subagent makes them: one column per thread, each call in its own."""
+    session_id = f"threads-{int(time.time())}"
+    base = f"http://127.0.0.1:{deployed_stack.http_port}/sessions/{session_id}/v1"
+    orchestrator = openai.OpenAI(base_url=base, api_key="unused")
+    researcher = openai.OpenAI(base_url=base, api_key="unused", default_headers={"X-Parity-Thread": "researcher"})
+    histories = {orchestrator: [{"role": "user", "content": "Plan the trip."}],
+                 researcher: [{"role": "user", "content": "Find a sunny city."}]}  # fmt: skip
+    for _ in range(2):
+        for client, messages in histories.items():
+            reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4)
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
+                         {"role": "user", "content": "Go on."}]  # fmt: skip
+    calls = StoreClient(deployed_stack.store.address).list_calls(store_pb.ListCallsRequest(session_id=session_id)).calls
+    assert [c.thread_id for c in calls] == ["", "researcher", "", "researcher"]
+
+    page.goto(f"{console.url}/sessions/{session_id}", wait_until="load")
+    assert page.errors == []
+    assert rows(page, ".threads-table tbody tr") == [["1", "–", "2", str(sum(len(c.choices[0].token_ids) // 4 for c in calls[::2]))],
+                                                    ["2", "researcher", "2", str(sum(len(c.choices[0].token_ids) // 4 for c in calls[1::2]))]]  # fmt: skip
+    columns = page.eval_on_selector_all(".threads.n2 > section.call", "cs => cs.map(c => [c.className, c.getBoundingClientRect().x])")
+    assert [c.split()[-1] for c, _ in columns] == ["col1", "col2", "col1", "col2"]
+    # Side by side: the second thread's calls sit to the right of the first's.
+    assert columns[1][1] > columns[0][1] and columns[3][1] > columns[2][1] and columns[0][1] == columns[2][1]
+    assert "opens thread 2 'researcher'" in page.locator("section.call").nth(1).locator(".join").inner_text()
+    screenshots(page, "threads", full_page=True)
