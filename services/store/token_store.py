@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -198,7 +198,7 @@ class TokenStore:
 
     async def watch_calls(
         self, cursor: str, full: bool, max_batch_size: int, from_latest: bool = False
-    ) -> AsyncIterator[tuple[list[llm_call_pb2.LlmCall], str]]:
+    ) -> AsyncGenerator[tuple[list[llm_call_pb2.LlmCall], str], None]:
         """Yields (calls, cursor after them); an empty list is a heartbeat. `from_latest`
         with no cursor starts after the latest call stored now."""
         start = decode_cursor(cursor, self.backend.store_id)
@@ -217,7 +217,7 @@ class TokenStore:
 
     async def watch_closed_sessions(
         self, cursor: str, max_batch_size: int
-    ) -> AsyncIterator[tuple[list[SessionRow], str]]:
+    ) -> AsyncGenerator[tuple[list[SessionRow], str], None]:
         """Yields (sessions closed after the cursor, in close order; cursor after them);
         an empty list is a heartbeat, or, after a full page with nothing behind it, the
         sign that the reader has caught up."""
@@ -233,7 +233,7 @@ class TokenStore:
 
     async def _follow(
         self, read: Callable[[int], tuple[list[Item], int]], position: int, full_page: int = 0
-    ) -> AsyncIterator[tuple[list[Item], int]]:
+    ) -> AsyncGenerator[tuple[list[Item], int], None]:
         """What `read` finds after `position`, as commits land, with the position after it; an empty list
         when nothing came for the heartbeat interval. With `full_page`, a page that came full is followed by
         an empty one once nothing is behind it: a message shorter than a page tells the reader it caught up."""

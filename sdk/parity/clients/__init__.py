@@ -12,12 +12,18 @@ retries on UNAVAILABLE, and parity.RPCError.
     await AsyncStoreClient("127.0.0.1:50051").get_call(GetCallRequest(call_id="..."))
 """
 
+from typing import TYPE_CHECKING
+
 from parity.clients.errors import RPCError
 from parity.clients.generated.assembler import AssemblerClient, AsyncAssemblerClient
 from parity.clients.generated.ingest import AsyncIngestClient, IngestClient
 from parity.clients.generated.store import TokenStoreClient as StoreClient
 from parity.clients.generated.trainer import AsyncTrainerClient, TrainerClient
 from parity.clients.store_writes import AsyncStoreClient
+
+if TYPE_CHECKING:
+    # Imported on first use below; named here so that type checkers know what it is.
+    from parity.clients.health import HealthClient
 
 
 def __getattr__(name: str) -> object:
