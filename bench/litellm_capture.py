@@ -20,7 +20,7 @@ class CaptureLogger(CustomLogger):
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS traces (id TEXT, data TEXT)")
 
-    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):  # type: ignore[no-untyped-def]
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
         row = {"messages": kwargs.get("messages"), "response": response_obj.model_dump(mode="json")}
         with self.db:
             self.db.execute("INSERT INTO traces VALUES (?, ?)", (response_obj.id, json.dumps(row)))

@@ -22,9 +22,11 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from ingest import PYTHON, Processes, free_port
+from openai.types.chat import ChatCompletionMessageParam
 from scratch import scratch_dir
 
 import parity
@@ -66,9 +68,9 @@ def start_mesh(processes: Processes, scratch: Path) -> tuple[str, str, str]:
 def conversation(turns: int, stream: bool = False):
     async def agent(task: dict) -> float:
         client = parity.get_async_chat_client()
-        messages = [{"role": "user", "content": task["prompt"]}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
         for _ in range(turns):
-            request = {"model": MODEL, "messages": messages, "max_tokens": 40, "temperature": 1.0,
+            request: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 40, "temperature": 1.0,
                        "extra_body": {"structured_outputs": REPLY}}  # fmt: skip
             if stream:
                 content = ""

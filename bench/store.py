@@ -157,8 +157,8 @@ async def drive_grpc(address: str, per_writer: list[list[bytes]], rpc: str = "un
         address, options=[("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
     ) as channel:
         # Bytes in, bytes out: no client-side (de)serialization.
-        write = channel.unary_unary(WRITE_CALLS)
-        open_stream = channel.stream_stream(STREAM_WRITE_CALLS)
+        write: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(WRITE_CALLS)
+        open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(STREAM_WRITE_CALLS)
 
         async def writer(requests: list[bytes]) -> None:
             stream = open_stream() if rpc == "stream" else None

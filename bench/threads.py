@@ -32,6 +32,7 @@ from types import ModuleType
 
 from ingest import Processes
 from multi_turn import MODEL, start_mesh
+from openai.types.chat import ChatCompletionMessageParam
 from scratch import scratch_dir
 from tokenizers import Tokenizer
 
@@ -65,7 +66,7 @@ def interleaved(threads: int, rounds: int, reply: dict, finals: list[int]):
 
     async def agent(task: dict) -> float:
         client = parity.get_async_chat_client()
-        histories = [[{"role": "user", "content": f"Worker {t}: what is {t} plus {task['id']}?"}] for t in range(threads)]
+        histories: list[list[ChatCompletionMessageParam]] = [[{"role": "user", "content": f"Worker {t}: what is {t} plus {task['id']}?"}] for t in range(threads)]
         lengths = [0] * threads
         for _ in range(rounds):
             for t, messages in enumerate(histories):

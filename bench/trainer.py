@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,11 +96,12 @@ class PlainLoop:
         torch.manual_seed(settings.seed)
         self.settings, self.device = settings, device
         self.dtype = getattr(torch, resolve_dtype(settings.dtype))
+        # transformers types PreTrainedModel.to as a wrapper of nn.Module.to whose first argument is the model.
         self.model = AutoModelForCausalLM.from_pretrained(
             settings.model_path, dtype=torch.float32, attn_implementation="sdpa"
-        ).to(device)
-        fused = {"fused": True} if device.type == "cuda" else {}
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate, weight_decay=0.0, **fused)
+        ).to(device)  # type: ignore[arg-type]
+        fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=0.0, **fused)
         self.loss_settings = LossSettings(settings.clip_ratio, settings.tis_cap, 0.0, settings.loss_agg_mode)
 
     def micro_batches(self, batch: TrainingBatch) -> list[torch.Tensor]:
@@ -120,7 +122,7 @@ class PlainLoop:
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        whole = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
+        whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
         for rows in self.micro_batches(batch):
             length = int(batch.attention_mask[rows].sum(dim=1).max())
             ids, attention = (t[rows, :length].to(self.device) for t in (batch.input_ids, batch.attention_mask))
@@ -175,7 +177,7 @@ def prefix_batch(
 def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace) -> list[dict[str, object]]:
     """A backend's step with shared prefixes against without, per group size and prompt:reply ratio; ratio 0 is
     10:1 with every row's prompt its own, where the setting finds nothing to share."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for group_size in (8, 16):
         for ratio in (0, 1, 10, 50):
             prompt = (ratio or 10) * args.reply
@@ -297,7 +299,7 @@ def probe_gap(backend, directory: Path, probe: list[int]) -> tuple[float, float]
     backend.save_weights(directory)
     save_seconds = time.perf_counter() - started
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device)  # type: ignore[arg-type]
     ids = torch.tensor([probe], device=device)
     with torch.no_grad():
         logits = model(ids).logits[0, :-1].float()
@@ -356,9 +358,16 @@ def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     plain = {(row["device"], row["dtype"]): row for row in rows if row["backend"] == "plain"}
     for row in rows:
         baseline = plain.get((row["device"], row["dtype"]))
-        row["vs_plain"] = round(row["step_ms"] / baseline["step_ms"], 2) if baseline else None
-        row["cpu_vs_plain"] = round(row["cpu_ms"] / baseline["cpu_ms"], 2) if baseline else None
+        row["vs_plain"] = round(number(row, "step_ms") / number(baseline, "step_ms"), 2) if baseline else None
+        row["cpu_vs_plain"] = round(number(row, "cpu_ms") / number(baseline, "cpu_ms"), 2) if baseline else None
     return rows
+
+
+def number(row: dict[str, object], key: str) -> float:
+    """One of a row's measurements (run() rounds each to a float or an int)."""
+    value = row[key]
+    assert isinstance(value, int | float), (key, value)
+    return value
 
 
 def main() -> None:
@@ -413,7 +422,7 @@ def main() -> None:
         rows = with_ratios([run(name, dtype, model, batch, args, work) for name, dtype in runs])
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(
-        f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, {rows[0]['parameters'] / 1e6:.0f}M parameters; "
+        f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, {number(rows[0], 'parameters') / 1e6:.0f}M parameters; "
         f"batch {args.rows} rows, {batch.token_count} tokens; {card}"
     )
     print(

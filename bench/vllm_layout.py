@@ -78,7 +78,9 @@ def measure(model: Path, work: Path, multiprocessing: str, calls: int, max_token
     started = time.perf_counter()
     with VllmServer(config) as server:
         healthy_s = time.perf_counter() - started
-        root = server._process.pid  # noqa: SLF001 - the process tree is what is measured
+        process = server._process  # noqa: SLF001 - the process tree is what is measured
+        assert process is not None  # entering the server started it
+        root = process.pid
         start_cpu = tree_cpu_s(root)
         processes = 1 + len(descendants(root))
         burst(server, 2, 4)  # the first calls warm caches either layout fills once

@@ -19,9 +19,13 @@ import statistics
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.clients import AssemblerClient
+
+# What a paired comparison pairs by: a task's id, its question.
+Task = TypeVar("Task", bound=Hashable)
 
 CHANCE = 1e-3
 """The most a learning test may pass by chance: a model that learns nothing passes it at most once in 1,000 runs."""
@@ -82,7 +86,7 @@ def difference_of_means(before: Sequence[float], after: Sequence[float], what: s
 
 
 def paired_difference(
-    before: Mapping[Hashable, Sequence[float]], after: Mapping[Hashable, Sequence[float]], what: str
+    before: Mapping[Task, Sequence[float]], after: Mapping[Task, Sequence[float]], what: str
 ) -> Gain:  # fmt: skip
     """The mean over tasks of each task's mean after less its mean before; the SE of that mean over tasks."""
     tasks = sorted(set(before) & set(after), key=str)

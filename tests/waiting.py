@@ -6,12 +6,13 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
-def eventually(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05,
+# The value returned is truthy, so never None: a condition that returns an Optional waits for the value itself.
+def eventually(condition: Callable[[], T | None], *, timeout_s: float = 30.0, interval_s: float = 0.05,
                what: str | Callable[[], str] = "the condition") -> T:  # fmt: skip
     """The first truthy value `condition()` returns; AssertionError naming `what` once `timeout_s` has passed.
 
@@ -26,8 +27,14 @@ def eventually(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_
         time.sleep(interval_s)
 
 
-async def eventually_async(condition: Callable[[], T | Awaitable[T]], *, timeout_s: float = 30.0,
-                           interval_s: float = 0.05, what: str | Callable[[], str] = "the condition") -> T:  # fmt: skip
+@overload
+async def eventually_async(condition: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30.0,
+                           interval_s: float = 0.05, what: str | Callable[[], str] = "the condition") -> T: ...  # fmt: skip
+@overload
+async def eventually_async(condition: Callable[[], T | None], *, timeout_s: float = 30.0,
+                           interval_s: float = 0.05, what: str | Callable[[], str] = "the condition") -> T: ...  # fmt: skip
+async def eventually_async(condition: Callable[[], Any], *, timeout_s: float = 30.0,
+                           interval_s: float = 0.05, what: str | Callable[[], str] = "the condition") -> Any:  # fmt: skip
     """eventually() for a test on an event loop: `condition` may be a coroutine function, and the loop runs on
     (the store's background tasks, say) between polls."""
     deadline = time.monotonic() + timeout_s
@@ -36,7 +43,7 @@ async def eventually_async(condition: Callable[[], T | Awaitable[T]], *, timeout
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
         await asyncio.sleep(interval_s)

@@ -17,12 +17,14 @@ import re
 import warnings
 from typing import Any
 
+from openai.types.chat import ChatCompletionMessageParam
+
 import parity
 
 MAX_CALLS = 3
 MAX_EXPRESSION = 40
 SYSTEM = "You can use a calculator. To use it, reply CALC followed by the expression."
-EXAMPLE = [
+EXAMPLE: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is 12 * 7?"},
     {"role": "assistant", "content": "CALC 12 * 7"},
     {"role": "user", "content": "Result: 84"},
@@ -57,7 +59,7 @@ def final_number(text: str) -> int | None:
 
 async def solve(task: dict[str, Any]) -> float:
     client = parity.get_async_chat_client()
-    messages = [{"role": "system", "content": SYSTEM}, *EXAMPLE, {"role": "user", "content": task["question"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}, *EXAMPLE, {"role": "user", "content": task["question"]}]
     for _ in range(MAX_CALLS):
         reply = await client.chat.completions.create(
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],

@@ -37,7 +37,7 @@ def tasks(prefix: str, per_wording: int, rng: random.Random, taken: set[tuple[in
 
 
 def main() -> None:
-    rng, taken = random.Random(0), set()
+    rng, taken = random.Random(0), set[tuple[int, int, int]]()
     for name, prefix, per_wording in (("tasks.jsonl", "calc", 16), ("val_tasks.jsonl", "val", 4)):
         rows = tasks(prefix, per_wording, rng, taken)
         (HERE / name).write_text("".join(json.dumps(row) + "\n" for row in rows))

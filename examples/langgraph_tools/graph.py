@@ -4,7 +4,7 @@ it is configured by a base URL, like any OpenAI-compatible deployment."""
 from __future__ import annotations
 
 import operator
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -32,6 +32,7 @@ def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: 
 
     def agent(state: AgentState) -> dict:
         last_turn = state["model_calls"] + 1 >= MAX_MODEL_CALLS
+        reply: AnyMessage
         try:
             reply = (llm if last_turn else with_tool).invoke(state["messages"])
         except ValueError as error:
@@ -40,14 +41,15 @@ def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: 
             reply = HumanMessage(f"Your last reply could not be used ({type(error).__name__}). Call the calculator again.")
         return {"messages": [reply], "model_calls": state["model_calls"] + 1}
 
-    def run_tool(args: object) -> str:
+    def run_tool(args: dict[str, Any]) -> str:
         try:
             return str(calculator.invoke(args))
         except ValueError as error:
             return f"error: {error}"
 
     def tools(state: AgentState) -> dict:
-        reply: AIMessage = state["messages"][-1]
+        reply = state["messages"][-1]
+        assert isinstance(reply, AIMessage)  # route() sends only a reply with tool calls here
         results = [ToolMessage(content=run_tool(call["args"]), tool_call_id=call["id"]) for call in reply.tool_calls]
         # A malformed call gets its error back as the tool result, as a real tool runtime would.
         results += [

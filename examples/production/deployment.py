@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity.services.inference.packaged_models import resolve_model
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, vllm_python
 from parity.services.stack.up import ServiceProcess
 from parity.training.local_stack import free_port
 from parity.training.settings import StackAddresses
@@ -73,7 +73,7 @@ class Deployment:
         model_path = self.model_path
         for name in ("serving", "candidate"):
             config = VllmLaunchConfig(
-                model_path=model_path, port=free_port(), python=find_vllm_python(), served_model_name=SERVED_NAME,
+                model_path=model_path, port=free_port(), python=vllm_python(), served_model_name=SERVED_NAME,
                 log_path=logs / f"vllm-{name}.log", startup_timeout_s=STARTUP_TIMEOUT_S,
             )  # fmt: skip
             self.vllms[name] = VllmServer(config)

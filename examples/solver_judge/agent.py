@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from openai.types.chat import ChatCompletionMessageParam
+
 import parity
 from examples.math.agent import score
 
 
-async def ask(task: dict[str, Any], messages: list[dict[str, str]], max_tokens: int | None = None) -> str:
+async def ask(task: dict[str, Any], messages: list[ChatCompletionMessageParam], max_tokens: int | None = None) -> str:
     reply = await parity.get_async_chat_client().chat.completions.create(
         model=task["model"], messages=messages, max_tokens=max_tokens or task["max_tokens"],
         temperature=task["temperature"],
@@ -28,7 +30,7 @@ async def ask(task: dict[str, Any], messages: list[dict[str, str]], max_tokens: 
 
 @parity.trajectory(name="solver")
 async def solve(task: dict[str, Any]) -> str:
-    messages = [{"role": "user", "content": task["question"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["question"]}]
     draft = await ask(task, messages)
     await parity.areward(score(draft, task["answer"]), step=0)
     messages += [{"role": "assistant", "content": draft}, {"role": "user", "content": "Check and give the final number."}]

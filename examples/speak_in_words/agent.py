@@ -23,4 +23,6 @@ async def speak_in_words(task: dict[str, Any]) -> float:
         model=task["model"], messages=[{"role": "user", "content": task["prompt"]}],
         max_tokens=task["max_tokens"], temperature=task["temperature"], logprobs=True,
     )  # fmt: skip
-    return word_start_share([entry.token for entry in completion.choices[0].logprobs.content])
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None  # asked for: logprobs=True
+    return word_start_share([entry.token for entry in logprobs.content])

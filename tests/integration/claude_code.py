@@ -71,6 +71,7 @@ def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, s
     sampled = np.frombuffer(choice.token_ids, dtype="<i4").tolist()
     assert len(sampled) == len(choice.logprobs) // 4 > 0
     decoded = tokenizer.decode(sampled, skip_special_tokens=True)
+    assert isinstance(decoded, str)  # one sequence decodes to one text
     received = answer_text(answer)
     assert choice.text == received
     if TOOL_CALL_START in decoded:

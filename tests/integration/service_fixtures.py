@@ -55,7 +55,8 @@ def wait_for_health(
             if process.poll() is not None:
                 pytest.fail(f"service at {address} exited with {process.returncode}:\n{log_path.read_text()}")
             try:
-                return stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status  # type: ignore[attr-defined]  # types-grpcio-health-checking's HealthStub declares no methods
+                return status == health_pb2.HealthCheckResponse.SERVING
             except grpc.RpcError:
                 return False
 

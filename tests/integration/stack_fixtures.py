@@ -48,8 +48,13 @@ class IngestStack:
 
     def wait_for_calls(self, session_id: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
         """The session's calls once it has `count` of them."""
-        return eventually(lambda: len(calls := self.stored_calls(session_id)) >= count and calls, timeout_s=timeout,
-                          interval_s=0.2, what=f"{count} calls stored for session {session_id!r}")  # fmt: skip
+
+        def enough() -> list[llm_call_pb2.LlmCall] | None:
+            calls = self.stored_calls(session_id)
+            return calls if len(calls) >= count else None
+
+        return eventually(enough, timeout_s=timeout, interval_s=0.2,
+                          what=f"{count} calls stored for session {session_id!r}")  # fmt: skip
 
     def calls_after_flush(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
         """The session's calls once ingest has stored every call it captured so far: for asserting what an answer

@@ -39,8 +39,9 @@ def test_parity_up_serves_every_process_and_stops_on_ctrl_c(tmp_path: Path, tiny
     # Its own CPU layout, as on a host where nobody set vLLM's cores (make test's workers do).
     environment = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_OMP_THREADS_BIND"}
     stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    assert stack.stdout is not None and stack.stderr is not None  # both piped
     try:
-        banner = []
+        banner: list[str] = []
         while not banner or not banner[-1].startswith("Press Ctrl-C"):
             line = stack.stdout.readline()
             assert line, f"parity up exited early:\n{stack.stderr.read()}"
@@ -125,9 +126,10 @@ def test_parity_up_spreads_agents_over_several_ingests_behind_one_port(tmp_path:
                "--ingests", "3", "--ingest-port", str(ingest_port)]  # fmt: skip
     command += [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
     stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert stack.stdout is not None and stack.stderr is not None  # both piped
     addresses = [f"127.0.0.1:{ingest_port + n}" for n in range(3)]
     try:
-        banner = []
+        banner: list[str] = []
         while not banner or not banner[-1].startswith("Press Ctrl-C"):
             line = stack.stdout.readline()
             assert line, f"parity up exited early:\n{stack.stderr.read()}"

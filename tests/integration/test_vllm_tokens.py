@@ -12,6 +12,7 @@ from openai.types.chat import ChatCompletion
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from parity.services.inference.vllm_launcher import VllmServer
+from tests.integration.openai_api import as_messages, sampled_logprobs, vllm_field
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -71,7 +72,7 @@ def create(
     defaults: dict[str, Any] = {"max_tokens": 24, "logprobs": True, "seed": 7}
     return client.chat.completions.create(
         model=server.model_name,
-        messages=messages,
+        messages=as_messages(messages),
         extra_body={"return_token_ids": True},
         **(defaults | kwargs),
     )
@@ -82,13 +83,15 @@ def test_token_ids_are_returned_and_match_usage(
     client: OpenAI, vllm_server: VllmServer, n: int
 ) -> None:
     completion = create(client, vllm_server, QUESTION, n=n, temperature=1.0)
+    usage = completion.usage
+    assert usage is not None
 
-    assert len(completion.prompt_token_ids) == completion.usage.prompt_tokens
+    assert len(vllm_field(completion, "prompt_token_ids")) == usage.prompt_tokens
     assert len(completion.choices) == n
     for choice in completion.choices:
-        assert len(choice.token_ids) == len(choice.logprobs.content) > 0
-    completion_tokens = sum(len(choice.token_ids) for choice in completion.choices)
-    assert completion_tokens == completion.usage.completion_tokens
+        assert len(vllm_field(choice, "token_ids")) == len(sampled_logprobs(choice)) > 0
+    completion_tokens = sum(len(vllm_field(choice, "token_ids")) for choice in completion.choices)
+    assert completion_tokens == usage.completion_tokens
 
 
 @pytest.mark.parametrize(
@@ -107,9 +110,9 @@ def test_prompt_token_ids_equal_local_chat_template(
     completion = create(client, vllm_server, messages, max_tokens=1, **extra)
 
     expected = tokenizer.apply_chat_template(
-        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        messages, tools=None if tools is None else [*tools], add_generation_prompt=True, tokenize=True, return_dict=False
     )
-    assert completion.prompt_token_ids == expected
+    assert vllm_field(completion, "prompt_token_ids") == expected
 
 
 @pytest.mark.parametrize(("temperature", "n"), [(1.0, 2), (0.0, 1)], ids=["sampled", "greedy"])
@@ -123,15 +126,16 @@ def test_sampled_logprobs_match_transformers_forward(
     # vLLM's default logprobs mode (pinned by the launcher) is raw_logprobs: the model's
     # log_softmax before temperature, so it equals the reference even when sampling at T != 1.
     completion = create(client, vllm_server, QUESTION, n=n, temperature=temperature, max_tokens=32)
-    prompt = completion.prompt_token_ids
+    prompt = vllm_field(completion, "prompt_token_ids")
 
     for choice in completion.choices:
-        served = torch.tensor([entry.logprob for entry in choice.logprobs.content])
+        served = torch.tensor([entry.logprob for entry in sampled_logprobs(choice)])
+        sampled = vllm_field(choice, "token_ids")
         with torch.no_grad():
-            logits = reference_model(torch.tensor([prompt + choice.token_ids])).logits[0]
+            logits = reference_model(torch.tensor([prompt + sampled])).logits[0]
         # Position i predicts token i + 1: completion tokens are predicted from len(prompt) - 1 on.
         predicting = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
-        reference = predicting.gather(1, torch.tensor(choice.token_ids)[:, None]).squeeze(1)
+        reference = predicting.gather(1, torch.tensor(sampled)[:, None]).squeeze(1)
         assert (served - reference).abs().max().item() < LOGPROB_TOLERANCE
 
 
@@ -141,6 +145,7 @@ def test_a_short_agent_prompt_is_a_prefix_cache_hit_when_repeated(client: OpenAI
     messages = [{"role": "system", "content": " ".join(f"rule{index}" for index in range(10))}, QUESTION[1]]
     first = create(client, vllm_server, messages, max_tokens=2)
     again = create(client, vllm_server, messages, max_tokens=2)
+    assert first.usage is not None and again.usage is not None
     assert first.usage.prompt_tokens < 128
-    assert again.usage.prompt_tokens_details is not None
+    assert again.usage.prompt_tokens_details is not None and again.usage.prompt_tokens_details.cached_tokens is not None
     assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 32

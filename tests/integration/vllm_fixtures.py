@@ -48,18 +48,23 @@ def real_model_dir(model_cache: Path) -> Path:
     return resolve_model(DEFAULT_MODEL)
 
 
+def inference_python() -> Path:
+    """The inference environment's interpreter, which vLLM runs under. A vllm-marked test that silently skipped
+    would hide a broken setup: without one this fails, saying how to make it."""
+    python = find_vllm_python()
+    if python is None or not python.exists():
+        pytest.fail(MISSING_INFERENCE_ENV.format(path=python or REPO_VLLM_PYTHON), pytrace=False)
+    return python
+
+
 @pytest.fixture(scope="session")
 def vllm_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmServer]:
-    python = find_vllm_python()
-    # A vllm-marked test that silently skips would hide a broken setup: fail instead.
-    if python is None or not python.exists():
-        pytest.fail(MISSING_INFERENCE_ENV.format(path=python or REPO_VLLM_PYTHON), pytrace=False)
     config = VllmLaunchConfig(
         model_path=tiny_model_dir,
         port=free_port(),
-        python=python,
+        python=inference_python(),
         log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
         startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )
@@ -81,7 +86,7 @@ def serving_model(model: Path, tmp_path_factory: pytest.TempPathFactory, **confi
     """A vLLM of a test module's own serving `model` (a module that trains, or needs a context or name of its own);
     `config` is the rest of VllmLaunchConfig."""
     launch = VllmLaunchConfig(
-        model_path=model, port=free_port(), python=find_vllm_python(),
+        model_path=model, port=free_port(), python=inference_python(),
         log_path=tmp_path_factory.mktemp("own-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S, **config,
     )  # fmt: skip
     with VllmServer(launch) as server:

@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT
 
 def _pins() -> dict[str, Version]:
     lines = (REPO_ROOT / "requirements" / "constraints.txt").read_text().splitlines()
-    pins = {}
+    pins: dict[str, Version] = {}
     for line in lines:
         if line and not line.startswith("#"):
             name, version = line.split("==")

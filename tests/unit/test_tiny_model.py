@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 
-QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
+# Chat messages as transformers' chat templates take them; a tool call's content is None, its calls a list.
+QUESTION: list[dict[str, Any]] = [{"role": "user", "content": "What is 2 + 3?"}]
 CALCULATOR = {
     "type": "function",
     "function": {
@@ -19,7 +21,7 @@ CALCULATOR = {
         "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
     },
 }
-TOOL_CALL = {
+TOOL_CALL: dict[str, Any] = {
     "role": "assistant",
     "content": None,
     "tool_calls": [
@@ -30,7 +32,7 @@ TOOL_CALL = {
         }
     ],
 }
-TOOL_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+TOOL_RESULT: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +116,7 @@ def test_chat_template_renders_tools_tool_calls_and_tool_results(
         tokenize=False,
     )
 
+    assert isinstance(text, str)
     assert text.startswith("<|im_start|>system\n# Tools\n")
     assert f"<tools>\n{json.dumps(CALCULATOR)}\n</tools>" in text
     assert (
@@ -129,10 +132,11 @@ def test_chat_template_renders_tools_tool_calls_and_tool_results(
     "reply", [{"role": "assistant", "content": "The answer is 5."}, TOOL_CALL], ids=["text", "tool"]
 )
 def test_assistant_turn_extends_the_generation_prompt(
-    tokenizer: PreTrainedTokenizerBase, reply: dict[str, object]
+    tokenizer: PreTrainedTokenizerBase, reply: dict[str, Any]
 ) -> None:
     # A sampled turn's tokens must sit on the prompt unchanged when the conversation is re-rendered.
     prompt = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False)
     conversation = tokenizer.apply_chat_template([*QUESTION, reply], tokenize=False)
 
+    assert isinstance(prompt, str) and isinstance(conversation, str)
     assert conversation.startswith(prompt)

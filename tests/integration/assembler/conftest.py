@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +25,13 @@ from tests.integration.service_fixtures import HEALTH_TIMEOUT_S, RunningService,
 
 @dataclass
 class Stack:
-    store: object
-    assembler: object
+    store: RunningService
+    assembler: RunningService
     store_stub: store_grpc.TokenStoreServiceStub
     stub: pb_grpc.AssemblerServiceStub
     store_url: str
-    start_service: object
+    # ServiceLauncher.start: the start_service fixture.
+    start_service: Callable[..., RunningService]
     assembler_args: tuple[str, ...]
     channels: list[grpc.Channel]
     restarted: list[RunningService] = field(default_factory=list)

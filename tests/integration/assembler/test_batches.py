@@ -129,7 +129,7 @@ def test_bad_input_gets_a_clear_error_and_the_rest_keeps_working(start_stack) ->
     with pytest.raises(grpc.RpcError) as caught:
         stack.stub.ReportReward(pb.ReportRewardRequest(reward=reward_pb2.Reward(
             session_id="nope", level=reward_pb2.REWARD_LEVEL_TRAJECTORY, value=1.0)))
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in caught.value.details()
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in (caught.value.details() or "")
     with pytest.raises(grpc.RpcError) as caught:
         stack.close("x", group_size=-1)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -223,7 +223,7 @@ def test_an_episode_cut_at_a_session_cap_is_dropped_by_default_and_counted(start
     with pytest.raises(grpc.RpcError) as refused:
         stack.close("other", capped_episodes=7)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "capped_episodes 7 is not a CappedEpisodes value" in refused.value.details()
+    assert "capped_episodes 7 is not a CappedEpisodes value" in (refused.value.details() or "")
     trainer.stop()
 
 

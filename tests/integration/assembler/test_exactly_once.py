@@ -108,7 +108,7 @@ def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack
     new.ack("trainer/999")
     with pytest.raises(grpc.RpcError) as caught:
         new.next()
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "never delivered" in caught.value.details()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "never delivered" in (caught.value.details() or "")
 
 
 def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
@@ -121,7 +121,7 @@ def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
     stack.store.terminate()
     with pytest.raises(grpc.RpcError) as caught:
         stack.close("during-outage", reward=1.0)
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "unavailable" in caught.value.details()
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "unavailable" in (caught.value.details() or "")
 
     stack.restart_store(tmp_path)
     groups(stack, 1, start=1)

@@ -119,7 +119,7 @@ def page(browser):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors  # type: ignore[attr-defined]
+    page.errors = errors
     yield page
     context.close()
 

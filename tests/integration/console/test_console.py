@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 import parity
 from parity import tokens
@@ -24,13 +25,14 @@ from parity.clients import AssemblerClient, StoreClient, TrainerClient
 from parity.services.console.views.format import number
 from tests.call_factory import make_call
 from tests.conftest import free_port
+from tests.integration.openai_api import as_messages, sampled_logprobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 TASKS = [{"id": f"t{n}", "prompt": prompt} for n, prompt in enumerate(
     ["Where is it sunny?", "Pick a city for the trip.", "Which place is calm?", "Say where to sail."])]  # fmt: skip
 VAL_TASKS = [{"id": "v0", "prompt": "Choose a harbour."}]
-TOOLS = [{"type": "function", "function": {
+TOOLS: list[ChatCompletionToolParam] = [{"type": "function", "function": {
     "name": "lookup", "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["rome", "oslo"]}},
                    "required": ["city"]},
@@ -43,14 +45,14 @@ async def tool_agent(task: dict[str, Any]) -> float:
     """Asks, gets a tool call (forced, as an agent framework would), runs the tool, and asks again with
     the same tools offered, so the prompt keeps its prefix and only the reply's re-rendering can break it."""
     client = parity.get_async_chat_client()
-    sampling = {
+    sampling: dict[str, Any] = {
         "model": task["model"],
         "max_tokens": task["max_tokens"],
         "temperature": task["temperature"],
     }
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["prompt"]}]
     first = await client.chat.completions.create(
-        messages=messages,
+        messages=as_messages(messages),
         tools=TOOLS,
         tool_choice={"type": "function", "function": {"name": "lookup"}},
         **sampling,
@@ -63,9 +65,9 @@ async def tool_agent(task: dict[str, Any]) -> float:
         # A random model's arguments do not always parse; the agent goes on without the tool.
         messages += [{"role": "assistant", "content": first.choices[0].message.content or ""},
                      {"role": "user", "content": "The lookup failed; answer anyway."}]  # fmt: skip
-    second = await client.chat.completions.create(messages=messages, tools=TOOLS, tool_choice="none", logprobs=True,
-                                                  **sampling)  # fmt: skip
-    words = [entry.token for entry in second.choices[0].logprobs.content]
+    second = await client.chat.completions.create(messages=as_messages(messages), tools=TOOLS, tool_choice="none",
+                                                  logprobs=True, **sampling)  # fmt: skip
+    words = [entry.token for entry in sampled_logprobs(second.choices[0])]
     return 0.5 * bool(calls) + 0.5 * sum(w.startswith(" ") for w in words) / max(1, len(words))
 
 
@@ -434,14 +436,15 @@ def test_a_session_of_interleaved_threads_shows_them_side_by_side(console, deplo
     base = f"http://127.0.0.1:{deployed_stack.http_port}/sessions/{session_id}/v1"
     orchestrator = openai.OpenAI(base_url=base, api_key="unused")
     researcher = openai.OpenAI(base_url=base, api_key="unused", default_headers={"X-Parity-Thread": "researcher"})
-    histories = {orchestrator: [{"role": "user", "content": "Plan the trip."}],
+    histories: dict[openai.OpenAI, list[ChatCompletionMessageParam]] = {orchestrator: [{"role": "user", "content": "Plan the trip."}],
                  researcher: [{"role": "user", "content": "Find a sunny city."}]}  # fmt: skip
     for _ in range(2):
         for client, messages in histories.items():
             reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4)
             messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
                          {"role": "user", "content": "Go on."}]  # fmt: skip
-    calls = StoreClient(deployed_stack.store.address).list_calls(store_pb.ListCallsRequest(session_id=session_id)).calls
+    calls = StoreClient(deployed_stack.store.address).list_calls(
+        store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls
     assert [c.thread_id for c in calls] == ["", "researcher", "", "researcher"]
 
     page.goto(f"{console.url}/sessions/{session_id}", wait_until="load")

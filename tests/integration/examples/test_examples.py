@@ -15,6 +15,7 @@ from examples.rag.agent import episode as rag_episode
 from examples.rag.corpus import library
 from examples.rag.graph import MAX_MODEL_CALLS, SEARCH_COMMAND
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
+from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
 from parity.training.config_file import load_file
@@ -36,12 +37,12 @@ def train_example(stack, name: str, tmp_path: Path, **overrides) -> parity.Train
     return result
 
 
-def rollout_sessions(stack, run_id: str) -> list[pb.Trajectory]:
+def rollout_sessions(stack, run_id: str) -> list[trajectory_pb2.Trajectory]:
     listed = AssemblerClient(stack.assembler.address).list_trajectories(pb.ListTrajectoriesRequest(page_size=1000))
     return [t for t in listed.trajectories if t.session_id.startswith(f"{run_id}-s")]
 
 
-def trajectory(stack, session_id: str, name: str = "") -> pb.Trajectory:
+def trajectory(stack, session_id: str, name: str = "") -> trajectory_pb2.Trajectory:
     request = pb.GetTrajectoryRequest(session_id=session_id, trajectory_name=name)
     return AssemblerClient(stack.assembler.address).get_trajectory(request).trajectory
 

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BatchEncoding
 
 import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
@@ -115,7 +115,9 @@ def test_a_teacher_scores_each_sampled_token_as_vllm_sampled_it_and_shares_the_s
     teacher.check(real_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(real_model_dir)
     chat = [{"role": "user", "content": "What is 12 times 7? Answer with the number."}]
-    prompt = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"])
+    encoded = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)
+    assert isinstance(encoded, BatchEncoding)
+    prompt = list(encoded["input_ids"])
     reply = httpx.post(f"{vllm.base_url}/v1/completions", json={
         "model": vllm.model_name, "prompt": prompt, "max_tokens": 24, "temperature": 1.0, "seed": 7, "logprobs": 0,
         "return_token_ids": True, "return_tokens_as_token_ids": True,
@@ -130,6 +132,7 @@ def test_a_teacher_scores_each_sampled_token_as_vllm_sampled_it_and_shares_the_s
     # The same weights score the ids the model sampled with the logprobs it sampled them with.
     assert np.max(np.abs(scores[len(prompt):] - np.array(sampled))) < 1e-3
     batch = to_training_batch([sample]).with_teacher([scores])
+    assert batch.teacher_logprobs is not None
     assert torch.count_nonzero(batch.teacher_logprobs[0, : len(prompt) - 1]) == 0, "prompt tokens get no signal"
 
 

@@ -43,8 +43,9 @@ def rendered(vllm_server, request: dict) -> list[int]:
     return response.json()["token_ids"]
 
 
-def events(response: httpx.Response) -> list[tuple[str, dict]]:
-    parsed, name = [], None
+def events(response: httpx.Response) -> list[tuple[str | None, dict]]:
+    parsed: list[tuple[str | None, dict]] = []
+    name = None
     for line in response.iter_lines():
         if line.startswith("event: "):
             name = line[7:]
@@ -53,10 +54,10 @@ def events(response: httpx.Response) -> list[tuple[str, dict]]:
     return parsed
 
 
-def comparable(stream: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+def comparable(stream: list[tuple[str | None, dict]]) -> list[tuple[str | None, dict]]:
     """Events without what is random per answer (ids, thinking signatures), and each run of deltas of one block
     joined: vLLM sends as many tokens per event as its engine step produced, which varies run to run."""
-    result: list[tuple[str, dict]] = []
+    result: list[tuple[str | None, dict]] = []
     for name, data in stream:
         data = json.loads(json.dumps(data))
         data.get("message", {}).pop("id", None)
@@ -149,6 +150,7 @@ def test_bad_input_gets_anthropics_error_shape_and_nothing_is_recorded(
     with pytest.raises(anthropic.BadRequestError) as raised:
         client(ingest_stack, session).messages.create(model=vllm_server.model_name, max_tokens=4, messages=messages)
     body = raised.value.body
+    assert isinstance(body, dict)
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith(field) and fragment in body["error"]["message"]
     assert ingest_stack.calls_after_flush(session) == []

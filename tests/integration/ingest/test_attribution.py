@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 import parity
 from parity.attribution import TAGS_HEADER, USER_HEADER
@@ -20,7 +22,9 @@ from tests.integration.stack_fixtures import IngestStack, start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(300)]
 
-HI = [{"role": "user", "content": "Hi"}]
+# The same message in each API's request type.
+HI_CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
+HI_MESSAGES: list[MessageParam] = [{"role": "user", "content": "Hi"}]
 
 
 class RecordingRelay:
@@ -97,9 +101,9 @@ def attribution(stack: IngestStack, session_id: str) -> tuple[str, list[str]]:
 def test_the_headers_name_the_user_and_tags_of_every_api_and_never_reach_vllm(stack, relay, vllm_server) -> None:
     model = vllm_server.model_name
     headers = {USER_HEADER: "acct-7", TAGS_HEADER: "prod,checkout , prod"}
-    openai_client(stack, "headers-chat", **headers).chat.completions.create(model=model, messages=HI, max_tokens=2)
+    openai_client(stack, "headers-chat", **headers).chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2)
     openai_client(stack, "headers-responses", **headers).responses.create(model=model, input="Hi", max_output_tokens=2)
-    anthropic_client(stack, "headers-messages", **headers).messages.create(model=model, max_tokens=2, messages=HI)
+    anthropic_client(stack, "headers-messages", **headers).messages.create(model=model, max_tokens=2, messages=HI_MESSAGES)
     for session_id in ("headers-chat", "headers-responses", "headers-messages"):
         assert attribution(stack, session_id) == ("acct-7", ["checkout", "prod"]), session_id
     assert b"acct-7" not in relay.sent and b"x-parity" not in relay.sent.lower()
@@ -107,10 +111,10 @@ def test_the_headers_name_the_user_and_tags_of_every_api_and_never_reach_vllm(st
 
 def test_the_apis_own_user_fields_name_the_user_and_openais_still_reaches_vllm(stack, relay, vllm_server) -> None:
     model = vllm_server.model_name
-    openai_client(stack, "field-chat").chat.completions.create(model=model, messages=HI, max_tokens=2, user="acct-chat")
+    openai_client(stack, "field-chat").chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2, user="acct-chat")
     openai_client(stack, "field-responses").responses.create(model=model, input="Hi", max_output_tokens=2,
                                                               user="acct-responses")  # fmt: skip
-    anthropic_client(stack, "field-messages").messages.create(model=model, max_tokens=2, messages=HI,
+    anthropic_client(stack, "field-messages").messages.create(model=model, max_tokens=2, messages=HI_MESSAGES,
                                                               metadata={"user_id": "acct-messages"})  # fmt: skip
     assert attribution(stack, "field-chat") == ("acct-chat", [])
     assert attribution(stack, "field-responses") == ("acct-responses", [])
@@ -125,12 +129,12 @@ def test_the_session_slug_names_the_user_first_and_its_tags_join_the_headers(sta
         base_url = parity.session_url(f"http://127.0.0.1:{stack.http_port}")
     client = openai.OpenAI(base_url=base_url, api_key="any-key", max_retries=0,
                            default_headers={USER_HEADER: "acct-header", TAGS_HEADER: "prod"})  # fmt: skip
-    client.chat.completions.create(model=model, messages=HI, max_tokens=2, user="acct-body")
+    client.chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2, user="acct-body")
     assert attribution(stack, "slug-user") == ("acct-slug", ["beta", "prod"])
     # Without the slug's user, the header comes before the body's field.
     slug = encode(SessionRef("slug-tags-only", tags=("beta",)))
     anthropic_client(stack, slug, **{USER_HEADER: "acct-header"}).messages.create(
-        model=model, max_tokens=2, messages=HI, metadata={"user_id": "acct-body"}
+        model=model, max_tokens=2, messages=HI_MESSAGES, metadata={"user_id": "acct-body"}
     )
     assert attribution(stack, "slug-tags-only") == ("acct-header", ["beta"])
 
@@ -138,20 +142,21 @@ def test_the_session_slug_names_the_user_first_and_its_tags_join_the_headers(sta
 def test_a_bad_tags_header_is_refused_in_each_apis_shape_and_nothing_is_recorded(stack, vllm_server) -> None:
     model, bad = vllm_server.model_name, {TAGS_HEADER: "prod, has\ttab"}
     with pytest.raises(openai.BadRequestError) as chat:
-        openai_client(stack, "bad-tags-chat", **bad).chat.completions.create(model=model, messages=HI, max_tokens=2)
+        openai_client(stack, "bad-tags-chat", **bad).chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2)
     with pytest.raises(openai.BadRequestError) as responses:
         openai_client(stack, "bad-tags-responses", **bad).responses.create(model=model, input="Hi", max_output_tokens=2)
     for refused in (chat.value, responses.value):
         assert refused.status_code == 400 and refused.param == TAGS_HEADER
         assert refused.type == "invalid_request_error" and "has\\ttab" in refused.message
     with pytest.raises(anthropic.BadRequestError) as messages:
-        anthropic_client(stack, "bad-tags-messages", **bad).messages.create(model=model, max_tokens=2, messages=HI)
-    assert messages.value.status_code == 400
-    assert messages.value.body["error"]["type"] == "invalid_request_error"
-    assert messages.value.body["error"]["message"].startswith(f"{TAGS_HEADER}: ")
+        anthropic_client(stack, "bad-tags-messages", **bad).messages.create(model=model, max_tokens=2, messages=HI_MESSAGES)
+    body = messages.value.body
+    assert messages.value.status_code == 400 and isinstance(body, dict)
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith(f"{TAGS_HEADER}: ")
     too_long = openai_client(stack, "bad-user-chat", **{USER_HEADER: "u" * 300})
     with pytest.raises(openai.BadRequestError, match="at most 256") as user:
-        too_long.chat.completions.create(model=model, messages=HI, max_tokens=2)
+        too_long.chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2)
     assert user.value.param == USER_HEADER
     for session_id in ("bad-tags-chat", "bad-tags-responses", "bad-tags-messages", "bad-user-chat"):
         assert stack.calls_after_flush(session_id) == []

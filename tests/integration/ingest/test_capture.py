@@ -6,18 +6,21 @@ import json
 import subprocess
 import time
 import uuid
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.shared_params import ResponseFormatJSONSchema
 from transformers import AutoTokenizer
 
 from parity import tokens
 from parity.session_slug import SessionRef, encode
+from tests.integration.openai_api import as_messages, as_tools, sampled_logprobs, vllm_field
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
-ADD_TOOL = {
+ADD_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "add",
@@ -26,7 +29,7 @@ ADD_TOOL = {
                        "required": ["a", "b"]},
     },
 }  # fmt: skip
-MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "What is 2 + 3?"}]
 MAX_TOOL_SAMPLES = 8
 
 
@@ -46,17 +49,17 @@ def ids(packed: bytes) -> list[int]:
 def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm_server, tokenizer) -> None:
     sent_ms = time.time_ns() // 1_000_000
     response = client(ingest_stack.session_url("exact-1")).chat.completions.create(
-        model=vllm_server.model_name, messages=MESSAGES, max_tokens=12, n=2, logprobs=True,
+        model=vllm_server.model_name, messages=as_messages(MESSAGES), max_tokens=12, n=2, logprobs=True,
         extra_body={"return_token_ids": True},
     )  # fmt: skip
     (call,) = ingest_stack.calls("exact-1")
     expected_prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
-    assert ids(call.prompt_token_ids) == response.model_extra["prompt_token_ids"] == expected_prompt
+    assert ids(call.prompt_token_ids) == vllm_field(response, "prompt_token_ids") == expected_prompt
     assert len(call.choices) == 2
     for choice, recorded in zip(response.choices, call.choices, strict=True):
-        assert ids(recorded.token_ids) == choice.model_extra["token_ids"]
+        assert ids(recorded.token_ids) == vllm_field(choice, "token_ids")
         assert tokens.unpack_floats(recorded.logprobs).tolist() == pytest.approx(
-            [entry.logprob for entry in choice.logprobs.content], abs=1e-6
+            [entry.logprob for entry in sampled_logprobs(choice)], abs=1e-6
         )
         assert recorded.text == choice.message.content and recorded.finish_reason == choice.finish_reason
     assert call.model == vllm_server.model_name and call.replica and call.outcome == 1
@@ -64,12 +67,12 @@ def test_non_streamed_chat_records_exactly_what_vllm_returned(ingest_stack, vllm
     assert uuid.UUID(call.call_id).version == 7 and int(call.call_id[:12], 16) >= sent_ms
     assert json.loads(call.request_json)["messages"] == MESSAGES, "the request is kept as the agent sent it"
     assert call.timings.upstream_attempts == 1 and call.usage.completion_tokens == sum(
-        len(c.model_extra["token_ids"]) for c in response.choices)
+        len(vllm_field(c, "token_ids")) for c in response.choices)
 
 
 def test_streamed_chat_is_assembled_from_chunks(ingest_stack, vllm_server) -> None:
     stream = client(ingest_stack.session_url("stream-1")).chat.completions.create(
-        model=vllm_server.model_name, messages=MESSAGES, max_tokens=10, n=2, stream=True, logprobs=True,
+        model=vllm_server.model_name, messages=as_messages(MESSAGES), max_tokens=10, n=2, stream=True, logprobs=True,
         stream_options={"include_usage": True}, extra_body={"return_token_ids": True},
     )  # fmt: skip
     streamed: dict[int, list[int]] = {0: [], 1: []}
@@ -78,15 +81,15 @@ def test_streamed_chat_is_assembled_from_chunks(ingest_stack, vllm_server) -> No
         prompt = prompt or (chunk.model_extra or {}).get("prompt_token_ids")
         usage = chunk.usage or usage
         for choice in chunk.choices:
-            streamed[choice.index] += choice.model_extra.get("token_ids") or []
+            streamed[choice.index] += (choice.model_extra or {}).get("token_ids") or []
     (call,) = ingest_stack.calls("stream-1")
     assert call.streamed and ids(call.prompt_token_ids) == prompt
     assert {c.index: ids(c.token_ids) for c in call.choices} == streamed
-    assert call.usage.completion_tokens == usage.completion_tokens
+    assert usage is not None and call.usage.completion_tokens == usage.completion_tokens
 
 
 def test_tool_calls_are_captured_with_their_tokens(ingest_stack, vllm_server, tokenizer) -> None:
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {"role": "user", "content": "Add 2 and 3."},
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
@@ -98,19 +101,20 @@ def test_tool_calls_are_captured_with_their_tokens(ingest_stack, vllm_server, to
         # A random model does not always produce a parseable tool call; sample until it does.
         for _ in range(MAX_TOOL_SAMPLES):
             result = client(ingest_stack.session_url(session)).chat.completions.create(
-                model=vllm_server.model_name, messages=conversation, tools=[ADD_TOOL], max_tokens=40, stream=stream,
+                model=vllm_server.model_name, messages=as_messages(conversation), tools=as_tools([ADD_TOOL]), max_tokens=40, stream=stream,
                 tool_choice={"type": "function", "function": {"name": "add"}}, extra_body={"return_token_ids": True},
             )  # fmt: skip
-            generated, tool_calls = [], {}
-            if stream:
+            generated: list[int] = []
+            tool_calls: dict[int, list[object]] = {}
+            if isinstance(result, openai.Stream):
                 for chunk in result:
                     for choice in chunk.choices:
-                        generated += choice.model_extra.get("token_ids") or []
+                        generated += (choice.model_extra or {}).get("token_ids") or []
                         for delta in choice.delta.tool_calls or ():
                             tool_calls.setdefault(delta.index, []).append(delta)
             else:
-                generated = result.choices[0].model_extra["token_ids"]
-                tool_calls = dict(enumerate(result.choices[0].message.tool_calls or ()))
+                generated = vllm_field(result.choices[0], "token_ids")
+                tool_calls = {index: [call] for index, call in enumerate(result.choices[0].message.tool_calls or ())}
             if tool_calls:
                 break
         call = ingest_stack.calls(session)[-1]
@@ -132,7 +136,7 @@ def test_completions_endpoint_streamed_and_not(ingest_stack, vllm_server, tokeni
         parts.append(chunk.choices[0].text)
     first, second = ingest_stack.calls("completions-1")
     assert ids(first.prompt_token_ids) == tokenizer("2 + 3 =")["input_ids"]
-    assert ids(first.choices[0].token_ids) == whole.choices[0].model_extra["token_ids"]
+    assert ids(first.choices[0].token_ids) == vllm_field(whole.choices[0], "token_ids")
     assert second.streamed and second.choices[0].text == "".join(parts)
     assert len(tokens.unpack_floats(second.choices[0].logprobs)) == len(ids(second.choices[0].token_ids)) > 0
 
@@ -208,7 +212,7 @@ def test_curl_and_langchain_work_unchanged(ingest_stack, vllm_server) -> None:
     chat = ChatOpenAI(base_url=ingest_stack.session_url("langchain-1"), api_key="unused",
                       model=vllm_server.model_name, max_tokens=4)  # fmt: skip
     chat.invoke("hello")
-    assert "".join(chunk.content for chunk in chat.stream("hello again"))
+    assert "".join(chunk.text for chunk in chat.stream("hello again"))
     assert len(ingest_stack.calls("curl-1")) == 1 and len(ingest_stack.calls("langchain-1")) == 2
 
 
@@ -232,7 +236,7 @@ def test_sessions_come_from_url_header_or_metadata(ingest_stack, vllm_server) ->
 
 def test_stop_sequences_reach_vllm_and_are_recorded(ingest_stack, vllm_server) -> None:
     api = client(ingest_stack.session_url("stop-1"))
-    greedy = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 16, "temperature": 0,
+    greedy: dict[str, Any] = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 16, "temperature": 0,
               "extra_body": {"return_token_ids": True}}  # fmt: skip
     free = api.chat.completions.create(**greedy).choices[0]
     free_ids, free_text = free.model_extra["token_ids"], free.message.content
@@ -243,10 +247,11 @@ def test_stop_sequences_reach_vllm_and_are_recorded(ingest_stack, vllm_server) -
     stop, stop_token = words[0], free_ids[3]
 
     by_string = api.chat.completions.create(**greedy, stop=[stop]).choices[0]
-    streamed_ids, streamed_text = [], ""
+    streamed_ids: list[int] = []
+    streamed_text = ""
     for chunk in api.chat.completions.create(**greedy, stop=[stop], stream=True):
         for choice in chunk.choices:
-            streamed_ids += choice.model_extra.get("token_ids") or []
+            streamed_ids += (choice.model_extra or {}).get("token_ids") or []
             streamed_text += choice.delta.content or ""
     stop_ids = {"return_token_ids": True, "stop_token_ids": [stop_token]}
     by_token = api.chat.completions.create(**greedy | {"extra_body": stop_ids}).choices[0]
@@ -269,9 +274,9 @@ def test_stop_sequences_reach_vllm_and_are_recorded(ingest_stack, vllm_server) -
 def test_response_format_reaches_vllm_and_the_constrained_tokens_are_recorded(ingest_stack, vllm_server) -> None:
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
               "additionalProperties": False}  # fmt: skip
-    response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    response_format: ResponseFormatJSONSchema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
     api = client(ingest_stack.session_url("format-1"))
-    greedy = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 24, "temperature": 0,
+    greedy: dict[str, Any] = {"model": vllm_server.model_name, "messages": MESSAGES, "max_tokens": 24, "temperature": 0,
               "extra_body": {"return_token_ids": True}}  # fmt: skip
     free = api.chat.completions.create(**greedy).choices[0]
     constrained = api.chat.completions.create(**greedy, response_format=response_format).choices[0]

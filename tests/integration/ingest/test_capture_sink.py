@@ -44,7 +44,7 @@ def test_a_call_the_store_refuses_is_set_aside_and_the_rest_are_stored(module_se
     reopened = Spool(tmp_path / "spool.db", 1 << 30)
     assert reopened.count == 0 and reopened.refused_count == 1
     [(reason,)] = reopened._db.execute("SELECT reason FROM refused").fetchall()
-    assert reason.startswith("INVALID_ARGUMENT") and "packed int32" in reason
+    assert isinstance(reason, str) and reason.startswith("INVALID_ARGUMENT") and "packed int32" in reason
     reopened.close()
 
 

@@ -154,5 +154,6 @@ def test_feedback_sent_while_the_store_is_down_is_spooled_and_replayed_after_the
     spool = Spool(spool_path, 1 << 30)
     [(kind, reason, body)] = spool._db.execute("SELECT kind, reason, call FROM refused").fetchall()
     spool.close()
+    assert isinstance(reason, str) and isinstance(body, bytes)
     assert kind == "feedback" and reason.startswith("NOT_FOUND") and "never-recorded" in reason
     assert reward_pb2.Reward.FromString(body).reward_id == "lost-1"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any, cast
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from transformers import AutoTokenizer
 
 from parity.api.common.v1 import llm_call_pb2
@@ -18,9 +20,11 @@ from tests.integration.stack_fixtures import start_ingest
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
 # The small model's tokenizer corpus holds calculator calls, so it closes a call to a tool of that name.
-ADD = {"type": "function", "name": "calculator", "description": "Add two integers.",
+ADD: dict[str, Any] = {"type": "function", "name": "calculator", "description": "Add two integers.",
        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                       "required": ["a", "b"]}}  # fmt: skip
+# ADD as agents send it, without `strict`: the API takes that, and openai's FunctionToolParam requires the key.
+ADD_TOOL = cast(FunctionToolParam, ADD)
 
 
 def client(ingest_stack, session: str) -> openai.OpenAI:
@@ -85,19 +89,19 @@ def test_a_function_call_chain_continues_by_previous_response_id_even_after_a_re
     ingest_stack, vllm_server, module_services, tmp_path
 ) -> None:
     first = client(ingest_stack, "responses-chain").responses.create(
-        model=vllm_server.model_name, input="What is 2 + 3?", tools=[ADD], tool_choice={"type": "function", "name": "calculator"},
+        model=vllm_server.model_name, input="What is 2 + 3?", tools=[ADD_TOOL], tool_choice={"type": "function", "name": "calculator"},
         max_output_tokens=200, temperature=0,
     )  # fmt: skip
     [call_item] = [item for item in first.output if item.type == "function_call"]
     assert call_item.name == "calculator"
-    second_input = [{"type": "function_call_output", "call_id": call_item.call_id, "output": "5"}]
+    second_input: list[ResponseInputItemParam] = [{"type": "function_call_output", "call_id": call_item.call_id, "output": "5"}]
     second = client(ingest_stack, "responses-chain").responses.create(
-        model=vllm_server.model_name, previous_response_id=first.id, input=second_input, tools=[ADD],
+        model=vllm_server.model_name, previous_response_id=first.id, input=second_input, tools=[ADD_TOOL],
         max_output_tokens=8, temperature=0,
     )  # fmt: skip
     calls = sorted(ingest_stack.wait_for_calls("responses-chain", 2), key=lambda c: c.timings.start_time.ToNanoseconds())
     # The chained request's prompt is the whole conversation as one request would render it.
-    whole = {"model": vllm_server.model_name, "tools": [ADD], "input": [
+    whole: dict[str, Any] = {"model": vllm_server.model_name, "tools": [ADD], "input": [
         {"type": "message", "role": "user", "content": "What is 2 + 3?"},
         {"type": "function_call", "call_id": call_item.call_id, "name": "calculator", "arguments": call_item.arguments},
         *second_input,
@@ -107,7 +111,7 @@ def test_a_function_call_chain_continues_by_previous_response_id_even_after_a_re
     # Another ingest on the same store, which never saw the chain, continues it from the store.
     fresh, http_port = start_ingest(module_services, ingest_stack.store.address, vllm_server.base_url, tmp_path / "spool.db")
     third = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/sessions/responses-chain/v1", api_key="k").responses.create(
-        model=vllm_server.model_name, previous_response_id=second.id, input="Thanks.", tools=[ADD], max_output_tokens=4,
+        model=vllm_server.model_name, previous_response_id=second.id, input="Thanks.", tools=[ADD_TOOL], max_output_tokens=4,
     )  # fmt: skip
     calls = sorted(ingest_stack.wait_for_calls("responses-chain", 3), key=lambda c: c.timings.start_time.ToNanoseconds())
     assert ids(calls[2].prompt_token_ids)[: len(ids(calls[1].prompt_token_ids))] == ids(calls[1].prompt_token_ids)
@@ -117,7 +121,7 @@ def test_a_function_call_chain_continues_by_previous_response_id_even_after_a_re
         client(ingest_stack, "responses-chain").responses.create(
             model=vllm_server.model_name, previous_response_id="resp_nothing_like_it", input="hi"
         )
-    assert missing.value.body["param"] == "previous_response_id"
+    assert isinstance(missing.value.body, dict) and missing.value.body["param"] == "previous_response_id"
 
 
 def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(ingest_stack, vllm_server) -> None:
@@ -168,7 +172,8 @@ def test_bad_input_gets_openais_error_shape_naming_the_field(ingest_stack, vllm_
     session = f"responses-bad-{param.replace('.', '-')}"
     with pytest.raises(openai.BadRequestError) as raised:
         client(ingest_stack, session).responses.create(model=vllm_server.model_name, **extra)
-    assert raised.value.body["param"] == param and fragment in raised.value.body["message"]
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == param and fragment in body["message"]
     assert ingest_stack.calls_after_flush(session) == []
 
 

@@ -3,10 +3,13 @@ agents run by the engine with the official SDKs at the session's base URLs, thei
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import numpy as np
 import openai
 import pytest
+from anthropic.types import MessageParam
 
 import parity
 from parity import engine
@@ -19,7 +22,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 PROMPTS = ["What is 2 + 3?", "Name a color.", "Count to three.", "Say yes or no.", "Add four and five."]
 # A random model's reply re-renders to other ids than the sampled ones now and then, which splits a session
 # (token-exact, counted); temperature 0 makes which ones do the same on every run.
-SAMPLING = {"temperature": 0}
+SAMPLING: dict[str, Any] = {"temperature": 0}
 
 
 def ids(packed: bytes) -> list[int]:
@@ -29,7 +32,7 @@ def ids(packed: bytes) -> list[int]:
 def anthropic_agent(model: str):
     def agent(task: dict) -> float:
         client = anthropic.Anthropic(base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0)
-        messages = [{"role": "user", "content": task["prompt"]}]
+        messages: list[MessageParam] = [{"role": "user", "content": task["prompt"]}]
         first = client.messages.create(model=model, max_tokens=4, messages=messages, extra_body=SAMPLING)
         messages += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "And again?"}]
         client.messages.create(model=model, max_tokens=4, messages=messages, extra_body=SAMPLING)

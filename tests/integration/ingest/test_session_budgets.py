@@ -9,6 +9,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from parity import session_slug
 from parity.api.common.v1 import llm_call_pb2
@@ -51,10 +52,13 @@ def responses_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[
     return lambda: client.responses.create(model=model, max_output_tokens=3, input="Hi")
 
 
-def run_turns(turn: Callable[[], object], count: int, took: list[float] | None = None) -> tuple[int, list[Exception]]:
+APIStatusError = openai.APIStatusError | anthropic.APIStatusError
+
+
+def run_turns(turn: Callable[[], object], count: int, took: list[float] | None = None) -> tuple[int, list[APIStatusError]]:
     """Up to `count` turns, as an agent that goes on after an error would: how many were served, and the errors;
     each turn's seconds appended to `took`."""
-    served, errors = 0, []
+    served, errors = 0, list[APIStatusError]()
     for _ in range(count):
         with Stopwatch() as watch:
             try:
@@ -219,8 +223,10 @@ def test_a_prompt_past_the_context_is_refused_as_context_length_exceeded_and_rec
     error = refused.value
     assert "maximum context length is 2048 tokens" in str(error)
     if make_turn_for == "messages":
+        assert isinstance(error, anthropic.BadRequestError) and isinstance(error.body, dict)
         assert error.body["error"]["type"] == "invalid_request_error"
     else:
+        assert isinstance(error, openai.BadRequestError)
         assert (error.code, error.type, error.param) == (
             "context_length_exceeded",
             "invalid_request_error",
@@ -256,8 +262,9 @@ def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_o
     model, root = vllm_server.model_name, f"http://127.0.0.1:{ingest_stack.http_port}"
     refusing = session_slug.encode(SessionRef("refuses-chat", budget=SessionBudget(context="refuse")))
     chat = openai.OpenAI(base_url=f"{root}/sessions/{refusing}/v1", api_key="any", max_retries=0)
-    question = [{"role": "user", "content": "Hi"}]
+    question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
     fits = chat.chat.completions.create(model=model, max_tokens=8, messages=question)
+    assert fits.usage is not None
     prompt_tokens = fits.usage.prompt_tokens
     with pytest.raises(openai.BadRequestError) as refused:
         chat.chat.completions.create(model=model, max_tokens=2049 - prompt_tokens, messages=question)
@@ -268,14 +275,14 @@ def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_o
     anthropic_client = anthropic.Anthropic(base_url=f"{root}/sessions/refuses-messages", api_key="any", max_retries=0,
                                            default_headers={"X-Parity-Budget": "context=refuse"})  # fmt: skip
     with pytest.raises(anthropic.BadRequestError, match="the session's context policy is refuse"):
-        anthropic_client.messages.create(model=model, max_tokens=2048, messages=question)
+        anthropic_client.messages.create(model=model, max_tokens=2048, messages=[{"role": "user", "content": "Hi"}])
 
     # exact_history counts the session's exact ids: its second call continues the first's.
     exact = session_slug.encode(SessionRef("refuses-exact", history_mode="exact_history",
                                            budget=SessionBudget(context="refuse")))  # fmt: skip
     client = openai.OpenAI(base_url=f"{root}/sessions/{exact}/v1", api_key="any", max_retries=0)
     first = client.chat.completions.create(model=model, max_tokens=6, messages=question)
-    history = [*question, {"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "More"}]
+    history: list[ChatCompletionMessageParam] = [*question, {"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "More"}]
     with pytest.raises(openai.BadRequestError, match="the session's context policy is refuse"):
         client.chat.completions.create(model=model, max_tokens=2040, messages=history)
 

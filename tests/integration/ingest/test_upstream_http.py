@@ -58,6 +58,7 @@ async def aiohttp_server(app: web.Application, keepalive_timeout: float = 75.0) 
 
 def peer_echo_app(peers: list[tuple[str, int]]) -> web.Application:
     async def echo(request: web.Request) -> web.Response:
+        assert request.transport is not None  # a request being served has its connection
         peers.append(request.transport.get_extra_info("peername"))
         return web.Response(body=await request.read(), content_type="application/json")
 

@@ -117,5 +117,6 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
         return _BYTES
     if kind == FieldDescriptor.TYPE_ENUM:
         # Proto3 enums are open: an unknown number decodes and must be refused by the service.
+        assert field.enum_type is not None  # every enum field has its enum's descriptor
         return st.one_of(st.sampled_from([v.number for v in field.enum_type.values]), _INT32)
     raise TypeError(f"no strategy for {field.full_name} of type {kind}")

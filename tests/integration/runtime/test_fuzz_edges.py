@@ -136,16 +136,21 @@ def invoke(channel: grpc.Channel, method: MethodDescriptor, payloads: list[bytes
     """Send raw request bytes; the status the call ended with (OK for a stream that answered)."""
     path = path_of(method)
     try:
+        # Bytes in, bytes out: no (de)serializers.
         if not method.server_streaming:
             if method.client_streaming:
-                channel.stream_unary(path)(iter(payloads), timeout=UNARY_TIMEOUT_S)
+                stream_unary: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(path)
+                stream_unary(iter(payloads), timeout=UNARY_TIMEOUT_S)
             else:
-                channel.unary_unary(path)(payloads[0], timeout=UNARY_TIMEOUT_S)
+                unary_unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
+                unary_unary(payloads[0], timeout=UNARY_TIMEOUT_S)
             return grpc.StatusCode.OK, ""
         if method.client_streaming:
-            responses = channel.stream_stream(path)(iter(payloads), timeout=STREAM_TIMEOUT_S)
+            stream_stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(path)
+            responses = stream_stream(iter(payloads), timeout=STREAM_TIMEOUT_S)
         else:
-            responses = channel.unary_stream(path)(payloads[0], timeout=STREAM_TIMEOUT_S)
+            unary_stream: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(path)
+            responses = unary_stream(payloads[0], timeout=STREAM_TIMEOUT_S)
         next(responses, None)
         responses.cancel()
         return grpc.StatusCode.OK, ""
@@ -186,7 +191,7 @@ def plausible_calls() -> st.SearchStrategy[bytes]:
 def assert_up(stack: Stack, name: str) -> None:
     service = stack.services[name]
     assert service.process.poll() is None, f"{name} exited with {service.process.returncode}:\n{service.log()[-4000:]}"
-    health = health_pb2_grpc.HealthStub(stack.channels[name]).Check(health_pb2.HealthCheckRequest(), timeout=10)
+    health = health_pb2_grpc.HealthStub(stack.channels[name]).Check(health_pb2.HealthCheckRequest(), timeout=10)  # type: ignore[attr-defined]  # types-grpcio-health-checking's HealthStub declares no methods
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 

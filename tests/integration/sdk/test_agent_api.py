@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 import parity
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 MAX_TOOL_SAMPLES = 8
-TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {
+TOOLS: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name": "add", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]  # fmt: skip
 
 
@@ -27,7 +28,7 @@ def point_sdk_at_the_stack(ingest_stack):
 
 def test_sync_client_streaming_and_not_in_nested_sessions(ingest_stack, vllm_server) -> None:
     client = parity.get_chat_client()
-    messages = [{"role": "user", "content": "hi"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     with parity.session("sdk-root", task="t1"):
         client.chat.completions.create(model=vllm_server.model_name, messages=messages, max_tokens=3)
         with parity.session("sdk-child", trajectory="judge", rubric="r1"):
@@ -52,7 +53,9 @@ def test_sync_client_streaming_and_not_in_nested_sessions(ingest_stack, vllm_ser
     assert (list(streamed.parent_session_ids), streamed.trajectory_name) == (["sdk-root"], "judge")
     assert dict(streamed.metadata) == {"task": "t1", "rubric": "r1"}
     assert streamed.streamed and streamed.choices[0].text == text
-    expected = [call.model_dump() for call in tooled_reply.choices[0].message.tool_calls]
+    tool_calls = tooled_reply.choices[0].message.tool_calls
+    assert tool_calls, f"no tool call in {MAX_TOOL_SAMPLES} samples"
+    expected = [call.model_dump() for call in tool_calls]
     assert json.loads(tooled.choices[0].tool_calls_json) == expected
 
 

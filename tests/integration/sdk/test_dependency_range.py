@@ -22,7 +22,9 @@ def lowest_releases() -> list[str]:
     """`name==LOW` for each base dependency's declared lower bound."""
     pins = []
     for requirement in base_dependencies():
-        name, low = re.match(r"([A-Za-z0-9_.-]+)\S*?>=([^,;\s]+)", requirement).groups()
+        declared = re.match(r"([A-Za-z0-9_.-]+)\S*?>=([^,;\s]+)", requirement)
+        assert declared is not None, f"no lower bound in {requirement!r}"
+        name, low = declared.groups()
         pins.append(f"{name}=={low}")
     return pins
 
@@ -53,4 +55,6 @@ def test_the_sdk_round_trips_a_call_at_each_end_of_its_range(end: str, store, wh
             assert release(env.versions[name.lower()]) == release(version + ".0" * (2 - version.count("."))), pin
     else:
         # The newest protobuf inside the range is of its last supported major.
-        assert protobuf[0] == SUPPORTED["protobuf"][1][0] - 1 and grpcio > SUPPORTED["grpcio"][0]
+        protobuf_high = SUPPORTED["protobuf"][1]
+        assert protobuf_high is not None, "protobuf's range has an upper bound"
+        assert protobuf[0] == protobuf_high[0] - 1 and grpcio > SUPPORTED["grpcio"][0]

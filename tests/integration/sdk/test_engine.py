@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Generator
 
 import pytest
 
@@ -23,7 +24,9 @@ def test_failures_and_timeouts_are_recorded_retried_and_closed(full_stack, vllm_
     async def flaky(task: dict) -> float:
         await client.chat.completions.create(model=vllm_server.model_name, max_tokens=2,
                                              messages=[{"role": "user", "content": task["id"]}])  # fmt: skip
-        key = parity.current_session().session_id.rsplit("-a", 1)[0]
+        session = parity.current_session()
+        assert session is not None  # the engine runs each attempt in a session
+        key = session.session_id.rsplit("-a", 1)[0]
         attempts[key] = attempts.get(key, 0) + 1
         if task["id"] == "always-fails":
             raise RuntimeError("tool crashed")
@@ -61,6 +64,7 @@ def closed_in_order(store: StoreClient) -> list[str]:
     for page in stream:
         closed += [session.session_id for session in page.sessions]
         if len(page.sessions) < request.max_batch_size:
+            assert isinstance(stream, Generator)  # the client's server streams are generators: close() ends the call
             stream.close()
             return closed
     raise AssertionError("the close feed ended before catching up")

@@ -88,8 +88,11 @@ def framework_envs(tmp_path_factory) -> Iterator[dict[str, Future[IsolatedEnv]]]
     wheel_dir = tmp_path_factory.mktemp("wheel")
     with ThreadPoolExecutor(PARALLEL_INSTALLS) as pool:
         wheel = pool.submit(build_wheel, wheel_dir)
-        futures = {name: pool.submit(lambda f=f, n=name: cached_env(f"fw-{n}", f.requirements, wheel.result()))
-                   for name, f in FRAMEWORKS.items() if not f.env}  # fmt: skip
+
+        def env_of(name: str, framework: Framework) -> IsolatedEnv:
+            return cached_env(f"fw-{name}", framework.requirements, wheel.result())
+
+        futures = {name: pool.submit(env_of, name, f) for name, f in FRAMEWORKS.items() if not f.env}
         yield futures | {name: futures[f.env] for name, f in FRAMEWORKS.items() if f.env}
 
 
@@ -182,7 +185,9 @@ def check_one_sequence_per_thread(calls: list[llm_call_pb2.LlmCall], threads: in
     (trajectory,), _ = split_trajectories(calls[0].session_id, calls, [])
     built = build_samples(trajectory, "episode", "group", LengthLimit())
     assert (built.threads, built.splits, len(built.samples)) == (threads, 0, threads), (
-        built.threads, dict(built.split_reasons), [list(s.call_ids) for s in built.samples])
+        built.threads, dict(built.split_reasons), [list(s.call_ids) for s in built.samples],
+        [(c.choices[0].finish_reason, c.choices[0].text[:80], c.choices[0].tool_calls_json[:200], c.history_fallback)
+         for c in calls])  # fmt: skip
     assert sorted(c for s in built.samples for c in s.call_ids) == sorted(call.call_id for call in calls)
     by_id = {call.call_id: call for call in calls}
     for sample in built.samples:

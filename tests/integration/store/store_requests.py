@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.services.store.commits import WriteResult
 from parity.services.store.token_store import TokenStore
 from tests.call_factory import make_call
 
 SUCCEEDED, FAILED = 1, 2
 
 
-async def write(store: TokenStore, calls):
+async def write(store: TokenStore, calls: Iterable[llm_call_pb2.LlmCall]) -> WriteResult:
     """write_calls takes ownership of its messages; tests keep theirs to compare against."""
     return await store.write_calls(
         [llm_call_pb2.LlmCall.FromString(c.SerializeToString()) for c in calls]

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
+from parity.api.common.v1 import llm_call_pb2
 from parity.services.runtime.errors import InvalidArgument, NotFound
+from parity.services.store.commits import WriteResult
 from parity.services.store.records import MetadataUpdate, SessionQuery
 from parity.services.store.token_store import TokenStore
 from tests.call_factory import conversation, make_call
@@ -166,7 +168,7 @@ async def test_control_characters_in_ids_are_refused_naming_the_field(store: Tok
         write(store, [one_call("bad", "s3", metadata={"k": "\x00"})]),
         return_exceptions=True,
     )
-    assert isinstance(bad, InvalidArgument) and good.written == 1
+    assert isinstance(bad, InvalidArgument) and isinstance(good, WriteResult) and good.written == 1
     assert (await store.get_session("s2")).metadata == {"note": "line\nbreak\ttab"}
     assert (await store.stats()).session_count == 2
 
@@ -188,7 +190,8 @@ async def test_watch_streams_everything_after_a_cursor_then_tails(store: TokenSt
     first = conversation("a", turns=5, prompt_len=10, completion_len=3)
     await write(store, first)
     stream = store.watch_calls("", full=True, max_batch_size=2)
-    seen, cursor = [], ""
+    seen: list[llm_call_pb2.LlmCall] = []
+    cursor = ""
     while len(seen) < 5:
         calls, cursor = await anext(stream)
         seen += calls

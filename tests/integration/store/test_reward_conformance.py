@@ -11,6 +11,7 @@ import pytest
 
 from parity.api.common.v1 import reward_pb2
 from parity.services.runtime.errors import AlreadyExists, InvalidArgument
+from parity.services.store.commits import WriteResult
 from parity.services.store.token_store import TokenStore
 from tests.integration.store.store_requests import one_call, reward, write
 
@@ -81,9 +82,9 @@ async def test_of_two_requests_committing_together_the_first_takes_the_id(store:
         store.write_rewards([reward("r", "s", 0.0)]),
         return_exceptions=True,
     )
-    assert (results[0].written, results[0].duplicates) == (2, 0)
+    assert isinstance(results[0], WriteResult) and (results[0].written, results[0].duplicates) == (2, 0)
     assert all(isinstance(result, AlreadyExists) for result in results[1:4]), results
-    assert (results[4].written, results[4].duplicates) == (0, 1)
+    assert isinstance(results[4], WriteResult) and (results[4].written, results[4].duplicates) == (0, 1)
     assert await stored(store) == [("r", 0.0, ""), ("own-0", 1.0, "")]
 
 

@@ -55,7 +55,8 @@ def test_sqlite_v1_database_gets_close_numbers_in_close_order(tmp_path: Path) ->
             ("closed-first", 1),
             ("first-created", 2),
         ]
-        assert backend.get_session("open").close_seq == 0 and backend.store_id == "old"
+        still_open = backend.get_session("open")
+        assert still_open is not None and still_open.close_seq == 0 and backend.store_id == "old"
     finally:
         backend.close()
 

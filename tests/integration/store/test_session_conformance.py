@@ -253,6 +253,7 @@ async def test_the_retention_setting_deletes_idle_sessions_in_the_background(
 
         def a_pass_at(now: float) -> tuple[float, int] | None:
             """The first retention pass that read the clock once it said `now`: (its cutoff, what it deleted)."""
+            assert store.retention_s is not None  # set above
             return next((p for p in passes if p[0] >= now - store.retention_s), None)
 
         # Idle for exactly the retention period: not yet past it.

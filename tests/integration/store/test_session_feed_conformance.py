@@ -10,7 +10,8 @@ import pytest
 from parity import splice_delta
 from parity.api.common.v1 import reward_pb2
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
-from parity.services.store.records import MetadataUpdate
+from parity.services.store.commits import WriteResult
+from parity.services.store.records import MetadataUpdate, SessionRow
 from parity.services.store.token_store import TokenStore
 from parity.splice_delta import Splice
 from tests.call_factory import conversation, make_call
@@ -21,7 +22,7 @@ async def closes(
     store: TokenStore, cursor: str = "", max_batch_size: int = 100
 ) -> tuple[list, str]:
     """Every close after the cursor, read until the first heartbeat."""
-    seen = []
+    seen: list[SessionRow] = []
     stream = store.watch_closed_sessions(cursor, max_batch_size)
     try:
         while True:
@@ -105,7 +106,8 @@ async def test_concurrent_closes_share_a_transaction_and_fail_alone(store: Token
         store.close_session("s3", FAILED, ""),
         return_exceptions=True,
     )
-    assert [r.metadata for r in results[:20]] == [{"i": str(i)} for i in range(20)]
+    rows = [r for r in results[:20] if isinstance(r, SessionRow)]
+    assert [r.metadata for r in rows] == [{"i": str(i)} for i in range(20)], results[:20]
     assert isinstance(results[20], FailedPrecondition) and isinstance(
         results[21], FailedPrecondition
     )
@@ -196,7 +198,7 @@ async def test_concurrent_reward_writes_fail_alone(store: TokenStore) -> None:
         store.write_rewards([reward("r1", "s", 1.0), reward("r3", "s", 0.0)]),
         return_exceptions=True,
     )
-    assert isinstance(bad, NotFound)
+    assert isinstance(bad, NotFound) and isinstance(good, WriteResult) and isinstance(retry, WriteResult)
     assert (good.written + retry.written, good.duplicates + retry.duplicates) == (2, 1)
     listed, _ = await store.list_rewards("s", 100, "")
     assert sorted(r.reward_id for r in listed) == ["r1", "r3"]

@@ -156,6 +156,7 @@ async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_w
         return [make_call(f"big{n}", f"t{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]]) for n in range(20)]
 
     # SQLite's own size cap fails a transaction exactly as a full disk does (SQLITE_FULL).
+    assert isinstance(store.backend, SqliteBackend)
     writer = store.backend._writer
     writer.execute(f"PRAGMA max_page_count={writer.execute('PRAGMA page_count').fetchall()[0][0]}")
     with capture_logs() as logs, pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"):

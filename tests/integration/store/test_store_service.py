@@ -61,7 +61,7 @@ def test_a_write_stream_answers_each_batch_in_order_and_stops_at_a_refused_one(s
     ]))  # fmt: skip
     assert next(replies).written_count == 1
     error = status_of(next, replies)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].prompt_token_ids" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].prompt_token_ids" in (error.details() or "")
     assert status_of(stub.GetCall, pb.GetCallRequest(call_id=after[0].call_id)).code() == grpc.StatusCode.NOT_FOUND
     assert stub.GetStoreStats(pb.GetStoreStatsRequest()).call_count == 4
 
@@ -90,12 +90,12 @@ def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_s
     torn.prompt_token_ids = b"\x01\x02\x03"
     error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[good, torn]))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "calls[1].prompt_token_ids must be packed int32" in error.details()
+    assert "calls[1].prompt_token_ids must be packed int32" in (error.details() or "")
     assert status_of(stub.GetCall, pb.GetCallRequest(call_id="good")).code() == grpc.StatusCode.NOT_FOUND
 
     too_many = [make_call(f"c{i}", "s", [1], [[2]]) for i in range(1001)]
     error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=too_many))
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000 calls" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000 calls" in (error.details() or "")
 
     oversized = make_call("big", "s", list(range(2_000_000)), [[1]])
     assert status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[oversized])).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -103,9 +103,9 @@ def test_bad_input_gets_invalid_argument_or_not_found_and_writes_nothing(store_s
     error = status_of(stub.GetSession, pb.GetSessionRequest(session_id="nope"))
     assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, "session 'nope' does not exist")
     error = status_of(lambda r: next(stub.WatchCalls(r)), pb.WatchCallsRequest(cursor="bogus"))
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "cursor" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "cursor" in (error.details() or "")
     error = status_of(stub.ListSessions, pb.ListSessionsRequest(page_token="bogus"))
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_token" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_token" in (error.details() or "")
     error = status_of(stub.DeleteSessions, pb.DeleteSessionsRequest())
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
@@ -127,18 +127,18 @@ def test_end_users_tags_deletion_and_reward_ids_over_grpc(store_stub) -> None:
     assert [s.session_id for s in by_user.sessions] == ["s-1", "s-0"]
     assert [(s.session_id, s.end_user_id) for s in by_tag.sessions] == [("s-0", "user-1"), ("s-2", "user-2")]
     error = status_of(stub.ListSessions, pb.ListSessionsRequest(tags=["prod", "a,b"]))
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("tags[1]: tag 'a,b'")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and (error.details() or "").startswith("tags[1]: tag 'a,b'")
     unsorted = make_call("bad", "s-3", [1], [[2]])
     unsorted.tags[:] = ["prod", "checkout"]
     error = status_of(stub.WriteCalls, pb.WriteCallsRequest(calls=[unsorted]))
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].tags must be sorted" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "calls[0].tags must be sorted" in (error.details() or "")
 
     thumbs = {"reward_id": "r1", "session_id": "s-0", "value": 1.0, "level": 1, "name": "thumbs_up"}
     assert stub.WriteRewards(pb.WriteRewardsRequest(rewards=[thumbs])).written_count == 1
     assert stub.WriteRewards(pb.WriteRewardsRequest(rewards=[thumbs])).duplicate_count == 1
     error = status_of(stub.WriteRewards, pb.WriteRewardsRequest(rewards=[thumbs | {"value": 0.0}]))
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS
-    assert "reward_id 'r1' is already stored with value 1.0" in error.details() and "refused value 0.0" in error.details()
+    assert "reward_id 'r1' is already stored with value 1.0" in (error.details() or "") and "refused value 0.0" in (error.details() or "")
     listed = stub.ListRewards(pb.ListRewardsRequest(session_id="s-0")).rewards
     assert [(r.value, r.name) for r in listed] == [(1.0, "thumbs_up")]
 

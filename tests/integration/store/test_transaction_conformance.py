@@ -159,11 +159,13 @@ async def test_the_postgresql_writer_reconnects_after_losing_its_connection(
     await write(store, [make_call("before", "s", [1], [[2]])])
     # What a database restart does to the writer's session, without restarting the cluster.
     with psycopg.connect(backend_url, autocommit=True) as admin:
-        (pid,) = admin.execute(
+        writer = admin.execute(
             "SELECT pid FROM pg_stat_activity"
             " WHERE datname = current_database() AND application_name = %s",
             (WRITER_APPLICATION_NAME,),
         ).fetchone()
+        assert writer is not None, "the store's writer holds a connection"
+        (pid,) = writer
         assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
         while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
             await asyncio.sleep(0.01)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.stack_fixtures import start_ingest
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S, inference_python
 
 
 @dataclass
@@ -33,7 +33,7 @@ def serving(
 ) -> Iterator[VllmServer]:
     """A vLLM of its own serving `model_dir` as "tiny", in `dtype`, and adapters up to `lora_rank`."""
     config = VllmLaunchConfig(
-        model_path=model_dir, port=free_port(), python=find_vllm_python(), served_model_name="tiny", dtype=dtype,
+        model_path=model_dir, port=free_port(), python=inference_python(), served_model_name="tiny", dtype=dtype,
         log_path=tmp_path_factory.mktemp("trainer-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
         lora_rank=lora_rank,
     )  # fmt: skip

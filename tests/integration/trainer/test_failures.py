@@ -155,5 +155,5 @@ def test_a_zero_or_unknown_setting_over_grpc_is_refused_naming_the_field(
     with pytest.raises(grpc.RpcError) as refused:
         stub.StartRun(pb.StartRunRequest(config=config))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details().startswith(f"{named}:"), refused.value.details()
+    assert (refused.value.details() or "").startswith(f"{named}:"), refused.value.details()
     assert not stub.GetStatus(pb.GetStatusRequest()).HasField("run")

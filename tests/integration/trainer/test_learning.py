@@ -27,6 +27,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.clients import AssemblerClient, TrainerClient
+from tests.integration.openai_api import sampled_logprobs
 from tests.learning_bounds import assert_learned, difference_of_means
 from tests.waiting import eventually
 
@@ -58,7 +59,7 @@ async def agent(task: dict[str, Any]) -> float:
         model="tiny", messages=[{"role": "user", "content": task["prompt"]}], max_tokens=MAX_TOKENS,
         temperature=1.0, logprobs=True,
     )  # fmt: skip
-    return word_start_share([entry.token for entry in completion.choices[0].logprobs.content])
+    return word_start_share([entry.token for entry in sampled_logprobs(completion.choices[0])])
 
 
 def served_rewards(base_url: str, per_prompt: int = 128, model: str = "tiny") -> list[float]:
@@ -164,11 +165,14 @@ def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(t
             tasks = [{"id": f"async-{next(counter):04d}", "prompt": PROMPTS[0]} for _ in range(2)]
             parity.engine.run(agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=2 * ROLLOUTS, progress=False)
 
+    def finished() -> pb.GetStatusResponse | None:
+        status = trainer.get_status(pb.GetStatusRequest())
+        return status if status.run.state in TERMINAL else None
+
     roller = threading.Thread(target=keep_rolling_out, daemon=True)
     roller.start()
     try:
-        status = eventually(lambda: (now := trainer.get_status(pb.GetStatusRequest())).run.state in TERMINAL and now,
-                            timeout_s=400, interval_s=0.5, what="the async run finishing")  # fmt: skip
+        status = eventually(finished, timeout_s=400, interval_s=0.5, what="the async run finishing")
     finally:
         stop.set()
         roller.join(120)

@@ -136,7 +136,7 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     with pytest.raises(grpc.RpcError) as nothing_to_undo:
         stack.trainer.RollbackPolicy(pb.RollbackPolicyRequest())
     assert nothing_to_undo.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "no promotion stands" in nothing_to_undo.value.details()
+    assert "no promotion stands" in (nothing_to_undo.value.details() or "")
     with pytest.raises(grpc.RpcError) as unknown:
         stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id="run-20260101-000000-abcdef"))
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
@@ -151,7 +151,7 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     ):
         with pytest.raises(grpc.RpcError) as bad:
             stack.trainer.PromotePolicy(request)
-        assert bad.value.code() == code and field in bad.value.details()
+        assert bad.value.code() == code and field in (bad.value.details() or "")
 
     # Worse than what serves by more than the margin: kept, not served, the reason recorded.
     validate(stack, run.run_id, 0, 0.40)
@@ -213,7 +213,7 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     assert np.max(np.abs(np.array(stack.candidates.prompt_logprobs(probe)) - trained)) < 1e-4
     with pytest.raises(grpc.RpcError) as blocked:
         stack.trainer.StartRun(pb.StartRunRequest(config=run_pb2.RunConfig(model_path=str(tiny_model_dir), total_steps=1)))
-    assert blocked.value.code() == grpc.StatusCode.FAILED_PRECONDITION and canary.promotion_id in blocked.value.details()
+    assert blocked.value.code() == grpc.StatusCode.FAILED_PRECONDITION and canary.promotion_id in (blocked.value.details() or "")
     sessions = [f"canary-user-{index}" for index in range(8)]
     for session in sessions:
         chat(stack, session)

@@ -10,5 +10,7 @@ def speak(task: dict) -> float:
         model=task["model"], max_tokens=task["max_tokens"], temperature=task["temperature"], logprobs=True,
         messages=[{"role": "user", "content": task["prompt"]}],
     )
-    tokens = [entry.token for entry in reply.choices[0].logprobs.content]
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None  # asked for: logprobs=True
+    tokens = [entry.token for entry in logprobs.content]
     return sum(token.startswith(" ") for token in tokens) / max(1, len(tokens))

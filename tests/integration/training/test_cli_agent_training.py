@@ -26,7 +26,7 @@ from transformers import AutoTokenizer
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from tests.conftest import REPO_ROOT, free_port
 from tests.integration.claude_code import (
     LONG_CONTEXT,
@@ -35,7 +35,7 @@ from tests.integration.claude_code import (
     claude_code,
     offline_environment,
 )
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S, inference_python
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -100,7 +100,7 @@ def test_claude_code_trains_from_parity_train_with_every_call_token_exact(tmp_pa
     # ... and token-exact: its prompt is vLLM's own rendering of the request, its reply the sampled ids.
     tokenizer = AutoTokenizer.from_pretrained(model)
     config = VllmLaunchConfig(
-        model_path=model, port=free_port(), python=find_vllm_python(), served_model_name=SERVED,
+        model_path=model, port=free_port(), python=inference_python(), served_model_name=SERVED,
         max_model_len=LONG_CONTEXT, log_path=tmp_path / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )  # fmt: skip
     with VllmServer(config) as renderer:

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
@@ -34,6 +35,7 @@ from parity.clients import AssemblerClient, IngestClient, RPCError, StoreClient
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.training import StackAddresses
 from tests.conftest import free_port
+from tests.integration.openai_api import sampled_logprobs
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.stack_fixtures import start_ingest
 from tests.integration.training.test_train_api import word_start_share
@@ -59,7 +61,7 @@ class Attempts:
 ATTEMPTS = Attempts()
 
 
-async def answered(client: openai.AsyncOpenAI, task: dict[str, Any], messages: list[dict[str, str]]) -> Any:
+async def answered(client: openai.AsyncOpenAI, task: dict[str, Any], messages: list[ChatCompletionMessageParam]) -> Any:
     """An answer, asking again with a fresh nonce when the ingest holding the connection dies under it."""
     for _ in range(20):
         nonce = uuid.uuid4().hex
@@ -81,11 +83,11 @@ async def answered(client: openai.AsyncOpenAI, task: dict[str, Any], messages: l
 
 async def two_turn_agent(task: dict[str, Any]) -> float:
     client = parity.get_async_chat_client(max_retries=0)
-    messages = [{"role": "user", "content": task["prompt"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     shares = []
     for follow_up in ("Say more.", None):
         reply = await answered(client, task, messages)
-        shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
+        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
         if follow_up:
             messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                          {"role": "user", "content": follow_up}]  # fmt: skip
@@ -199,7 +201,7 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
         "--work-dir", str(tmp_path / "trainer"), "--shutdown-grace-s", "1",
     )  # fmt: skip
 
-    done, report = threading.Event(), {}
+    done, report = threading.Event(), dict[str, Any]()
     killer = threading.Thread(target=kill_mid_step, args=(fleet, 1, done, report), daemon=True)
     killer.start()
     try:

@@ -87,8 +87,14 @@ def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(tmp_path: Path, tiny
         for name, args in (("head", head_args), ("second", second_args)):
             cluster.enter_context(ray_node(args, temp_root / name, tmp_path / f"ray-{name}.log", environment))
             count = 1 if name == "head" else 2
-            eventually(lambda count=count: ray_nodes_alive(address, environment) == count, timeout_s=180, interval_s=3,
-                       what=lambda name=name: f"Ray's {name} node ({(tmp_path / f'ray-{name}.log').read_text()[-2000:]})")
+
+            def joined(count: int = count) -> bool:
+                return ray_nodes_alive(address, environment) == count
+
+            def node_log(name: str = name) -> str:
+                return f"Ray's {name} node ({(tmp_path / f'ray-{name}.log').read_text()[-2000:]})"
+
+            eventually(joined, timeout_s=180, interval_s=3, what=node_log)
         (tmp_path / "tasks.jsonl").write_text("".join(
             json.dumps({"id": f"t{n}", "prompt": prompt}) + "\n"
             for n, prompt in enumerate(["Say something kind.", "Describe the sea."])

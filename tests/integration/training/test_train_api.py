@@ -13,8 +13,9 @@ import numpy as np
 import openai
 import pytest
 import torch
+from openai.types.chat import ChatCompletionMessageParam
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
 import parity
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
@@ -30,6 +31,7 @@ from parity.tokens import unpack_floats
 from parity.training import StackAddresses, batch_supply
 from parity.training.run_control import RunEnded
 from tests.conftest import free_port
+from tests.integration.openai_api import sampled_logprobs
 from tests.integration.tcp_relay import TcpRelay
 from tests.time_bounds import Stopwatch
 from tests.waiting import eventually
@@ -49,14 +51,14 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
     """Asks, hears back, asks again in the same conversation; rewarded on both replies. Each task
     stands for an end user of a deployed agent, named the way any client can: a header."""
     client = parity.get_async_chat_client()
-    messages = [{"role": "user", "content": task["prompt"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     shares = []
     for follow_up in ("Say more.", None):
         reply = await client.chat.completions.create(
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
             logprobs=True, extra_headers={"X-Parity-User": f"user-{task['id']}"},
         )  # fmt: skip
-        shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
+        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
         if follow_up:
             messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                          {"role": "user", "content": follow_up}]  # fmt: skip
@@ -71,6 +73,7 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
         output_dir=str(tmp_path / "runs"), progress=False, wandb="parity-tests", wandb_mode="offline",
     )  # fmt: skip
     assert result.state == "completed", result.error
+    assert result.max_sync_logprob_diff is not None, "every step synced its weights"
     assert result.steps == 3 and result.max_sync_logprob_diff < 1e-4
     assert result.val_reward_before is not None and result.val_reward_after is not None
     run_dir = tmp_path / "runs" / result.run_id
@@ -128,7 +131,9 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     exported = result.exported_model
     tokenizer = AutoTokenizer.from_pretrained(exported)
     chat = [{"role": "user", "content": TASKS[0]["prompt"]}]
-    prompt = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"])
+    encoded = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)
+    assert isinstance(encoded, BatchEncoding)
+    prompt = list(encoded["input_ids"])
     reply = httpx.post(f"{deployed_stack.vllm.base_url}/v1/completions", json={
         "model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 1.0, "return_token_ids": True,
     }, timeout=60).json()["choices"][0]  # fmt: skip
@@ -139,8 +144,8 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     served = np.array([entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)])
     with torch.no_grad():
         logits = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)(torch.tensor([sequence])).logits[0, :-1]
-    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
-    assert np.max(np.abs(served - expected)) < 1e-4
+    reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    assert np.max(np.abs(served - reference)) < 1e-4
     assert result.serve_command == f"parity vllm serve --model {exported}"
 
 
@@ -210,7 +215,7 @@ def test_a_step_short_of_varying_groups_trains_on_what_it_has_and_a_run_at_its_t
 async def six_turn_agent(task: dict[str, Any]) -> float:
     """Six turns unless ingest stops it; rewarded on the replies it got."""
     client = parity.get_async_chat_client()
-    messages = [{"role": "user", "content": task["prompt"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     shares = []
     for _ in range(6):
         try:
@@ -221,7 +226,7 @@ async def six_turn_agent(task: dict[str, Any]) -> float:
         except openai.BadRequestError as error:
             assert error.type == "session_budget_exceeded", error
             break
-        shares.append(word_start_share([entry.token for entry in reply.choices[0].logprobs.content]))
+        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
         messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                      {"role": "user", "content": "Say more."}]  # fmt: skip
     return sum(shares) / len(shares)

@@ -200,7 +200,7 @@ def test_past_the_open_thread_limit_the_least_recently_extended_thread_ends() ->
 def test_interleaved_conversations_train_each_token_once() -> None:
     """The issue's shape: two conversations in one session, each re-sending its own history, 8 rounds."""
     histories = [[1, 2, 10], [1, 2, 20]]
-    calls = []
+    calls: list[StepTokens] = []
     for round_ in range(8):
         for thread, history in enumerate(histories):
             completion = [1000 + 10 * round_ + thread, 7]

@@ -22,7 +22,7 @@ from tests.call_factory import conversation, make_call
 TRAJECTORY, STEP = reward_pb2.REWARD_LEVEL_TRAJECTORY, reward_pb2.REWARD_LEVEL_STEP
 
 
-def reward(value: float, name: str = "", level: int = TRAJECTORY, **step) -> reward_pb2.Reward:
+def reward(value: float, name: str = "", level: reward_pb2.RewardLevel = TRAJECTORY, **step) -> reward_pb2.Reward:
     return reward_pb2.Reward(session_id="s", trajectory_name=name, level=level, value=value, **step)
 
 

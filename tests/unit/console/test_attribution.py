@@ -155,8 +155,9 @@ def get(store: FakeStore, path: str) -> str:
 
     assembler: Any = SimpleNamespace(get_trajectory=missing)
     client: Any = store
+    trainer: Any = SimpleNamespace()
     services = Services(Upstream("store", "-", client), Upstream("assembler", "-", assembler),
-                        Upstream("trainer", "-", SimpleNamespace()))  # fmt: skip
+                        Upstream("trainer", "-", trainer))  # fmt: skip
     with TestClient(create_app(ConsoleConfig(port=0), services)) as client:
         response = client.get(path)
     assert response.status_code == 200, response.text

@@ -4,6 +4,7 @@ splits, every sampled token shown once, and the loss mask of the samples the ass
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -121,7 +122,7 @@ def test_tokens_past_a_truncated_sample_have_no_mask_and_tool_traffic_is_shown()
     }
     first = call(0, [1, 2], [3, 4, 5])
     first.choices[0].tool_calls_json = json.dumps([tool_call]).encode()
-    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [tool_call]},
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [tool_call]},
                {"role": "tool", "tool_call_id": "call-1", "content": "sunny"}]  # fmt: skip
     second = call(1, [1, 2, 3, 4, 5, 6], [7, 8], messages=history)
     trajectory, _, _ = assembled([first, second], max_tokens=7)

@@ -19,6 +19,7 @@ def test_anything_else_is_an_error_the_policy_reads_at_once(expression) -> None:
 
 
 def test_a_call_is_found_in_a_reply_and_the_answer_is_its_last_number() -> None:
-    assert CALCULATOR_CALL.search("Let me see. CALC 28 * 83 please").group(1).strip() == "28 * 83"
+    call = CALCULATOR_CALL.search("Let me see. CALC 28 * 83 please")
+    assert call is not None and call.group(1).strip() == "28 * 83"
     assert final_number("The answer is 2,324.") == 2324
     assert final_number("no digits") is None

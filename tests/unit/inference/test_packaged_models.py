@@ -37,6 +37,7 @@ def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_ow
     # The GGUF header's end of turn, which transformers' GGUF reader does not carry over by itself.
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|im_end|>")
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 * 7?"}], tokenize=False, add_generation_prompt=True)
+    assert isinstance(prompt, str)
     assert prompt.endswith("<|im_start|>user\nWhat is 12 * 7?<|im_end|>\n<|im_start|>assistant\n")
     assert tokenizer.tokenize(" 127") == ["Ġ", "1", "2", "7"], "digits are single tokens, as SmolLM2 was trained"
     assert packaged_models.parameter_count(folder) == 134_515_008

@@ -42,12 +42,17 @@ async def test_above_info_a_requests_log_fields_are_not_even_gathered(
 ) -> None:
     configure_logging("warning", "json")
     app = _app()
-    gathered = []
+    gathered: list[int] = []
     respond = app._respond
 
     async def respond_counting(*args: Any) -> tuple[int, Any]:
         status, fields = await respond(*args)
-        return status, lambda: gathered.append(1) or fields()
+
+        def counted_fields() -> Any:
+            gathered.append(1)
+            return fields()
+
+        return status, counted_fields
 
     monkeypatch.setattr(app, "_respond", respond_counting)
     await _get_health(app)

@@ -27,7 +27,7 @@ class _Counted(asyncio.Protocol):
 async def _accept_burst_on_a_busy_loop() -> list[int]:
     """Loop turns at which each of a burst of connections was accepted, while every
     turn of the loop takes 5 ms, as under load."""
-    turns, made, done = [0], [], asyncio.Event()
+    turns, made, done = [0], list[int](), asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def busy_turn() -> None:

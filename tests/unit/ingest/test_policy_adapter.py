@@ -1,6 +1,8 @@
 """Requests for the policy's model go to the adapter that serves it; anything else goes where it names.
 The agent's answer names the model it asked for, never the adapter."""
 
+from typing import Any
+
 import pytest
 
 from parity.services.ingest.capture.recorder import CHAT, CaptureRequest
@@ -37,7 +39,7 @@ def test_the_answer_names_the_model_the_agent_asked_for_not_the_adapter() -> Non
     request = CaptureRequest.prepare(CHAT, body, b"", SessionRef("s"), {})
     request.lora_adapter = adapter.route(body)
     request.routed_model = "tiny"
-    answer = {"model": "tiny-lora", "choices": [{"index": 0, "token_ids": [5], "logprobs": {"content": []}}]}
+    answer: dict[str, Any] = {"model": "tiny-lora", "choices": [{"index": 0, "token_ids": [5], "logprobs": {"content": []}}]}
     chunk = {"model": "tiny-lora", "choices": [{"index": 0, "delta": {"content": " a"}}]}
     for response in (answer, chunk):
         request.strip(response)

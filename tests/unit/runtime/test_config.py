@@ -1,4 +1,5 @@
 import argparse
+from typing import Any
 
 import pytest
 
@@ -56,5 +57,6 @@ def test_store_url_must_name_a_known_backend() -> None:
 @pytest.mark.parametrize("name", ["store_timeout_s", "upstream_timeout_s", "health_interval_s"])
 @pytest.mark.parametrize("value", [0.0, -5.0, float("inf"), float("nan")])
 def test_ingest_waits_must_be_positive_seconds(name: str, value: float) -> None:
+    wait: dict[str, Any] = {name: value}
     with pytest.raises(InvalidArgument, match=f"{name} must be a positive number of seconds"):
-        IngestConfig(**{name: value})
+        IngestConfig(**wait)

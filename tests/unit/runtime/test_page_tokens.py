@@ -12,7 +12,7 @@ from parity.services.runtime.page_tokens import MAX_PAGE_SIZE, page_of
 
 @given(st.lists(st.integers(), max_size=60), st.integers(min_value=0, max_value=25))
 def test_following_the_tokens_yields_every_item_once_in_order(items: list[int], size: int) -> None:
-    seen, token = [], ""
+    seen, token = list[int](), ""
     while True:
         page, token = page_of(items, size, token, "scope")
         assert len(page) <= (size or 100)

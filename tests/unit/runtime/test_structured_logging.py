@@ -26,7 +26,12 @@ def test_lines_are_json_with_level_time_and_process_fields(capsys) -> None:
 def test_a_disabled_level_is_dropped_before_any_processing(capsys, monkeypatch) -> None:
     configure_logging("warning", "json")
     stamped = []
-    monkeypatch.setattr(structlog.processors.TimeStamper, "__call__", lambda self, _, __, event: stamped.append(event) or event)
+
+    def stamp(self: object, _: object, __: object, event: dict) -> dict:
+        stamped.append(event)
+        return event
+
+    monkeypatch.setattr(structlog.processors.TimeStamper, "__call__", stamp)
     log = structlog.get_logger("parity.test")
     log.info("request", status=200)
     log.warning("store_unreachable_spooling")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from parity.api.trainer.v1 import promotion_pb2
 from parity.promotion import Promotion
 
 
-def decision(outcome: int, **fields: object) -> Promotion:
+def decision(outcome: promotion_pb2.PromotionOutcome, **fields: Any) -> Promotion:
     message = promotion_pb2.Promotion(promotion_id="promotion-000002", outcome=outcome, run_id="run-1",
                                       checkpoint_id="run-1/step-000003", metric="pass@1", **fields)  # fmt: skip
     return Promotion.from_proto(message)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from parity.session_slug import SessionRef, decode, encode
 
 # Any text the store accepts: no control characters in ids, no NUL in metadata.
-id_text = st.characters(blacklist_categories=("Cc", "Cs"))
-free_text = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+id_text = st.characters(exclude_categories=["Cc", "Cs"])
+free_text = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
 ids = st.text(id_text, min_size=1, max_size=40)
 refs = st.builds(
     SessionRef,

@@ -1,6 +1,8 @@
 import asyncio
 import contextvars
 import threading
+from collections.abc import Callable
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -8,6 +10,20 @@ import pytest
 import parity
 from parity import session_slug
 from parity.chat_client import _route
+from parity.session_slug import SessionRef
+
+
+def current() -> SessionRef:
+    """The current session, which every caller here has opened."""
+    ref = parity.current_session()
+    assert ref is not None
+    return ref
+
+
+def with_view(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function.with_view`: @parity.trajectory declares the function's own type, so that calls and methods
+    type-check, and that type has no with_view."""
+    return cast(Any, function).with_view
 
 
 def test_sessions_nest_with_parent_chain_and_merged_metadata() -> None:
@@ -47,7 +63,7 @@ async def test_concurrent_tasks_keep_their_own_sessions() -> None:
     async def rollout(index: int) -> str:
         async with parity.session(f"s{index}"):
             await asyncio.sleep(0.001 * (index % 5))
-            return parity.current_session().session_id
+            return current().session_id
 
     assert await asyncio.gather(*(rollout(i) for i in range(200))) == [f"s{i}" for i in range(200)]
 
@@ -56,7 +72,7 @@ def test_threads_see_the_session_when_given_the_context() -> None:
     seen = []
     with parity.session("threaded"):
         context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(lambda: seen.append(parity.current_session().session_id),))
+        thread = threading.Thread(target=context.run, args=(lambda: seen.append(current().session_id),))
         thread.start()
         thread.join()
     assert seen == ["threaded"]
@@ -65,13 +81,13 @@ def test_threads_see_the_session_when_given_the_context() -> None:
 def test_trajectory_names_the_calls_inside_and_keeps_the_return_value() -> None:
     @parity.trajectory(name="solver")
     def solve(x: int) -> int:
-        return x * 2 if parity.current_session().trajectory_name == "solver" else -1
+        return x * 2 if current().trajectory_name == "solver" else -1
 
     with parity.session("episode"):
         assert solve(21) == 42
-        result, view = solve.with_view(1)
+        result, view = with_view(solve)(1)
         assert (result, view.session_id, view.name) == (2, "episode", "solver")
-    _, standalone = solve.with_view(1)
+    _, standalone = with_view(solve)(1)
     assert standalone.session_id != "episode", "outside a session a fresh one is opened"
 
 
@@ -79,11 +95,11 @@ async def test_async_trajectories_and_methods() -> None:
     class Agent:
         @parity.trajectory
         async def judge(self, answer: str) -> str:
-            return f"{answer}:{parity.current_session().trajectory_name}"
+            return f"{answer}:{current().trajectory_name}"
 
     async with parity.session("e1"):
         assert await Agent().judge("a") == "a:judge"
-        result, view = await Agent.judge.with_view(Agent(), "b")
+        result, view = await with_view(Agent.judge)(Agent(), "b")
         assert (result, view.name) == ("b:judge", "judge")
 
 

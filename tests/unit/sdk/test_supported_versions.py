@@ -29,10 +29,10 @@ def test_pyproject_declares_the_checked_range(name: str) -> None:
 
 def test_the_lows_are_the_committed_generators() -> None:
     generated = (REPO_ROOT / "sdk/parity/api/common/v1/llm_call_pb2.py").read_text()
-    protoc = re.search(r"Protobuf Python Version: (\S+)", generated).group(1)
-    assert release(protoc) == SUPPORTED["protobuf"][0]
-    tools = re.search(r"^grpcio-tools==(\S+)$", (REPO_ROOT / "requirements/protoc.txt").read_text(), re.M).group(1)
-    assert release(tools) == SUPPORTED["grpcio"][0]
+    protoc = re.search(r"Protobuf Python Version: (\S+)", generated)
+    assert protoc is not None and release(protoc.group(1)) == SUPPORTED["protobuf"][0]
+    tools = re.search(r"^grpcio-tools==(\S+)$", (REPO_ROOT / "requirements/protoc.txt").read_text(), re.M)
+    assert tools is not None and release(tools.group(1)) == SUPPORTED["grpcio"][0]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
@@ -84,7 +85,7 @@ def test_neither_side_redefines_a_shared_setting(cls: type) -> None:
 
 def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_path: Path) -> None:
     # A value for each setting that is not its default, so a setting lost on the way shows.
-    changed = {
+    changed: dict[str, Any] = {
         "groups_per_batch": 3, "learning_rate": 3e-4, "advantage_estimator": "rloo", "backend": "fsdp",
         "rollout_mode": "async", "max_policy_lag": 0, "kl_coef": 0.05, "clip_ratio": 0.3, "tis_cap": 4.0,
         "ppo_epochs": 2, "max_grad_norm": 0.5, "loss_agg_mode": "seq-mean-token-sum", "seed": 7, "dtype": "bfloat16",

@@ -6,12 +6,14 @@ input embeddings (as Qwen2.5 0.5B-3B, Llama 3.2 1B/3B and Gemma are).
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from parity.services.trainer.backends import select_backend
+from parity.services.trainer.backends.cpu import CpuBackend
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.run_settings import RunSettings
 from tests.training_batch_factory import rewarded_batch
@@ -151,14 +153,16 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
     # a row per rank) and must agree with one process. The tied model only: a parameter two
     # modules share, sharded across ranks, is the harder case, and Ray's start-up makes a
     # second variant cost minutes.
+    from parity.services.trainer.backends.fsdp import FsdpBackend
+
     model_dir = tied_model_dir
     workers = torch.cuda.device_count() or 2
-    settings = dict(learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8, ray_workers_per_node=workers)
+    settings: dict[str, Any] = dict(learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8, ray_workers_per_node=workers)
     probe = [1, 2, 3, 100, 100, 7, 8, 200]
     single = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", **{**settings, "ray_workers_per_node": 0}))
     ranks = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings))
     try:
-        assert ranks.ranks == workers
+        assert isinstance(ranks, FsdpBackend) and ranks.ranks == workers
         expected, metrics = single.train_step(ragged_batch()), ranks.train_step(ragged_batch())
         for key in ("policy_loss", "kl", "grad_norm", "loss"):
             assert np.isclose(expected[key], metrics[key], rtol=1e-3, atol=1e-6), key
@@ -179,6 +183,7 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
 
 def test_the_cpu_loop_computes_the_head_only_where_tokens_were_sampled_with_the_same_numbers(model_dir) -> None:
     backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2))
+    assert isinstance(backend, CpuBackend)
     batch = rewarded_batch(100, 200)
     sampled = batch.response_mask.bool()
     with torch.no_grad():

@@ -76,8 +76,9 @@ def test_teacher_scores_shift_with_the_tokens_and_stay_on_sampled_ones() -> None
     ])  # fmt: skip
     scored = batch.with_teacher([np.array([0, -1.0, -9.0, -2.0]), np.array([0, -3.0, -4.0])])
     # Token 3 of the first sample came from a tool: the teacher's -9 is no signal.
-    assert scored.teacher_logprobs.tolist() == [[-1.0, 0, -2.0], [-3.0, -4.0, 0]]
-    assert scored.rows(torch.tensor([1])).teacher_logprobs.tolist() == [[-3.0, -4.0, 0]]
+    teacher, picked = scored.teacher_logprobs, scored.rows(torch.tensor([1])).teacher_logprobs
+    assert teacher is not None and teacher.tolist() == [[-1.0, 0, -2.0], [-3.0, -4.0, 0]]
+    assert picked is not None and picked.tolist() == [[-3.0, -4.0, 0]]
     assert batch.teacher_logprobs is None
 
 

@@ -15,6 +15,7 @@ import torch
 
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.engine_logprobs import chunked_logprobs
+from parity.services.trainer.backends.fsdp import FsdpBackend
 from parity.services.trainer.run_settings import RunSettings
 from tests.training_batch_factory import rewarded_batch
 
@@ -27,6 +28,7 @@ def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loo
     settings = RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", learning_rate=1e-2)
     assert settings.dtype == "bfloat16"
     engine = select_backend(settings)
+    assert isinstance(engine, FsdpBackend)
     assert not engine.policy.engine.module.is_gradient_checkpointing
     plain = select_backend(replace(settings, backend="cpu"))
     assert np.allclose(engine.probe_logprobs(PROBE), plain.probe_logprobs(PROBE), atol=0.1)
@@ -40,6 +42,7 @@ def test_tf32_in_training_passes_and_a_strict_float32_probe(tiny_model_dir, tmp_
     from transformers import AutoModelForCausalLM
 
     backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", dtype="float32", learning_rate=1e-2))
+    assert isinstance(backend, FsdpBackend)
     seen: list[tuple[bool, bool]] = []
     backend.policy.engine.module.register_forward_pre_hook(
         lambda *_: seen.append((torch.is_grad_enabled(), torch.backends.cuda.matmul.allow_tf32))

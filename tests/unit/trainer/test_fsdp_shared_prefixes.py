@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 TOTALS = tuple(key for key in COMPARED if key not in ("entropy", "clip_fraction", "ppo_kl", "tis_weight_mean", "rollout_logprob_diff"))
 
 
-def backend(model_dir: Path, share: bool, learning_rate: float = 1e-3, **settings: object) -> FsdpBackend:
+def backend(model_dir: Path, share: bool, learning_rate: float = 1e-3, **settings: Any) -> FsdpBackend:
     chosen = select_backend(RunSettings(
         model_dir, 10, groups_per_batch=1, backend="fsdp", learning_rate=learning_rate, ppo_epochs=2, kl_coef=0.1,
         max_grad_norm=1e6, share_prefixes=share, **settings,
@@ -34,9 +35,9 @@ def backend(model_dir: Path, share: bool, learning_rate: float = 1e-3, **setting
     return chosen
 
 
-def step(model_dir: Path, batch: TrainingBatch, share: bool, **settings: object) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def step(model_dir: Path, batch: TrainingBatch, share: bool, **settings: Any) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     trainer = backend(model_dir, share, **settings)
-    engine, grads = trainer.policy.engine, {}
+    engine, grads = trainer.policy.engine, dict[str, torch.Tensor]()
     optimizer_step = engine.optimizer_step
 
     def keeping_gradients() -> float:

@@ -2,6 +2,7 @@
 which change the adapter alone."""
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ def model_dir(request) -> Path:
     return generated_model(request, request.param)
 
 
-def config(**lora: object) -> run_pb2.RunConfig:
+def config(**lora: Any) -> run_pb2.RunConfig:
     return run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, lora=run_pb2.LoraConfig(**lora))
 
 

@@ -50,6 +50,7 @@ def test_gradient_raises_the_logprob_of_positive_advantage_tokens() -> None:
     logprobs = torch.full((2, 3), -1.0, requires_grad=True)
     loss, metrics = policy_loss(logprobs, logprobs.detach(), compute_advantages(batch, "grpo"), *tokens_of(batch), SETTINGS)
     loss.backward()
+    assert logprobs.grad is not None
     assert (logprobs.grad[0] < 0).all() and (logprobs.grad[1] > 0).all()
     assert metrics["clip_fraction"] == 0.0
 
@@ -89,7 +90,7 @@ def test_global_batch_info_normalises_a_micro_batch_by_the_whole_batch() -> None
         )[0]
         for rows in (slice(0, 1), slice(1, 2))
     ]  # fmt: skip
-    assert torch.isclose(sum(shares), whole)
+    assert torch.isclose(shares[0] + shares[1], whole)
     assert not torch.isclose(shares[0], whole)
 
 

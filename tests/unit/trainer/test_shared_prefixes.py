@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,10 +57,16 @@ def sharing_batch(seed: int = 0) -> TrainingBatch:
     )  # fmt: skip
 
 
+def cpu_backend(settings: RunSettings) -> cpu.CpuBackend:
+    backend = select_backend(settings)
+    assert isinstance(backend, cpu.CpuBackend)
+    return backend
+
+
 def step(
-    model_dir: Path, batch: TrainingBatch, share: bool, learning_rate: float = 1e-3, **settings: object
+    model_dir: Path, batch: TrainingBatch, share: bool, learning_rate: float = 1e-3, **settings: Any
 ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    backend = select_backend(RunSettings(
+    backend = cpu_backend(RunSettings(
         model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=learning_rate, ppo_epochs=2, kl_coef=0.1,
         max_grad_norm=1e6, share_prefixes=share, **settings,
     ))  # fmt: skip
@@ -93,7 +100,7 @@ def test_sharing_gives_the_unshared_loss_metrics_and_gradients_in_float32(tiny_m
     assert shared[0]["tokens_computed"] == batch.token_count - 3 * prompt - first_turn_prefix
     # Gradients sum the prefix's share in another order than the unshared rows do, and the CPU's kernels and their
     # thread count order those sums too: up to 1.1e-5 of a gradient's norm seen on a Xeon, 3.6e-5 on an EPYC.
-    assert_same_update(*[shared, unshared], rtol=1e-5, atol=1e-7, grad_rtol=1e-4)
+    assert_same_update(shared, unshared, rtol=1e-5, atol=1e-7, grad_rtol=1e-4)
 
 
 def test_sharing_gives_the_unshared_update_in_bfloat16_and_on_a_tied_head(tied_model_dir) -> None:
@@ -125,7 +132,7 @@ def test_a_prefix_tree_that_disagrees_with_the_samples_is_refused(tiny_model_dir
     prompt = tuple(batch.input_ids[0, : MIN_SHARED_TOKENS + 6].tolist())
     wrong = PrefixCluster((0, 1, 5), prompt)  # row 5 is a session turn, which does not start with the prompt
     monkeypatch.setattr(cpu, "shared_prefix_clusters", lambda *_: [wrong])
-    backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-3))
+    backend = cpu_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-3))
     before = [p.detach().clone() for p in backend.model.parameters()]
     with pytest.raises(PrefixTreeMismatch, match="row 5 differs from its cluster's prefix at token 0"):
         backend.train_step(batch)
@@ -138,8 +145,8 @@ def test_sharing_is_off_where_it_would_not_be_exact(tiny_model_dir) -> None:
     assert not shares_exactly(MistralConfig(num_hidden_layers=2, sliding_window=16))
     assert shares_exactly(MistralConfig(num_hidden_layers=2, sliding_window=None))
 
-    def backend(**settings: object) -> cpu.CpuBackend:
-        return select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", **settings))
+    def backend(**settings: Any) -> cpu.CpuBackend:
+        return cpu_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", **settings))
 
     assert backend().shares_prefixes and not backend(share_prefixes=False).shares_prefixes
     # Dropout draws a mask per row; a prefix computed once would share one.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,10 +12,10 @@ from parity.training import Trainer
 from parity.training.local_stack import LocalStack
 from parity.training.settings import SettingsError, TrainSettings
 
-TASKS = [{"id": "t0", "prompt": "hi"}]
+TASKS: list[dict[str, Any]] = [{"id": "t0", "prompt": "hi"}]
 
 
-def run_settings(tmp_path: Path, **values: object) -> RunSettings:
+def run_settings(tmp_path: Path, **values: Any) -> RunSettings:
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     trainer = Trainer(lambda task: 1.0, TASKS, steps=3, output_dir=str(tmp_path), model=str(tmp_path), **values)
@@ -77,7 +78,7 @@ def test_the_learning_rate_follows_the_model_unless_set(tmp_path) -> None:
 def test_max_tokens_default_to_the_general_one_for_a_folder_and_keep_a_set_value(tmp_path) -> None:
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
-    common = {"steps": 1, "output_dir": str(tmp_path), "model": str(tmp_path)}
+    common: dict[str, Any] = {"steps": 1, "output_dir": str(tmp_path), "model": str(tmp_path)}
     assert Trainer(lambda task: 1.0, TASKS, **common).settings.max_tokens == 256
     assert Trainer(lambda task: 1.0, TASKS, max_tokens=12, **common).settings.max_tokens == 12
 

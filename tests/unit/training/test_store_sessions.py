@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,7 @@ NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 STACK = StackAddresses("http://i:8000", "a:1", "t:2", "s:3")
 
 
-def stored(idle: timedelta, versions: list[int], feedback: list[float] = (1.0,)) -> store_pb.SessionContents:
+def stored(idle: timedelta, versions: list[int], feedback: Sequence[float] = (1.0,)) -> store_pb.SessionContents:
     session = session_pb2.Session(session_id="s", state=session_pb2.SESSION_STATE_OPEN)
     session.update_time.FromDatetime(NOW - idle)
     calls = [make_call(f"c{n}", "s", [1], [[2]]) for n in range(len(versions))]
@@ -53,7 +55,7 @@ def test_from_store_settings_are_checked_and_name_the_setting() -> None:
     assert settings.store_tag_list == ("checkout", "prod")
     assert StoreFilters.of(settings).tags == ("checkout", "prod")
     assert settings.feedback == FeedbackRule("sum", {"thumbs_up": 1.0, "thumbs_down": -1.0}, timedelta(hours=24), 0.0)
-    for values, key in [
+    refused_settings: list[tuple[dict[str, Any], str]] = [
         ({"from_store": True, "steps": 3}, "from_store"),
         ({"from_store": True, "stack": StackAddresses("http://i:8000", "a:1", "t:2"), "steps": 3}, "from_store"),
         ({"from_store": True, "stack": STACK}, "steps"),
@@ -66,7 +68,8 @@ def test_from_store_settings_are_checked_and_name_the_setting() -> None:
         ({"store_max_policy_lag": -1}, "store_max_policy_lag"),
         ({"promote": True, "val_tasks": "val.jsonl", "promote_margin": -0.1}, "promote_margin"),
         ({"promote_margin": float("inf")}, "promote_margin"),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for values, key in refused_settings:
         with pytest.raises(SettingsError) as refused:
             TrainSettings(**values)
         assert refused.value.key == key, values

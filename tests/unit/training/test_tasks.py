@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from parity.training.tasks import TaskFileError, load_tasks, tasks_from_objects
 
-ROWS = [{"id": "t1", "question": "1+1", "answer": "2"}, {"id": 7, "question": "2+2", "answer": "4"}]
+ROWS: list[dict[str, Any]] = [{"id": "t1", "question": "1+1", "answer": "2"}, {"id": 7, "question": "2+2", "answer": "4"}]
 EXPECTED = [{"id": "t1", "question": "1+1", "answer": "2"}, {"id": "7", "question": "2+2", "answer": "4"}]
 
 

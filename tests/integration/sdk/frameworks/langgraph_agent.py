@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 
@@ -18,7 +19,7 @@ def main(session_id: str) -> None:
         graph.add_node("model", lambda state: {"messages": [llm.invoke(state["messages"])]})
         graph.add_edge(START, "model")
         graph.add_edge("model", END)
-        out = graph.compile().invoke({"messages": [("user", "Say hello.")]})
+        out = graph.compile().invoke({"messages": [HumanMessage("Say hello.")]})
     print(json.dumps({"answer": out["messages"][-1].content}))
 
 

@@ -4,7 +4,7 @@ in one Parity session; the supervisor's routing is the graph's (the small model 
 import json
 import os
 import sys
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_openai import ChatOpenAI
@@ -31,7 +31,7 @@ def main(session_id: str) -> None:
             reply = llm.invoke(state["supervisor"])
             return {"supervisor": [*state["supervisor"], reply]}
 
-        def worker(name: str):
+        def worker(name: Literal["researcher", "writer"]):
             def node(state: Team) -> dict:
                 brief = HumanMessage(f"The supervisor asks: {state['supervisor'][-1].content}")
                 history = [*state[name], brief]
