@@ -17,6 +17,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 import parity
 from parity import engine
@@ -24,10 +26,11 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import llm_call_pb2
 from parity.clients import AssemblerClient
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
-from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, find_vllm_python
+from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from tests.conftest import free_port
+from tests.integration.openai_api import sampled_logprobs
 from tests.integration.stack_fixtures import TrainingStack, start_training_stack
-from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S
+from tests.integration.vllm_fixtures import VLLM_STARTUP_TIMEOUT_S, inference_python
 from tests.learning_bounds import assert_learned, run_rewards, trend
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -49,7 +52,7 @@ HISTORY_MODE = llm_call_pb2.HistoryMode
 def thinking_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     model = generate_tiny_model(tmp_path_factory.mktemp("thinking_model"), TinyModelSpec(chat_template="chatml-thinking"))
     config = VllmLaunchConfig(
-        model_path=model, port=free_port(), python=find_vllm_python(), served_model_name=MODEL,
+        model_path=model, port=free_port(), python=inference_python(), served_model_name=MODEL,
         log_path=tmp_path_factory.mktemp("thinking-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
     )  # fmt: skip
     with VllmServer(config) as server:
@@ -78,9 +81,12 @@ async def ask(client: Any, messages: list[dict], regex: str, stream: bool) -> tu
         answer = await client.chat.completions.create(**request)
         choice = answer.choices[0]
         message = choice.message.model_dump(exclude_none=True)
-        shape = ("whole", choice.finish_reason, sorted(message), answer.usage is not None)
+        shape: tuple = ("whole", choice.finish_reason, sorted(message), answer.usage is not None)
         return message, shape + _tool_call_shape(message)
-    content, calls, finish, events = "", {}, None, []
+    content, finish = "", None
+    calls: dict[int, dict[str, Any]] = {}
+    # "usage", or the kinds of delta a chunk carried.
+    events: list[str | frozenset[str]] = []
     async for chunk in await client.chat.completions.create(stream=True, **request):
         if not chunk.choices:
             events.append("usage")
@@ -129,7 +135,9 @@ def tool_agent(stream: bool, edit_history_at: int | None = None):
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": "7"})
             if not message.get("tool_calls"):
                 messages.append({"role": "user", "content": "And then?"})
-        SHAPES[parity.current_session().session_id] = shapes
+        session = parity.current_session()
+        assert session is not None  # the engine runs each rollout in a session
+        SHAPES[session.session_id] = shapes
         return 1.0
 
     return agent
@@ -227,7 +235,7 @@ def test_an_agent_that_edits_its_history_falls_back_with_a_counted_split(stack) 
 
 def anthropic_agent(task: dict) -> float:
     client = anthropic.Anthropic(base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0)
-    messages: list[dict] = [{"role": "user", "content": task["prompt"]}]
+    messages: list[MessageParam] = [{"role": "user", "content": task["prompt"]}]
     for _ in range(3):
         reply = client.messages.create(model=MODEL, max_tokens=12, messages=messages)
         messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "And then?"}]
@@ -263,14 +271,14 @@ def word_start_share(token_texts: list[str]) -> float:
 async def thinking_chat_agent(task: dict[str, Any]) -> float:
     """Three turns of think-then-answer; rewarded on how many answer tokens begin a word."""
     client = parity.get_async_chat_client()
-    messages = [{"role": "user", "content": task["prompt"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     shares = []
     for _ in range(3):
         reply = await client.chat.completions.create(
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
             logprobs=True, extra_body={"structured_outputs": {"regex": r"<think>[a-z ]{1,6}</think>[a-z ]{1,32}"}},
         )  # fmt: skip
-        tokens = [entry.token for entry in reply.choices[0].logprobs.content]
+        tokens = [entry.token for entry in sampled_logprobs(reply.choices[0])]
         thought = next(i for i in range(len(tokens)) if "</think>" in "".join(tokens[: i + 1]))
         shares.append(word_start_share(tokens[thought + 1 :]))
         messages += [{"role": "assistant", "content": reply.choices[0].message.content},
