@@ -120,14 +120,17 @@ def _tool_call_shape(message: dict) -> tuple:
 SHAPES: dict[str, list[tuple]] = {}
 
 
-def tool_agent(stream: bool, edit_history_at: int | None = None):
+def tool_agent(stream: bool, edit_history_at: int | None = None, edited_message: int = 2):
+    """`edited_message` 0 edits the opening (the question), 2 the first tool result, after it."""
+
     async def agent(task: dict) -> float:
         client = parity.get_async_chat_client()
         messages: list[dict] = [{"role": "user", "content": task["prompt"]}]
         shapes = []
         for turn, regex in enumerate(TURNS):
             if turn == edit_history_at:
-                messages[0] = {"role": "user", "content": task["prompt"] + " Please."}
+                edited = messages[edited_message]
+                messages[edited_message] = edited | {"content": edited["content"] + " Please."}
             message, shape = await ask(client, messages, regex, stream)
             shapes.append(shape)
             messages.append(message)
@@ -230,7 +233,19 @@ def test_an_agent_that_edits_its_history_falls_back_with_a_counted_split(stack) 
     assert [c.history_fallback for c in calls] == ["", "", "history_changed", "", ""]
     view = trajectory(stack, result.session_id)
     assert view.split_count == 1 and view.split_reasons == {"history_changed": 1}
-    assert len(view.samples) == 2
+    assert (len(view.samples), view.thread_count) == (2, 1)
+
+
+def test_an_agent_that_edits_its_opening_starts_a_new_conversation(stack) -> None:
+    """The question itself rewritten: no call of the trajectory opened that way, so it is a thread of its own (as a
+    subagent's first call is), rendered as deployed without a fallback; its next turns continue it exactly."""
+    (result,) = run(tool_agent(stream=False, edit_history_at=2, edited_message=0), "exact_history", "reopened",
+                    count=1)  # fmt: skip
+    calls = calls_of(stack, result.session_id)
+    assert [c.history_fallback for c in calls] == [""] * 5
+    view = trajectory(stack, result.session_id)
+    assert (view.split_count, view.thread_count, len(view.samples), view.merged_call_count) == (0, 2, 2, 3)
+    assert [list(s.call_ids) for s in view.samples] == [[c.call_id for c in calls[:2]], [c.call_id for c in calls[2:]]]
 
 
 def anthropic_agent(task: dict) -> float:
@@ -304,3 +319,58 @@ def test_a_short_training_run_in_exact_history_completes_and_its_reward_rises(st
     rollouts = run_rewards(stack.assembler.address, result.run_id, "s")
     assert_learned(trend([r.step for r in rollouts], [r.reward for r in rollouts], "training reward across steps",
                          tasks=[r.task for r in rollouts]))  # fmt: skip
+
+
+def interleaved_agent(rounds: int, threads: tuple[str, ...] = ("", "")):
+    """Conversations of one episode (an orchestrator and a worker) whose calls alternate, each re-sending its own
+    history; a named thread's calls go through `parity.thread`, and the worker rewards its own thread."""
+
+    async def agent(task: dict) -> float:
+        client = parity.get_async_chat_client()
+        histories = [[{"role": "user", "content": f"{task['prompt']} Part {t}."}] for t in range(len(threads))]
+        for _ in range(rounds):
+            for name, messages in zip(threads, histories, strict=True):
+                if name:
+                    with parity.thread(name):
+                        message, _ = await ask(parity.get_async_chat_client(), messages, ANSWER_REPLY, stream=False)
+                else:
+                    message, _ = await ask(client, messages, ANSWER_REPLY, stream=False)
+                messages += [message, {"role": "user", "content": "And then?"}]
+        if threads[-1]:
+            with parity.thread(threads[-1]):
+                await parity.areward(0.5)
+        return 1.0
+
+    return agent
+
+
+def test_interleaved_threads_in_exact_history_train_each_token_once(stack) -> None:
+    """The issue's shape: two conversations interleaved for 8 rounds in one session; each merges on its own."""
+    (result,) = run(interleaved_agent(rounds=8), "exact_history", "interleaved", count=1)
+    calls = calls_of(stack, result.session_id)
+    assert len(calls) == 16 and [c.history_fallback for c in calls] == [""] * 16
+    view = trajectory(stack, result.session_id)
+    assert (view.thread_count, view.split_count, view.merged_call_count, len(view.samples)) == (2, 0, 14, 2)
+    # Unique tokens: what each conversation's last call saw and sampled.
+    last = {s.thread_index: s.call_ids[-1] for s in view.samples}
+    by_id = {c.call_id: c for c in calls}
+    unique = sum(len(ids(by_id[c].prompt_token_ids)) + len(ids(by_id[c].choices[0].token_ids)) for c in last.values())
+    assert view.token_count == view.unique_token_count == unique
+    placed = [c for s in view.samples for c in s.call_ids]
+    assert sorted(placed) == sorted(by_id)
+    for sample in view.samples:
+        mask = np.frombuffer(sample.loss_mask, dtype=np.uint8)
+        sampled = [t for c in sample.call_ids for t in ids(by_id[c].choices[0].token_ids)]
+        assert np.frombuffer(sample.token_ids, dtype="<i4")[mask == 1].tolist() == sampled
+    assert {s.thread_index: [c.call_id for c in calls].index(s.call_ids[0]) % 2 for s in view.samples} == {0: 0, 1: 1}
+
+
+def test_named_threads_are_recorded_kept_apart_and_rewarded_on_their_own(stack) -> None:
+    (result,) = run(interleaved_agent(rounds=3, threads=("orchestrator", "researcher")), "exact_history", "named",
+                    count=1)  # fmt: skip
+    calls = calls_of(stack, result.session_id)
+    assert [c.thread_id for c in calls] == ["orchestrator", "researcher"] * 3
+    view = trajectory(stack, result.session_id)
+    assert (view.thread_count, view.split_count) == (2, 0)
+    assert {s.thread_id: s.reward for s in view.samples} == {"orchestrator": 1.0, "researcher": 1.5}
+    assert {step.thread_id for step in view.steps} == {"orchestrator", "researcher"}
