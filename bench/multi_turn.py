@@ -77,8 +77,13 @@ def conversation(turns: int, stream: bool = False):
                 async for chunk in await client.chat.completions.create(stream=True, **request):
                     content += (chunk.choices[0].delta.content or "") if chunk.choices else ""
             else:
-                content = (await client.chat.completions.create(**request)).choices[0].message.content
-            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Go on."}]
+                content = (
+                    (await client.chat.completions.create(**request)).choices[0].message.content
+                )
+            messages += [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "Go on."},
+            ]
         return 1.0
 
     return agent
@@ -116,7 +121,9 @@ def throughput(agents: int, turns: int, rounds: int, stream: bool) -> dict:
                 raise SystemExit(f"{mode}: {[r.error for r in results if r.error][:1]}")
             if round_index:  # the first round warms every path up
                 per_round[mode].append(agents * turns / elapsed)
-    ratios = [e / d for e, d in zip(per_round["exact_history"], per_round["as_deployed"], strict=True)]
+    ratios = [
+        e / d for e, d in zip(per_round["exact_history"], per_round["as_deployed"], strict=True)
+    ]
     return {"stream": stream, **{mode: statistics.median(v) for mode, v in per_round.items()},
             "ratio": statistics.median(ratios)}  # fmt: skip
 
@@ -130,16 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         processes = Processes(scratch)
         try:
             ingest_url, assembler, store = start_mesh(processes, scratch)
-            parity.configure(ingest_url=ingest_url, assembler_address=assembler, store_address=store)
+            parity.configure(
+                ingest_url=ingest_url, assembler_address=assembler, store_address=store
+            )
             tokens = token_rows(assembler, lengths)
             load = [throughput(8, 5, rounds, stream) for stream in (False, True)]
         finally:
             processes.stop()
-    print(f"{'turns':>5} {'mode':<14} {'trained':>8} {'unique':>7} {'trained/unique':>15} {'splits':>6}")
+    print(
+        f"{'turns':>5} {'mode':<14} {'trained':>8} {'unique':>7} {'trained/unique':>15} {'splits':>6}"
+    )
     for row in tokens:
         print(f"{row['turns']:>5} {row['mode']:<14} {row['trained']:>8} {row['unique']:>7} {row['ratio']:>15.2f} "
               f"{row['splits']:>6}")  # fmt: skip
-    print(f"\n{'answers':<8} {'as_deployed calls/s':>20} {'exact_history calls/s':>22} {'ratio':>6}")
+    print(
+        f"\n{'answers':<8} {'as_deployed calls/s':>20} {'exact_history calls/s':>22} {'ratio':>6}"
+    )
     for row in load:
         print(f"{'streamed' if row['stream'] else 'whole':<8} {row['as_deployed']:>20.1f} {row['exact_history']:>22.1f} "
               f"{row['ratio']:>6.2f}")  # fmt: skip

@@ -64,7 +64,9 @@ class Workload:
     requests: list[list[llm_call_pb2.LlmCall]]
 
 
-def llm_call(call_id: str, session: str, prompt: np.ndarray, completion: np.ndarray, messages: list) -> llm_call_pb2.LlmCall:
+def llm_call(
+    call_id: str, session: str, prompt: np.ndarray, completion: np.ndarray, messages: list
+) -> llm_call_pb2.LlmCall:
     call = llm_call_pb2.LlmCall(
         call_id=call_id, session_id=session, model="policy", policy_version=1, replica="vllm-0",
         request_json=json.dumps({"model": "policy", "messages": messages, "temperature": 1.0, "max_tokens": 256}).encode(),
@@ -80,7 +82,9 @@ def llm_call(call_id: str, session: str, prompt: np.ndarray, completion: np.ndar
 
 def _words(rng: random.Random, n_tokens: int) -> str:
     # About four characters per token, as English text runs.
-    return " ".join(rng.choice(("the", "cat", "sum", "of", "two", "and", "is")) for _ in range(n_tokens))
+    return " ".join(
+        rng.choice(("the", "cat", "sum", "of", "two", "and", "is")) for _ in range(n_tokens)
+    )
 
 
 def single_turn(writer: int, calls: int, run: str = "") -> Workload:
@@ -91,7 +95,9 @@ def single_turn(writer: int, calls: int, run: str = "") -> Workload:
               [{"role": "user", "content": _words(rng, 300)}])
         for i in range(calls)
     ]  # fmt: skip
-    return Workload("single-turn", [made[i : i + CALLS_PER_REQUEST] for i in range(0, calls, CALLS_PER_REQUEST)])
+    return Workload(
+        "single-turn", [made[i : i + CALLS_PER_REQUEST] for i in range(0, calls, CALLS_PER_REQUEST)]
+    )
 
 
 def multi_turn(writer: int, calls: int, run: str = "", turns: int = 20) -> Workload:
@@ -105,14 +111,26 @@ def multi_turn(writer: int, calls: int, run: str = "", turns: int = 20) -> Workl
         row = []
         for s in range(sessions):
             completion = np_rng.integers(0, VOCAB, 200)
-            row.append(llm_call(f"{run}w{writer}-s{s}-t{turn}", f"{run}w{writer}-s{s}", prompts[s], completion, list(messages[s])))
+            row.append(
+                llm_call(
+                    f"{run}w{writer}-s{s}-t{turn}",
+                    f"{run}w{writer}-s{s}",
+                    prompts[s],
+                    completion,
+                    list(messages[s]),
+                )
+            )
             user = np_rng.integers(0, VOCAB, 30)
             prompts[s] = np.concatenate([prompts[s], completion, user])
-            messages[s] = messages[s] + [{"role": "assistant", "content": _words(rng, 200)},
-                                         {"role": "user", "content": _words(rng, 30)}]
+            messages[s] = messages[s] + [
+                {"role": "assistant", "content": _words(rng, 200)},
+                {"role": "user", "content": _words(rng, 30)},
+            ]
         by_turn.append(row)
     flat = [call for row in by_turn for call in row]
-    return Workload("20-turn", [flat[i : i + CALLS_PER_REQUEST] for i in range(0, len(flat), CALLS_PER_REQUEST)])
+    return Workload(
+        "20-turn", [flat[i : i + CALLS_PER_REQUEST] for i in range(0, len(flat), CALLS_PER_REQUEST)]
+    )
 
 
 def free_port() -> int:
@@ -149,16 +167,24 @@ class StoreProcess:
         self.process.wait(60)
 
 
-async def drive_grpc(address: str, per_writer: list[list[bytes]], rpc: str = "unary") -> tuple[float, list[float]]:
+async def drive_grpc(
+    address: str, per_writer: list[list[bytes]], rpc: str = "unary"
+) -> tuple[float, list[float]]:
     """Send every writer's pre-serialized requests concurrently, over unary WriteCalls or
     one StreamWriteCalls stream per writer; returns (seconds, latencies)."""
     latencies: list[float] = []
     async with grpc.aio.insecure_channel(
-        address, options=[("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+        address,
+        options=[
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ],
     ) as channel:
         # Bytes in, bytes out: no client-side (de)serialization.
         write: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(WRITE_CALLS)
-        open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(STREAM_WRITE_CALLS)
+        open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            STREAM_WRITE_CALLS
+        )
 
         async def writer(requests: list[bytes]) -> None:
             stream = open_stream() if rpc == "stream" else None
@@ -237,7 +263,9 @@ def run_workload(
     # each row's ids take a prefix of their own, or they would count as duplicates.
     tag = f"{make.__name__[0]}{writers}{rpc[0]}-" if url else ""
     workloads = [make(w, calls_per_writer, tag) for w in range(writers)]
-    per_writer = [[pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads]
+    per_writer = [
+        [pb.WriteCallsRequest(calls=r).SerializeToString() for r in w.requests] for w in workloads
+    ]
     measured = []
     for _ in range(runs):
         # Each run's database is deleted before the next, so a run needs disk for one at a time.
@@ -273,8 +301,12 @@ def run_workload(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls; finishes in under two minutes")
-    parser.add_argument("--url", default=None, help="store URL (default: a fresh SQLite file per run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer calls; finishes in under two minutes"
+    )
+    parser.add_argument(
+        "--url", default=None, help="store URL (default: a fresh SQLite file per run)"
+    )
     args = parser.parse_args(argv)
     calls_per_writer = {1: 4000 if args.quick else 20_000, 16: 500 if args.quick else 2500}
     # A store given by --url keeps what earlier runs wrote: it cannot be started afresh.
@@ -282,14 +314,20 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_dir("store") as scratch:
         results = [
             run_workload(single_turn, 1, calls_per_writer[1], args.url, scratch),
-            headline := run_workload(single_turn, 16, calls_per_writer[16], args.url, scratch, runs=headline_runs),
-            unary := run_workload(single_turn, 16, calls_per_writer[16], args.url, scratch, rpc="unary"),
+            headline := run_workload(
+                single_turn, 16, calls_per_writer[16], args.url, scratch, runs=headline_runs
+            ),
+            unary := run_workload(
+                single_turn, 16, calls_per_writer[16], args.url, scratch, rpc="unary"
+            ),
             run_workload(multi_turn, 1, calls_per_writer[1], args.url, scratch),
             multi := run_workload(multi_turn, 16, calls_per_writer[16], args.url, scratch),
         ]
     header = (f"{'workload':<12}{'writers':>8}{'rpc':>7}{'calls':>8}{'parity calls/s':>16}{'p50 ms':>9}{'p99 ms':>9}"
               f"{'parity B/tok':>14}{'JSON calls/s':>14}{'JSON B/tok':>12}{'B/tok ratio':>13}")  # fmt: skip
-    print(f"calls of {CALLS_PER_REQUEST} per request; Parity over gRPC, baseline straight into SQLite")
+    print(
+        f"calls of {CALLS_PER_REQUEST} per request; Parity over gRPC, baseline straight into SQLite"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
@@ -297,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['bytes_per_token']:>14.2f}{r['baseline_calls_per_s']:>14,.0f}"
               f"{r['baseline_bytes_per_token']:>12.2f}{r['baseline_bytes_per_token'] / r['bytes_per_token']:>12.1f}x")  # fmt: skip
     runs = ", ".join(f"{value:,.0f}" for value in headline["runs_calls_per_s"])
-    print(f"single-turn at 16 writers over StreamWriteCalls, each run (median above): {runs} calls/s")
+    print(
+        f"single-turn at 16 writers over StreamWriteCalls, each run (median above): {runs} calls/s"
+    )
     print(json.dumps({
         "calls_per_s": round(headline["calls_per_s"]),
         "calls_per_s_runs": [round(value) for value in headline["runs_calls_per_s"]],

@@ -66,12 +66,16 @@ def interleaved(threads: int, rounds: int, reply: dict, finals: list[int]):
 
     async def agent(task: dict) -> float:
         client = parity.get_async_chat_client()
-        histories: list[list[ChatCompletionMessageParam]] = [[{"role": "user", "content": f"Worker {t}: what is {t} plus {task['id']}?"}] for t in range(threads)]
+        histories: list[list[ChatCompletionMessageParam]] = [
+            [{"role": "user", "content": f"Worker {t}: what is {t} plus {task['id']}?"}]
+            for t in range(threads)
+        ]
         lengths = [0] * threads
         for _ in range(rounds):
             for t, messages in enumerate(histories):
                 answer = await client.chat.completions.create(
-                    model=MODEL, messages=messages, max_tokens=24, temperature=1.0, extra_body=reply)
+                    model=MODEL, messages=messages, max_tokens=24, temperature=1.0, extra_body=reply
+                )
                 assert answer.usage is not None
                 lengths[t] = answer.usage.prompt_tokens + answer.usage.completion_tokens
                 messages += [{"role": "assistant", "content": answer.choices[0].message.content},
@@ -109,8 +113,12 @@ def run_episode(store: StoreClient, assembler: AssemblerClient, threads: int, ro
     return view, contents, sum(finals)
 
 
-def before_ratio(module: ModuleType, contents: store_pb.SessionContents, unique: int) -> tuple[float, int]:
-    (trajectory,), _ = split_trajectories(contents.session.session_id, contents.calls, contents.rewards)
+def before_ratio(
+    module: ModuleType, contents: store_pb.SessionContents, unique: int
+) -> tuple[float, int]:
+    (trajectory,), _ = split_trajectories(
+        contents.session.session_id, contents.calls, contents.rewards
+    )
     steps, _ = trainable_steps(trajectory)
     old = [module.StepTokens(s.call_id, s.index, s.prompt,
                              tuple(module.ChoiceTokens(c.token_ids, c.logprobs) for c in s.choices), s.policy_version)
@@ -126,10 +134,17 @@ def measure(threads_list: list[int], rounds_list: list[int], store: StoreClient,
     for style, mode in (("plain", "as_deployed"), ("exact", "exact_history")):
         for threads in threads_list:
             for rounds in rounds_list:
-                view, contents, unique = run_episode(store, assembler, threads, rounds, replies, style, mode)
+                view, contents, unique = run_episode(
+                    store, assembler, threads, rounds, replies, style, mode
+                )
                 # Before, exact_history fell back to the as-deployed prompt on every interleaved call.
-                captured = contents if mode == "as_deployed" else run_episode(
-                    store, assembler, threads, rounds, replies, style, "as_deployed")[1]
+                captured = (
+                    contents
+                    if mode == "as_deployed"
+                    else run_episode(
+                        store, assembler, threads, rounds, replies, style, "as_deployed"
+                    )[1]
+                )
                 before, splits_before = before_ratio(module, captured, unique)
                 rows.append({"replies": style, "mode": mode, "threads": threads, "rounds": rounds,
                              "calls": len(contents.calls), "unique": unique, "before": before,
@@ -148,9 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         processes = Processes(scratch)
         try:
             ingest_url, assembler, store = start_mesh(processes, scratch)
-            parity.configure(ingest_url=ingest_url, assembler_address=assembler, store_address=store)
+            parity.configure(
+                ingest_url=ingest_url, assembler_address=assembler, store_address=store
+            )
             replies = {"plain": plain_replies(scratch / "model"), "exact": THINKING}
-            rows = measure(threads_list, rounds_list, StoreClient(store), AssemblerClient(assembler), replies)
+            rows = measure(
+                threads_list, rounds_list, StoreClient(store), AssemblerClient(assembler), replies
+            )
         finally:
             processes.stop()
     print(f"\n{'replies':<7} {'mode':<14} {'threads':>7} {'rounds':>6} {'calls':>5} {'unique':>6} "

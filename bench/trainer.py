@@ -50,7 +50,14 @@ from parity.services.trainer.policy_loss import (
 from parity.services.trainer.run_settings import RunSettings
 
 # Dense bf16 peak of one card, FLOP/s, by a word of its name; MFU is 6 · parameters · tokens/s over it.
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "A10": 125e12,
+}
 # The step profile's figures (milliseconds, and aten ops dispatched).
 PROFILE_KEYS = ("forward_ms", "backward_ms", "optimizer_ms", "other_ms", "aten_ops")
 
@@ -101,14 +108,22 @@ class PlainLoop:
             settings.model_path, dtype=torch.float32, attn_implementation="sdpa"
         ).to(device)  # type: ignore[arg-type]
         fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=0.0, **fused)
-        self.loss_settings = LossSettings(settings.clip_ratio, settings.tis_cap, 0.0, settings.loss_agg_mode)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=settings.lr, weight_decay=0.0, **fused
+        )
+        self.loss_settings = LossSettings(
+            settings.clip_ratio, settings.tis_cap, 0.0, settings.loss_agg_mode
+        )
 
     def micro_batches(self, batch: TrainingBatch) -> list[torch.Tensor]:
         lengths = batch.attention_mask.sum(dim=1)
         groups: list[list[int]] = []
         for row in torch.argsort(lengths, descending=True).tolist():
-            if groups and int(lengths[groups[-1][0]]) * (len(groups[-1]) + 1) <= self.settings.micro_batch_tokens:
+            if (
+                groups
+                and int(lengths[groups[-1][0]]) * (len(groups[-1]) + 1)
+                <= self.settings.micro_batch_tokens
+            ):
                 groups[-1].append(row)
             else:
                 groups.append([row])
@@ -122,26 +137,42 @@ class PlainLoop:
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
         self.model.train()
         advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
+        whole: dict[str, float] = {
+            "dp_size": 1,
+            "batch_num_tokens": int(batch.response_mask.sum()),
+            "global_batch_size": batch.size,
+        }
         for rows in self.micro_batches(batch):
             length = int(batch.attention_mask[rows].sum(dim=1).max())
-            ids, attention = (t[rows, :length].to(self.device) for t in (batch.input_ids, batch.attention_mask))
-            mask, rollout, adv = (
-                t[rows, : length - 1].to(self.device) for t in (batch.response_mask, batch.rollout_logprobs, advantages)
+            ids, attention = (
+                t[rows, :length].to(self.device) for t in (batch.input_ids, batch.attention_mask)
             )
-            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            mask, rollout, adv = (
+                t[rows, : length - 1].to(self.device)
+                for t in (batch.response_mask, batch.rollout_logprobs, advantages)
+            )
+            with torch.autocast(
+                self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32
+            ):
                 logits = self.model(input_ids=ids, attention_mask=attention).logits
             logprobs, _entropy = token_logprobs(logits, ids)
-            loss, _ = policy_loss(logprobs, logprobs.detach(), adv, mask, rollout, self.loss_settings, None, whole)
+            loss, _ = policy_loss(
+                logprobs, logprobs.detach(), adv, mask, rollout, self.loss_settings, None, whole
+            )
             loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.settings.max_grad_norm
+        )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": float(grad_norm)}
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         ids = torch.tensor([token_ids], device=self.device)
-        with torch.no_grad(), torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+        with (
+            torch.no_grad(),
+            torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32),
+        ):
             logprobs, _ = token_logprobs(self.model(ids).logits, ids)
         return logprobs[0].double().tolist()
 
@@ -153,7 +184,13 @@ class PlainLoop:
 
 
 def prefix_batch(
-    groups: int, group_size: int, prompt: int, reply: int, vocab: int, seed: int = 0, shared: bool = True
+    groups: int,
+    group_size: int,
+    prompt: int,
+    reply: int,
+    vocab: int,
+    seed: int = 0,
+    shared: bool = True,
 ) -> TrainingBatch:
     """GRPO groups: `group_size` rows per group share a prompt of `prompt` tokens (each its own unless
     `shared`), each with a reply of its own."""
@@ -161,7 +198,9 @@ def prefix_batch(
     rows, length = groups * group_size, prompt + reply
     ids = torch.randint(5, vocab - 1, (rows, length), generator=generator)
     for group in range(groups if shared else 0):
-        ids[group * group_size : (group + 1) * group_size, :prompt] = ids[group * group_size, :prompt]
+        ids[group * group_size : (group + 1) * group_size, :prompt] = ids[
+            group * group_size, :prompt
+        ]
     mask, rewards = torch.zeros(rows, length - 1), torch.zeros(rows, length - 1)
     mask[:, prompt - 1 :] = 1
     returns = (torch.arange(rows) % 2).double().numpy()
@@ -174,14 +213,18 @@ def prefix_batch(
     )  # fmt: skip
 
 
-def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace) -> list[dict[str, object]]:
+def prefix_rows(
+    model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace
+) -> list[dict[str, object]]:
     """A backend's step with shared prefixes against without, per group size and prompt:reply ratio; ratio 0 is
     10:1 with every row's prompt its own, where the setting finds nothing to share."""
     rows: list[dict[str, object]] = []
     for group_size in (8, 16):
         for ratio in (0, 1, 10, 50):
             prompt = (ratio or 10) * args.reply
-            batch = prefix_batch(args.prefix_groups, group_size, prompt, args.reply, vocab, shared=ratio > 0)
+            batch = prefix_batch(
+                args.prefix_groups, group_size, prompt, args.reply, vocab, shared=ratio > 0
+            )
             timings = {}
             for share in (False, True):
                 settings = RunSettings(
@@ -189,9 +232,16 @@ def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argpars
                     micro_batch_tokens=args.micro_batch_tokens,
                 )  # fmt: skip
                 seconds, cpu_seconds, metrics = timed_steps(select_backend(settings), batch, args)
-                timings[share] = (statistics.median(seconds), statistics.median(cpu_seconds), metrics)
+                timings[share] = (
+                    statistics.median(seconds),
+                    statistics.median(cpu_seconds),
+                    metrics,
+                )
                 gc.collect()
-            (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = timings[False], timings[True]
+            (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = (
+                timings[False],
+                timings[True],
+            )
             rows.append({
                 "backend": backend, "dtype": dtype, "group_size": group_size, "prompt_to_reply": f"{ratio}:1" if ratio else "none",
                 "tokens": batch.token_count,
@@ -204,7 +254,9 @@ def prefix_rows(model: Path, vocab: int, backend: str, dtype: str, args: argpars
 
 
 def print_prefix_rows(rows: list[dict[str, object]]) -> None:
-    print(f"{'backend':<8} {'dtype':<9} {'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}")
+    print(
+        f"{'backend':<8} {'dtype':<9} {'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}"
+    )
     for row in rows:
         print(
             f"{row['backend']:<8} {row['dtype']:<9} {row['group_size']:>3} {row['prompt_to_reply']:>5} {row['tokens']:>7} {row['tokens_computed']:>9} "
@@ -212,7 +264,9 @@ def print_prefix_rows(rows: list[dict[str, object]]) -> None:
         )
 
 
-def timed_steps(backend, batch: TrainingBatch, args: argparse.Namespace) -> tuple[list[float], list[float], dict[str, float]]:
+def timed_steps(
+    backend, batch: TrainingBatch, args: argparse.Namespace
+) -> tuple[list[float], list[float], dict[str, float]]:
     """Wall and process CPU seconds of each timed step after the warm-up ones, and the last step's metrics."""
     for _ in range(args.warmup):
         backend.train_step(batch)
@@ -285,7 +339,9 @@ def profile_step(backend, batch: TrainingBatch) -> dict[str, float]:
         torch.autograd.backward = autograd_backward
         for hook in hooks:
             hook.remove()
-    aten_ops = sum(event.count for event in profiler.key_averages() if event.key.startswith("aten::"))
+    aten_ops = sum(
+        event.count for event in profiler.key_averages() if event.key.startswith("aten::")
+    )
     spent["other_ms"] = step_ms - sum(spent.values())
     return {key: round(value, 1) for key, value in spent.items()} | {"aten_ops": aten_ops}
 
@@ -303,7 +359,9 @@ def probe_gap(backend, directory: Path, probe: list[int]) -> tuple[float, float]
     ids = torch.tensor([probe], device=device)
     with torch.no_grad():
         logits = model(ids).logits[0, :-1].float()
-    expected = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].double().cpu().numpy()
+    expected = (
+        torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].double().cpu().numpy()
+    )
     del model
     return float(np.abs(np.array(backend.probe_logprobs(probe)) - expected).max()), save_seconds
 
@@ -315,13 +373,19 @@ def peak_flops() -> float | None:
     return next((flops for word, flops in PEAK_BF16_FLOPS.items() if word in name), None)
 
 
-def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path) -> dict[str, object]:
+def run(
+    name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse.Namespace, work: Path
+) -> dict[str, object]:
     settings = RunSettings(
         model, 10, groups_per_batch=1, backend="cpu" if name == "plain" else name, learning_rate=1e-5,
         micro_batch_tokens=args.micro_batch_tokens, dtype=dtype,
     )  # fmt: skip
     on_gpu = torch.cuda.is_available() and name != "cpu"
-    backend = PlainLoop(settings, torch.device("cuda" if on_gpu else "cpu")) if name == "plain" else select_backend(settings)
+    backend = (
+        PlainLoop(settings, torch.device("cuda" if on_gpu else "cpu"))
+        if name == "plain"
+        else select_backend(settings)
+    )
     parameters = sum(p.numel() for p in policy_module(backend).parameters())
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -338,13 +402,17 @@ def run(name: str, dtype: str, model: Path, batch: TrainingBatch, args: argparse
         "cpu_ms": round(statistics.median(cpu_seconds) * 1000, 1),
         "tokens_per_s": round(batch.token_count / step),
         "mfu": round(6 * parameters * batch.token_count / step / peak, 4) if peak else None,
-        "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0.0,
+        "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if torch.cuda.is_available()
+        else 0.0,
         "grad_norm": round(metrics["grad_norm"], 5),
     }
     if args.profile:
         row |= profile_step(backend, batch)
     probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()[:256]
-    row["probe_max_diff"], row["save_weights_s"] = probe_gap(backend, work / f"{name}-{settings.dtype}", probe)
+    row["probe_max_diff"], row["save_weights_s"] = probe_gap(
+        backend, work / f"{name}-{settings.dtype}", probe
+    )
     backend.close()
     del backend
     gc.collect()
@@ -358,8 +426,12 @@ def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     plain = {(row["device"], row["dtype"]): row for row in rows if row["backend"] == "plain"}
     for row in rows:
         baseline = plain.get((row["device"], row["dtype"]))
-        row["vs_plain"] = round(number(row, "step_ms") / number(baseline, "step_ms"), 2) if baseline else None
-        row["cpu_vs_plain"] = round(number(row, "cpu_ms") / number(baseline, "cpu_ms"), 2) if baseline else None
+        row["vs_plain"] = (
+            round(number(row, "step_ms") / number(baseline, "step_ms"), 2) if baseline else None
+        )
+        row["cpu_vs_plain"] = (
+            round(number(row, "cpu_ms") / number(baseline, "cpu_ms"), 2) if baseline else None
+        )
     return rows
 
 
@@ -372,29 +444,49 @@ def number(row: dict[str, object], key: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="a model folder to train (the default model's, say) instead of a generated one")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="a model folder to train (the default model's, say) instead of a generated one",
+    )
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=2, help="attention heads; head_dim is hidden / heads")
+    parser.add_argument(
+        "--heads", type=int, default=2, help="attention heads; head_dim is hidden / heads"
+    )
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument(
-        "--dtype", default="auto", help="comma-separated of float32, bfloat16, auto (bfloat16 on CUDA or a CPU with bfloat16 units, else float32)"
+        "--dtype",
+        default="auto",
+        help="comma-separated of float32, bfloat16, auto (bfloat16 on CUDA or a CPU with bfloat16 units, else float32)",
     )
     parser.add_argument(
-        "--backends", default=None, help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)"
+        "--backends",
+        default=None,
+        help="comma-separated of plain, cpu, fsdp (default plain,fsdp on CUDA, else all three)",
     )
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's own)")
-    parser.add_argument("--profile", action="store_true", help="also split one step: forward, backward, optimizer, other")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (default: torch's own)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also split one step: forward, backward, optimizer, other",
+    )
     parser.add_argument(
         "--prefix-rows", action="store_true",
         help="instead: each backend (default cpu, fsdp on CUDA) with and without shared prefixes, group sizes 8 and 16, prompt:reply 1:1, 10:1, 50:1",
     )  # fmt: skip
-    parser.add_argument("--prefix-groups", type=int, default=1, help="with --prefix-rows: groups a batch holds")
-    parser.add_argument("--reply", type=int, default=64, help="with --prefix-rows: tokens of each row's own reply")
+    parser.add_argument(
+        "--prefix-groups", type=int, default=1, help="with --prefix-rows: groups a batch holds"
+    )
+    parser.add_argument(
+        "--reply", type=int, default=64, help="with --prefix-rows: tokens of each row's own reply"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -409,16 +501,27 @@ def main() -> None:
         config = json.loads((model / "config.json").read_text())
         vocab = config["vocab_size"]
         if args.prefix_rows:
-            backends = (args.backends or ("fsdp" if torch.cuda.is_available() else "cpu")).split(",")
+            backends = (args.backends or ("fsdp" if torch.cuda.is_available() else "cpu")).split(
+                ","
+            )
             dtypes = [resolve_dtype(dtype) for dtype in args.dtype.split(",")]
-            shared = [row for dtype in dtypes for name in backends for row in prefix_rows(model, vocab, name, dtype, args)]
+            shared = [
+                row
+                for dtype in dtypes
+                for name in backends
+                for row in prefix_rows(model, vocab, name, dtype, args)
+            ]
             print(f"model: {model.name}, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers; "
                   f"{args.prefix_groups} groups a batch, replies of {args.reply} tokens")  # fmt: skip
             print_prefix_rows(shared)
             print(json.dumps({"prefix_rows": shared}))
             return
         batch = ragged_batch(args.rows, args.length, vocab)
-        runs = [(name, resolve_dtype(dtype)) for dtype in args.dtype.split(",") for name in names.split(",")]
+        runs = [
+            (name, resolve_dtype(dtype))
+            for dtype in args.dtype.split(",")
+            for name in names.split(",")
+        ]
         rows = with_ratios([run(name, dtype, model, batch, args, work) for name, dtype in runs])
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(
@@ -443,8 +546,20 @@ def main() -> None:
     if args.profile:
         print(f"\n{'backend':<8} {'dtype':<9} " + " ".join(f"{key:>13}" for key in PROFILE_KEYS))
         for row in rows:
-            print(f"{row['backend']:<8} {row['dtype']:<9} " + " ".join(f"{row[key]:>13}" for key in PROFILE_KEYS))
-    print(json.dumps({"tokens": batch.token_count, "card": card, "parameters": rows[0]["parameters"], "rows": rows}))
+            print(
+                f"{row['backend']:<8} {row['dtype']:<9} "
+                + " ".join(f"{row[key]:>13}" for key in PROFILE_KEYS)
+            )
+    print(
+        json.dumps(
+            {
+                "tokens": batch.token_count,
+                "card": card,
+                "parameters": rows[0]["parameters"],
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

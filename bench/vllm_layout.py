@@ -70,7 +70,9 @@ def burst(server: VllmServer, calls: int, max_tokens: int) -> tuple[float, int]:
     return time.perf_counter() - started, tokens
 
 
-def measure(model: Path, work: Path, multiprocessing: str, calls: int, max_tokens: int) -> dict[str, float]:
+def measure(
+    model: Path, work: Path, multiprocessing: str, calls: int, max_tokens: int
+) -> dict[str, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
     layout = cpu_layout(vllm_python())
     config = VllmLaunchConfig(model_path=model, port=free_port(), log_path=work / f"vllm-{time.time_ns()}.log",
@@ -105,16 +107,28 @@ def main() -> None:
         for round_ in range(rounds):
             order = list(LAYOUTS) if round_ % 2 == 0 else list(reversed(LAYOUTS))
             for name in order:
-                results[name].append(measure(model, work, LAYOUTS[name], args.calls, args.max_tokens))
+                results[name].append(
+                    measure(model, work, LAYOUTS[name], args.calls, args.max_tokens)
+                )
                 print(f"round {round_ + 1} {name}: " + json.dumps({k: round(v, 2) for k, v in results[name][-1].items()}),
                       flush=True)  # fmt: skip
-    medians = {name: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for name, rows in results.items()}
+    medians = {
+        name: {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        for name, rows in results.items()
+    }
     new, old = (medians[name] for name in LAYOUTS)
-    print(f"\n{model.name}, {rounds} rounds, bursts of {args.calls} calls x {args.max_tokens} tokens (medians)")
+    print(
+        f"\n{model.name}, {rounds} rounds, bursts of {args.calls} calls x {args.max_tokens} tokens (medians)"
+    )
     print(f"{'':24}{'one process':>14}{'vLLM default':>14}{'ratio':>8}")
     for key in new:
         print(f"{key:24}{new[key]:14.2f}{old[key]:14.2f}{new[key] / old[key]:8.2f}")
-    print(json.dumps({"model": model.name, "rounds": rounds} | {f"{k}_ratio": round(new[k] / old[k], 3) for k in new}))
+    print(
+        json.dumps(
+            {"model": model.name, "rounds": rounds}
+            | {f"{k}_ratio": round(new[k] / old[k], 3) for k in new}
+        )
+    )
 
 
 if __name__ == "__main__":

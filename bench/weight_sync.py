@@ -56,7 +56,9 @@ def folder_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 2**20
 
 
-def measure(settings: RunSettings, replica: VllmReplica, work: Path, steps: int) -> dict[str, float]:
+def measure(
+    settings: RunSettings, replica: VllmReplica, work: Path, steps: int
+) -> dict[str, float]:
     backend = CpuBackend(settings)
     sync = WeightSync([replica], work / "weights", probe_tokens(1024))
     # The first sync of each mode carries one-time costs (the first adapter a vLLM serves); it is not timed.
@@ -79,9 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--heads", type=int, default=16, help="attention heads; head_dim is hidden / heads")
+    parser.add_argument(
+        "--heads", type=int, default=16, help="attention heads; head_dim is hidden / heads"
+    )
     parser.add_argument("--rank", type=int, default=8, help="the LoRA adapter's rank")
-    parser.add_argument("--steps", type=int, default=5, help="timed syncs per mode, each after an update")
+    parser.add_argument(
+        "--steps", type=int, default=5, help="timed syncs per mode, each after an update"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -99,18 +105,34 @@ def main() -> None:
             # The adapter first: it is trained on the base weights, which the full pushes then replace.
             lora = measure(RunSettings(model, 100, groups_per_batch=1, backend="cpu", learning_rate=1e-3, lora_rank=args.rank), replica,
                            work / "lora", args.steps)  # fmt: skip
-            full = measure(RunSettings(model, 100, groups_per_batch=1, backend="cpu", learning_rate=1e-4), replica, work / "full", args.steps)
+            full = measure(
+                RunSettings(model, 100, groups_per_batch=1, backend="cpu", learning_rate=1e-4),
+                replica,
+                work / "full",
+                args.steps,
+            )
             rows = {"full": full, "lora": lora}
-        parameters = sum(p.numel() for p in CpuBackend(RunSettings(model, 1, groups_per_batch=1)).model.parameters())
+        parameters = sum(
+            p.numel()
+            for p in CpuBackend(RunSettings(model, 1, groups_per_batch=1)).model.parameters()
+        )
     print(f"model: hidden {args.hidden}, {args.layers} layers, {parameters / 1e6:.1f}M parameters; "
           f"LoRA rank {args.rank} on every linear layer; median of {args.steps} syncs")  # fmt: skip
-    print(f"{'sync':<6} {'pushed MB':>10} {'push s':>8} {'verify s':>9} {'total s':>8} {'probe diff':>11}")
+    print(
+        f"{'sync':<6} {'pushed MB':>10} {'push s':>8} {'verify s':>9} {'total s':>8} {'probe diff':>11}"
+    )
     for name, row in rows.items():
         print(f"{name:<6} {row['mb']:>10.2f} {row['push']:>8.3f} {row['verify']:>9.3f} {row['total']:>8.3f} "
               f"{row['max_probe_diff']:>11.2e}")  # fmt: skip
     ratios = {phase: rows["full"][phase] / rows["lora"][phase] for phase in ("mb", *PHASES)}
-    print(f"{'full/lora':<6} {ratios['mb']:>10.1f} {ratios['push']:>8.1f} {ratios['verify']:>9.1f} {ratios['total']:>8.1f}")
-    print(json.dumps({"parameters": parameters, "rank": args.rank, "rows": rows, "full_over_lora": ratios}))
+    print(
+        f"{'full/lora':<6} {ratios['mb']:>10.1f} {ratios['push']:>8.1f} {ratios['verify']:>9.1f} {ratios['total']:>8.1f}"
+    )
+    print(
+        json.dumps(
+            {"parameters": parameters, "rank": args.rank, "rows": rows, "full_over_lora": ratios}
+        )
+    )
 
 
 def _free_port() -> int:

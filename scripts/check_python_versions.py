@@ -45,7 +45,10 @@ def stand_in(folder: Path, name: str) -> None:
     info = f"{stem}.dist-info"
     with zipfile.ZipFile(folder / f"{stem}-py3-none-any.whl", "w") as wheel:
         wheel.writestr(f"{info}/METADATA", body)
-        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: parity\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: parity\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr(f"{info}/RECORD", "")
 
 
@@ -74,13 +77,21 @@ def main(argv: list[str] | None = None) -> int:
             "base": [str(parity)],
             "services": [f"{parity}[store,ingest,assembler,console,train]"],
             "all, free": [f"torch=={TORCH_VERSION}", f"{parity}[all]"],
-            "all, constrained": ["-c", str(CONSTRAINTS), f"torch=={TORCH_VERSION}", f"{parity}[all]"],
+            "all, constrained": [
+                "-c",
+                str(CONSTRAINTS),
+                f"torch=={TORCH_VERSION}",
+                f"{parity}[all]",
+            ],
         }
         for python in args.python:
             for name, requirements in checks.items():
                 ok, why = resolves(python, wheels, requirements)
                 failed |= not ok
-                print(f"python {python}  {name:<17} {'resolves' if ok else 'FAILS: ' + why}", flush=True)
+                print(
+                    f"python {python}  {name:<17} {'resolves' if ok else 'FAILS: ' + why}",
+                    flush=True,
+                )
     return 1 if failed else 0
 
 

@@ -33,7 +33,9 @@ PACKAGE_DOCSTRING = f'"""{GENERATED_NOTE}"""\n'
 
 
 def proto_files() -> list[Path]:
-    return sorted(p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / GENERATED_PACKAGE).rglob("*.proto"))
+    return sorted(
+        p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / GENERATED_PACKAGE).rglob("*.proto")
+    )
 
 
 def generate(out_root: Path) -> None:
@@ -56,7 +58,10 @@ def generate(out_root: Path) -> None:
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     descriptor_set = out_root / "descriptors.pb"
-    if protoc.main([args[0], args[1], args[2], f"--descriptor_set_out={descriptor_set}", *sources]) != 0:
+    if (
+        protoc.main([args[0], args[1], args[2], f"--descriptor_set_out={descriptor_set}", *sources])
+        != 0
+    ):
         raise SystemExit("protoc failed writing descriptors")
     files_proto = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set.read_bytes())
     descriptor_set.unlink()
@@ -64,10 +69,16 @@ def generate(out_root: Path) -> None:
         if file_proto.service:
             path = out_root / CLIENT_PACKAGE / f"{client_module(file_proto)}.py"
             if path.exists():
-                raise SystemExit(f"{file_proto.name}: a second file of services for {path.name}; one per area")
+                raise SystemExit(
+                    f"{file_proto.name}: a second file of services for {path.name}; one per area"
+                )
             path.write_text(render_clients(file_proto))
     api = out_root / GENERATED_PACKAGE
-    for package_dir in [api, *sorted(p for p in api.rglob("*") if p.is_dir()), out_root / CLIENT_PACKAGE]:
+    for package_dir in [
+        api,
+        *sorted(p for p in api.rglob("*") if p.is_dir()),
+        out_root / CLIENT_PACKAGE,
+    ]:
         (package_dir / "__init__.py").write_text(PACKAGE_DOCSTRING)
 
 
@@ -87,7 +98,9 @@ def render_clients(file_proto: descriptor_pb2.FileDescriptorProto) -> str:
     """Typed clients for each service of the file: one method per unary or server-streaming RPC, and in the
     sync client one per bidirectional stream (a StreamCall the caller can cancel from another thread)."""
     module = Path(file_proto.name).stem
-    bidi = any(m.client_streaming and m.server_streaming for s in file_proto.service for m in s.method)
+    bidi = any(
+        m.client_streaming and m.server_streaming for s in file_proto.service for m in s.method
+    )
     package = file_proto.package
     services = ", ".join(f"`{package}.{service.name}`" for service in file_proto.service)
     lines = [
@@ -137,7 +150,10 @@ def _clients(service: descriptor_pb2.ServiceDescriptorProto) -> list[str]:
 def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bool) -> list[str]:
     lines = []
     for method in service.method:
-        request, response = method.input_type.rsplit(".", 1)[1], method.output_type.rsplit(".", 1)[1]
+        request, response = (
+            method.input_type.rsplit(".", 1)[1],
+            method.output_type.rsplit(".", 1)[1],
+        )
         if method.client_streaming:
             # Sync bidirectional streams only: asyncio code writes the store's calls through
             # AsyncStoreClient.call_writer(), and no client-only stream exists.
@@ -150,7 +166,9 @@ def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bo
                 f'        return self._bidi("{method.name}", requests, timeout_s)',
             ]
             continue
-        signature = f"{_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None)"
+        signature = (
+            f"{_snake(method.name)}(self, request: pb.{request}, timeout_s: float | None = None)"
+        )
         lines.append("")
         if method.server_streaming:
             iterator = "AsyncIterator" if asynchronous else "Iterator"
@@ -173,7 +191,12 @@ def _methods(service: descriptor_pb2.ServiceDescriptorProto, *, asynchronous: bo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=SDK_ROOT, help="root to write parity/api and parity/clients/generated into")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=SDK_ROOT,
+        help="root to write parity/api and parity/clients/generated into",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         # Generate aside and swap in, so a protoc error never leaves a half-written package.
@@ -183,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             if final.exists():
                 shutil.rmtree(final)
             shutil.copytree(Path(scratch) / package, final)
-    print(f"generated {len(proto_files())} protos into {args.out / GENERATED_PACKAGE} and their clients into {args.out / CLIENT_PACKAGE}")
+    print(
+        f"generated {len(proto_files())} protos into {args.out / GENERATED_PACKAGE} and their clients into {args.out / CLIENT_PACKAGE}"
+    )
     return 0
 
 

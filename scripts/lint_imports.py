@@ -25,8 +25,17 @@ def main(argv: list[str]) -> int:
         link_installed_layout(Path(scratch))
         # First on the path, so `parity` is found there rather than through the editable install's finder.
         path = os.pathsep.join(p for p in (scratch, os.environ.get("PYTHONPATH", "")) if p)
-        command = [sys.executable, "-c", LINT_IMPORTS, "--no-cache", str(REPO_ROOT / "pyproject.toml"), *argv]
-        return subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, cwd=REPO_ROOT).returncode
+        command = [
+            sys.executable,
+            "-c",
+            LINT_IMPORTS,
+            "--no-cache",
+            str(REPO_ROOT / "pyproject.toml"),
+            *argv,
+        ]
+        return subprocess.run(
+            command, env={**os.environ, "PYTHONPATH": path}, cwd=REPO_ROOT
+        ).returncode
 
 
 if __name__ == "__main__":

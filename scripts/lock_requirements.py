@@ -61,14 +61,18 @@ def render(versions: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--upgrade", action="store_true", help="newest releases the ranges allow, not the kept pins")
+    parser.add_argument(
+        "--upgrade", action="store_true", help="newest releases the ranges allow, not the kept pins"
+    )
     args = parser.parse_args(argv)
     keep = [] if args.upgrade else _pins(CONSTRAINTS)
     try:
         versions = resolve(keep)
     except subprocess.CalledProcessError:
         # A range moved past a kept pin. Moving every pin silently would hide what changed.
-        raise SystemExit("the kept pins no longer fit pyproject.toml's ranges: `make lock UPGRADE=1`") from None
+        raise SystemExit(
+            "the kept pins no longer fit pyproject.toml's ranges: `make lock UPGRADE=1`"
+        ) from None
     CONSTRAINTS.write_text(render(versions))
     print(f"wrote {len(versions)} pins to {CONSTRAINTS.relative_to(REPO_ROOT)}")
     return 0

@@ -38,7 +38,14 @@ def main(argv: list[str]) -> int:
     cache_dir = options.cache_dir.resolve()  # mypy runs in another folder
     with tempfile.TemporaryDirectory() as scratch:
         link_installed_layout(Path(scratch))
-        mypy = [sys.executable, "-m", "mypy", "--config-file", str(REPO_ROOT / "pyproject.toml"), *mypy_options]
+        mypy = [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(REPO_ROOT / "pyproject.toml"),
+            *mypy_options,
+        ]
         # Run in the folder of links, which `parity` is named relative to: mypy's cache keeps the paths of files
         # with errors, and the folder's own name changes every run. The trees are named by their full paths.
         runs = [

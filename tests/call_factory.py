@@ -20,8 +20,11 @@ def make_call(
     messages: list[dict] | None = None,
     metadata: dict[str, str] | None = None,
 ) -> llm_call_pb2.LlmCall:
-    request = {"model": "tiny", "messages": messages or [{"role": "user", "content": f"{len(prompt)}"}],
-               "temperature": 1.0}
+    request = {
+        "model": "tiny",
+        "messages": messages or [{"role": "user", "content": f"{len(prompt)}"}],
+        "temperature": 1.0,
+    }
     call = llm_call_pb2.LlmCall(
         call_id=call_id,
         session_id=session_id,
@@ -47,8 +50,15 @@ def make_call(
 
 
 def conversation(
-    session_id: str, turns: int, *, prompt_len: int = 300, completion_len: int = 200, user_len: int = 30,
-    trajectory: str = "", seed: int = 0, prefix: str = "",
+    session_id: str,
+    turns: int,
+    *,
+    prompt_len: int = 300,
+    completion_len: int = 200,
+    user_len: int = 30,
+    trajectory: str = "",
+    seed: int = 0,
+    prefix: str = "",
 ) -> list[llm_call_pb2.LlmCall]:
     """A multi-turn chat: each prompt is the previous prompt, its completion and a new user turn."""
     rng = random.Random(seed)
@@ -57,10 +67,20 @@ def conversation(
     calls = []
     for turn in range(turns):
         completion = [rng.randrange(50_000) for _ in range(completion_len)]
-        calls.append(make_call(f"{prefix}{session_id}-t{turn}", session_id, prompt, [completion],
-                               trajectory=trajectory, messages=list(messages)))
+        calls.append(
+            make_call(
+                f"{prefix}{session_id}-t{turn}",
+                session_id,
+                prompt,
+                [completion],
+                trajectory=trajectory,
+                messages=list(messages),
+            )
+        )
         user = [rng.randrange(50_000) for _ in range(user_len)]
         prompt = prompt + completion + user
-        messages += [{"role": "assistant", "content": "y" * completion_len * 4},
-                     {"role": "user", "content": "z" * user_len * 4}]
+        messages += [
+            {"role": "assistant", "content": "y" * completion_len * 4},
+            {"role": "user", "content": "z" * user_len * 4},
+        ]
     return calls

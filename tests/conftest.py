@@ -45,7 +45,10 @@ pytest_plugins = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Modules that start a Ray cluster of their own on this machine: one worker runs them, one after the other.
-RAY_MODULES = {"tests/unit/trainer/test_backends.py", "tests/integration/training/test_ray_nodes.py"}
+RAY_MODULES = {
+    "tests/unit/trainer/test_backends.py",
+    "tests/integration/training/test_ray_nodes.py",
+}
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

@@ -79,7 +79,11 @@ def assert_learned(gain: Gain, min_z: float = MIN_Z, min_gain: float = 0.0) -> N
 def difference_of_means(before: Sequence[float], after: Sequence[float], what: str) -> Gain:
     """Mean after less mean before, two independent samples; Welch's standard error and degrees of freedom."""
     a, b = statistics.variance(before) / len(before), statistics.variance(after) / len(after)
-    dof = (a + b) ** 2 / (a**2 / (len(before) - 1) + b**2 / (len(after) - 1)) if a + b > 0 else len(before) + len(after) - 2
+    dof = (
+        (a + b) ** 2 / (a**2 / (len(before) - 1) + b**2 / (len(after) - 1))
+        if a + b > 0
+        else len(before) + len(after) - 2
+    )
     mean_before, mean_after = statistics.mean(before), statistics.mean(after)
     return Gain(what, mean_after - mean_before, math.sqrt(a + b), dof, f"{len(before)} samples before and {len(after)} after",
                 mean_before, mean_after)  # fmt: skip
@@ -99,7 +103,12 @@ def paired_difference(
                 statistics.mean(statistics.mean(after[t]) for t in tasks))  # fmt: skip
 
 
-def trend(steps: Sequence[float], rewards: Sequence[float], what: str, tasks: Sequence[Hashable] | None = None) -> Gain:
+def trend(
+    steps: Sequence[float],
+    rewards: Sequence[float],
+    what: str,
+    tasks: Sequence[Hashable] | None = None,
+) -> Gain:
     """The least-squares slope of reward on step times the steps spanned: the rise the run's rollouts show.
 
     With `tasks`, each task's own mean is taken out first (a fixed effect per task), so a task's difficulty counts
@@ -142,7 +151,9 @@ def run_rewards(assembler_address: str, run_id: str, kind: str) -> list[RolloutR
     name = re.compile(rf"{re.escape(run_id)}-{kind}(\d{{5}}){batch}-(.+)-r\d+-a\d+")
     assembler, token, rewards = AssemblerClient(assembler_address), "", []
     while True:
-        page = assembler.list_trajectories(assembler_pb.ListTrajectoriesRequest(page_size=1000, page_token=token))
+        page = assembler.list_trajectories(
+            assembler_pb.ListTrajectoriesRequest(page_size=1000, page_token=token)
+        )
         for view in page.trajectories:
             if view.has_reward and (match := name.fullmatch(view.session_id)):
                 rewards.append(RolloutReward(int(match[1]), match[2], view.reward))
@@ -172,7 +183,9 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     """The regularized incomplete beta function I_x(a, b) (Numerical Recipes, 6.4)."""
     if x <= 0.0 or x >= 1.0:
         return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1) / (a + b + 2):
         return front * _beta_fraction(a, b, x) / a
     return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b

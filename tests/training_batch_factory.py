@@ -11,7 +11,9 @@ from parity.services.trainer.batch_tensors import TrainingBatch
 def rewarded_batch(good: int, bad: int) -> TrainingBatch:
     """Four rollouts of one prompt: two answered `good`, two `bad`; the good ones are rewarded."""
     prompt = [1, 2, 3, 4]
-    ids = torch.tensor([prompt + [good] * 3, prompt + [good] * 3, prompt + [bad] * 3, prompt + [bad] * 3])
+    ids = torch.tensor(
+        [prompt + [good] * 3, prompt + [good] * 3, prompt + [bad] * 3, prompt + [bad] * 3]
+    )
     mask = torch.zeros(4, 6)
     mask[:, 3:] = 1
     token_rewards = torch.zeros(4, 6)

@@ -23,7 +23,9 @@ def eventually(condition: Callable[[], T | None], *, timeout_s: float = 30.0, in
         if value := condition():
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
+            raise AssertionError(
+                f"{what() if callable(what) else what} did not hold within {timeout_s:g} s"
+            )
         time.sleep(interval_s)
 
 
@@ -45,5 +47,7 @@ async def eventually_async(condition: Callable[[], Any], *, timeout_s: float = 3
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what() if callable(what) else what} did not hold within {timeout_s:g} s")
+            raise AssertionError(
+                f"{what() if callable(what) else what} did not hold within {timeout_s:g} s"
+            )
         await asyncio.sleep(interval_s)

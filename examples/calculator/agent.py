@@ -39,14 +39,22 @@ def calculate(expression: str) -> str:
     """The tool: integer arithmetic with + - * / and parentheses, or an error the policy reads."""
     expression = expression.replace("x", "*").replace("×", "*").strip()
     # No powers and nothing long: a sampled "9**9**9" must not stall the rollout computing it.
-    if not ARITHMETIC.fullmatch(expression) or "**" in expression or len(expression) > MAX_EXPRESSION:
+    if (
+        not ARITHMETIC.fullmatch(expression)
+        or "**" in expression
+        or len(expression) > MAX_EXPRESSION
+    ):
         return "Error: not an expression"
     if not any(c.isdigit() for c in expression):
         return "Error: not an expression"
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)  # "12 (3)" reads as a call: an error for the policy, not a log line
-            value = eval(expression, {"__builtins__": {}}, {})  # only digits, spaces, + - * / ( ) reach here
+            warnings.simplefilter(
+                "ignore", SyntaxWarning
+            )  # "12 (3)" reads as a call: an error for the policy, not a log line
+            value = eval(
+                expression, {"__builtins__": {}}, {}
+            )  # only digits, spaces, + - * / ( ) reach here
     except (SyntaxError, ZeroDivisionError, TypeError):
         return "Error: not an expression"
     return f"Result: {value:g}" if isinstance(value, float) else f"Result: {value}"
@@ -59,7 +67,11 @@ def final_number(text: str) -> int | None:
 
 async def solve(task: dict[str, Any]) -> float:
     client = parity.get_async_chat_client()
-    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}, *EXAMPLE, {"role": "user", "content": task["question"]}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": SYSTEM},
+        *EXAMPLE,
+        {"role": "user", "content": task["question"]},
+    ]
     for _ in range(MAX_CALLS):
         reply = await client.chat.completions.create(
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
@@ -68,5 +80,8 @@ async def solve(task: dict[str, Any]) -> float:
         call = CALCULATOR_CALL.search(text)
         if call is None:
             return 1.0 if final_number(text) == int(task["answer"]) else 0.0
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": calculate(call.group(1))}]
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": calculate(call.group(1))},
+        ]
     return 0.0

@@ -24,15 +24,25 @@ WORDINGS = [
 HERE = Path(__file__).parent
 
 
-def tasks(prefix: str, per_wording: int, rng: random.Random, taken: set[tuple[int, int, int]]) -> list[dict]:
+def tasks(
+    prefix: str, per_wording: int, rng: random.Random, taken: set[tuple[int, int, int]]
+) -> list[dict]:
     rows = []
     for wording, (text, answer) in enumerate(WORDINGS):
         for n in range(per_wording):
-            while (numbers := (rng.randint(11, 99), rng.randint(11, 99), rng.randint(11, 99))) in taken:
+            while (
+                numbers := (rng.randint(11, 99), rng.randint(11, 99), rng.randint(11, 99))
+            ) in taken:
                 pass
             taken.add(numbers)
             a, b, c = numbers
-            rows.append({"id": f"{prefix}-{wording}-{n}", "question": text.format(a=a, b=b, c=c), "answer": str(answer(a, b, c))})
+            rows.append(
+                {
+                    "id": f"{prefix}-{wording}-{n}",
+                    "question": text.format(a=a, b=b, c=c),
+                    "answer": str(answer(a, b, c)),
+                }
+            )
     return rows
 
 

@@ -28,7 +28,9 @@ def episode(task: dict[str, Any]) -> float:
     conversation = ask(graph, task["question"])
     if task["answer"] in str(conversation[-1].content):
         return 1.0
-    used_tool = any(isinstance(m, ToolMessage) and str(m.content).lstrip("-").isdigit() for m in conversation)
+    used_tool = any(
+        isinstance(m, ToolMessage) and str(m.content).lstrip("-").isdigit() for m in conversation
+    )
     if used_tool:
         return 0.5
     return 0.1 if re.search(r"\d", str(conversation[-1].content)) else 0.0

@@ -25,10 +25,24 @@ class AgentState(TypedDict):
     model_calls: int
 
 
-def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: int = 48, temperature: float = 1.0):
-    llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=max_tokens, temperature=temperature)
+def build_graph(
+    base_url: str,
+    model: str,
+    api_key: str = "unused",
+    max_tokens: int = 48,
+    temperature: float = 1.0,
+):
+    llm = ChatOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
     # Ask for the tool on every turn but the last, so each episode feeds tool results back.
-    with_tool = llm.bind_tools([calculator], tool_choice={"type": "function", "function": {"name": "calculator"}})
+    with_tool = llm.bind_tools(
+        [calculator], tool_choice={"type": "function", "function": {"name": "calculator"}}
+    )
 
     def agent(state: AgentState) -> dict:
         last_turn = state["model_calls"] + 1 >= MAX_MODEL_CALLS
@@ -38,7 +52,9 @@ def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: 
         except ValueError as error:
             # The reply could not be parsed (e.g. tool arguments that are not an object):
             # say so and let the model try again, as a robust agent loop does.
-            reply = HumanMessage(f"Your last reply could not be used ({type(error).__name__}). Call the calculator again.")
+            reply = HumanMessage(
+                f"Your last reply could not be used ({type(error).__name__}). Call the calculator again."
+            )
         return {"messages": [reply], "model_calls": state["model_calls"] + 1}
 
     def run_tool(args: dict[str, Any]) -> str:
@@ -50,10 +66,16 @@ def build_graph(base_url: str, model: str, api_key: str = "unused", max_tokens: 
     def tools(state: AgentState) -> dict:
         reply = state["messages"][-1]
         assert isinstance(reply, AIMessage)  # route() sends only a reply with tool calls here
-        results = [ToolMessage(content=run_tool(call["args"]), tool_call_id=call["id"]) for call in reply.tool_calls]
+        results = [
+            ToolMessage(content=run_tool(call["args"]), tool_call_id=call["id"])
+            for call in reply.tool_calls
+        ]
         # A malformed call gets its error back as the tool result, as a real tool runtime would.
         results += [
-            ToolMessage(content=f"error: could not parse arguments {bad.get('args')!r}", tool_call_id=bad.get("id") or "bad")
+            ToolMessage(
+                content=f"error: could not parse arguments {bad.get('args')!r}",
+                tool_call_id=bad.get("id") or "bad",
+            )
             for bad in reply.invalid_tool_calls
         ]
         return {"messages": results}

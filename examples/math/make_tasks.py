@@ -22,8 +22,14 @@ def main() -> None:
         pair = (rng.randint(10, 99), rng.randint(10, 99))
         if pair not in pairs:
             pairs.append(pair)
-    for name, prefix, chosen in (("tasks.jsonl", "add", pairs[:64]), ("val_tasks.jsonl", "val", pairs[64:])):
-        rows = [{"id": f"{prefix}-{n:03d}", "question": QUESTION.format(a=a, b=b), "answer": str(a + b)} for n, (a, b) in enumerate(chosen)]
+    for name, prefix, chosen in (
+        ("tasks.jsonl", "add", pairs[:64]),
+        ("val_tasks.jsonl", "val", pairs[64:]),
+    ):
+        rows = [
+            {"id": f"{prefix}-{n:03d}", "question": QUESTION.format(a=a, b=b), "answer": str(a + b)}
+            for n, (a, b) in enumerate(chosen)
+        ]
         (HERE / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 

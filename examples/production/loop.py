@@ -37,7 +37,16 @@ from parity.user_data import trained_on
 
 HERE = Path(__file__).resolve().parent
 CALCULATOR = HERE.parent / "calculator"
-COHORTS = ("cohort-a", "cohort-a", "cohort-a", "cohort-a", "cohort-a", "cohort-b", "cohort-b", "cohort-b")
+COHORTS = (
+    "cohort-a",
+    "cohort-a",
+    "cohort-a",
+    "cohort-a",
+    "cohort-a",
+    "cohort-b",
+    "cohort-b",
+    "cohort-b",
+)
 """Five of every eight sessions to the candidate's cohort, three to the worse one's."""
 
 
@@ -60,7 +69,9 @@ QUICK = Scale(users=8, traffic_before=24, traffic_after=8, candidate_steps=1, wo
               rollouts_per_task=4, val_tasks=4, val_samples=1)  # fmt: skip
 
 
-def train_candidate(deployment: Deployment, scale: Scale, cohort: str, weights: str, steps: int, out: Path) -> parity.TrainResult:
+def train_candidate(
+    deployment: Deployment, scale: Scale, cohort: str, weights: str, steps: int, out: Path
+) -> parity.TrainResult:
     """A from-store run on one cohort's rated sessions, validated and then put to the gate."""
     val_tasks = load_tasks(str(CALCULATOR / "val_tasks.jsonl"))[: scale.val_tasks]
     return parity.train(
@@ -79,25 +90,45 @@ def success(visits: list[Visit]) -> float:
 def run(data_dir: Path, scale: Scale, seed: int) -> dict[str, Any]:
     started = time.monotonic()
     tasks = load_tasks(str(CALCULATOR / "tasks.jsonl"))
-    shutil.rmtree(data_dir, ignore_errors=True)  # a fresh deployment: no sessions, runs or promotions from before
+    shutil.rmtree(
+        data_dir, ignore_errors=True
+    )  # a fresh deployment: no sessions, runs or promotions from before
     with Deployment(data_dir) as deployment:
-        parity.configure(ingest_url=deployment.users_url(), store_address=deployment.training_stack().store)
-        people = Population(scale.users, feedback_share=0.75, deletion_share=0.1, seed=seed).people()
+        parity.configure(
+            ingest_url=deployment.users_url(), store_address=deployment.training_stack().store
+        )
+        people = Population(
+            scale.users, feedback_share=0.75, deletion_share=0.1, seed=seed
+        ).people()
         users = [user for user, _, _ in people]
         raters = {user for user, rates, _ in people if rates}
         leavers = sorted(user for user, _, leaves in people if leaves)
         deployed_s = time.monotonic() - started
 
-        before = asyncio.run(traffic(tasks[: scale.traffic_before], users, COHORTS, SERVED_NAME, 16, seed))
+        before = asyncio.run(
+            traffic(tasks[: scale.traffic_before], users, COHORTS, SERVED_NAME, 16, seed)
+        )
         signals = rate_late(before, raters, seed)
         deleted = {user: parity.delete_user_data(user).sessions for user in leavers}
 
-        worse = train_candidate(deployment, scale, "cohort-b", "thumbs_up=0,thumbs_down=1", scale.worse_steps, data_dir / "runs")
+        worse = train_candidate(
+            deployment,
+            scale,
+            "cohort-b",
+            "thumbs_up=0,thumbs_down=1",
+            scale.worse_steps,
+            data_dir / "runs",
+        )
         candidate = train_candidate(deployment, scale, "cohort-a", "thumbs_up=1,thumbs_down=0", scale.candidate_steps,
                                     data_dir / "runs")  # fmt: skip
 
-        after = asyncio.run(traffic(tasks[: scale.traffic_after], users, ("prod-after",), SERVED_NAME, 16, seed + 1))
-        trained_leavers = {user: len(trained_on(user, trainer_address=deployment.trainer_address)) for user in leavers}
+        after = asyncio.run(
+            traffic(tasks[: scale.traffic_after], users, ("prod-after",), SERVED_NAME, 16, seed + 1)
+        )
+        trained_leavers = {
+            user: len(trained_on(user, trainer_address=deployment.trainer_address))
+            for user in leavers
+        }
     results = {
         "live_success_before": round(success(before), 3), "live_success_after": round(success(after), 3),
         "sessions_before": len(before), "sessions_after": len(after),
@@ -122,27 +153,53 @@ def _run_summary(result: parity.TrainResult) -> dict[str, Any]:
 def print_table(results: dict[str, Any]) -> None:
     worse, candidate = results["worse"], results["candidate"]
     rows = [
-        ("live success before promotion", f"{results['live_success_before']:.3f} ({results['sessions_before']} sessions)"),
-        ("live success after promotion", f"{results['live_success_after']:.3f} ({results['sessions_after']} sessions)"),
-        ("sessions rated late / never rated", f"{results['rated_sessions']} / {results['unrated_sessions']}"),
-        ("users deleted (their sessions)", f"{results['deleted_users']} ({results['deleted_sessions']})"),
-        ("steps that trained a deleted user's session", str(results["steps_with_a_deleted_users_session"])),
+        (
+            "live success before promotion",
+            f"{results['live_success_before']:.3f} ({results['sessions_before']} sessions)",
+        ),
+        (
+            "live success after promotion",
+            f"{results['live_success_after']:.3f} ({results['sessions_after']} sessions)",
+        ),
+        (
+            "sessions rated late / never rated",
+            f"{results['rated_sessions']} / {results['unrated_sessions']}",
+        ),
+        (
+            "users deleted (their sessions)",
+            f"{results['deleted_users']} ({results['deleted_sessions']})",
+        ),
+        (
+            "steps that trained a deleted user's session",
+            str(results["steps_with_a_deleted_users_session"]),
+        ),
     ]
     for name, summary in (("worse candidate (inverted feedback)", worse), ("candidate", candidate)):
-        rows.append((f"{name}: held-out pass@1", f"{summary['pass@1_before']} -> {summary['pass@1_after']}"))
+        rows.append(
+            (f"{name}: held-out pass@1", f"{summary['pass@1_before']} -> {summary['pass@1_after']}")
+        )
         rows.append((f"{name}: sessions", json.dumps(summary["store_sessions"])))
         rows.append((f"{name}: gate", summary["promotion"] or summary["error"]))
-    rows.append(("wall time", f"{results['wall_seconds'] / 60:.1f} min (deployment {results['deploy_seconds']:.0f} s)"))
+    rows.append(
+        (
+            "wall time",
+            f"{results['wall_seconds'] / 60:.1f} min (deployment {results['deploy_seconds']:.0f} s)",
+        )
+    )
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.production.loop", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.production.loop", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--data-dir", type=Path, default=Path(".parity/production"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="a small loop that checks the wiring, not the learning")
+    parser.add_argument(
+        "--quick", action="store_true", help="a small loop that checks the wiring, not the learning"
+    )
     args = parser.parse_args(argv)
     results = run(args.data_dir.resolve(), QUICK if args.quick else FULL, args.seed)
     print_table(results)

@@ -57,7 +57,9 @@ async def visit(user: str, task: dict[str, Any], cohort: str, model: str) -> Vis
     """The deployed agent serving one question of `user`, in a session of its own."""
     async with parity.session(user=user, tags=["prod", cohort]) as ref:
         try:
-            reward = await solve({**task, "model": model, "max_tokens": MAX_TOKENS, "temperature": 1.0})
+            reward = await solve(
+                {**task, "model": model, "max_tokens": MAX_TOKENS, "temperature": 1.0}
+            )
         except openai.APIError:
             reward = 0.0  # an answer the user never got is a wrong one
     return Visit(user, ref.session_id, cohort, reward == 1.0)
@@ -68,7 +70,9 @@ async def traffic(
 ) -> list[Visit]:  # fmt: skip
     """One visit per task, by users and cohorts drawn in turn, `concurrency` at a time."""
     rng = random.Random(seed)
-    order = [(task, rng.choice(users), cohorts[index % len(cohorts)]) for index, task in enumerate(tasks)]
+    order = [
+        (task, rng.choice(users), cohorts[index % len(cohorts)]) for index, task in enumerate(tasks)
+    ]
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: dict[str, Any], user: str, cohort: str) -> Visit:
@@ -83,5 +87,10 @@ def rate_late(visits: Sequence[Visit], raters: set[str], seed: int) -> int:
     rated = [v for v in visits if v.user in raters]
     random.Random(seed).shuffle(rated)
     for v in rated:
-        parity.feedback(v.session_id, 1.0, name="thumbs_up" if v.correct else "thumbs_down", feedback_id=f"{v.session_id}-rating")
+        parity.feedback(
+            v.session_id,
+            1.0,
+            name="thumbs_up" if v.correct else "thumbs_down",
+            feedback_id=f"{v.session_id}-rating",
+        )
     return len(rated)

@@ -42,7 +42,10 @@ def towns(seed: int = SEED, count: int = TOWNS) -> list[Town]:
     rng = random.Random(seed)
     names = [first + last for first in _FIRST for last in _LAST]
     rng.shuffle(names)
-    return [Town(name, rng.randint(1100, 1899), rng.randint(1200, 98000), rng.choice(_RIVERS)) for name in names[:count]]
+    return [
+        Town(name, rng.randint(1100, 1899), rng.randint(1200, 98000), rng.choice(_RIVERS))
+        for name in names[:count]
+    ]
 
 
 class Library:
@@ -52,7 +55,9 @@ class Library:
         self._db = apsw.Connection(":memory:")
         self._db.execute("CREATE VIRTUAL TABLE entries USING fts5(name, text)")
         with self._db:
-            self._db.executemany("INSERT INTO entries VALUES (?, ?)", [(t.name, t.text) for t in entries])
+            self._db.executemany(
+                "INSERT INTO entries VALUES (?, ?)", [(t.name, t.text) for t in entries]
+            )
 
     def search(self, query: str) -> str:
         """The best entry for the query's words (BM25), or a line saying nothing matched. Any text is a valid
@@ -61,7 +66,12 @@ class Library:
         if not terms:
             return "No results: search for a town's name."
         match = " OR ".join(f'"{term}"' for term in terms)
-        rows = list(self._db.execute("SELECT text FROM entries WHERE entries MATCH ? ORDER BY bm25(entries) LIMIT 1", (match,)))
+        rows = list(
+            self._db.execute(
+                "SELECT text FROM entries WHERE entries MATCH ? ORDER BY bm25(entries) LIMIT 1",
+                (match,),
+            )
+        )
         return rows[0][0] if rows else "No results."
 
 

@@ -22,12 +22,16 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
 MAX_MODEL_CALLS = 3
-SYSTEM = ("You answer questions about towns from a gazetteer. First reply SEARCH followed by the town's name; "
-          "then answer from the result.")
+SYSTEM = (
+    "You answer questions about towns from a gazetteer. First reply SEARCH followed by the town's name; "
+    "then answer from the result."
+)
 EXAMPLE = [
     HumanMessage("In what year was Brightwater founded?"),
     AIMessage("SEARCH Brightwater"),
-    HumanMessage("Result: Brightwater is a town on the river Lune. It was founded in 1534 and has 2210 inhabitants."),
+    HumanMessage(
+        "Result: Brightwater is a town on the river Lune. It was founded in 1534 and has 2210 inhabitants."
+    ),
     AIMessage("1534"),
 ]
 SEARCH_COMMAND = re.compile(r"SEARCH\s*:?\s*(.+)", re.IGNORECASE | re.DOTALL)
@@ -40,20 +44,33 @@ class AgentState(TypedDict):
 
 def build_graph(base_url: str, model: str, search: Callable[[str], str], *, api_key: str = "unused",
                 max_tokens: int = 16, temperature: float = 1.0):  # fmt: skip
-    llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=max_tokens, temperature=temperature)
+    llm = ChatOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
 
     def think(state: AgentState) -> dict:
-        return {"messages": [llm.invoke(state["messages"])], "model_calls": state["model_calls"] + 1}
+        return {
+            "messages": [llm.invoke(state["messages"])],
+            "model_calls": state["model_calls"] + 1,
+        }
 
     def look_up(state: AgentState) -> dict:
         reply = str(state["messages"][-1].content)
         command = SEARCH_COMMAND.search(reply)
-        return {"messages": [HumanMessage(f"Result: {search(command.group(1) if command else reply)}")]}
+        return {
+            "messages": [HumanMessage(f"Result: {search(command.group(1) if command else reply)}")]
+        }
 
     def route(state: AgentState) -> str:
         first = state["model_calls"] == 1
         wants_search = SEARCH_COMMAND.search(str(state["messages"][-1].content)) is not None
-        return "look_up" if (first or wants_search) and state["model_calls"] < MAX_MODEL_CALLS else END
+        return (
+            "look_up" if (first or wants_search) and state["model_calls"] < MAX_MODEL_CALLS else END
+        )
 
     graph = StateGraph(AgentState)
     graph.add_node("think", think)
@@ -66,5 +83,7 @@ def build_graph(base_url: str, model: str, search: Callable[[str], str], *, api_
 
 def ask(graph, question: str) -> list[AnyMessage]:
     """The whole conversation, the agent's final answer last."""
-    state = graph.invoke({"messages": [SystemMessage(SYSTEM), *EXAMPLE, HumanMessage(question)], "model_calls": 0})
+    state = graph.invoke(
+        {"messages": [SystemMessage(SYSTEM), *EXAMPLE, HumanMessage(question)], "model_calls": 0}
+    )
     return state["messages"]

@@ -20,7 +20,9 @@ import parity
 from examples.math.agent import score
 
 
-async def ask(task: dict[str, Any], messages: list[ChatCompletionMessageParam], max_tokens: int | None = None) -> str:
+async def ask(
+    task: dict[str, Any], messages: list[ChatCompletionMessageParam], max_tokens: int | None = None
+) -> str:
     reply = await parity.get_async_chat_client().chat.completions.create(
         model=task["model"], messages=messages, max_tokens=max_tokens or task["max_tokens"],
         temperature=task["temperature"],
@@ -33,7 +35,10 @@ async def solve(task: dict[str, Any]) -> str:
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["question"]}]
     draft = await ask(task, messages)
     await parity.areward(score(draft, task["answer"]), step=0)
-    messages += [{"role": "assistant", "content": draft}, {"role": "user", "content": "Check and give the final number."}]
+    messages += [
+        {"role": "assistant", "content": draft},
+        {"role": "user", "content": "Check and give the final number."},
+    ]
     final = await ask(task, messages)
     await parity.areward(score(final, task["answer"]), step=1)
     return final

@@ -1,13 +1,13 @@
 """Parity: train any agent that speaks the OpenAI API with token-exact RL.
 
-    import parity
+import parity
 
-    parity.train(solve, "tasks.jsonl", steps=30)  # the whole run; see docs/training.md
+parity.train(solve, "tasks.jsonl", steps=30)  # the whole run; see docs/training.md
 
-    client = parity.get_chat_client()          # the official OpenAI client, via ingest
-    with parity.session(task="add-2-3"):
-        answer = client.chat.completions.create(model="policy", messages=[...])
-        parity.reward(1.0)
+client = parity.get_chat_client()          # the official OpenAI client, via ingest
+with parity.session(task="add-2-3"):
+    answer = client.chat.completions.create(model="policy", messages=[...])
+    parity.reward(1.0)
 """
 
 from __future__ import annotations

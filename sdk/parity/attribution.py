@@ -24,7 +24,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def check_end_user_id(end_user_id: str, field: str = "end_user_id") -> str:
     """The id as given; raises ValueError naming `field` if the store could not keep it."""
     if len(end_user_id) > MAX_END_USER_ID_LENGTH:
-        raise ValueError(f"{field} is {len(end_user_id)} characters; at most {MAX_END_USER_ID_LENGTH} are allowed")
+        raise ValueError(
+            f"{field} is {len(end_user_id)} characters; at most {MAX_END_USER_ID_LENGTH} are allowed"
+        )
     if _CONTROL.search(end_user_id):
         raise ValueError(f"{field} {end_user_id[:40]!r} contains a control character")
     return end_user_id

@@ -53,7 +53,11 @@ class _AsyncSessionTransport(httpx.AsyncBaseTransport):
 def get_chat_client(ingest_url: str | None = None, **openai_kwargs: Any) -> openai.OpenAI:
     """An `openai.OpenAI` client whose calls go through ingest, in the current session."""
     config = current_config()
-    transport = _SessionTransport(httpx.HTTPTransport(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)))
+    transport = _SessionTransport(
+        httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
+    )
     return openai.OpenAI(
         base_url=f"{(ingest_url or config.ingest_url).rstrip('/')}/v1",
         api_key=openai_kwargs.pop("api_key", config.api_key),
@@ -63,16 +67,22 @@ def get_chat_client(ingest_url: str | None = None, **openai_kwargs: Any) -> open
     )
 
 
-def get_async_chat_client(ingest_url: str | None = None, **openai_kwargs: Any) -> openai.AsyncOpenAI:
+def get_async_chat_client(
+    ingest_url: str | None = None, **openai_kwargs: Any
+) -> openai.AsyncOpenAI:
     """An `openai.AsyncOpenAI` client whose calls go through ingest, in the current session."""
     config = current_config()
     transport = _AsyncSessionTransport(
-        httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100))
+        httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
     )
     return openai.AsyncOpenAI(
         base_url=f"{(ingest_url or config.ingest_url).rstrip('/')}/v1",
         api_key=openai_kwargs.pop("api_key", config.api_key),
         # openai accepts an httpx client as well as an httpx2 one (_httpx2.is_legacy_httpx_*), but annotates only httpx2.
-        http_client=httpx.AsyncClient(transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)),  # type: ignore[arg-type]
+        http_client=httpx.AsyncClient(
+            transport=transport, timeout=openai_kwargs.pop("timeout", 600.0)
+        ),  # type: ignore[arg-type]
         **openai_kwargs,
     )

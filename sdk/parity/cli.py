@@ -39,9 +39,13 @@ def _add_service_commands(
     service_actions = {}
     for name, module_name in SERVICE_MODULES.items():
         service_parser = subparsers.add_parser(name, help=f"the {name} service")
-        actions = service_actions[name] = service_parser.add_subparsers(dest="action", required=True)
+        actions = service_actions[name] = service_parser.add_subparsers(
+            dest="action", required=True
+        )
         if name != load:
-            actions.add_parser("serve", help=f"run the {name} service (see `parity {name} serve --help`)")
+            actions.add_parser(
+                "serve", help=f"run the {name} service (see `parity {name} serve --help`)"
+            )
             continue
         try:
             definition = importlib.import_module(module_name).DEFINITION
@@ -59,7 +63,10 @@ def _add_service_commands(
 
 def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespace], int]:
     def handler(_: argparse.Namespace) -> int:
-        print(f"parity {name} needs its extra: pip install 'parity[{name}]' ({error})", file=sys.stderr)
+        print(
+            f"parity {name} needs its extra: pip install 'parity[{name}]' ({error})",
+            file=sys.stderr,
+        )
         return 2
 
     return handler
@@ -68,17 +75,44 @@ def _missing_extra(name: str, error: ImportError) -> Callable[[argparse.Namespac
 # Commands whose module owns its own argument parsing (its `main`, or the function named after a
 # colon); imported only when they run.
 DELEGATED_COMMANDS = {
-    ("up",): ("parity.services.stack.up", "run store, ingest, assembler, trainer, vLLM and the console locally"),
-    ("console", "serve"): ("parity.services.console.serve_command", "the web console: watch runs, read trajectories token by token"),
-    ("train",): ("parity.training.cli", "train an agent on tasks: the local stack (or a deployed one), validation, export"),
-    ("model",): ("parity.services.inference.model_command", "list the named models, prepare one, or generate the test model"),
+    ("up",): (
+        "parity.services.stack.up",
+        "run store, ingest, assembler, trainer, vLLM and the console locally",
+    ),
+    ("console", "serve"): (
+        "parity.services.console.serve_command",
+        "the web console: watch runs, read trajectories token by token",
+    ),
+    ("train",): (
+        "parity.training.cli",
+        "train an agent on tasks: the local stack (or a deployed one), validation, export",
+    ),
+    ("model",): (
+        "parity.services.inference.model_command",
+        "list the named models, prepare one, or generate the test model",
+    ),
     ("vllm", "serve"): ("parity.services.inference.vllm_launcher", "run one vLLM replica"),
-    ("store", "delete"): ("parity.user_data:delete_main", "delete an end user's data, or sessions by id or age"),
+    ("store", "delete"): (
+        "parity.user_data:delete_main",
+        "delete an end user's data, or sessions by id or age",
+    ),
     ("store", "sessions"): ("parity.user_data:sessions_main", "list sessions by end user and tags"),
-    ("trainer", "lineage"): ("parity.user_data:lineage_main", "which runs and steps trained on an end user's sessions"),
-    ("trainer", "promote"): ("parity.promotion:promote_main", "gate a run's checkpoint; serve it to users if it passes"),
-    ("trainer", "rollback"): ("parity.promotion:rollback_main", "serve again what the last promotion replaced"),
-    ("trainer", "promotions"): ("parity.promotion:promotions_main", "every promotion, refusal and rollback"),
+    ("trainer", "lineage"): (
+        "parity.user_data:lineage_main",
+        "which runs and steps trained on an end user's sessions",
+    ),
+    ("trainer", "promote"): (
+        "parity.promotion:promote_main",
+        "gate a run's checkpoint; serve it to users if it passes",
+    ),
+    ("trainer", "rollback"): (
+        "parity.promotion:rollback_main",
+        "serve again what the last promotion replaced",
+    ),
+    ("trainer", "promotions"): (
+        "parity.promotion:promotions_main",
+        "every promotion, refusal and rollback",
+    ),
     ("assembler", "retokenization-report"): (
         "parity.services.assembler.retokenization_report",
         "how many samples re-tokenizing would change, on your model",
@@ -88,7 +122,9 @@ DELEGATED_COMMANDS = {
 
 def build_parser(service: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; `service` is the one whose options are loaded."""
-    parser = argparse.ArgumentParser(prog="parity", description="Token-exact RL for OpenAI-API agents.")
+    parser = argparse.ArgumentParser(
+        prog="parity", description="Token-exact RL for OpenAI-API agents."
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     service_actions = _add_service_commands(subparsers, service)
     # Listed for --help only: main() hands these to their module before argparse sees them.

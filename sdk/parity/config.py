@@ -1,10 +1,10 @@
 """Where the SDK finds Parity: set in code with `parity.configure()` or by environment.
 
-    PARITY_INGEST_URL        ingest's HTTP root, e.g. http://127.0.0.1:8000
-    PARITY_ASSEMBLER_ADDRESS assembler gRPC address, e.g. 127.0.0.1:50053
-    PARITY_STORE_ADDRESS     token store gRPC address
-    PARITY_API_KEY           sent to ingest as the bearer token, if it requires one (an agent-role token)
-    PARITY_TOKEN             sent to the gRPC services (PARITY_TOKEN_FILE, TLS: see parity.clients.transport)
+PARITY_INGEST_URL        ingest's HTTP root, e.g. http://127.0.0.1:8000
+PARITY_ASSEMBLER_ADDRESS assembler gRPC address, e.g. 127.0.0.1:50053
+PARITY_STORE_ADDRESS     token store gRPC address
+PARITY_API_KEY           sent to ingest as the bearer token, if it requires one (an agent-role token)
+PARITY_TOKEN             sent to the gRPC services (PARITY_TOKEN_FILE, TLS: see parity.clients.transport)
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ class ParityConfig:
         defaults = cls()
         return cls(
             ingest_url=os.environ.get("PARITY_INGEST_URL", defaults.ingest_url).rstrip("/"),
-            assembler_address=os.environ.get("PARITY_ASSEMBLER_ADDRESS", defaults.assembler_address),
+            assembler_address=os.environ.get(
+                "PARITY_ASSEMBLER_ADDRESS", defaults.assembler_address
+            ),
             store_address=os.environ.get("PARITY_STORE_ADDRESS", defaults.store_address),
             api_key=os.environ.get("PARITY_API_KEY", defaults.api_key),
         )
@@ -45,7 +47,9 @@ def configure(**settings: object) -> ParityConfig:
     global _config
     if "token" in settings:
         token = str(settings.pop("token"))
-        transport.set_process_security(dataclasses.replace(transport.process_security(), token=token))
+        transport.set_process_security(
+            dataclasses.replace(transport.process_security(), token=token)
+        )
     unknown = set(settings) - set(ParityConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown Parity settings: {sorted(unknown)}")

@@ -91,7 +91,10 @@ def feedback(
             reason = response.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             reason = response.text[:500]
-        raise FeedbackError(f"ingest refused feedback for session {session_id!r} (HTTP {response.status_code}): {reason}", response.status_code)
+        raise FeedbackError(
+            f"ingest refused feedback for session {session_id!r} (HTTP {response.status_code}): {reason}",
+            response.status_code,
+        )
     answer = response.json()
     return FeedbackReceipt(answer["feedback_id"], answer["session_id"], answer["status"])
 

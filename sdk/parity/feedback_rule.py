@@ -38,7 +38,9 @@ def parse_weights(text: str) -> dict[str, float]:
     for part in filter(str.strip, text.split(",")):
         match = _WEIGHT.fullmatch(part)
         if match is None:
-            raise ValueError(f"expected NAME=WEIGHT pairs separated by commas, got {part.strip()!r}")
+            raise ValueError(
+                f"expected NAME=WEIGHT pairs separated by commas, got {part.strip()!r}"
+            )
         name, raw = match.groups()
         try:
             weight = float(raw)
@@ -70,9 +72,13 @@ class FeedbackRule:
         if self.window is not None and self.window <= timedelta(0):
             raise ValueError(f"the feedback window must be positive, got {self.window}")
         if self.default is not None and (self.window is None or not math.isfinite(self.default)):
-            raise ValueError("a default reward needs a finite value and a feedback window to wait out")
+            raise ValueError(
+                "a default reward needs a finite value and a feedback window to wait out"
+            )
 
-    def decide(self, rewards: Iterable[reward_pb2.Reward], last_call: datetime, now: datetime) -> Decision:
+    def decide(
+        self, rewards: Iterable[reward_pb2.Reward], last_call: datetime, now: datetime
+    ) -> Decision:
         """The session's reward by this rule, or why it has none yet (awaiting_feedback) or none at all."""
         closes = last_call + self.window if self.window is not None else None
         if closes is not None and now < closes:

@@ -39,13 +39,17 @@ def flush(timeout_s: float | None = None) -> int:
             timeout=timeout_s + _TRANSPORT_MARGIN_S,
         )  # fmt: skip
     except httpx.HTTPError as error:
-        raise FlushError(f"could not ask ingest at {url} to flush its captured calls: {error!r}") from None
+        raise FlushError(
+            f"could not ask ingest at {url} to flush its captured calls: {error!r}"
+        ) from None
     if response.status_code != 200:
         try:
             reason = response.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             reason = response.text[:500]
-        raise FlushError(f"ingest at {url} did not flush its captured calls (HTTP {response.status_code}): {reason}")
+        raise FlushError(
+            f"ingest at {url} did not flush its captured calls (HTTP {response.status_code}): {reason}"
+        )
     return int(response.json()["captured"])
 
 

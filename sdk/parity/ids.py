@@ -24,5 +24,7 @@ def new_id() -> str:
     millis = time.time_ns() // 1_000_000
     random_bits = int.from_bytes(os.urandom(10), "big")
     rand_a, rand_b = random_bits >> 68, random_bits & ((1 << 62) - 1)
-    value = (millis & ((1 << 48) - 1)) << 80 | _VERSION << 76 | rand_a << 64 | _VARIANT << 62 | rand_b
+    value = (
+        (millis & ((1 << 48) - 1)) << 80 | _VERSION << 76 | rand_a << 64 | _VARIANT << 62 | rand_b
+    )
     return f"{value:032x}"

@@ -42,7 +42,9 @@ class ProgressLines:
         if self.every_s is not None and self._clock() - self._last_line >= self.every_s:
             self._write()
 
-    def set_postfix(self, ordered_dict: Mapping[str, Any] | None = None, refresh: bool = True, **kwargs: Any) -> None:
+    def set_postfix(
+        self, ordered_dict: Mapping[str, Any] | None = None, refresh: bool = True, **kwargs: Any
+    ) -> None:
         self._postfix = {**(ordered_dict or {}), **kwargs}
         if refresh:
             self._write()
@@ -59,7 +61,9 @@ class ProgressLines:
         done = self.n - self._initial
         if done > 0:
             per = elapsed / done
-            parts.append(f"{per:.2f} s/{self.unit}" if per >= 1 else f"{1 / per:.2f} {self.unit}s/s")
+            parts.append(
+                f"{per:.2f} s/{self.unit}" if per >= 1 else f"{1 / per:.2f} {self.unit}s/s"
+            )
         parts += [f"{key}={value}" for key, value in self._postfix.items()]
         return ", ".join(parts)
 
@@ -83,8 +87,12 @@ def show_progress(
     Disabled, it is a tqdm that shows nothing."""
     stream = file if file is not None else sys.stderr
     if not enabled or _redraws_in_place(stream):
-        return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, file=file)
-    return ProgressLines(total=total, desc=desc, unit=unit, initial=initial, file=stream, every_s=every_s)
+        return tqdm(
+            total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, file=file
+        )
+    return ProgressLines(
+        total=total, desc=desc, unit=unit, initial=initial, file=stream, every_s=every_s
+    )
 
 
 def _redraws_in_place(stream: TextIO) -> bool:

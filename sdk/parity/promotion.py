@@ -53,7 +53,11 @@ class Promotion:
 
     @classmethod
     def from_proto(cls, message: promotion_pb2.Promotion) -> Promotion:
-        outcome = promotion_pb2.PromotionOutcome.Name(message.outcome).removeprefix("PROMOTION_OUTCOME_").lower()
+        outcome = (
+            promotion_pb2.PromotionOutcome.Name(message.outcome)
+            .removeprefix("PROMOTION_OUTCOME_")
+            .lower()
+        )
         return cls(
             message.promotion_id, outcome, message.run_id, message.checkpoint_id, message.policy_version, message.metric,
             message.baseline, message.candidate, message.margin, message.reason, message.create_time.ToDatetime(UTC),
@@ -89,7 +93,9 @@ def promote(
 
 def rollback(*, trainer_address: str = DEFAULT_TRAINER_ADDRESS) -> Promotion:
     """Serve again what the last standing promotion replaced."""
-    return Promotion.from_proto(TrainerClient(trainer_address).rollback_policy(trainer_pb.RollbackPolicyRequest()).promotion)
+    return Promotion.from_proto(
+        TrainerClient(trainer_address).rollback_policy(trainer_pb.RollbackPolicyRequest()).promotion
+    )
 
 
 def promotions(*, trainer_address: str = DEFAULT_TRAINER_ADDRESS) -> list[Promotion]:
@@ -107,11 +113,23 @@ def promotions(*, trainer_address: str = DEFAULT_TRAINER_ADDRESS) -> list[Promot
 
 def promote_main(argv: list[str]) -> int:
     """`parity trainer promote`: exits 0 when promoted (or its canary started), 3 when the gate refused."""
-    parser = _parser("promote", "gate a run's checkpoint against the serving model; serve it to users if it passes")
+    parser = _parser(
+        "promote",
+        "gate a run's checkpoint against the serving model; serve it to users if it passes",
+    )
     parser.add_argument("run_id", help="the run whose checkpoint is the candidate")
-    parser.add_argument("--checkpoint", default="", help="the candidate checkpoint's id; default: the run's latest")
-    parser.add_argument("--metric", default="pass@1", help="the validation metric the gate compares")
-    parser.add_argument("--margin", type=float, default=0.0, help="how far below the serving model's value the candidate may be")
+    parser.add_argument(
+        "--checkpoint", default="", help="the candidate checkpoint's id; default: the run's latest"
+    )
+    parser.add_argument(
+        "--metric", default="pass@1", help="the validation metric the gate compares"
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.0,
+        help="how far below the serving model's value the candidate may be",
+    )
     parser.add_argument("--canary-share", type=float, default=0.0,
                         help="first serve the candidate to this share of sessions (0..1) from the trainer's replicas")  # fmt: skip
 
@@ -152,14 +170,21 @@ def promotions_main(argv: list[str]) -> int:
 
 def _parser(action: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"parity trainer {action}", description=description)
-    parser.add_argument("--address", default=DEFAULT_TRAINER_ADDRESS, help="the trainer's gRPC address")
+    parser.add_argument(
+        "--address", default=DEFAULT_TRAINER_ADDRESS, help="the trainer's gRPC address"
+    )
     return parser
 
 
-def _run(parser: argparse.ArgumentParser, argv: list[str], action: Callable[[argparse.Namespace], int]) -> int:
+def _run(
+    parser: argparse.ArgumentParser, argv: list[str], action: Callable[[argparse.Namespace], int]
+) -> int:
     args = parser.parse_args(argv)
     try:
         return action(args)
     except RPCError as error:
-        print(f"{parser.prog}: the trainer at {args.address} answered {error.code.name}: {error.message}", file=sys.stderr)
+        print(
+            f"{parser.prog}: the trainer at {args.address} answered {error.code.name}: {error.message}",
+            file=sys.stderr,
+        )
         return 1

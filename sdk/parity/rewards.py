@@ -37,7 +37,9 @@ def reward(
     """
     ref = current_session()
     if ref is None:
-        raise RuntimeError("parity.reward() needs an active session: call it inside parity.session() or @trajectory")
+        raise RuntimeError(
+            "parity.reward() needs an active session: call it inside parity.session() or @trajectory"
+        )
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"reward must be a finite number, got {value}")
@@ -61,7 +63,10 @@ def reward(
         message.step_index = step
     flush()
     client = AssemblerClient(current_config().assembler_address)
-    return client.report_reward(assembler_pb.ReportRewardRequest(reward=message)).reward_id or message.reward_id
+    return (
+        client.report_reward(assembler_pb.ReportRewardRequest(reward=message)).reward_id
+        or message.reward_id
+    )
 
 
 async def areward(value: float, step: int | str | None = None, **options: object) -> str:

@@ -45,14 +45,20 @@ class SessionBudget:
     def __post_init__(self) -> None:
         for name in ("calls", "tokens", "completion_tokens"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"budget {name} must be a whole number of at least 1, got {value!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"budget {name} must be a whole number of at least 1, got {value!r}"
+                )
         seconds = self.seconds
         if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
                                     or not 0 < seconds < math.inf):  # fmt: skip
             raise ValueError(f"budget seconds must be a positive number, got {seconds!r}")
         if self.context is not None and self.context not in CONTEXT_POLICIES:
-            raise ValueError(f"budget context must be one of {', '.join(CONTEXT_POLICIES)}, got {self.context!r}")
+            raise ValueError(
+                f"budget context must be one of {', '.join(CONTEXT_POLICIES)}, got {self.context!r}"
+            )
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) is not None for name in _FIELDS)
@@ -71,7 +77,9 @@ class SessionBudget:
             mine, theirs = getattr(self, name), getattr(other, name)
             values[name] = theirs if mine is None else mine if theirs is None else min(mine, theirs)
         contexts = {self.context, other.context} - {None}
-        return SessionBudget(**values, context="refuse" if "refuse" in contexts else next(iter(contexts), None))
+        return SessionBudget(
+            **values, context="refuse" if "refuse" in contexts else next(iter(contexts), None)
+        )
 
     def or_default(self, default: SessionBudget) -> SessionBudget:
         """Each cap this budget leaves unset taken from `default`."""
@@ -88,7 +96,9 @@ class SessionBudget:
             raise ValueError("a session budget must be an object of caps")
         unknown = sorted(set(document) - set(_FIELDS))
         if unknown:
-            raise ValueError(f"unknown session budget cap {unknown[0]!r}; the caps are {', '.join(_FIELDS)}")
+            raise ValueError(
+                f"unknown session budget cap {unknown[0]!r}; the caps are {', '.join(_FIELDS)}"
+            )
         values: dict[str, Any] = {name: _whole(name, value) for name, value in document.items()}
         return cls(**values)
 

@@ -77,14 +77,18 @@ def encode(ref: SessionRef) -> str:
     packed = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     slug = PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
     if len(slug) > MAX_SLUG_LENGTH:
-        raise ValueError(f"session slug is {len(slug)} characters; at most {MAX_SLUG_LENGTH} fit in a URL")
+        raise ValueError(
+            f"session slug is {len(slug)} characters; at most {MAX_SLUG_LENGTH} fit in a URL"
+        )
     return slug
 
 
 def decode(slug: str) -> SessionRef:
     """Parse a slug; raises ValueError saying what is wrong with it."""
     if len(slug) > MAX_SLUG_LENGTH:
-        raise ValueError(f"session slug is {len(slug)} characters; at most {MAX_SLUG_LENGTH} are accepted")
+        raise ValueError(
+            f"session slug is {len(slug)} characters; at most {MAX_SLUG_LENGTH} are accepted"
+        )
     if not slug.startswith(PREFIX):
         if not _PLAIN_ID.fullmatch(slug):
             raise ValueError(
@@ -97,9 +101,19 @@ def decode(slug: str) -> SessionRef:
         document = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (binascii.Error, ValueError):
         raise ValueError(f"session slug {slug[:40]!r}... is not valid base64 JSON") from None
-    if not isinstance(document, dict) or not isinstance(document.get("s"), str) or not document["s"]:
-        raise ValueError("session slug must hold an object with a non-empty string 's' (the session id)")
-    parents, trajectory, metadata = document.get("p", []), document.get("t", ""), document.get("m", {})
+    if (
+        not isinstance(document, dict)
+        or not isinstance(document.get("s"), str)
+        or not document["s"]
+    ):
+        raise ValueError(
+            "session slug must hold an object with a non-empty string 's' (the session id)"
+        )
+    parents, trajectory, metadata = (
+        document.get("p", []),
+        document.get("t", ""),
+        document.get("m", {}),
+    )
     if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
         raise ValueError("session slug 'p' must be a list of non-empty session ids")
     if not isinstance(trajectory, str):
@@ -133,11 +147,19 @@ def check(ref: SessionRef) -> None:
     """Raise ValueError if the token store would refuse the session's ids or metadata."""
     if not ref.session_id:
         raise ValueError("session_id must not be empty")
-    named = [("session_id", ref.session_id), ("trajectory_name", ref.trajectory_name), ("thread_id", ref.thread_id)]
-    named += [(f"parent_session_ids[{i}]", parent) for i, parent in enumerate(ref.parent_session_ids)]
+    named = [
+        ("session_id", ref.session_id),
+        ("trajectory_name", ref.trajectory_name),
+        ("thread_id", ref.thread_id),
+    ]
+    named += [
+        (f"parent_session_ids[{i}]", parent) for i, parent in enumerate(ref.parent_session_ids)
+    ]
     for what, value in named:
         if len(value) > MAX_ID_LENGTH:
-            raise ValueError(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+            raise ValueError(
+                f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed"
+            )
         if _CONTROL.search(value):
             raise ValueError(f"{what} {value[:40]!r} contains a control character")
     if not all(ref.parent_session_ids):
@@ -147,9 +169,13 @@ def check(ref: SessionRef) -> None:
     check_metadata(ref.metadata)
     check_end_user_id(ref.end_user_id)
     if ref.tags != normalize_tags(ref.tags):
-        raise ValueError("tags must be sorted and without repeats (parity.attribution.normalize_tags)")
+        raise ValueError(
+            "tags must be sorted and without repeats (parity.attribution.normalize_tags)"
+        )
     if ref.history_mode and ref.history_mode not in HISTORY_MODES:
-        raise ValueError(f"history_mode must be one of {', '.join(HISTORY_MODES)}, got {ref.history_mode[:40]!r}")
+        raise ValueError(
+            f"history_mode must be one of {', '.join(HISTORY_MODES)}, got {ref.history_mode[:40]!r}"
+        )
 
 
 def check_metadata(metadata: Mapping[str, str]) -> None:

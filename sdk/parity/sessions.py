@@ -32,7 +32,9 @@ R = TypeVar("R")
 
 SESSION_ENV = "PARITY_SESSION"
 API_STYLES = ("openai", "anthropic")
-_current: contextvars.ContextVar[SessionRef | None] = contextvars.ContextVar("parity_session", default=None)
+_current: contextvars.ContextVar[SessionRef | None] = contextvars.ContextVar(
+    "parity_session", default=None
+)
 
 
 def current_session() -> SessionRef | None:
@@ -81,7 +83,9 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
         budget: SessionBudget | None = None, user: str | None = None, tags: Iterable[str] = (), **metadata: str,
     ) -> None:  # fmt: skip
         if history_mode is not None and history_mode not in session_slug.HISTORY_MODES:
-            raise ValueError(f"history_mode must be one of {', '.join(session_slug.HISTORY_MODES)}, got {history_mode!r}")
+            raise ValueError(
+                f"history_mode must be one of {', '.join(session_slug.HISTORY_MODES)}, got {history_mode!r}"
+            )
         self.session_id = session_id
         self.trajectory = trajectory
         self.history_mode = history_mode
@@ -99,9 +103,15 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
             parent_session_ids=(*parent.parent_session_ids, parent.session_id) if parent else (),
             trajectory_name=self.trajectory if self.trajectory is not None else "",
             metadata={**(parent.metadata if parent else {}), **self.metadata},
-            history_mode=self.history_mode if self.history_mode is not None else (parent.history_mode if parent else ""),
-            budget=self.budget.tightest(parent.budget if parent else None) if self.budget else (parent.budget if parent else None),
-            end_user_id=self.user if self.user is not None else (parent.end_user_id if parent else ""),
+            history_mode=self.history_mode
+            if self.history_mode is not None
+            else (parent.history_mode if parent else ""),
+            budget=self.budget.tightest(parent.budget if parent else None)
+            if self.budget
+            else (parent.budget if parent else None),
+            end_user_id=self.user
+            if self.user is not None
+            else (parent.end_user_id if parent else ""),
             tags=normalize_tags((*(parent.tags if parent else ()), *self.tags)),
         )
         self._token = _current.set(self.ref)
@@ -115,14 +125,22 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
     def __enter__(self) -> SessionRef:
         return self._open()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
         self._close()
 
     async def __aenter__(self) -> SessionRef:
         return self._open()
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
     ) -> None:
         self._close()
 
@@ -149,7 +167,9 @@ class thread:  # noqa: N801 - used like a function: `with parity.thread("researc
     def _open(self) -> SessionRef:
         parent = current_session()
         if parent is None:
-            raise RuntimeError("parity.thread() needs an active session: open it inside parity.session() or @trajectory")
+            raise RuntimeError(
+                "parity.thread() needs an active session: open it inside parity.session() or @trajectory"
+            )
         ref = dataclasses.replace(parent, thread_id=self.name)
         session_slug.check(ref)
         self._token = _current.set(ref)
@@ -163,14 +183,22 @@ class thread:  # noqa: N801 - used like a function: `with parity.thread("researc
     def __enter__(self) -> SessionRef:
         return self._open()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
         self._close()
 
     async def __aenter__(self) -> SessionRef:
         return self._open()
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
     ) -> None:
         self._close()
 
@@ -188,7 +216,14 @@ def _trajectory_ref(name: str) -> SessionRef:
     parent = current_session()
     if parent is None:
         return SessionRef(new_id(), trajectory_name=name)
-    return SessionRef(parent.session_id, parent.parent_session_ids, name, parent.metadata, parent.history_mode, parent.budget)
+    return SessionRef(
+        parent.session_id,
+        parent.parent_session_ids,
+        name,
+        parent.metadata,
+        parent.history_mode,
+        parent.budget,
+    )
 
 
 class _Trajectory:
@@ -218,16 +253,26 @@ class _Trajectory:
             result = self._function(*args, **kwargs)
         finally:
             _current.reset(token)
-        return (result, TrajectoryView(ref.session_id, self.name, ref.metadata)) if with_view else result
+        return (
+            (result, TrajectoryView(ref.session_id, self.name, ref.metadata))
+            if with_view
+            else result
+        )
 
-    async def _run_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_view: bool) -> Any:
+    async def _run_async(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], with_view: bool
+    ) -> Any:
         ref = _trajectory_ref(self.name)
         token = _current.set(ref)
         try:
             result = await self._function(*args, **kwargs)
         finally:
             _current.reset(token)
-        return (result, TrajectoryView(ref.session_id, self.name, ref.metadata)) if with_view else result
+        return (
+            (result, TrajectoryView(ref.session_id, self.name, ref.metadata))
+            if with_view
+            else result
+        )
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # Methods: bind like a function would.

@@ -20,6 +20,8 @@ class SettingsError(ValueError):
         self.message = message
 
 
-def setting(default: Any, help: str, choices: tuple[str, ...] | None = None, *, group: str = "") -> Any:
+def setting(
+    default: Any, help: str, choices: tuple[str, ...] | None = None, *, group: str = ""
+) -> Any:
     """A settings field with the help text (and allowed values) its CLI, TOML reference and docs show."""
     return field(default=default, metadata={"help": help, "choices": choices, "group": group})

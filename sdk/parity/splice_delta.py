@@ -32,7 +32,9 @@ def common_prefix_len(a: bytes, b: bytes, unit: int = 1) -> int:
     n -= n % unit
     if n == 0:
         return 0
-    length = _first_mismatch(np.frombuffer(a, dtype=np.uint8, count=n), np.frombuffer(b, dtype=np.uint8, count=n))
+    length = _first_mismatch(
+        np.frombuffer(a, dtype=np.uint8, count=n), np.frombuffer(b, dtype=np.uint8, count=n)
+    )
     return length - length % unit
 
 

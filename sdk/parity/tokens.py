@@ -45,7 +45,9 @@ def pack_token_ids(token_ids: Sequence[int] | npt.NDArray[np.integer]) -> bytes:
         except struct.error:
             raise ValueError("token ids must be integers that fit in int32") from None
     array = np.asarray(token_ids)
-    if array.size and (array.min() < np.iinfo(TOKEN_ID_DTYPE).min or array.max() > np.iinfo(TOKEN_ID_DTYPE).max):
+    if array.size and (
+        array.min() < np.iinfo(TOKEN_ID_DTYPE).min or array.max() > np.iinfo(TOKEN_ID_DTYPE).max
+    ):
         raise ValueError("token ids must fit in int32")
     return array.astype(TOKEN_ID_DTYPE, copy=False).tobytes()
 
@@ -89,5 +91,7 @@ def common_prefix(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> int
 
 def _checked(packed: bytes | bytearray, dtype: np.dtype, what: str) -> bytes | bytearray:
     if len(packed) % dtype.itemsize:
-        raise ValueError(f"packed {what} length {len(packed)} is not a multiple of {dtype.itemsize}")
+        raise ValueError(
+            f"packed {what} length {len(packed)} is not a multiple of {dtype.itemsize}"
+        )
     return packed

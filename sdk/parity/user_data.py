@@ -47,7 +47,10 @@ def delete_user_data(end_user_id: str, *, store_address: str | None = None) -> D
 
 
 def delete_sessions(
-    session_ids: Sequence[str] = (), *, older_than: timedelta | None = None, store_address: str | None = None
+    session_ids: Sequence[str] = (),
+    *,
+    older_than: timedelta | None = None,
+    store_address: str | None = None,
 ) -> Deletion:
     """Delete sessions by id (with their descendants), and every session idle for longer than `older_than`."""
     request = store_pb.DeleteSessionsRequest(session_ids=list(session_ids))
@@ -57,7 +60,11 @@ def delete_sessions(
 
 
 def user_sessions(
-    end_user_id: str = "", tags: Sequence[str] = (), *, limit: int = 1000, store_address: str | None = None
+    end_user_id: str = "",
+    tags: Sequence[str] = (),
+    *,
+    limit: int = 1000,
+    store_address: str | None = None,
 ) -> Iterator[session_pb2.Session]:
     """The sessions of an end user and/or carrying every one of `tags`, newest first."""
     client = StoreClient(store_address or current_config().store_address)
@@ -76,12 +83,17 @@ def user_sessions(
 
 
 def trained_on(
-    end_user_id: str = "", session_ids: Sequence[str] = (), *, trainer_address: str = DEFAULT_TRAINER_ADDRESS
+    end_user_id: str = "",
+    session_ids: Sequence[str] = (),
+    *,
+    trainer_address: str = DEFAULT_TRAINER_ADDRESS,
 ) -> list[trainer_pb.TrainedSessionsStep]:
     """Every step of the trainer's runs that trained on a sample of `end_user_id` or of
     `session_ids`: the policy that step produced, and the run's later checkpoints and
     exports, learned from that data. The trainer's own record: it answers after deletion."""
-    request = trainer_pb.ListTrainedSessionsRequest(end_user_id=end_user_id, session_ids=list(session_ids))
+    request = trainer_pb.ListTrainedSessionsRequest(
+        end_user_id=end_user_id, session_ids=list(session_ids)
+    )
     trainer = TrainerClient(trainer_address)
     steps: list[trainer_pb.TrainedSessionsStep] = []
     while True:
@@ -94,25 +106,44 @@ def trained_on(
 
 def _delete(request: store_pb.DeleteSessionsRequest, store_address: str | None) -> Deletion:
     response = StoreClient(store_address or current_config().store_address).delete_sessions(request)
-    return Deletion(response.deleted_session_count, response.deleted_call_count, response.deleted_reward_count)
+    return Deletion(
+        response.deleted_session_count, response.deleted_call_count, response.deleted_reward_count
+    )
 
 
 def delete_main(argv: list[str]) -> int:
     """`parity store delete`."""
-    parser = argparse.ArgumentParser(prog="parity store delete", description="delete an end user's data, or sessions by id or age")
+    parser = argparse.ArgumentParser(
+        prog="parity store delete",
+        description="delete an end user's data, or sessions by id or age",
+    )
     _address_argument(parser)
     parser.add_argument("--user", default="", help="delete every session of this end user")
-    parser.add_argument("--session", action="append", default=[], help="delete this session and its descendants (repeatable)")
-    parser.add_argument("--older-than-days", type=float, default=None, help="delete sessions idle for longer than this")
+    parser.add_argument(
+        "--session",
+        action="append",
+        default=[],
+        help="delete this session and its descendants (repeatable)",
+    )
+    parser.add_argument(
+        "--older-than-days",
+        type=float,
+        default=None,
+        help="delete sessions idle for longer than this",
+    )
     return _run(parser, argv, _print_deletion)
 
 
 def sessions_main(argv: list[str]) -> int:
     """`parity store sessions`."""
-    parser = argparse.ArgumentParser(prog="parity store sessions", description="list sessions by end user and tags, newest first")
+    parser = argparse.ArgumentParser(
+        prog="parity store sessions", description="list sessions by end user and tags, newest first"
+    )
     _address_argument(parser)
     parser.add_argument("--user", default="", help="only this end user's sessions")
-    parser.add_argument("--tag", action="append", default=[], help="only sessions with this tag (repeatable)")
+    parser.add_argument(
+        "--tag", action="append", default=[], help="only sessions with this tag (repeatable)"
+    )
     parser.add_argument("--limit", type=int, default=100)
     return _run(parser, argv, _print_sessions)
 
@@ -120,18 +151,25 @@ def sessions_main(argv: list[str]) -> int:
 def lineage_main(argv: list[str]) -> int:
     """`parity trainer lineage`."""
     parser = argparse.ArgumentParser(
-        prog="parity trainer lineage", description="which runs and steps of this trainer trained on an end user's sessions"
+        prog="parity trainer lineage",
+        description="which runs and steps of this trainer trained on an end user's sessions",
     )
-    parser.add_argument("--address", default=DEFAULT_TRAINER_ADDRESS, help="the trainer's gRPC address")
+    parser.add_argument(
+        "--address", default=DEFAULT_TRAINER_ADDRESS, help="the trainer's gRPC address"
+    )
     parser.add_argument("--user", default="", help="the end user whose sessions to look for")
-    parser.add_argument("--session", action="append", default=[], help="a session to look for (repeatable)")
+    parser.add_argument(
+        "--session", action="append", default=[], help="a session to look for (repeatable)"
+    )
     return _run(parser, argv, _print_lineage)
 
 
 def _print_lineage(args: argparse.Namespace) -> int:
     if not (args.user or args.session):
         raise ValueError("say whose data to look for: --user or --session")
-    steps = trained_on(check_end_user_id(args.user, "--user"), args.session, trainer_address=args.address)
+    steps = trained_on(
+        check_end_user_id(args.user, "--user"), args.session, trainer_address=args.address
+    )
     whose = f"end user {args.user!r}" if args.user else "these sessions"
     if not steps:
         print(f"no run of the trainer at {args.address} trained on {whose}")
@@ -150,10 +188,14 @@ def _print_lineage(args: argparse.Namespace) -> int:
 
 
 def _address_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", default=None, help="the store's gRPC address (default: $PARITY_STORE_ADDRESS)")
+    parser.add_argument(
+        "--address", default=None, help="the store's gRPC address (default: $PARITY_STORE_ADDRESS)"
+    )
 
 
-def _run(parser: argparse.ArgumentParser, argv: list[str], action: Callable[[argparse.Namespace], int]) -> int:
+def _run(
+    parser: argparse.ArgumentParser, argv: list[str], action: Callable[[argparse.Namespace], int]
+) -> int:
     args = parser.parse_args(argv)
     try:
         return action(args)
@@ -161,7 +203,10 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], action: Callable[[arg
         parser.error(str(error))
     except RPCError as error:
         address = args.address or current_config().store_address
-        print(f"{parser.prog}: the service at {address} answered {error.code.name}: {error.message}", file=sys.stderr)
+        print(
+            f"{parser.prog}: the service at {address} answered {error.code.name}: {error.message}",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -170,9 +215,13 @@ def _print_deletion(args: argparse.Namespace) -> int:
         raise ValueError("say what to delete: --user, --session or --older-than-days")
     if args.older_than_days is not None and args.older_than_days < 0:
         raise ValueError(f"--older-than-days must not be negative, got {args.older_than_days}")
-    request = store_pb.DeleteSessionsRequest(session_ids=args.session, end_user_id=check_end_user_id(args.user, "--user"))
+    request = store_pb.DeleteSessionsRequest(
+        session_ids=args.session, end_user_id=check_end_user_id(args.user, "--user")
+    )
     if args.older_than_days is not None:
-        request.updated_before.FromDatetime(datetime.now(UTC) - timedelta(days=args.older_than_days))
+        request.updated_before.FromDatetime(
+            datetime.now(UTC) - timedelta(days=args.older_than_days)
+        )
     deleted = _delete(request, args.address)
     if args.user and not deleted.sessions:
         print(f"the store holds no sessions of end user {args.user!r}: nothing was deleted")
@@ -188,5 +237,7 @@ def _print_sessions(args: argparse.Namespace) -> int:
         created = session.create_time.ToDatetime(UTC).isoformat(timespec="seconds")
         state = session_pb2.SessionState.Name(session.state).removeprefix("SESSION_STATE_").lower()
         tags = ",".join(session.tags) or "-"
-        print(f"{session.session_id}\t{created}\t{state}\t{session.call_count} calls\t{session.end_user_id or '-'}\t{tags}")
+        print(
+            f"{session.session_id}\t{created}\t{state}\t{session.call_count} calls\t{session.end_user_id or '-'}\t{tags}"
+        )
     return 0

@@ -29,7 +29,9 @@ log = structlog.get_logger(__name__)
 
 
 class Assembler:
-    def __init__(self, store: StoreClient, settings: AssemblySettings, scorers: Sequence[Scorer] = ()) -> None:
+    def __init__(
+        self, store: StoreClient, settings: AssemblySettings, scorers: Sequence[Scorer] = ()
+    ) -> None:
         self.store = store
         self.stats = AssemblerStats()
         ledgers = ConsumerLedgers()
@@ -53,7 +55,9 @@ class Assembler:
         # A new run under the same consumer id never gets the batches an earlier run left unacknowledged (its last
         # ack lost as it ended): they would train this run on another run's rollouts.
         unacknowledged = self.former.ledgers.of(subscription.consumer_id).unacknowledged
-        redeliver = sorted(seq for seq, plan in unacknowledged.items() if plan.serves(subscription.run_id))
+        redeliver = sorted(
+            seq for seq, plan in unacknowledged.items() if plan.serves(subscription.run_id)
+        )
         feed = self._feeds[subscription.consumer_id] = BatchFeed(
             self.former, self.tracker.changes, subscription, redeliver, self._release
         )

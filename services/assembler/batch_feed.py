@@ -35,13 +35,17 @@ class Subscription:
         if not self.consumer_id:
             raise InvalidArgument("subscribe.consumer_id is required")
         if not 1 <= self.groups_per_batch <= MAX_GROUPS_PER_BATCH:
-            raise InvalidArgument(f"subscribe.groups_per_batch must be in 1..{MAX_GROUPS_PER_BATCH}, got {self.groups_per_batch}")
+            raise InvalidArgument(
+                f"subscribe.groups_per_batch must be in 1..{MAX_GROUPS_PER_BATCH}, got {self.groups_per_batch}"
+            )
         if not 1 <= self.max_unacked_batches <= MAX_UNACKED_BATCHES:
             raise InvalidArgument(
                 f"subscribe.max_unacked_batches must be in 1..{MAX_UNACKED_BATCHES}, got {self.max_unacked_batches}"
             )
         if self.max_policy_lag is not None and self.max_policy_lag < 0:
-            raise InvalidArgument(f"subscribe.max_policy_lag must not be negative, got {self.max_policy_lag}")
+            raise InvalidArgument(
+                f"subscribe.max_policy_lag must not be negative, got {self.max_policy_lag}"
+            )
 
 
 class BatchFeed:
@@ -99,7 +103,9 @@ class BatchFeed:
         self.changes.notify()
 
     def supersede(self) -> None:
-        self.fail(FailedPrecondition(f"consumer {self.consumer_id!r} subscribed again on another stream"))
+        self.fail(
+            FailedPrecondition(f"consumer {self.consumer_id!r} subscribed again on another stream")
+        )
 
     def close(self) -> None:
         self._on_close(self)

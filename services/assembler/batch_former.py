@@ -123,7 +123,14 @@ class BatchFormer:
         """An unacknowledged batch again, from the same rows, for redelivery."""
         contents = await self._read(plan.rollouts)
         builds = [
-            build_group(group_id, rollouts, contents, self.settings.filters, plan.staleness, group_filters=False)
+            build_group(
+                group_id,
+                rollouts,
+                contents,
+                self.settings.filters,
+                plan.staleness,
+                group_filters=False,
+            )
             for group_id, rollouts in plan.groups
         ]
         log.info("batch_redelivered", batch_id=plan.batch_id)
@@ -138,7 +145,9 @@ class BatchFormer:
             for sequence in ledger.acknowledged:
                 if session_marks.batch_id(consumer_id, sequence) == batch_id:
                     return sequence
-            raise InvalidArgument(f"batch {batch_id!r} was never delivered to consumer {consumer_id!r}")
+            raise InvalidArgument(
+                f"batch {batch_id!r} was never delivered to consumer {consumer_id!r}"
+            )
         mark = plan.mark(acknowledged=True)
         await self.tracker.write_marks(_batch_marks(plan, mark))
         if ledger.unacknowledged.pop(plan.sequence, None) is not None:
@@ -150,19 +159,28 @@ class BatchFormer:
 
     async def _read(self, rollouts: Sequence[Rollout]) -> dict[str, store_pb.SessionContents]:
         return await self.tracker.store.read_sessions(
-            [r.session_id for r in rollouts], tokens_only=True, call_counts={r.session_id: r.call_count for r in rollouts}
+            [r.session_id for r in rollouts],
+            tokens_only=True,
+            call_counts={r.session_id: r.call_count for r in rollouts},
         )
 
 
-def _batch(plan: BatchPlan, builds: list[GroupBuild], dropped: Counter[str], *, redelivered: bool) -> Batch:
+def _batch(
+    plan: BatchPlan, builds: list[GroupBuild], dropped: Counter[str], *, redelivered: bool
+) -> Batch:
     built = BuildStats()
     for build in builds:
         built.add(build.stats)
     samples = [sample for build in builds for sample in build.samples]
     stats = summarize(samples, len(builds), built, dropped)
-    return Batch(plan.batch_id, plan.sequence, samples, [b.group_id for b in builds], stats, redelivered)
+    return Batch(
+        plan.batch_id, plan.sequence, samples, [b.group_id for b in builds], stats, redelivered
+    )
 
 
 def _batch_marks(plan: BatchPlan, mark: BatchMark) -> list[store_pb.SessionMetadataUpdate]:
     metadata = {session_marks.BATCH: mark.encode()}
-    return [store_pb.SessionMetadataUpdate(session_id=r.session_id, metadata=metadata) for r in plan.rollouts]
+    return [
+        store_pb.SessionMetadataUpdate(session_id=r.session_id, metadata=metadata)
+        for r in plan.rollouts
+    ]

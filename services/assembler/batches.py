@@ -78,7 +78,9 @@ class BatchPlan:
         return Staleness(self.policy_version, self.max_policy_lag)
 
     def mark(self, acknowledged: bool) -> BatchMark:
-        return BatchMark(self.consumer_id, self.sequence, acknowledged, self.policy_version, self.max_policy_lag)
+        return BatchMark(
+            self.consumer_id, self.sequence, acknowledged, self.policy_version, self.max_policy_lag
+        )
 
     @property
     def rollouts(self) -> list[Rollout]:
@@ -134,7 +136,12 @@ class ConsumerLedgers:
         return ledger
 
 
-def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: BuildStats, filtered: Counter[str]) -> BatchStats:
+def summarize(
+    samples: Sequence[sample_pb2.Sample],
+    group_count: int,
+    built: BuildStats,
+    filtered: Counter[str],
+) -> BatchStats:
     token_count = sum(len(s.loss_mask) for s in samples)
     loss_tokens = sum(s.loss_mask.count(1) for s in samples)
     rewards = [s.reward for s in samples]
@@ -151,10 +158,14 @@ def summarize(samples: Sequence[sample_pb2.Sample], group_count: int, built: Bui
         truncated_count=built.truncated,
         filtered_counts=dict(+(built.filtered + filtered)),
         reward_mean=mean,
-        reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
+        reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        if rewards
+        else 0.0,
         capped_episode_count=built.capped_episodes,
         thread_count=built.threads,
-        threads_per_session=built.threads / sessions if (sessions := len({s.session_id for s in samples})) else 0.0,
+        threads_per_session=built.threads / sessions
+        if (sessions := len({s.session_id for s in samples}))
+        else 0.0,
         max_thread_repetition=built.max_thread_repetition,
         threads_ended_at_limit=built.threads_ended_at_limit,
     )

@@ -111,7 +111,9 @@ def build_group(
             if settings.drop_unrewarded and not trajectory.rewarded and not rollout.teacher_scored:
                 stats.filtered["unrewarded_trajectory"] += 1
                 continue
-            built = build_samples(trajectory, rollout.episode_id, group_id, settings.length, settings.max_open_threads)
+            built = build_samples(
+                trajectory, rollout.episode_id, group_id, settings.length, settings.max_open_threads
+            )
             stats.merged_calls += built.merged_calls
             stats.splits += built.splits
             stats.split_reasons.update(built.split_reasons)
@@ -126,7 +128,11 @@ def build_group(
             stats.truncated += built.truncated
             stats.unusable_calls += built.unusable_calls
             stats.filtered["overlong_sample"] += built.dropped_overlong
-            fresh = [s for s in built.samples if staleness is None or not staleness.is_stale(s.policy_version)]
+            fresh = [
+                s
+                for s in built.samples
+                if staleness is None or not staleness.is_stale(s.policy_version)
+            ]
             stats.filtered["stale_sample"] += len(built.samples) - len(fresh)
             if fresh:
                 build.samples += fresh
@@ -135,7 +141,11 @@ def build_group(
     if group_filters:
         if not build.samples:
             build.dropped = "empty_group"
-        elif settings.drop_zero_variance_groups and has_no_variance(returns) and not _teacher_scored(build.rollouts):
+        elif (
+            settings.drop_zero_variance_groups
+            and has_no_variance(returns)
+            and not _teacher_scored(build.rollouts)
+        ):
             build.dropped = "zero_variance_group"
     return build
 
@@ -152,7 +162,9 @@ def _teacher_scored(rollouts: Sequence[Rollout]) -> bool:
     return any(rollout.teacher_scored for rollout in rollouts)
 
 
-def _zero_rewards(session_id: str, calls: Sequence[llm_call_pb2.LlmCall]) -> list[reward_pb2.Reward]:
+def _zero_rewards(
+    session_id: str, calls: Sequence[llm_call_pb2.LlmCall]
+) -> list[reward_pb2.Reward]:
     """Reward 0 for each of the session's trajectories, in place of what the agent reported."""
     return [
         reward_pb2.Reward(reward_id=f"capped-{session_id}-{name}", session_id=session_id, trajectory_name=name,

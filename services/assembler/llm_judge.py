@@ -62,10 +62,15 @@ class LlmJudge:
         reply = await self._ask(self.prompt(metadata, messages))
         match = _NUMBER.search(reply)
         if match is None:
-            raise ScoringError("judge_error", f"judge {self.settings.model} answered without a score: {reply[:200]!r}")
+            raise ScoringError(
+                "judge_error",
+                f"judge {self.settings.model} answered without a score: {reply[:200]!r}",
+            )
         return as_reward(float(match.group()), f"judge {self.settings.model}", "judge_error")
 
-    def prompt(self, metadata: dict[str, str], messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    def prompt(
+        self, metadata: dict[str, str], messages: list[dict[str, Any]]
+    ) -> list[dict[str, str]]:
         conversation = "\n".join(f"[{m.get('role', '?')}] {_content(m)}" for m in messages)
         task = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
         return [
@@ -87,7 +92,9 @@ class LlmJudge:
             try:
                 response = await self._completion(model=settings.model, messages=prompt, **options)
             except Exception as error:  # noqa: BLE001 - LiteLLM maps every provider's errors to its own
-                raise ScoringError("judge_error", f"judge {settings.model} failed: {type(error).__name__}: {error}") from None
+                raise ScoringError(
+                    "judge_error", f"judge {settings.model} failed: {type(error).__name__}: {error}"
+                ) from None
         return response.choices[0].message.content or ""
 
 

@@ -157,7 +157,9 @@ class _Builder:
         self.mask.append(b"\x01" * sampled)
         self.logprobs.append(choice.logprobs if choice.logprobs else _ZERO_FLOAT * sampled)
         first_sampled = self.last_sampled_start = start + tokens.token_count(new_prompt)
-        self.steps.append(StepEnd(step.index, step.call_id, first_sampled + sampled - 1 if sampled else -1))
+        self.steps.append(
+            StepEnd(step.index, step.call_id, first_sampled + sampled - 1 if sampled else -1)
+        )
         if sampled:
             if self.prompt_length < 0:
                 self.prompt_length = first_sampled
@@ -171,14 +173,18 @@ class _Builder:
             loss_mask=b"".join(self.mask),
             logprobs=b"".join(self.logprobs),
             steps=self.steps,
-            prompt_length=self.prompt_length if self.prompt_length >= 0 else tokens.token_count(token_ids),
+            prompt_length=self.prompt_length
+            if self.prompt_length >= 0
+            else tokens.token_count(token_ids),
             policy_version=self.policy_version or 0,
             thread_index=self.thread_index,
             thread_id=self.thread_id,
         )
 
 
-def merge_steps(steps: Iterable[StepTokens], max_open_threads: int = DEFAULT_MAX_OPEN_THREADS) -> MergeResult:
+def merge_steps(
+    steps: Iterable[StepTokens], max_open_threads: int = DEFAULT_MAX_OPEN_THREADS
+) -> MergeResult:
     """Merge a trajectory's trainable steps, in order, into one sequence per thread (and per rewrite or fork)."""
     if max_open_threads < 1:
         raise ValueError(f"max_open_threads must be at least 1, got {max_open_threads}")
@@ -187,7 +193,11 @@ def merge_steps(steps: Iterable[StepTokens], max_open_threads: int = DEFAULT_MAX
     open_: list[_Builder] = []
     for step in steps:
         own = [b for b in open_ if b.thread_id == step.thread_id]
-        base = max((b for b in own if step.prompt.startswith(b.token_ids)), key=lambda b: len(b.token_ids), default=None)
+        base = max(
+            (b for b in own if step.prompt.startswith(b.token_ids)),
+            key=lambda b: len(b.token_ids),
+            default=None,
+        )
         if base is not None:
             result.merged_calls += 1
             open_.remove(base)
@@ -233,4 +243,8 @@ def _rewritten(own: list[_Builder], prompt: bytes) -> tuple[_Builder, str, int] 
     old = candidates[closest]
     if shared == len(ids):
         return old, "history_cut", shared
-    return old, ("reply_rerendered" if shared >= old.last_sampled_start else "history_changed"), shared
+    return (
+        old,
+        ("reply_rerendered" if shared >= old.last_sampled_start else "history_changed"),
+        shared,
+    )

@@ -57,14 +57,20 @@ class Report:
             f"  tokens in the samples:          {self.tokens:,}",
         ]
         if self.first_divergence:
-            lines.append(f"  first differing token, median:  position {statistics.median(self.first_divergence):,.0f}")
-            lines.append(f"  length change, median:          {statistics.median(self.length_changes):+,.0f} tokens")
+            lines.append(
+                f"  first differing token, median:  position {statistics.median(self.first_divergence):,.0f}"
+            )
+            lines.append(
+                f"  length change, median:          {statistics.median(self.length_changes):+,.0f} tokens"
+            )
         if self.example:
             lines.append(f"  example: {self.example}")
         return "\n".join(lines)
 
 
-def compare(tokenizer: Tokenizer, sequences: Iterable[Sequence[int]], completions: Iterable[Sequence[int]]) -> Report:
+def compare(
+    tokenizer: Tokenizer, sequences: Iterable[Sequence[int]], completions: Iterable[Sequence[int]]
+) -> Report:
     report = Report()
     for ids in sequences:
         exact = list(ids)
@@ -73,7 +79,10 @@ def compare(tokenizer: Tokenizer, sequences: Iterable[Sequence[int]], completion
         again = _round_trip(tokenizer, exact)
         if again != exact:
             report.differing_samples += 1
-            first = next((i for i, (a, b) in enumerate(zip(exact, again, strict=False)) if a != b), min(len(exact), len(again)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(exact, again, strict=False)) if a != b),
+                min(len(exact), len(again)),
+            )
             report.first_divergence.append(first)
             report.length_changes.append(len(again) - len(exact))
             if not report.example:
@@ -101,7 +110,9 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
     try:
         token, seen = "", 0
         while seen < limit:
-            page = await store.list_sessions(pb.ListSessionsRequest(page_size=100, page_token=token))
+            page = await store.list_sessions(
+                pb.ListSessionsRequest(page_size=100, page_token=token)
+            )
             ids = [s.session_id for s in page.sessions if s.call_count][: limit - seen]
             seen += len(ids)
             if ids:
@@ -109,10 +120,14 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
                     pb.BatchGetSessionsRequest(session_ids=ids, view=pb.CALL_VIEW_SPLICED))  # fmt: skip
                 for contents in response.sessions:
                     rebuild_prompts(contents)
-                    trajectories, _ = split_trajectories(contents.session.session_id, contents.calls, contents.rewards)
+                    trajectories, _ = split_trajectories(
+                        contents.session.session_id, contents.calls, contents.rewards
+                    )
                     for trajectory in trajectories:
                         built = build_samples(trajectory, "", "", LengthLimit())
-                        sequences += [tokens.unpack_token_ids(s.token_ids).tolist() for s in built.samples]
+                        sequences += [
+                            tokens.unpack_token_ids(s.token_ids).tolist() for s in built.samples
+                        ]
                     completions += [tokens.unpack_token_ids(c.token_ids).tolist()
                                     for call in contents.calls for c in call.choices if c.token_ids]  # fmt: skip
             token = page.next_page_token
@@ -124,9 +139,13 @@ async def read_run(address: str, limit: int) -> tuple[list[list[int]], list[list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="parity assembler retokenization-report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="parity assembler retokenization-report", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--store", default="127.0.0.1:50051", help="the token store's gRPC address")
-    parser.add_argument("--tokenizer", required=True, help="the served model's folder or Hugging Face name")
+    parser.add_argument(
+        "--tokenizer", required=True, help="the served model's folder or Hugging Face name"
+    )
     parser.add_argument("--limit", type=int, default=10_000, help="sessions to read at most")
     args = parser.parse_args(argv)
     try:

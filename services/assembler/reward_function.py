@@ -35,10 +35,14 @@ class RewardFunction:
                 call = asyncio.to_thread(self._function, dict(metadata), messages)
             value = await asyncio.wait_for(call, self.timeout_s)
         except TimeoutError:
-            raise ScoringError("reward_function_error", f"reward function {self.path} took over {self.timeout_s:g} s") from None
+            raise ScoringError(
+                "reward_function_error",
+                f"reward function {self.path} took over {self.timeout_s:g} s",
+            ) from None
         except Exception as error:  # noqa: BLE001 - user code; whatever it raises is its error
             raise ScoringError(
-                "reward_function_error", f"reward function {self.path} raised {type(error).__name__}: {error}"
+                "reward_function_error",
+                f"reward function {self.path} raised {type(error).__name__}: {error}",
             ) from None
         return as_reward(value, f"reward function {self.path}", "reward_function_error")
 
@@ -47,18 +51,24 @@ def load(path: str) -> Callable[..., Any]:
     """The callable at `package.module:function`; InvalidArgument saying why it is not there."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise InvalidArgument(f"reward function must be given as package.module:function, got {path!r}")
+        raise InvalidArgument(
+            f"reward function must be given as package.module:function, got {path!r}"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise InvalidArgument(f"reward function {path}: cannot import {module_name}: {error}") from None
+        raise InvalidArgument(
+            f"reward function {path}: cannot import {module_name}: {error}"
+        ) from None
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
         if target is None:
             raise InvalidArgument(f"reward function {path}: {module_name} has no {attribute}")
     if not callable(target):
-        raise InvalidArgument(f"reward function {path} is a {type(target).__name__}, not a function")
+        raise InvalidArgument(
+            f"reward function {path} is a {type(target).__name__}, not a function"
+        )
     return target
 
 

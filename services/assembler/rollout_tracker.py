@@ -144,7 +144,9 @@ class RolloutTracker:
             for session in sessions:
                 self._on_closed(session)
             if not self.caught_up.is_set() and len(sessions) < WATCH_PAGE:
-                log.info("closes_replayed", rollouts=len(self.closed), pending_groups=len(self._pending))
+                log.info(
+                    "closes_replayed", rollouts=len(self.closed), pending_groups=len(self._pending)
+                )
                 self.caught_up.set()
             if sessions:
                 self.changes.notify()
@@ -163,13 +165,20 @@ class RolloutTracker:
             return
         group = self.groups.get(rollout.group_id)
         if group is None:
-            group = self.groups[rollout.group_id] = self._pending[rollout.group_id] = Group(rollout.group_id)
+            group = self.groups[rollout.group_id] = self._pending[rollout.group_id] = Group(
+                rollout.group_id
+            )
         if rollout.batch is not None:
-            self.ledgers.of(rollout.batch.consumer_id).record(rollout.batch, group.group_id, rollout)
+            self.ledgers.of(rollout.batch.consumer_id).record(
+                rollout.batch, group.group_id, rollout
+            )
             self.settle(group)
         elif rollout.filtered in GROUP_FILTERS:
             self.settle(group)
-        elif rollout.filtered == "malformed_metadata" and session_marks.FILTERED not in session.metadata:
+        elif (
+            rollout.filtered == "malformed_metadata"
+            and session_marks.FILTERED not in session.metadata
+        ):
             self._record_error(rollout, rollout.filtered, rollout.error)
         elif group.settled and rollout.failed and self.settings.filters.drop_failed_rollouts:
             # A retried attempt, closed after the attempt that settled its episode: never trainable, not late.
@@ -196,7 +205,8 @@ class RolloutTracker:
         self.stats.filtered[kind] += 1
         log.warning("rollout_refused", session_id=rollout.session_id, kind=kind, error=message)
         update = store_pb.SessionMetadataUpdate(
-            session_id=rollout.session_id, metadata={session_marks.FILTERED: kind, session_marks.ERROR: message[:2000]}
+            session_id=rollout.session_id,
+            metadata={session_marks.FILTERED: kind, session_marks.ERROR: message[:2000]},
         )
         task = asyncio.create_task(self._write_error_mark(update), name="assembler-error-mark")
         self._mark_writes.add(task)
@@ -227,7 +237,8 @@ class RolloutTracker:
 
     async def _score(self, rollouts: list[Rollout]) -> None:
         contents = await self.store.read_sessions(
-            [r.session_id for r in rollouts], call_counts={r.session_id: r.call_count for r in rollouts}
+            [r.session_id for r in rollouts],
+            call_counts={r.session_id: r.call_count for r in rollouts},
         )
         rewards: list[reward_pb2.Reward] = []
 
@@ -239,7 +250,11 @@ class RolloutTracker:
             trajectories, _ = split_trajectories(rollout.session_id, session.calls, session.rewards)
             try:
                 for trajectory in trajectories:
-                    rewards.extend(await score_trajectory(self.scorers, trajectory, rollout.task_metadata, existing))
+                    rewards.extend(
+                        await score_trajectory(
+                            self.scorers, trajectory, rollout.task_metadata, existing
+                        )
+                    )
             except ScoringError as error:
                 self._record_error(rollout, error.kind, f"session {rollout.session_id!r}: {error}")
 
@@ -268,7 +283,9 @@ class RolloutTracker:
             await self.store.write_rewards([reward])
         except NotFound:
             self.stats.errors["unknown_session"] += 1
-            log.warning("reward_refused", session_id=reward.session_id, reason="unknown session or call")
+            log.warning(
+                "reward_refused", session_id=reward.session_id, reason="unknown session or call"
+            )
             raise
         except InvalidArgument:
             self.stats.errors["invalid_reward"] += 1
@@ -283,7 +300,9 @@ class RolloutTracker:
         for name, value in (("session_id", session_id), ("group_id", group_id), ("episode_id", episode_id),
                             ("run_id", run_id)):  # fmt: skip
             if len(value) > MAX_ID_LENGTH:
-                raise InvalidArgument(f"{name} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed")
+                raise InvalidArgument(
+                    f"{name} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed"
+                )
         if not session_id:
             raise InvalidArgument("session_id is required")
         if group_size < 0:
@@ -308,7 +327,9 @@ class RolloutTracker:
             metadata[session_marks.TEACHER_SCORED] = "true"
         if from_store:
             if reward is None:
-                raise InvalidArgument("from_store: a stored session is adopted with its reward by the run's feedback rule; set reward")
+                raise InvalidArgument(
+                    "from_store: a stored session is adopted with its reward by the run's feedback rule; set reward"
+                )
             metadata[session_marks.FROM_STORE] = "true"
         self._closing.add(session_id)
         try:

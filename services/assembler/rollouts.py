@@ -96,7 +96,10 @@ def rollout_from_session(session: session_pb2.Session) -> Rollout:
         except ValueError as error:
             problems.append(str(error))
     if problems and not rollout.filtered:
-        rollout.filtered, rollout.error = "malformed_metadata", f"session {session.session_id!r}: " + "; ".join(problems)
+        rollout.filtered, rollout.error = (
+            "malformed_metadata",
+            f"session {session.session_id!r}: " + "; ".join(problems),
+        )
     return rollout
 
 

@@ -75,7 +75,11 @@ def trainable_steps(trajectory: Trajectory) -> tuple[list[StepTokens], int]:
     steps = []
     for index, call in enumerate(trajectory.calls):
         choices = tuple(ChoiceTokens(c.token_ids, c.logprobs) for c in call.choices if c.token_ids)
-        if call.kind == llm_call_pb2.CALL_KIND_EXTERNAL or call.outcome not in _USABLE_OUTCOMES or not choices:
+        if (
+            call.kind == llm_call_pb2.CALL_KIND_EXTERNAL
+            or call.outcome not in _USABLE_OUTCOMES
+            or not choices
+        ):
             continue
         steps.append(StepTokens(call.call_id, index, call.prompt_token_ids, choices, call.policy_version,
                                 call.thread_id))  # fmt: skip
@@ -123,7 +127,9 @@ def build_samples(
             call_ids=sequence.call_ids,
             truncated=truncated,
             metadata=_FINAL if position == len(kept) - 1 else _NOT_FINAL,
-            history_mode=history_mode(history_modes.get(sequence.call_ids[0], llm_call_pb2.HISTORY_MODE_UNSPECIFIED)),
+            history_mode=history_mode(
+                history_modes.get(sequence.call_ids[0], llm_call_pb2.HISTORY_MODE_UNSPECIFIED)
+            ),
             end_user_id=end_user_id,
             thread_index=sequence.thread_index,
             thread_id=sequence.thread_id,
@@ -148,7 +154,10 @@ def _truncate(sequence: MergedSequence, max_tokens: int) -> MergedSequence:
         token_ids=head_tokens(sequence.token_ids, max_tokens),
         loss_mask=sequence.loss_mask[:max_tokens],
         logprobs=head_tokens(sequence.logprobs, max_tokens),
-        steps=[s if s.last_token < max_tokens else StepEnd(s.step_index, s.call_id, -1) for s in sequence.steps],
+        steps=[
+            s if s.last_token < max_tokens else StepEnd(s.step_index, s.call_id, -1)
+            for s in sequence.steps
+        ],
         prompt_length=sequence.prompt_length,
         policy_version=sequence.policy_version,
         thread_index=sequence.thread_index,
@@ -170,5 +179,7 @@ def _token_rewards(sequence: MergedSequence, step_rewards: dict[int, float]) -> 
 def _sample_id(session_id: str, trajectory_name: str, position: int) -> str:
     """Stable across rebuilds (a redelivered batch carries the same ids) and unambiguous
     whatever characters the session and trajectory names hold."""
-    digest = hashlib.blake2b(f"{len(session_id)}:{session_id}{trajectory_name}".encode(), digest_size=10)
+    digest = hashlib.blake2b(
+        f"{len(session_id)}:{session_id}{trajectory_name}".encode(), digest_size=10
+    )
     return f"{digest.hexdigest()}-{position}"

@@ -37,7 +37,9 @@ class Scorer(Protocol):
 
 
 def reward_id(source: str, session_id: str, trajectory_name: str) -> str:
-    digest = hashlib.blake2b(f"{source}\x1f{session_id}\x1f{trajectory_name}".encode(), digest_size=16)
+    digest = hashlib.blake2b(
+        f"{source}\x1f{session_id}\x1f{trajectory_name}".encode(), digest_size=16
+    )
     return f"scored-{digest.hexdigest()}"
 
 
@@ -78,7 +80,10 @@ def final_messages(calls: Sequence[llm_call_pb2.LlmCall]) -> list[dict[str, Any]
     try:
         request = json.loads(last.request_json or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ScoringError("malformed_request", f"call {last.call_id!r} has request JSON that does not parse: {error}") from None
+        raise ScoringError(
+            "malformed_request",
+            f"call {last.call_id!r} has request JSON that does not parse: {error}",
+        ) from None
     if isinstance(request.get("messages"), list):
         messages = list(request["messages"])
     elif "prompt" in request:

@@ -30,29 +30,61 @@ DEFAULT_PORT = 50053
 class AssemblerConfig(ServerConfig):
     port: int = setting(DEFAULT_PORT, "gRPC port; 0 picks a free one")
     store_address: str = setting("127.0.0.1:50051", "the token store's gRPC address")
-    store_retry_s: float = setting(30.0, "how long a store call is retried while the store is unavailable")
-    group_size: int = setting(0, "episodes per group when CloseSession gives no group_size; 0 waits for --group-idle-s")
-    group_idle_s: float = setting(30.0, "a group short of its size is batched this long after its last rollout closed")
-    drop_failed_rollouts: bool = setting(True, "never train on rollouts that failed, timed out or were cancelled")
+    store_retry_s: float = setting(
+        30.0, "how long a store call is retried while the store is unavailable"
+    )
+    group_size: int = setting(
+        0, "episodes per group when CloseSession gives no group_size; 0 waits for --group-idle-s"
+    )
+    group_idle_s: float = setting(
+        30.0, "a group short of its size is batched this long after its last rollout closed"
+    )
+    drop_failed_rollouts: bool = setting(
+        True, "never train on rollouts that failed, timed out or were cancelled"
+    )
     drop_unrewarded: bool = setting(True, "never train on trajectories that no reward scores")
-    drop_zero_variance_groups: bool = setting(True, "drop groups of 2+ trajectories whose returns are all equal")
+    drop_zero_variance_groups: bool = setting(
+        True, "drop groups of 2+ trajectories whose returns are all equal"
+    )
     max_sample_tokens: int = setting(0, "longest sample in tokens; 0 means no limit")
-    overlong: str = setting("truncate", "what happens to a sample over --max-sample-tokens", OVERLONG_POLICIES)
+    overlong: str = setting(
+        "truncate", "what happens to a sample over --max-sample-tokens", OVERLONG_POLICIES
+    )
     max_open_threads: int = setting(
-        DEFAULT_MAX_OPEN_THREADS, "sequences a trajectory keeps open while its calls are merged (an agent's subagent "
-        "threads, forks); past it the least recently extended one ends")
+        DEFAULT_MAX_OPEN_THREADS,
+        "sequences a trajectory keeps open while its calls are merged (an agent's subagent "
+        "threads, forks); past it the least recently extended one ends",
+    )
     thread_advantage: str = setting(
-        "episode", "which group a named thread's samples are compared in: the episode's group, or per role (the "
-        "thread's name across the group's episodes)", THREAD_ADVANTAGES)
-    max_policy_lag: int = setting(-1, "policy versions a sample may lag the trainer, for subscriptions that set none; -1 disables")
-    reward_function: str = setting("", "reward function as package.module:function, called with (metadata, messages)")
+        "episode",
+        "which group a named thread's samples are compared in: the episode's group, or per role (the "
+        "thread's name across the group's episodes)",
+        THREAD_ADVANTAGES,
+    )
+    max_policy_lag: int = setting(
+        -1,
+        "policy versions a sample may lag the trainer, for subscriptions that set none; -1 disables",
+    )
+    reward_function: str = setting(
+        "", "reward function as package.module:function, called with (metadata, messages)"
+    )
     reward_timeout_s: float = setting(30.0, "seconds a reward function call may take")
-    judge_model: str = setting("", "LiteLLM model of an LLM judge, e.g. openai/gpt-4o-mini or hosted_vllm/NAME")
-    judge_api_base: str = setting("", "the judge provider's base URL, e.g. http://127.0.0.1:8100/v1")
-    judge_api_key_env: str = setting("", "environment variable that holds the judge provider's API key")
-    judge_instructions: str = setting("", "system prompt of the judge (default: score 0 to 1, the number only)")
+    judge_model: str = setting(
+        "", "LiteLLM model of an LLM judge, e.g. openai/gpt-4o-mini or hosted_vllm/NAME"
+    )
+    judge_api_base: str = setting(
+        "", "the judge provider's base URL, e.g. http://127.0.0.1:8100/v1"
+    )
+    judge_api_key_env: str = setting(
+        "", "environment variable that holds the judge provider's API key"
+    )
+    judge_instructions: str = setting(
+        "", "system prompt of the judge (default: score 0 to 1, the number only)"
+    )
     judge_max_tokens: int = setting(16, "longest judge reply in tokens")
-    judge_extra_body: str = setting("", "JSON object of provider-specific request fields for the judge")
+    judge_extra_body: str = setting(
+        "", "JSON object of provider-specific request fields for the judge"
+    )
     judge_concurrency: int = setting(8, "judge requests in flight at most")
 
     def __post_init__(self) -> None:
@@ -60,15 +92,23 @@ class AssemblerConfig(ServerConfig):
         if not self.store_address:
             raise InvalidArgument("store_address is required")
         if self.store_retry_s < 0 or self.group_idle_s < 0 or self.reward_timeout_s <= 0:
-            raise InvalidArgument("store_retry_s and group_idle_s must be >= 0, reward_timeout_s > 0")
+            raise InvalidArgument(
+                "store_retry_s and group_idle_s must be >= 0, reward_timeout_s > 0"
+            )
         if self.group_size < 0 or self.max_sample_tokens < 0 or self.max_policy_lag < -1:
-            raise InvalidArgument("group_size and max_sample_tokens must be >= 0, max_policy_lag >= -1")
+            raise InvalidArgument(
+                "group_size and max_sample_tokens must be >= 0, max_policy_lag >= -1"
+            )
         if self.overlong not in OVERLONG_POLICIES:
-            raise InvalidArgument(f"overlong must be one of {OVERLONG_POLICIES}, got {self.overlong!r}")
+            raise InvalidArgument(
+                f"overlong must be one of {OVERLONG_POLICIES}, got {self.overlong!r}"
+            )
         if self.max_open_threads < 1:
             raise InvalidArgument(f"max_open_threads must be >= 1, got {self.max_open_threads}")
         if self.thread_advantage not in THREAD_ADVANTAGES:
-            raise InvalidArgument(f"thread_advantage must be one of {THREAD_ADVANTAGES}, got {self.thread_advantage!r}")
+            raise InvalidArgument(
+                f"thread_advantage must be one of {THREAD_ADVANTAGES}, got {self.thread_advantage!r}"
+            )
         if self.judge_max_tokens < 1 or self.judge_concurrency < 1:
             raise InvalidArgument("judge_max_tokens and judge_concurrency must be >= 1")
         if self.judge_extra_body:
@@ -115,7 +155,11 @@ def build_bindings(config: AssemblerConfig) -> list[ServiceBinding]:
 
     async def start() -> None:
         # The gRPC channel binds to the running loop, so the client is made here.
-        store = StoreClient(config.store_address, retry_s=config.store_retry_s, max_message_bytes=config.max_message_bytes)
+        store = StoreClient(
+            config.store_address,
+            retry_s=config.store_retry_s,
+            max_message_bytes=config.max_message_bytes,
+        )
         holder["assembler"] = Assembler(store, config.assembly_settings(), scorers)
         await holder["assembler"].start()
 
@@ -123,7 +167,9 @@ def build_bindings(config: AssemblerConfig) -> list[ServiceBinding]:
         await holder["assembler"].stop()
 
     def add(server: object) -> None:
-        assembler_service_pb2_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(holder["assembler"]), server)
+        assembler_service_pb2_grpc.add_AssemblerServiceServicer_to_server(
+            AssemblerServicer(holder["assembler"]), server
+        )
 
     return [ServiceBinding(FULL_NAME, add, on_start=start, on_stop=stop)]
 

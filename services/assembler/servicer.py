@@ -56,11 +56,15 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
 
 def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
     trajectory = view.trajectory
-    threads = {call_id: (s.thread_index, s.thread_id) for s in view.built.samples for call_id in s.call_ids}
+    threads = {
+        call_id: (s.thread_index, s.thread_id) for s in view.built.samples for call_id in s.call_ids
+    }
     steps = []
     for index, call in enumerate(trajectory.calls):
         prompt_tokens = token_count(call.prompt_token_ids) or call.usage.prompt_tokens
-        completion_tokens = sum(token_count(c.token_ids) for c in call.choices) or call.usage.completion_tokens
+        completion_tokens = (
+            sum(token_count(c.token_ids) for c in call.choices) or call.usage.completion_tokens
+        )
         steps.append(trajectory_pb2.Step(
             call_id=call.call_id, step_index=index, prompt_token_count=prompt_tokens,
             completion_token_count=completion_tokens, reward=trajectory.step_rewards.get(index, 0.0),
@@ -86,7 +90,9 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         unique_token_count=view.unique_token_count,
         merged_call_count=view.merged_call_count,
         thread_count=view.built.threads,
-        history_mode=history_mode(trajectory.calls[0].history_mode) if trajectory.calls else llm_call_pb2.HISTORY_MODE_UNSPECIFIED,
+        history_mode=history_mode(trajectory.calls[0].history_mode)
+        if trajectory.calls
+        else llm_call_pb2.HISTORY_MODE_UNSPECIFIED,
     )
 
 
@@ -100,13 +106,21 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
     def __init__(self, assembler: Assembler) -> None:
         self.assembler = assembler
 
-    async def ReportReward(self, request: pb.ReportRewardRequest, context: grpc.aio.ServicerContext) -> pb.ReportRewardResponse:
-        return pb.ReportRewardResponse(reward_id=await self.assembler.tracker.report_reward(request.reward))
+    async def ReportReward(
+        self, request: pb.ReportRewardRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportRewardResponse:
+        return pb.ReportRewardResponse(
+            reward_id=await self.assembler.tracker.report_reward(request.reward)
+        )
 
-    async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
         if request.capped_episodes not in _CAPPED_EPISODES:
-            raise InvalidArgument(f"capped_episodes {request.capped_episodes} is not a CappedEpisodes value")
+            raise InvalidArgument(
+                f"capped_episodes {request.capped_episodes} is not a CappedEpisodes value"
+            )
         session = await self.assembler.tracker.close_session(
             request.session_id, request.outcome, request.error_message,
             reward=request.reward if request.HasField("reward") else None,
@@ -117,10 +131,15 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         )  # fmt: skip
         return pb.CloseSessionResponse(session=session)
 
-    async def GetTrajectory(self, request: pb.GetTrajectoryRequest, context: grpc.aio.ServicerContext) -> pb.GetTrajectoryResponse:
+    async def GetTrajectory(
+        self, request: pb.GetTrajectoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTrajectoryResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
         view = await trajectory_views.get_trajectory(
-            self.assembler.tracker, request.session_id, request.trajectory_name, request.view == pb.TRAJECTORY_VIEW_FULL
+            self.assembler.tracker,
+            request.session_id,
+            request.trajectory_name,
+            request.view == pb.TRAJECTORY_VIEW_FULL,
         )
         return pb.GetTrajectoryResponse(trajectory=trajectory_to_proto(view))
 
@@ -132,10 +151,14 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             page_size=request.page_size, page_token=request.page_token,
             with_samples=request.view == pb.TRAJECTORY_VIEW_FULL,
         )  # fmt: skip
-        return pb.ListTrajectoriesResponse(trajectories=[trajectory_to_proto(v) for v in views], next_page_token=token)
+        return pb.ListTrajectoriesResponse(
+            trajectories=[trajectory_to_proto(v) for v in views], next_page_token=token
+        )
 
     async def StreamBatches(
-        self, request_iterator: AsyncIterator[pb.StreamBatchesRequest], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[pb.StreamBatchesRequest],
+        context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.StreamBatchesResponse]:
         first = await anext(aiter(request_iterator), None)
         if first is None or first.WhichOneof("message") != "subscribe":
@@ -158,10 +181,16 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
                 await acks
             feed.close()
 
-    async def ReleaseBatch(self, request: pb.ReleaseBatchRequest, context: grpc.aio.ServicerContext) -> pb.ReleaseBatchResponse:
-        return pb.ReleaseBatchResponse(pending_group_count=self.assembler.former.release(request.run_id))
+    async def ReleaseBatch(
+        self, request: pb.ReleaseBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReleaseBatchResponse:
+        return pb.ReleaseBatchResponse(
+            pending_group_count=self.assembler.former.release(request.run_id)
+        )
 
-    async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+    async def GetStats(
+        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStatsResponse:
         stats = self.assembler.stats
         return pb.GetStatsResponse(
             closed_session_count=stats.closed_sessions,
@@ -175,17 +204,20 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         )
 
 
-async def _forward_acks(request_iterator: AsyncIterator[pb.StreamBatchesRequest], feed: BatchFeed) -> None:
+async def _forward_acks(
+    request_iterator: AsyncIterator[pb.StreamBatchesRequest], feed: BatchFeed
+) -> None:
     """Hand each acknowledgement to the feed; the first bad message ends the stream."""
     try:
         async for request in request_iterator:
             if request.WhichOneof("message") != "ack":
                 raise InvalidArgument("after the subscribe, StreamBatches messages must be acks")
             ack = request.ack
-            await feed.acknowledge(ack.batch_id, ack.policy_version if ack.HasField("policy_version") else None)
+            await feed.acknowledge(
+                ack.batch_id, ack.policy_version if ack.HasField("policy_version") else None
+            )
     except ParityError as error:
         feed.fail(error)
     except grpc.aio.AioRpcError:
         # The client went away; the response side ends with it.
         return
-

@@ -62,7 +62,13 @@ class BatchMark:
         """Raises ValueError when the value is not a mark this assembler wrote."""
         try:
             raw = json.loads(value)
-            mark = cls(raw["consumer"], raw["sequence"], raw["acknowledged"], raw["policy_version"], raw["max_policy_lag"])
+            mark = cls(
+                raw["consumer"],
+                raw["sequence"],
+                raw["acknowledged"],
+                raw["policy_version"],
+                raw["max_policy_lag"],
+            )
         except (json.JSONDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"{BATCH} {value!r} is malformed ({error})") from None
         if not (

@@ -71,7 +71,11 @@ class StoreClient:
         await self._client.close()
 
     async def close_session(
-        self, session_id: str, outcome: session_pb2.SessionOutcome, error_message: str, metadata: dict[str, str]
+        self,
+        session_id: str,
+        outcome: session_pb2.SessionOutcome,
+        error_message: str,
+        metadata: dict[str, str],
     ) -> session_pb2.Session:
         request = pb.CloseSessionRequest(
             session_id=session_id, outcome=outcome, error_message=error_message, metadata=metadata
@@ -83,10 +87,16 @@ class StoreClient:
         return await self._call(self._client.write_rewards, pb.WriteRewardsRequest(rewards=rewards))
 
     async def get_session(self, session_id: str) -> session_pb2.Session:
-        return (await self._call(self._client.get_session, pb.GetSessionRequest(session_id=session_id))).session
+        return (
+            await self._call(self._client.get_session, pb.GetSessionRequest(session_id=session_id))
+        ).session
 
     async def read_sessions(
-        self, session_ids: Sequence[str], *, tokens_only: bool = False, call_counts: Mapping[str, int] | None = None
+        self,
+        session_ids: Sequence[str],
+        *,
+        tokens_only: bool = False,
+        call_counts: Mapping[str, int] | None = None,
     ) -> dict[str, pb.SessionContents]:
         """The sessions that exist, with their calls (token ids exact and complete) and
         rewards. `tokens_only` leaves out request JSON and ships prompts as the store
@@ -108,7 +118,9 @@ class StoreClient:
         request = pb.UpdateSessionMetadataRequest(updates=updates)
         return (await self._call(self._client.update_session_metadata, request)).updated_count
 
-    async def watch_closed_sessions(self, cursor: str = "") -> AsyncIterator[tuple[list[session_pb2.Session], str]]:
+    async def watch_closed_sessions(
+        self, cursor: str = ""
+    ) -> AsyncIterator[tuple[list[session_pb2.Session], str]]:
         """Every close after the cursor, then new ones, forever; an empty list is a heartbeat."""
         backoff = _FIRST_BACKOFF_S
         while True:
@@ -131,10 +143,14 @@ class StoreClient:
             if error.code in _RETRIED:
                 raise Unavailable(f"token store at {self.address} unavailable for {self.retry_s:g} s "
                                   f"({error.code.name}: {error.message})") from None  # fmt: skip
-            raise _ERRORS.get(error.code, Unavailable)(error.message or f"token store answered {error.code.name}") from None
+            raise _ERRORS.get(error.code, Unavailable)(
+                error.message or f"token store answered {error.code.name}"
+            ) from None
 
 
-def _chunks(session_ids: Sequence[str], call_counts: Mapping[str, int], max_calls: int) -> Iterator[list[str]]:
+def _chunks(
+    session_ids: Sequence[str], call_counts: Mapping[str, int], max_calls: int
+) -> Iterator[list[str]]:
     chunk: list[str] = []
     calls = 0
     for session_id in session_ids:
@@ -162,7 +178,10 @@ def rebuild_prompts(contents: pb.SessionContents) -> None:
             if splice.base_choice >= 0:
                 base += base_call.choices[splice.base_choice].token_ids
             call.prompt_token_ids = splice_delta.decode(
-                base, token_splice(splice.prefix_token_count, splice.suffix_token_count, splice.middle_token_ids)
+                base,
+                token_splice(
+                    splice.prefix_token_count, splice.suffix_token_count, splice.middle_token_ids
+                ),
             )
         earlier[call.call_id] = call
     del contents.prompt_splices[:]

@@ -61,7 +61,9 @@ def split_trajectories(
     for call in calls:
         trajectory = by_name.get(call.trajectory_name)
         if trajectory is None:
-            trajectory = by_name[call.trajectory_name] = Trajectory(session_id, call.trajectory_name, [])
+            trajectory = by_name[call.trajectory_name] = Trajectory(
+                session_id, call.trajectory_name, []
+            )
         call_places[call.call_id] = (trajectory, len(trajectory.calls))
         trajectory.calls.append(call)
     step_sums: dict[tuple[str, int], float] = defaultdict(float)
@@ -73,7 +75,9 @@ def split_trajectories(
             trajectory.rewards.append(reward)
             if reward.level != _STEP and reward.thread_id:
                 thread = reward.thread_id
-                trajectory.thread_rewards[thread] = trajectory.thread_rewards.get(thread, 0.0) + reward.value
+                trajectory.thread_rewards[thread] = (
+                    trajectory.thread_rewards.get(thread, 0.0) + reward.value
+                )
                 trajectory.has_reward = True
             elif reward.level != _STEP:
                 trajectory.reward += reward.value
@@ -88,7 +92,9 @@ def split_trajectories(
 
 
 def _targets(
-    reward: reward_pb2.Reward, by_name: dict[str, Trajectory], call_places: dict[str, tuple[Trajectory, int]]
+    reward: reward_pb2.Reward,
+    by_name: dict[str, Trajectory],
+    call_places: dict[str, tuple[Trajectory, int]],
 ) -> list[tuple[Trajectory, int | None]]:
     if reward.level == _STEP and reward.WhichOneof("step") == "call_id":
         place = call_places.get(reward.call_id)

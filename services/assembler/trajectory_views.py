@@ -61,7 +61,9 @@ class TrajectoryView:
         return unique_token_count(self.token_count, self.built.repeated_tokens)
 
 
-def rollout_state(tracker: RolloutTracker, rollout: Rollout | None) -> tuple[trajectory_pb2.TrajectoryState, str]:
+def rollout_state(
+    tracker: RolloutTracker, rollout: Rollout | None
+) -> tuple[trajectory_pb2.TrajectoryState, str]:
     if rollout is None:
         return _STATE.TRAJECTORY_STATE_OPEN, ""
     if rollout.validation:
@@ -69,13 +71,19 @@ def rollout_state(tracker: RolloutTracker, rollout: Rollout | None) -> tuple[tra
     if rollout.filtered:
         return _STATE.TRAJECTORY_STATE_FILTERED, rollout.error or rollout.filtered
     if rollout.batch is not None:
-        return (_STATE.TRAJECTORY_STATE_TRAINED if rollout.batch.acknowledged else _STATE.TRAJECTORY_STATE_READY), ""
+        return (
+            _STATE.TRAJECTORY_STATE_TRAINED
+            if rollout.batch.acknowledged
+            else _STATE.TRAJECTORY_STATE_READY
+        ), ""
     if rollout.failed and tracker.settings.filters.drop_failed_rollouts:
         return _STATE.TRAJECTORY_STATE_FILTERED, "failed_rollout"
     return _STATE.TRAJECTORY_STATE_PENDING, ""
 
 
-def views_of(tracker: RolloutTracker, contents: store_pb.SessionContents, with_samples: bool) -> list[TrajectoryView]:
+def views_of(
+    tracker: RolloutTracker, contents: store_pb.SessionContents, with_samples: bool
+) -> list[TrajectoryView]:
     session = contents.session
     rollout = tracker.rollouts.get(session.session_id)
     if rollout is None and session.state == session_pb2.SESSION_STATE_CLOSED:
@@ -90,11 +98,17 @@ def views_of(tracker: RolloutTracker, contents: store_pb.SessionContents, with_s
     for trajectory in trajectories:
         filters = tracker.settings.filters
         built = build_samples(trajectory, episode, group, filters.length, filters.max_open_threads)
-        views.append(TrajectoryView(trajectory, episode, group, state, reason, built, session.outcome, with_samples))
+        views.append(
+            TrajectoryView(
+                trajectory, episode, group, state, reason, built, session.outcome, with_samples
+            )
+        )
     return views
 
 
-async def get_trajectory(tracker: RolloutTracker, session_id: str, name: str, with_samples: bool) -> TrajectoryView:
+async def get_trajectory(
+    tracker: RolloutTracker, session_id: str, name: str, with_samples: bool
+) -> TrajectoryView:
     if not session_id:
         raise InvalidArgument("session_id is required")
     contents = (await tracker.store.read_sessions([session_id])).get(session_id)
@@ -131,11 +145,17 @@ async def list_trajectories(
     for index, sid in window:
         if sid not in contents:
             continue
-        session_views = [v for v in views_of(tracker, contents[sid], with_samples) if not state or v.state == state]
+        session_views = [
+            v
+            for v in views_of(tracker, contents[sid], with_samples)
+            if not state or v.state == state
+        ]
         offset = skip if index == start_rollout else 0
         for place, view in enumerate(session_views[offset:], offset):
             if len(views) == limit:
-                next_token = page_tokens.encode_page_token(scope, (index << _TRAJECTORY_BITS) | place)
+                next_token = page_tokens.encode_page_token(
+                    scope, (index << _TRAJECTORY_BITS) | place
+                )
                 return views, next_token
             views.append(view)
     if len(candidates) > len(window):

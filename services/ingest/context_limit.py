@@ -43,7 +43,9 @@ async def refuse(capture: CallCapture, message: str) -> NoReturn:
     """Record the call as the session's context cap and answer the agent with `message`."""
     capture.session_cap = CONTEXT_CAP
     await capture.finish(SESSION_CAPPED, message)
-    raise openai_errors.HttpError(400, message, "invalid_request_error", "messages", code="context_length_exceeded")
+    raise openai_errors.HttpError(
+        400, message, "invalid_request_error", "messages", code="context_length_exceeded"
+    )
 
 
 def requested_reply(body: Mapping[str, Any]) -> int | None:
@@ -52,7 +54,9 @@ def requested_reply(body: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-async def refuse_overrun(capture: CallCapture, prompt_tokens: int, body: Mapping[str, Any], limit: int) -> None:
+async def refuse_overrun(
+    capture: CallCapture, prompt_tokens: int, body: Mapping[str, Any], limit: int
+) -> None:
     """Refuse the call, as a prompt past the context is, when its prompt and requested reply exceed `limit`."""
     requested = requested_reply(body)
     if requested is None or prompt_tokens + requested <= limit:

@@ -35,7 +35,12 @@ class IngestStats:
 
 class IngestControl:
     def __init__(
-        self, gate: TrafficGate, router: ReplicaRouter, sink: CaptureSink, policy: PolicyState, record: PolicyRecord
+        self,
+        gate: TrafficGate,
+        router: ReplicaRouter,
+        sink: CaptureSink,
+        policy: PolicyState,
+        record: PolicyRecord,
     ) -> None:
         self.gate = gate
         self.router = router
@@ -79,15 +84,21 @@ class IngestControl:
         return self.gate.resume()
 
     async def set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
-        await self.policy.canary.set(upstreams, share, policy_version, current_version=self.policy.version)
+        await self.policy.canary.set(
+            upstreams, share, policy_version, current_version=self.policy.version
+        )
 
     def set_policy_version(self, version: int, policy_model: str, lora_adapter: str) -> int:
         """The version, and the adapter serving `policy_model` from now on (none when `lora_adapter` is empty)."""
         if version < self.policy.version:
-            raise InvalidArgument(f"policy_version {version} is lower than the current {self.policy.version}")
+            raise InvalidArgument(
+                f"policy_version {version} is lower than the current {self.policy.version}"
+            )
         self.policy.adapter.set(policy_model, lora_adapter)
         previous, self.policy.version = self.policy.version, version
-        self.record.save(RecordedPolicy(version, self.policy.adapter.model, self.policy.adapter.adapter))
+        self.record.save(
+            RecordedPolicy(version, self.policy.adapter.model, self.policy.adapter.adapter)
+        )
         return previous
 
     def adopt(self, version: int, policy_model: str, lora_adapter: str) -> bool:

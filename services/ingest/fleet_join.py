@@ -108,17 +108,27 @@ class FleetJoin:
             if not view.paused:
                 # No peer answering at all means no sync to wait for that anyone could still end.
                 gate.release(JOIN_HOLD)
-                log.info("peers_resumed", answered=view.answered, policy_version=self.control.policy.version)
+                log.info(
+                    "peers_resumed",
+                    answered=view.answered,
+                    policy_version=self.control.policy.version,
+                )
 
     def _adopt(self, view: PeerView) -> None:
         if self.control.adopt(view.policy_version, view.policy_model, view.lora_adapter):
-            log.info("policy_adopted_from_peers", policy_version=view.policy_version, lora_adapter=view.lora_adapter)
+            log.info(
+                "policy_adopted_from_peers",
+                policy_version=view.policy_version,
+                lora_adapter=view.lora_adapter,
+            )
 
     async def _stats(self, address: str) -> pb.GetStatsResponse | None:
         client = self._clients.get(address)
         if client is None:
             # Not retried: a peer that does not answer now is left out of this survey, and the next one asks again.
-            client = self._clients[address] = AsyncIngestClient(address, timeout_s=self.timeout_s, retries=0)
+            client = self._clients[address] = AsyncIngestClient(
+                address, timeout_s=self.timeout_s, retries=0
+            )
         try:
             return await client.get_stats(pb.GetStatsRequest())
         except RPCError as error:

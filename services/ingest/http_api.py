@@ -56,7 +56,9 @@ DEFAULT_FLUSH_TIMEOUT_S = 30.0
 MAX_FLUSH_TIMEOUT_S = 600.0
 WEBSOCKET_POLICY_VIOLATION = 1008
 # Metric labels: every other path is "other", so a client cannot grow the label set.
-ROUTES = frozenset({*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, FEEDBACK, "/v1/models", "/health", "/metrics"})
+ROUTES = frozenset(
+    {*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, FEEDBACK, "/v1/models", "/health", "/metrics"}
+)
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 Scope = dict[str, Any]
 Headers = dict[bytes, bytes]
@@ -87,7 +89,11 @@ def split_session(path: str) -> tuple[str | None, str]:
 
 class IngestHttpApp:
     def __init__(
-        self, endpoints: Endpoints, gate: TrafficGate, metrics: IngestMetrics, tokens: TokenTable | None,
+        self,
+        endpoints: Endpoints,
+        gate: TrafficGate,
+        metrics: IngestMetrics,
+        tokens: TokenTable | None,
         max_body_bytes: int,
     ) -> None:
         self.endpoints = endpoints
@@ -124,9 +130,13 @@ class IngestHttpApp:
                 # One admission for the whole exchange, streamed body included: a pause for
                 # weight sync waits for this response to finish, never cuts it in half.
                 async with self.gate.admit():
-                    status, fields = await self._respond(send, receive, path, self._inference(headers, receive, path, slug))
+                    status, fields = await self._respond(
+                        send, receive, path, self._inference(headers, receive, path, slug)
+                    )
             else:
-                status, fields = await self._respond(send, receive, path, self._other(method, headers, receive, path, slug))
+                status, fields = await self._respond(
+                    send, receive, path, self._other(method, headers, receive, path, slug)
+                )
         finally:
             seconds = time.perf_counter() - started
             self.metrics.observe(path if path in ROUTES else "other", status, seconds)
@@ -135,7 +145,9 @@ class IngestHttpApp:
                     "request", method=method, path=path, status=status, latency_ms=round(seconds * 1000, 2), **fields(),
                 )  # fmt: skip
 
-    async def _respond(self, send: Send, receive: Receive, path: str, produce: Awaitable[Reply]) -> tuple[int, LogFields]:
+    async def _respond(
+        self, send: Send, receive: Receive, path: str, produce: Awaitable[Reply]
+    ) -> tuple[int, LogFields]:
         """Send the reply `produce` makes, or the error it raised; returns the status sent and the log's fields."""
         try:
             reply = await produce
@@ -147,7 +159,10 @@ class IngestHttpApp:
             reply = JsonReply(500, _error_body(path, failure), {"error": failure.message})
         if isinstance(reply, JsonReply):
             # A length, as vLLM sends, rather than chunked framing around one body.
-            headers = [(b"content-type", reply.content_type), (b"content-length", b"%d" % len(reply.body))]
+            headers = [
+                (b"content-type", reply.content_type),
+                (b"content-length", b"%d" % len(reply.body)),
+            ]
             await send({"type": "http.response.start", "status": reply.status, "headers": headers})
             await send({"type": "http.response.body", "body": reply.body})
             return reply.status, reply.log_fields
@@ -182,7 +197,9 @@ class IngestHttpApp:
             return 200, lambda: reply.log_fields() | {"disconnected": True}
         return 200, reply.log_fields
 
-    async def _inference(self, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
+    async def _inference(
+        self, headers: Headers, receive: Receive, path: str, slug: str | None
+    ) -> Reply:
         self._authorize(headers)
         body = await self._read_body(headers, receive)
         session = SessionHeaders.read(headers)
@@ -193,7 +210,9 @@ class IngestHttpApp:
         endpoint = CHAT if path == "/v1/chat/completions" else COMPLETIONS
         return await self.endpoints.chat.handle(endpoint, body, slug, session)
 
-    async def _other(self, method: str, headers: Headers, receive: Receive, path: str, slug: str | None) -> Reply:
+    async def _other(
+        self, method: str, headers: Headers, receive: Receive, path: str, slug: str | None
+    ) -> Reply:
         if path == "/health" and slug is None:
             return JsonReply(200, b"{}")
         if path == "/metrics" and slug is None:
@@ -201,17 +220,25 @@ class IngestHttpApp:
         self._authorize(headers)
         if path == FLUSH and slug is None:
             if method != "POST":
-                raise openai_errors.HttpError(405, f"{FLUSH} accepts POST only", "invalid_request_error")
+                raise openai_errors.HttpError(
+                    405, f"{FLUSH} accepts POST only", "invalid_request_error"
+                )
             timeout_s = flush_timeout(await self._read_body(headers, receive))
             captured = await self.endpoints.sink.flush(timeout_s)
             return JsonReply(200, orjson.dumps({"object": "parity.flush", "captured": captured}))
         if path == FEEDBACK:
             if method != "POST":
-                raise openai_errors.HttpError(405, "feedback accepts POST only", "invalid_request_error")
+                raise openai_errors.HttpError(
+                    405, "feedback accepts POST only", "invalid_request_error"
+                )
             assert slug is not None
-            return await self.endpoints.feedback.create(slug, await self._read_body(headers, receive))
+            return await self.endpoints.feedback.create(
+                slug, await self._read_body(headers, receive)
+            )
         if path == COUNT_TOKENS and method == "POST":
-            return await self.endpoints.messages.count_tokens(await self._read_body(headers, receive))
+            return await self.endpoints.messages.count_tokens(
+                await self._read_body(headers, receive)
+            )
         if path == "/v1/models" and method == "GET":
             data = [{"id": m, "object": "model", "created": self.started_at, "owned_by": "parity"}
                     for m in self.endpoints.backend.models()]  # fmt: skip
@@ -225,10 +252,16 @@ class IngestHttpApp:
         if self.tokens is None:
             return
         header = headers.get(b"authorization", b"").decode(errors="replace")
-        key = header[7:] if header.lower().startswith("bearer ") else headers.get(b"x-api-key", b"").decode(errors="replace")
+        key = (
+            header[7:]
+            if header.lower().startswith("bearer ")
+            else headers.get(b"x-api-key", b"").decode(errors="replace")
+        )
         role = self.tokens.role_of(key) if key else auth_pb2.ROLE_UNSPECIFIED
         if role == auth_pb2.ROLE_UNSPECIFIED:
-            raise openai_errors.unauthorized("missing or invalid API key (send Authorization: Bearer <key>, or x-api-key)")
+            raise openai_errors.unauthorized(
+                "missing or invalid API key (send Authorization: Bearer <key>, or x-api-key)"
+            )
         if role < auth_pb2.ROLE_AGENT:
             raise openai_errors.HttpError(403, f"this API key has the {role_name(role)} role; calls need agent or higher",
                                           "permission_error")  # fmt: skip
@@ -236,7 +269,9 @@ class IngestHttpApp:
     async def _read_body(self, headers: Headers, receive: Receive) -> bytes:
         declared = headers.get(b"content-length")
         if declared and int(declared) > self.max_body_bytes:
-            raise openai_errors.too_large(f"request body is {int(declared)} bytes; at most {self.max_body_bytes} are accepted")
+            raise openai_errors.too_large(
+                f"request body is {int(declared)} bytes; at most {self.max_body_bytes} are accepted"
+            )
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -265,8 +300,13 @@ def flush_timeout(body: bytes) -> float:
     if request.keys() - {"timeout_s"}:
         raise openai_errors.bad_request('a flush request body holds at most "timeout_s"')
     timeout_s = request.get("timeout_s", DEFAULT_FLUSH_TIMEOUT_S)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_FLUSH_TIMEOUT_S:
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not 0 < timeout_s <= MAX_FLUSH_TIMEOUT_S
+    ):
         raise openai_errors.bad_request(
-            f"timeout_s must be a number of seconds in (0, {MAX_FLUSH_TIMEOUT_S:g}], got {timeout_s!r}", "timeout_s"
+            f"timeout_s must be a number of seconds in (0, {MAX_FLUSH_TIMEOUT_S:g}], got {timeout_s!r}",
+            "timeout_s",
         )
     return float(timeout_s)

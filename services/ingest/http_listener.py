@@ -34,7 +34,10 @@ class HttpListener:
     """What uvicorn keeps in `Server.servers`: `close()` and `wait_closed()`."""
 
     def __init__(
-        self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol], tls: ssl.SSLContext | None = None
+        self,
+        sock: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.sock = sock
         self.protocol_factory = protocol_factory
@@ -46,13 +49,20 @@ class HttpListener:
 
     @classmethod
     def bind(
-        cls, host: str, port: int, backlog: int, protocol_factory: Callable[[], asyncio.Protocol],
-        tls: ssl.SSLContext | None = None, reuse_port: bool = False,
+        cls,
+        host: str,
+        port: int,
+        backlog: int,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        tls: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> HttpListener:
         """Listen on the first address `host` resolves to (an IP address resolves to itself). With `reuse_port`,
         other processes may listen on the same port (SO_REUSEPORT), and the kernel spreads new connections across
         all of them."""
-        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -91,7 +101,9 @@ class HttpListener:
 
     async def _connect(self, connection: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self.protocol_factory, connection, ssl=self.tls)
+            await self._loop.connect_accepted_socket(
+                self.protocol_factory, connection, ssl=self.tls
+            )
         except (OSError, ssl.SSLError) as error:
             # The client left, or failed the TLS handshake, before its transport was made; nothing was read yet.
             log.debug("http_connection_dropped", error=str(error))

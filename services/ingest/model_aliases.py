@@ -31,7 +31,9 @@ class AliasRule:
         pattern, equals, target = text.partition("=")
         pattern, target = pattern.strip(), target.strip()
         if not equals or not pattern or not target:
-            raise ValueError(f"a model alias is PATTERN=MODEL (e.g. 'claude-*=@policy'), got {text!r}")
+            raise ValueError(
+                f"a model alias is PATTERN=MODEL (e.g. 'claude-*=@policy'), got {text!r}"
+            )
         return cls(pattern, target, re.compile(fnmatch.translate(pattern)))
 
 
@@ -44,7 +46,9 @@ def parse_rules(text: str) -> list[str]:
 
 
 class ModelAliases:
-    def __init__(self, rules: Iterable[str], served: Callable[[], set[str]], policy: Callable[[], str | None]) -> None:
+    def __init__(
+        self, rules: Iterable[str], served: Callable[[], set[str]], policy: Callable[[], str | None]
+    ) -> None:
         """`served`: the names ingest serves now; `policy`: the policy replicas' model, if one is up."""
         self.rules = [AliasRule.parse(rule) for rule in rules]
         self._served = served

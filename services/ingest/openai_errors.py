@@ -29,14 +29,27 @@ class HttpError(Exception):
 
     def body(self) -> bytes:
         code = self.code if self.code is not None else self.status
-        return orjson.dumps({"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": code}})
+        return orjson.dumps(
+            {
+                "error": {
+                    "message": self.message,
+                    "type": self.error_type,
+                    "param": self.param,
+                    "code": code,
+                }
+            }
+        )
 
     def anthropic_body(self) -> bytes:
         return orjson.dumps({"type": "error", "error": self.anthropic_error()})
 
     def anthropic_error(self) -> dict[str, str]:
         """The error object of Anthropic's error shape; a named field leads the message, as Anthropic's do."""
-        message = f"{self.param}: {self.message}" if self.param and not self.message.startswith(self.param) else self.message
+        message = (
+            f"{self.param}: {self.message}"
+            if self.param and not self.message.startswith(self.param)
+            else self.message
+        )
         return {"type": ANTHROPIC_ERROR_TYPES.get(self.status, "api_error"), "message": message}
 
 

@@ -71,7 +71,9 @@ class IngestConfig(ServerConfig):
         False, "share --http-port with the other ingest processes of this host (SO_REUSEPORT): the kernel spreads "
         "agents' connections across them"
     )  # fmt: skip
-    upstreams: str = setting("", "comma-separated vLLM base URLs, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100")
+    upstreams: str = setting(
+        "", "comma-separated vLLM base URLs, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100"
+    )
     store: str = setting("127.0.0.1:50051", "token store gRPC address")
     peers: str = setting(
         "", "the other ingests of this deployment (comma-separated gRPC addresses, or dns:///NAME:PORT for every "
@@ -88,16 +90,25 @@ class IngestConfig(ServerConfig):
     )  # fmt: skip
     spool_max_mb: int = setting(1024, "spool disk budget; when spent, new requests get 503")
     capture_batch_size: int = setting(256, "calls per WriteCalls to the store")
-    max_pending_captures: int = setting(8192, "captured calls held in memory at most (backpressure beyond)")
-    store_timeout_s: float = setting(5.0, "a store write slower than this goes to the spool instead")
+    max_pending_captures: int = setting(
+        8192, "captured calls held in memory at most (backpressure beyond)"
+    )
+    store_timeout_s: float = setting(
+        5.0, "a store write slower than this goes to the spool instead"
+    )
     max_body_mb: int = setting(32, "largest request body accepted")
-    upstream_timeout_s: float = setting(600.0, "longest silence from an upstream before giving up (504)")
+    upstream_timeout_s: float = setting(
+        600.0, "longest silence from an upstream before giving up (504)"
+    )
     upstream_retries: int = setting(2, "retries after a connection error or 5xx, with backoff")
     health_interval_s: float = setting(2.0, "seconds between replica health checks")
     upstream_api_key_file: str = setting(
-        "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
+        "",
+        "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none",
     )
-    external_models: str = setting("", "LiteLLM config YAML (model_list) for models not being trained")
+    external_models: str = setting(
+        "", "LiteLLM config YAML (model_list) for models not being trained"
+    )
     policy_version: int = setting(
         0, "policy version stamped on calls until SetPolicyVersion changes it; a higher one recorded in the spool "
         "or held by a peer wins"
@@ -111,7 +122,9 @@ class IngestConfig(ServerConfig):
         50_000_000, "token ids exact_history keeps in memory for the trajectories it continues (4 bytes each); "
         "the least recently used trajectory is forgotten first",
     )  # fmt: skip
-    session_max_calls: int = setting(0, "serving default: policy calls a session may make; 0: no cap", group="session budgets")
+    session_max_calls: int = setting(
+        0, "serving default: policy calls a session may make; 0: no cap", group="session budgets"
+    )
     session_max_tokens: int = setting(
         0, "serving default: prompt and completion tokens a session may use, summed over its calls; 0: no cap",
         group="session budgets",
@@ -144,13 +157,22 @@ class IngestConfig(ServerConfig):
                 raise InvalidArgument(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.upstream_retries < 0:
             raise InvalidArgument(f"upstream_retries must be >= 0, got {self.upstream_retries}")
-        for name in ("session_max_calls", "session_max_tokens", "session_max_completion_tokens", "session_max_seconds"):
+        for name in (
+            "session_max_calls",
+            "session_max_tokens",
+            "session_max_completion_tokens",
+            "session_max_seconds",
+        ):
             if not 0 <= getattr(self, name) < math.inf:
-                raise InvalidArgument(f"{name} must be 0 (no cap) or a positive number, got {getattr(self, name)}")
+                raise InvalidArgument(
+                    f"{name} must be 0 (no cap) or a positive number, got {getattr(self, name)}"
+                )
         for name in ("store_timeout_s", "upstream_timeout_s", "health_interval_s"):
             # A wait of zero (or less) fails every call at once; inf or nan cannot be scheduled.
             if not 0 < getattr(self, name) < math.inf:
-                raise InvalidArgument(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+                raise InvalidArgument(
+                    f"{name} must be a positive number of seconds, got {getattr(self, name)}"
+                )
         for url in self.upstream_urls:
             try:
                 Origin.parse(url)
@@ -233,7 +255,9 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
         store_timeout_s=config.store_timeout_s,
     )  # fmt: skip
     feedback = FeedbackSink(sink)
-    policy = PolicyState(config.policy_version, canary=CanaryRoute(config.health_interval_s, api_key))
+    policy = PolicyState(
+        config.policy_version, canary=CanaryRoute(config.health_interval_s, api_key)
+    )
     gate = TrafficGate()
     record = PolicyRecord(Path(config.spool_path))
     control = IngestControl(gate, router, sink, policy, record)
@@ -278,7 +302,9 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
             if serving[0].done():
                 reason = serving[0].exception() if not serving[0].cancelled() else "cancelled"
                 await stop()
-                raise Unavailable(f"cannot serve HTTP on {config.host}:{config.http_port}: {reason}")
+                raise Unavailable(
+                    f"cannot serve HTTP on {config.host}:{config.http_port}: {reason}"
+                )
             await asyncio.sleep(0.01)
         scheme = "https" if config.tls_cert_file else "http"
         log.info("http_listening", address=f"{scheme}://{config.host}:{config.http_port}", upstreams=config.upstream_urls,
@@ -301,7 +327,9 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     return [
         ServiceBinding(
             FULL_NAME,
-            lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server),
+            lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
+                servicer, server
+            ),
             on_start=start,
             on_stop=stop,
         )

@@ -13,12 +13,13 @@ from parity.services.runtime.page_tokens import page_of
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 
 
-
 class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, control: IngestControl) -> None:
         self.control = control
 
-    async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+    async def GetStats(
+        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStatsResponse:
         stats = self.control.stats()
         response = pb.GetStatsResponse(
             request_count=stats.request_count, error_count=stats.error_count, in_flight=stats.in_flight, held=stats.held,
@@ -51,7 +52,11 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def PauseTraffic(
         self, request: pb.PauseTrafficRequest, context: grpc.aio.ServicerContext
     ) -> pb.PauseTrafficResponse:
-        timeout = request.drain_timeout.ToNanoseconds() / 1e9 if request.HasField("drain_timeout") else DEFAULT_DRAIN_TIMEOUT_S
+        timeout = (
+            request.drain_timeout.ToNanoseconds() / 1e9
+            if request.HasField("drain_timeout")
+            else DEFAULT_DRAIN_TIMEOUT_S
+        )
         drained, paused_at = await self.control.pause(timeout)
         response = pb.PauseTrafficResponse(drained_count=drained)
         response.pause_time.FromNanoseconds(int(paused_at * 1e9))
@@ -67,9 +72,15 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def SetPolicyVersion(
         self, request: pb.SetPolicyVersionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetPolicyVersionResponse:
-        previous = self.control.set_policy_version(request.policy_version, request.policy_model, request.lora_adapter)
+        previous = self.control.set_policy_version(
+            request.policy_version, request.policy_model, request.lora_adapter
+        )
         return pb.SetPolicyVersionResponse(previous_policy_version=previous)
 
-    async def SetCanary(self, request: pb.SetCanaryRequest, context: grpc.aio.ServicerContext) -> pb.SetCanaryResponse:
-        await self.control.set_canary(list(request.upstreams), request.share, request.policy_version)
+    async def SetCanary(
+        self, request: pb.SetCanaryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetCanaryResponse:
+        await self.control.set_canary(
+            list(request.upstreams), request.share, request.policy_version
+        )
         return pb.SetCanaryResponse()

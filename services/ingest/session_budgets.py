@@ -21,7 +21,12 @@ from parity.session_budget import SessionBudget
 from parity.session_slug import SessionRef
 
 MAX_SESSIONS = 200_000
-_UNITS = {"calls": "calls", "tokens": "tokens", "completion_tokens": "completion tokens", "seconds": "seconds"}
+_UNITS = {
+    "calls": "calls",
+    "tokens": "tokens",
+    "completion_tokens": "completion tokens",
+    "seconds": "seconds",
+}
 
 
 class SessionCapped(Exception):

@@ -50,7 +50,9 @@ class TokenTable:
         try:
             text = Path(path).read_text()
         except OSError as error:
-            raise InvalidArgument(f"auth_tokens_file {str(path)!r} cannot be read: {error.strerror}") from None
+            raise InvalidArgument(
+                f"auth_tokens_file {str(path)!r} cannot be read: {error.strerror}"
+            ) from None
         return cls.parse(text, str(path))
 
     @classmethod
@@ -64,9 +66,13 @@ class TokenTable:
             token = token.strip()
             # The message names the line, never the token.
             if role not in ROLES:
-                raise InvalidArgument(f"{source} line {number}: role must be one of {', '.join(ROLES)}, got {role!r}")
+                raise InvalidArgument(
+                    f"{source} line {number}: role must be one of {', '.join(ROLES)}, got {role!r}"
+                )
             if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-                raise InvalidArgument(f"{source} line {number}: a token is at least {MIN_TOKEN_CHARS} characters without spaces")
+                raise InvalidArgument(
+                    f"{source} line {number}: a token is at least {MIN_TOKEN_CHARS} characters without spaces"
+                )
             if any(hmac.compare_digest(token.encode(), known) for known, _ in entries):
                 raise InvalidArgument(f"{source} line {number}: the token is listed twice")
             entries.append((token.encode(), ROLES[role]))
@@ -113,7 +119,9 @@ def declared_roles(service_names: Iterable[str]) -> dict[str, auth_pb2.Role]:
             # protoc's .pyi types an extension as a plain FieldDescriptor, which protobuf's stubs do not take as a key.
             role: auth_pb2.Role = method.GetOptions().Extensions[auth_pb2.required_role]  # type: ignore[index]
             if role == auth_pb2.ROLE_UNSPECIFIED:
-                raise InvalidArgument(f"{method.full_name} declares no (parity.api.auth.v1.required_role)")
+                raise InvalidArgument(
+                    f"{method.full_name} declares no (parity.api.auth.v1.required_role)"
+                )
             roles[f"/{service_name}/{method.name}"] = role
     return roles
 
@@ -125,7 +133,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method
@@ -154,7 +164,9 @@ _HANDLER_KINDS = {
 }
 
 
-def _refusal(handler: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:
+def _refusal(
+    handler: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, message: str
+) -> grpc.RpcMethodHandler[Any, Any]:
     """The handler, its behavior replaced by the refusal: same kind, same response serializer."""
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
@@ -174,6 +186,9 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         try:
-            return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback
+                for info in socket.getaddrinfo(host, None)
+            )
         except OSError:
             return False

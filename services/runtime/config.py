@@ -31,7 +31,9 @@ class ListenerConfig:
     host: str = setting("127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces")
     port: int = setting(0, "port; 0 picks a free one")
     log_level: str = setting("info", "minimum log level", LOG_LEVELS)
-    log_format: str = setting("auto", "json, console, or auto (json unless on a terminal)", LOG_FORMATS)
+    log_format: str = setting(
+        "auto", "json, console, or auto (json unless on a terminal)", LOG_FORMATS
+    )
     shutdown_grace_s: float = setting(10.0, "seconds in-flight requests get to finish on shutdown")
 
     def __post_init__(self) -> None:
@@ -40,7 +42,9 @@ class ListenerConfig:
         if self.log_level not in LOG_LEVELS:
             raise InvalidArgument(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
-            raise InvalidArgument(f"log_format must be one of {LOG_FORMATS}, got {self.log_format!r}")
+            raise InvalidArgument(
+                f"log_format must be one of {LOG_FORMATS}, got {self.log_format!r}"
+            )
         if self.shutdown_grace_s < 0:
             raise InvalidArgument(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
 
@@ -57,10 +61,16 @@ class ServerConfig(ListenerConfig):
         "", "file of `ROLE TOKEN` lines (roles read, agent, service, admin) that callers present as "
         "authorization: Bearer TOKEN; empty: no authentication, allowed on loopback only (see --insecure)"
     )  # fmt: skip
-    insecure: bool = setting(False, "serve a non-loopback address without authentication (a trusted private network)")
-    tls_cert_file: str = setting("", "PEM certificate chain to serve TLS with (with --tls-key-file); empty: plaintext")
+    insecure: bool = setting(
+        False, "serve a non-loopback address without authentication (a trusted private network)"
+    )
+    tls_cert_file: str = setting(
+        "", "PEM certificate chain to serve TLS with (with --tls-key-file); empty: plaintext"
+    )
     tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
-    tls_client_ca_file: str = setting("", "PEM CA bundle; set: clients must present a certificate it signed (mTLS)")
+    tls_client_ca_file: str = setting(
+        "", "PEM CA bundle; set: clients must present a certificate it signed (mTLS)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,7 +79,9 @@ class ServerConfig(ListenerConfig):
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise InvalidArgument("tls_cert_file and tls_key_file go together: set both or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
-            raise InvalidArgument("tls_client_ca_file needs TLS: set tls_cert_file and tls_key_file too")
+            raise InvalidArgument(
+                "tls_client_ca_file needs TLS: set tls_cert_file and tls_key_file too"
+            )
         if not self.auth_tokens_file and not self.insecure and not is_loopback(self.host):
             raise InvalidArgument(
                 f"listening on {self.host} with no authentication: set --auth-tokens-file (or its environment "
@@ -88,7 +100,9 @@ def env_var_name(service: str, field_name: str) -> str:
     return f"PARITY_{service.upper()}_{field_name.upper()}"
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[ListenerConfig], service: str) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, config_cls: type[ListenerConfig], service: str
+) -> None:
     """Add one flag per config field; defaults stay None so the environment can fill them."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
@@ -96,12 +110,24 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[Liste
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         help_text = f"{f.metadata.get('help', '')} (env {env_var_name(service, f.name)}; default {default!r})"
         if hints[f.name] is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         elif hints[f.name] == list[str]:
-            parser.add_argument(flag, action="append", default=None, metavar="VALUE", help=f"{help_text}; repeatable")
+            parser.add_argument(
+                flag,
+                action="append",
+                default=None,
+                metavar="VALUE",
+                help=f"{help_text}; repeatable",
+            )
         else:
             parser.add_argument(
-                flag, type=hints[f.name], default=None, choices=f.metadata.get("choices"), help=help_text
+                flag,
+                type=hints[f.name],
+                default=None,
+                choices=f.metadata.get("choices"),
+                help=help_text,
             )
 
 

@@ -32,7 +32,9 @@ _QUIET_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
@@ -48,7 +50,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             )  # fmt: skip
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary_response(handler.stream_unary, method), _raising_on_undecodable(parse), serialize
+                _wrap_unary_response(handler.stream_unary, method),
+                _raising_on_undecodable(parse),
+                serialize,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
@@ -58,7 +62,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         # A handler carries exactly one of the four behaviours.
         assert handler.stream_stream is not None
         return grpc.stream_stream_rpc_method_handler(
-            _wrap_stream_response(handler.stream_stream, method), _raising_on_undecodable(parse), serialize
+            _wrap_stream_response(handler.stream_stream, method),
+            _raising_on_undecodable(parse),
+            serialize,
         )
 
 
@@ -83,7 +89,9 @@ def _decode_error(parse: Deserializer, error: Exception) -> InvalidArgument:
     name = message_type.full_name
     # protobuf's text names the type too; say it once.
     reason = str(error).removeprefix(f"Error parsing message with type '{name}'").lstrip(": ")
-    return InvalidArgument(f"the request could not be decoded as {name}: {reason or 'not its wire format'}")
+    return InvalidArgument(
+        f"the request could not be decoded as {name}: {reason or 'not its wire format'}"
+    )
 
 
 def _marking_undecodable(parse: Deserializer | None) -> Deserializer | None:
@@ -181,7 +189,9 @@ def _wrap_unary_response(behavior: Callable[..., Any], method: str) -> Callable[
 
 
 def _wrap_stream_response(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-    async def wrapper(request_or_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def wrapper(
+        request_or_iterator: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
         outcome = _RpcOutcome(method, context)
         try:
             result = behavior(request_or_iterator, context)

@@ -64,13 +64,19 @@ def decode_page_token(token: str, scope: str) -> int:
     if key is None:
         raise InvalidArgument(f"page_token {token!r} is malformed")
     if parts[1] != scope:
-        raise InvalidArgument(f"page_token {token!r} belongs to a different query; start again without one")
+        raise InvalidArgument(
+            f"page_token {token!r} belongs to a different query; start again without one"
+        )
     return key
 
 
-def page_of(items: Sequence[Item], requested_size: int, token: str, scope: str) -> tuple[Sequence[Item], str]:
+def page_of(
+    items: Sequence[Item], requested_size: int, token: str, scope: str
+) -> tuple[Sequence[Item], str]:
     """One page of a list held in memory, and the token of the next ("" after the last): for List RPCs over a
     list whose order is stable between calls. Keyed lists page in their backend, by key."""
     size = page_size(requested_size)
     start = decode_page_token(token, scope)
-    return items[start : start + size], encode_page_token(scope, start + size) if start + size < len(items) else ""
+    return items[start : start + size], encode_page_token(
+        scope, start + size
+    ) if start + size < len(items) else ""

@@ -50,10 +50,16 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     try:
         chain = Path(config.tls_cert_file).read_bytes()
         key = Path(config.tls_key_file).read_bytes()
-        client_ca = Path(config.tls_client_ca_file).read_bytes() if config.tls_client_ca_file else None
+        client_ca = (
+            Path(config.tls_client_ca_file).read_bytes() if config.tls_client_ca_file else None
+        )
     except OSError as error:
-        raise InvalidArgument(f"cannot read a TLS file: {error.filename}: {error.strerror}") from None
-    return grpc.ssl_server_credentials([(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+        raise InvalidArgument(
+            f"cannot read a TLS file: {error.filename}: {error.strerror}"
+        ) from None
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 class GrpcServer:
@@ -98,7 +104,9 @@ class GrpcServer:
             self.port = (self._server.add_secure_port(address, credentials) if credentials
                          else self._server.add_insecure_port(address))  # fmt: skip
         except RuntimeError as error:
-            raise Unavailable(f"cannot listen on {self.config.host}:{self.config.port}: {error}") from None
+            raise Unavailable(
+                f"cannot listen on {self.config.host}:{self.config.port}: {error}"
+            ) from None
         started: list[ServiceBinding] = []
         try:
             for binding in self.bindings:

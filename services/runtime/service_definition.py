@@ -44,7 +44,9 @@ class ServiceDefinition:
             config = config_from_args(self.config_cls, args, self.name)
         except ParityError as error:
             configure_logging()
-            structlog.get_logger(__name__).error("invalid_config", service=self.name, error=str(error))
+            structlog.get_logger(__name__).error(
+                "invalid_config", service=self.name, error=str(error)
+            )
             return 2
         configure_logging(config.log_level, config.log_format, service=self.name)  # type: ignore[arg-type]
         keep_freed_memory()
@@ -52,6 +54,8 @@ class ServiceDefinition:
             server = GrpcServer(config, self.build_bindings(config))
             _run(server.serve_until_signalled())
         except ParityError as error:
-            structlog.get_logger(__name__).error("service_failed", service=self.name, error=str(error))
+            structlog.get_logger(__name__).error(
+                "service_failed", service=self.name, error=str(error)
+            )
             return 1
         return 0

@@ -24,7 +24,9 @@ _SHARED_PROCESSORS: list[structlog.types.Processor] = [
 ]
 
 
-def configure_logging(level: str = "info", log_format: LogFormat = "auto", **process_fields: str) -> None:
+def configure_logging(
+    level: str = "info", log_format: LogFormat = "auto", **process_fields: str
+) -> None:
     """Configure structlog and the standard-library root logger. Safe to call again.
 
     `process_fields` (e.g. service="store") go on every line, including those of
@@ -67,7 +69,9 @@ def configure_logging(level: str = "info", log_format: LogFormat = "auto", **pro
 
 
 def _add_fields(fields: dict[str, str]) -> structlog.types.Processor:
-    def add(_logger: object, _method: str, event_dict: structlog.types.EventDict) -> structlog.types.EventDict:
+    def add(
+        _logger: object, _method: str, event_dict: structlog.types.EventDict
+    ) -> structlog.types.EventDict:
         for key, value in fields.items():
             event_dict.setdefault(key, value)
         return event_dict

@@ -15,13 +15,17 @@ from cryptography.x509.oid import NameOID
 
 
 class LocalCertificateAuthority:
-    def __init__(self, folder: Path, valid_for: datetime.timedelta = datetime.timedelta(hours=1)) -> None:
+    def __init__(
+        self, folder: Path, valid_for: datetime.timedelta = datetime.timedelta(hours=1)
+    ) -> None:
         self.folder = folder
         self.valid_for = valid_for
         folder.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
         self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "parity-local-ca")])
-        ca = self._builder(self._name, self._key).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        ca = self._builder(self._name, self._key).add_extension(
+            x509.BasicConstraints(ca=True, path_length=None), critical=True
+        )
         # Only the certificate: the CA's key stays in memory, so nothing on disk can sign another certificate.
         self.ca_file = self._write_certificate("ca", ca.sign(self._key, hashes.SHA256()))
 
@@ -33,12 +37,16 @@ class LocalCertificateAuthority:
         certificate = (
             self._builder(subject, key)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([_general_name(host) for host in hosts]), critical=False)
+            .add_extension(
+                x509.SubjectAlternativeName([_general_name(host) for host in hosts]), critical=False
+            )
             .sign(self._key, hashes.SHA256())
         )
         return str(self._write_certificate(name, certificate)), str(self._write_key(name, key))
 
-    def _builder(self, subject: x509.Name, key: ec.EllipticCurvePrivateKey) -> x509.CertificateBuilder:
+    def _builder(
+        self, subject: x509.Name, key: ec.EllipticCurvePrivateKey
+    ) -> x509.CertificateBuilder:
         now = datetime.datetime.now(datetime.UTC)
         return (x509.CertificateBuilder().subject_name(subject).issuer_name(self._name).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))

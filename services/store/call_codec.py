@@ -36,7 +36,11 @@ class CallTokens(NamedTuple):
 
 
 def encode_call(
-    call: llm_call_pb2.LlmCall, call_id: str, trajectory: tuple[str, str], ref: CallTokens | None, create_time: float
+    call: llm_call_pb2.LlmCall,
+    call_id: str,
+    trajectory: tuple[str, str],
+    ref: CallTokens | None,
+    create_time: float,
 ) -> tuple[CallRow, CallTokens]:
     """The row for `call`, spliced against `ref` when its prompt extends ref's tokens, and
     the call's own tokens for the next call to splice against. `call_id` and `trajectory`
@@ -117,7 +121,9 @@ def basic_view(row: CallRow) -> llm_call_pb2.LlmCall:
     return call
 
 
-def spliced_view(row: CallRow) -> tuple[llm_call_pb2.LlmCall, tuple[str, str, int, int, int, bytes] | None]:
+def spliced_view(
+    row: CallRow,
+) -> tuple[llm_call_pb2.LlmCall, tuple[str, str, int, int, int, bytes] | None]:
     """The call with its token arrays as stored and no request JSON; a spliced prompt
     comes empty, with (call, base call, base choice, prefix and suffix tokens, middle)."""
     call = llm_call_pb2.LlmCall.FromString(row.body)

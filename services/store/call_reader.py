@@ -104,7 +104,9 @@ class CallReader:
             }  # fmt: skip
         return References(known, tokens, cache)
 
-    def render(self, rows: list[CallRow], references: References | None) -> list[llm_call_pb2.LlmCall]:
+    def render(
+        self, rows: list[CallRow], references: References | None
+    ) -> list[llm_call_pb2.LlmCall]:
         """The basic view of `rows` without references; full calls, decoded, with them."""
         if references is None:
             return [call_codec.basic_view(row) for row in rows]
@@ -129,4 +131,3 @@ class CallReader:
             for row in rows:
                 references.cache.put(row.call_id, tokens[row.call_id])
         return [decoded[row.call_id] for row in rows]
-

@@ -42,7 +42,9 @@ class WriteResult:
 
 
 class StoreCommits:
-    def __init__(self, backend: StoreBackend, reader: CallReader, trajectory_cache_size: int) -> None:
+    def __init__(
+        self, backend: StoreBackend, reader: CallReader, trajectory_cache_size: int
+    ) -> None:
         self.backend = backend
         self.reader = reader
         # Writer-only: the latest call of each (session, trajectory), to splice the next against.
@@ -51,10 +53,20 @@ class StoreCommits:
     def calls(self, requests: list[Sequence[llm_call_pb2.LlmCall]]) -> list[WriteResult]:
         now = time.time()
         # Each read of a message's field builds a new string: read each call's ids once.
-        requests_ids = [[(call, call.call_id, call.session_id, call.trajectory_name) for call in calls] for calls in requests]
-        existing = self.backend.existing_call_ids(call_id for calls in requests_ids for _, call_id, _, _ in calls)
+        requests_ids = [
+            [(call, call.call_id, call.session_id, call.trajectory_name) for call in calls]
+            for calls in requests
+        ]
+        existing = self.backend.existing_call_ids(
+            call_id for calls in requests_ids for _, call_id, _, _ in calls
+        )
         self._load_tails(
-            {(session_id, name) for calls in requests_ids for _, call_id, session_id, name in calls if call_id not in existing}
+            {
+                (session_id, name)
+                for calls in requests_ids
+                for _, call_id, session_id, name in calls
+                if call_id not in existing
+            }
         )
         batch = CallBatch()
         touches: dict[str, SessionTouch] = {}
@@ -77,7 +89,11 @@ class StoreCommits:
                     # than the test.
                     parents, metadata = call.parent_session_ids, call.metadata
                     touch = touches[session_id] = SessionTouch(
-                        session_id, list(parents) if parents else [], dict(metadata) if metadata else {}, 0, now
+                        session_id,
+                        list(parents) if parents else [],
+                        dict(metadata) if metadata else {},
+                        0,
+                        now,
                     )
                 # The end user and tags of the batch's first call of the session that carries them.
                 if not touch.end_user_id:
@@ -96,14 +112,23 @@ class StoreCommits:
 
     def rewards(self, requests: list[Sequence[reward_pb2.Reward]]) -> list[Any]:
         now = time.time()
-        known = self.backend.get_sessions({r.session_id for rewards in requests for r in rewards}).keys()
+        known = self.backend.get_sessions(
+            {r.session_id for rewards in requests for r in rewards}
+        ).keys()
         step_calls = self.backend.get_call_rows(
-            {r.call_id for rewards in requests for r in rewards if r.WhichOneof("step") == "call_id"}
+            {
+                r.call_id
+                for rewards in requests
+                for r in rewards
+                if r.WhichOneof("step") == "call_id"
+            }
         )
         # Each id's reward as stored, then as accepted earlier in this group.
         reward_ids = {r.reward_id for rewards in requests for r in rewards if r.reward_id}
         taken = self.backend.get_reward_rows(reward_ids) if reward_ids else {}
-        claimed = {reward_id: reward_pb2.Reward.FromString(row.body) for reward_id, row in taken.items()}
+        claimed = {
+            reward_id: reward_pb2.Reward.FromString(row.body) for reward_id, row in taken.items()
+        }
         results: list[Any] = []
         rows: list[RewardRow] = []
         for rewards in requests:
@@ -123,7 +148,9 @@ class StoreCommits:
                     stored.reward_id = new_id()
                 if not stored.HasField("create_time"):
                     stored.create_time.FromNanoseconds(int(now * 1e9))
-                rows.append(RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now))
+                rows.append(
+                    RewardRow(stored.reward_id, stored.session_id, stored.SerializeToString(), now)
+                )
         inserted = iter(self.backend.insert_rewards(rows) if rows else [])
         for position, result in enumerate(results):
             if isinstance(result, int):
@@ -134,7 +161,9 @@ class StoreCommits:
     def closes(self, closes: list[SessionClose]) -> list[Any]:
         sessions = self.backend.get_sessions({close.session_id for close in closes})
         # Outcomes as they will be once earlier closes in this group commit.
-        outcomes = {s.session_id: s.outcome for s in sessions.values() if s.state == SESSION_STATE_CLOSED}
+        outcomes = {
+            s.session_id: s.outcome for s in sessions.values() if s.state == SESSION_STATE_CLOSED
+        }
         accepted: list[SessionClose] = []
         results: list[Any] = []
         for close in closes:
@@ -150,7 +179,9 @@ class StoreCommits:
         return [next(closed) if result is None else result for result in results]
 
     def metadata(self, requests: list[list[MetadataUpdate]]) -> list[Any]:
-        known = self.backend.get_sessions({u.session_id for updates in requests for u in updates}).keys()
+        known = self.backend.get_sessions(
+            {u.session_id for updates in requests for u in updates}
+        ).keys()
         accepted: list[MetadataUpdate] = []
         results: list[Any] = []
         for updates in requests:
@@ -162,13 +193,15 @@ class StoreCommits:
                 accepted += updates
         changed = self.backend.update_session_metadata(accepted) if accepted else set()
         return [
-            result if isinstance(result, Exception) else len({u.session_id for u in result} & changed)
+            result
+            if isinstance(result, Exception)
+            else len({u.session_id for u in result} & changed)
             for result in results
         ]
 
     def delete(self, requests: list[tuple[list[str], float | None, str]]) -> list[Any]:
         """Deletes commit alone: they are rare and touch many rows."""
-        (session_ids, updated_before, end_user_id), = requests
+        ((session_ids, updated_before, end_user_id),) = requests
         try:
             deleted = self.backend.delete_sessions(session_ids, updated_before, end_user_id)
         except (InvalidArgument, NotFound, FailedPrecondition) as error:
@@ -187,11 +220,15 @@ class StoreCommits:
         with self.reader.snapshot() as cache:
             rows = self.backend.last_trajectory_calls(missing)
             references = self.reader.references(list(rows.values()), cache)
-        for key, call in zip(rows, self.reader.render(list(rows.values()), references), strict=True):
+        for key, call in zip(
+            rows, self.reader.render(list(rows.values()), references), strict=True
+        ):
             self._tails.put(key, CallTokens.of(call, rows[key].ref_depth))
 
 
-def _check_reward_ids(rewards: Sequence[reward_pb2.Reward], claimed: dict[str, reward_pb2.Reward]) -> None:
+def _check_reward_ids(
+    rewards: Sequence[reward_pb2.Reward], claimed: dict[str, reward_pb2.Reward]
+) -> None:
     """A reward id already taken is written again only as a retry, with the same reward."""
     for reward in rewards:
         earlier = claimed.get(reward.reward_id) if reward.reward_id else None

@@ -32,5 +32,7 @@ def decode_cursor(cursor: str, store_id: str, order: str = "calls") -> int:
     if parts[0] != _CURSOR_VERSIONS[order]:
         raise InvalidArgument(f"cursor {cursor!r} is not a cursor of {order}")
     if parts[1] != store_id:
-        raise InvalidArgument(f"cursor {cursor!r} belongs to another store (id {parts[1]}, this is {store_id})")
+        raise InvalidArgument(
+            f"cursor {cursor!r} belongs to another store (id {parts[1]}, this is {store_id})"
+        )
     return seq

@@ -39,7 +39,9 @@ class StoreConfig(ServerConfig):
         if self.retention_hours < 0:
             raise InvalidArgument(f"retention_hours must be >= 0, got {self.retention_hours}")
         if self.trajectory_cache_size < 1:
-            raise InvalidArgument(f"trajectory_cache_size must be >= 1, got {self.trajectory_cache_size}")
+            raise InvalidArgument(
+                f"trajectory_cache_size must be >= 1, got {self.trajectory_cache_size}"
+            )
 
 
 def build_bindings(config: StoreConfig) -> list[ServiceBinding]:
@@ -52,7 +54,9 @@ def build_bindings(config: StoreConfig) -> list[ServiceBinding]:
     return [
         ServiceBinding(
             FULL_NAME,
-            lambda server: store_service_pb2_grpc.add_TokenStoreServiceServicer_to_server(servicer, server),
+            lambda server: store_service_pb2_grpc.add_TokenStoreServiceServicer_to_server(
+                servicer, server
+            ),
             on_start=store.start,
             on_stop=store.stop,
             on_drain=servicer.drain,

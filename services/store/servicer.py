@@ -45,20 +45,30 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         # The StreamWriteCalls handlers waiting for their client's next batch.
         self._waiting_reads: set[asyncio.Task[object]] = set()
 
-    async def WriteCalls(self, request: pb.WriteCallsRequest, context: grpc.aio.ServicerContext) -> pb.WriteCallsResponse:
+    async def WriteCalls(
+        self, request: pb.WriteCallsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteCallsResponse:
         result = await self.store.write_calls(request.calls)
-        return pb.WriteCallsResponse(written_count=result.written, duplicate_count=result.duplicates)
+        return pb.WriteCallsResponse(
+            written_count=result.written, duplicate_count=result.duplicates
+        )
 
     async def StreamWriteCalls(
-        self, request_iterator: AsyncIterator[pb.StreamWriteCallsRequest], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[pb.StreamWriteCallsRequest],
+        context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.StreamWriteCallsResponse]:
         # One request at a time: a refused one raises here and ends the stream before
         # any request behind it is read.
         while (request := await self._next_unless_draining(context)) is not None:
             result = await self.store.write_calls(request.calls)
-            yield pb.StreamWriteCallsResponse(written_count=result.written, duplicate_count=result.duplicates)
+            yield pb.StreamWriteCallsResponse(
+                written_count=result.written, duplicate_count=result.duplicates
+            )
 
-    async def _next_unless_draining(self, context: grpc.aio.ServicerContext) -> pb.StreamWriteCallsRequest | None:
+    async def _next_unless_draining(
+        self, context: grpc.aio.ServicerContext
+    ) -> pb.StreamWriteCallsRequest | None:
         """The stream's next request; None at its end, or once shutdown has begun. A
         write stream mostly waits for its client's next batch, and would otherwise hold
         shutdown for the whole grace period: drain() cancels the reads still waiting, and
@@ -90,34 +100,52 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         for task in self._waiting_reads:
             task.cancel()
 
-    async def GetCall(self, request: pb.GetCallRequest, context: grpc.aio.ServicerContext) -> pb.GetCallResponse:
+    async def GetCall(
+        self, request: pb.GetCallRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCallResponse:
         full = request.view != pb.CALL_VIEW_BASIC
         return pb.GetCallResponse(call=await self.store.get_call(request.call_id, full))
 
-    async def ListCalls(self, request: pb.ListCallsRequest, context: grpc.aio.ServicerContext) -> pb.ListCallsResponse:
+    async def ListCalls(
+        self, request: pb.ListCallsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListCallsResponse:
         full = request.view in (pb.CALL_VIEW_FULL, pb.CALL_VIEW_SPLICED)
-        calls, token = await self.store.list_calls(request.session_id, request.page_size, request.page_token, full)
+        calls, token = await self.store.list_calls(
+            request.session_id, request.page_size, request.page_token, full
+        )
         return pb.ListCallsResponse(calls=calls, next_page_token=token)
 
     async def WatchCalls(
         self, request: pb.WatchCallsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchCallsResponse]:
         full = request.view in (pb.CALL_VIEW_FULL, pb.CALL_VIEW_SPLICED)
-        async for calls, cursor in self.store.watch_calls(request.cursor, full, request.max_batch_size, request.from_latest):
+        async for calls, cursor in self.store.watch_calls(
+            request.cursor, full, request.max_batch_size, request.from_latest
+        ):
             yield pb.WatchCallsResponse(calls=calls, cursor=cursor)
 
     async def WriteRewards(
         self, request: pb.WriteRewardsRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteRewardsResponse:
         result = await self.store.write_rewards(request.rewards)
-        return pb.WriteRewardsResponse(written_count=result.written, duplicate_count=result.duplicates)
+        return pb.WriteRewardsResponse(
+            written_count=result.written, duplicate_count=result.duplicates
+        )
 
-    async def ListRewards(self, request: pb.ListRewardsRequest, context: grpc.aio.ServicerContext) -> pb.ListRewardsResponse:
-        rewards, token = await self.store.list_rewards(request.session_id, request.page_size, request.page_token)
+    async def ListRewards(
+        self, request: pb.ListRewardsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRewardsResponse:
+        rewards, token = await self.store.list_rewards(
+            request.session_id, request.page_size, request.page_token
+        )
         return pb.ListRewardsResponse(rewards=rewards, next_page_token=token)
 
-    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
-        return pb.GetSessionResponse(session=session_to_proto(await self.store.get_session(request.session_id)))
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
+        return pb.GetSessionResponse(
+            session=session_to_proto(await self.store.get_session(request.session_id))
+        )
 
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
@@ -129,7 +157,9 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
             tags=tuple(request.tags), newest_first=request.order == pb.SESSION_ORDER_NEWEST_FIRST,
         )  # fmt: skip
         rows, token = await self.store.list_sessions(query, request.page_size, request.page_token)
-        return pb.ListSessionsResponse(sessions=[session_to_proto(r) for r in rows], next_page_token=token)
+        return pb.ListSessionsResponse(
+            sessions=[session_to_proto(r) for r in rows], next_page_token=token
+        )
 
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
@@ -142,8 +172,12 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     async def WatchClosedSessions(
         self, request: pb.WatchClosedSessionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchClosedSessionsResponse]:
-        async for rows, cursor in self.store.watch_closed_sessions(request.cursor, request.max_batch_size):
-            yield pb.WatchClosedSessionsResponse(sessions=[session_to_proto(r) for r in rows], cursor=cursor)
+        async for rows, cursor in self.store.watch_closed_sessions(
+            request.cursor, request.max_batch_size
+        ):
+            yield pb.WatchClosedSessionsResponse(
+                sessions=[session_to_proto(r) for r in rows], cursor=cursor
+            )
 
     async def BatchGetSessions(
         self, request: pb.BatchGetSessionsRequest, context: grpc.aio.ServicerContext
@@ -153,11 +187,20 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
         return pb.BatchGetSessionsResponse(
             sessions=[
                 pb.SessionContents(
-                    session=session_to_proto(c.session), calls=c.calls, rewards=c.rewards,
-                    prompt_splices=[pb.PromptSplice(
-                        call_id=p.call_id, base_call_id=p.base_call_id, base_choice=p.base_choice,
-                        prefix_token_count=p.prefix_tokens, suffix_token_count=p.suffix_tokens,
-                        middle_token_ids=p.middle) for p in c.splices],
+                    session=session_to_proto(c.session),
+                    calls=c.calls,
+                    rewards=c.rewards,
+                    prompt_splices=[
+                        pb.PromptSplice(
+                            call_id=p.call_id,
+                            base_call_id=p.base_call_id,
+                            base_choice=p.base_choice,
+                            prefix_token_count=p.prefix_tokens,
+                            suffix_token_count=p.suffix_tokens,
+                            middle_token_ids=p.middle,
+                        )
+                        for p in c.splices
+                    ],
                 )
                 for c in contents
             ],  # fmt: skip
@@ -167,13 +210,22 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
     async def UpdateSessionMetadata(
         self, request: pb.UpdateSessionMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpdateSessionMetadataResponse:
-        updates = [MetadataUpdate(u.session_id, dict(u.metadata), list(u.remove_keys)) for u in request.updates]
-        return pb.UpdateSessionMetadataResponse(updated_count=await self.store.update_session_metadata(updates))
+        updates = [
+            MetadataUpdate(u.session_id, dict(u.metadata), list(u.remove_keys))
+            for u in request.updates
+        ]
+        return pb.UpdateSessionMetadataResponse(
+            updated_count=await self.store.update_session_metadata(updates)
+        )
 
     async def DeleteSessions(
         self, request: pb.DeleteSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSessionsResponse:
-        before = request.updated_before.ToNanoseconds() / 1e9 if request.HasField("updated_before") else None
+        before = (
+            request.updated_before.ToNanoseconds() / 1e9
+            if request.HasField("updated_before")
+            else None
+        )
         deleted = await self.store.delete_sessions(request.session_ids, before, request.end_user_id)
         return pb.DeleteSessionsResponse(
             deleted_session_count=deleted.sessions, deleted_call_count=deleted.calls,
@@ -191,5 +243,7 @@ class TokenStoreServicer(pb_grpc.TokenStoreServiceServicer):
             reward_count=stats.reward_count,
             logical_token_count=stats.logical_token_count,
             bytes_on_disk=stats.bytes_on_disk,
-            bytes_per_token=stats.bytes_on_disk / stats.logical_token_count if stats.logical_token_count else 0.0,
+            bytes_per_token=stats.bytes_on_disk / stats.logical_token_count
+            if stats.logical_token_count
+            else 0.0,
         )

@@ -93,7 +93,9 @@ class TokenStore:
     async def start(self) -> None:
         self._writes.start()
         if self.retention_s:
-            self._tasks.append(asyncio.create_task(self._retention_loop(), name="token-store-retention"))
+            self._tasks.append(
+                asyncio.create_task(self._retention_loop(), name="token-store-retention")
+            )
 
     def drain(self) -> None:
         """Shutdown has begun: end the watches, whose clients resume from their cursors,
@@ -138,12 +140,18 @@ class TokenStore:
         return await self._writes.submit(self._commits.rewards, rewards)
 
     async def close_session(
-        self, session_id: str, outcome: int, error_message: str, metadata: dict[str, str] | None = None
+        self,
+        session_id: str,
+        outcome: int,
+        error_message: str,
+        metadata: dict[str, str] | None = None,
     ) -> SessionRow:
         validation.check_required_id(session_id, "session_id")
         validation.check_text(error_message, "error_message")
         validation.check_metadata(metadata or {}, "metadata")
-        close = SessionClose(session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message, dict(metadata or {}))
+        close = SessionClose(
+            session_id, outcome or SESSION_OUTCOME_SUCCEEDED, error_message, dict(metadata or {})
+        )
         return await self._writes.submit(self._commits.closes, close)
 
     async def update_session_metadata(self, updates: Sequence[MetadataUpdate]) -> int:
@@ -189,7 +197,12 @@ class TokenStore:
         def read() -> tuple[list[llm_call_pb2.LlmCall], str]:
             with self._reader.snapshot() as cache:
                 rows, next_token = self._session_page(
-                    "calls", session_id, page_size, page_token, self.backend.list_call_rows, lambda row: row.seq
+                    "calls",
+                    session_id,
+                    page_size,
+                    page_token,
+                    self.backend.list_call_rows,
+                    lambda row: row.seq,
                 )
                 references = self._reader.references(rows, cache) if full else None
             return self._reader.render(rows, references), next_token
@@ -264,7 +277,9 @@ class TokenStore:
         validation.check_session_ids(session_ids)
         wanted = list(dict.fromkeys(session_ids))
 
-        def read() -> tuple[dict[str, SessionRow], list[CallRow], list[RewardRow], list[llm_call_pb2.LlmCall]]:
+        def read() -> tuple[
+            dict[str, SessionRow], list[CallRow], list[RewardRow], list[llm_call_pb2.LlmCall]
+        ]:
             with self._reader.snapshot() as cache:
                 sessions = self.backend.get_sessions(wanted)
                 call_rows = self.backend.session_call_rows(sessions)
@@ -275,7 +290,9 @@ class TokenStore:
             return sessions, call_rows, reward_rows, calls
 
         sessions, call_rows, reward_rows, calls = await asyncio.to_thread(read)
-        contents = {sid: SessionContents(sessions[sid], [], []) for sid in wanted if sid in sessions}
+        contents = {
+            sid: SessionContents(sessions[sid], [], []) for sid in wanted if sid in sessions
+        }
         if view == "spliced":
             for row in call_rows:
                 call, splice = call_codec.spliced_view(row)
@@ -286,14 +303,23 @@ class TokenStore:
             for call in calls:
                 contents[call.session_id].calls.append(call)
         for reward_row in reward_rows:
-            contents[reward_row.session_id].rewards.append(reward_pb2.Reward.FromString(reward_row.body))
+            contents[reward_row.session_id].rewards.append(
+                reward_pb2.Reward.FromString(reward_row.body)
+            )
         return list(contents.values()), [sid for sid in wanted if sid not in sessions]
 
-    async def list_rewards(self, session_id: str, page_size: int, page_token: str) -> tuple[list[reward_pb2.Reward], str]:
+    async def list_rewards(
+        self, session_id: str, page_size: int, page_token: str
+    ) -> tuple[list[reward_pb2.Reward], str]:
         def read() -> tuple[list[RewardRow], str]:
             with self.backend.snapshot():
                 return self._session_page(
-                    "rewards", session_id, page_size, page_token, self.backend.list_reward_rows, lambda row: row.key
+                    "rewards",
+                    session_id,
+                    page_size,
+                    page_token,
+                    self.backend.list_reward_rows,
+                    lambda row: row.key,
                 )
 
         rows, next_token = await asyncio.to_thread(read)
@@ -326,7 +352,9 @@ class TokenStore:
             raise NotFound(f"session {session_id!r} does not exist")
         return session
 
-    async def list_sessions(self, query: SessionQuery, page_size: int, page_token: str) -> tuple[list[SessionRow], str]:
+    async def list_sessions(
+        self, query: SessionQuery, page_size: int, page_token: str
+    ) -> tuple[list[SessionRow], str]:
         validation.check_id(query.parent_session_id or "", "parent_session_id")
         validation.check_id(query.session_id_prefix, "session_id_prefix")
         validation.check_metadata(dict(query.metadata), "metadata")

@@ -43,7 +43,9 @@ def check_id(value: str, what: str) -> None:
 
 def _check_text(value: str, what: str, max_length: int) -> None:
     if len(value) > max_length:
-        raise InvalidArgument(f"{what} is {len(value)} characters; at most {max_length} are allowed")
+        raise InvalidArgument(
+            f"{what} is {len(value)} characters; at most {max_length} are allowed"
+        )
     control = _CONTROL_CHARACTER.search(value)
     if control is not None:
         raise InvalidArgument(f"{what} contains the control character U+{ord(control.group()):04X}")
@@ -93,7 +95,9 @@ def check_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
     files a call that came with none under the reserved session "unassigned" itself, so an
     empty session id is a writer's bug, refused like an empty call id."""
     if len(calls) > MAX_BATCH:
-        raise InvalidArgument(f"a WriteCalls request holds at most {MAX_BATCH} calls, got {len(calls)}")
+        raise InvalidArgument(
+            f"a WriteCalls request holds at most {MAX_BATCH} calls, got {len(calls)}"
+        )
     # The store's hottest path checks a whole batch at once, with one scan of its ids;
     # only a batch that fails is walked call by call, to say which field is wrong.
     if not _calls_pass(calls):
@@ -194,7 +198,9 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
         for depth, parent in enumerate(call.parent_session_ids):
             check_required_id(parent, f"{where}.parent_session_ids[{depth}]")
         if call.session_id in call.parent_session_ids:
-            raise InvalidArgument(f"{where}: session {call.session_id!r} cannot be its own ancestor")
+            raise InvalidArgument(
+                f"{where}: session {call.session_id!r} cannot be its own ancestor"
+            )
         # Empty names the session's default trajectory.
         check_id(call.trajectory_name, f"{where}.trajectory_name")
         check_id(call.thread_id, f"{where}.thread_id")
@@ -202,7 +208,9 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
         check_end_user_id(call.end_user_id, f"{where}.end_user_id")
         # Ingest sends them normalized; the store keeps them as sent, so it refuses any other order.
         if check_tags(call.tags, f"{where}.tags") != tuple(call.tags):
-            raise InvalidArgument(f"{where}.tags must be sorted, without repeats, got {list(call.tags)[:8]}")
+            raise InvalidArgument(
+                f"{where}.tags must be sorted, without repeats, got {list(call.tags)[:8]}"
+            )
         check_token_ids(call.prompt_token_ids, f"{where}.prompt_token_ids")
         indexes = set()
         for choice_position, choice in enumerate(call.choices):
@@ -213,20 +221,26 @@ def _explain_refused_calls(calls: Sequence[llm_call_pb2.LlmCall]) -> None:
             token_ids, logprobs = choice.token_ids, choice.logprobs
             check_token_ids(token_ids, f"{at}.token_ids")
             if logprobs and len(logprobs) != len(token_ids):
-                raise InvalidArgument(f"{at}: {token_count(logprobs)} logprobs for {token_count(token_ids)} tokens")
+                raise InvalidArgument(
+                    f"{at}: {token_count(logprobs)} logprobs for {token_count(token_ids)} tokens"
+                )
             check_logprobs(logprobs, f"{at}.logprobs")
 
 
 def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
     if len(rewards) > MAX_BATCH:
-        raise InvalidArgument(f"a WriteRewards request holds at most {MAX_BATCH} rewards, got {len(rewards)}")
+        raise InvalidArgument(
+            f"a WriteRewards request holds at most {MAX_BATCH} rewards, got {len(rewards)}"
+        )
     for position, reward in enumerate(rewards):
         where = f"rewards[{position}]"
         check_required_id(reward.session_id, f"{where}.session_id")
         # Empty: the store assigns one.
         check_id(reward.reward_id, f"{where}.reward_id")
         if reward.level not in _VALID_REWARD_LEVELS:
-            raise InvalidArgument(f"{where}.level must be REWARD_LEVEL_TRAJECTORY or REWARD_LEVEL_STEP")
+            raise InvalidArgument(
+                f"{where}.level must be REWARD_LEVEL_TRAJECTORY or REWARD_LEVEL_STEP"
+            )
         step = reward.WhichOneof("step")
         if reward.level == REWARD_LEVEL_STEP and step is None:
             raise InvalidArgument(f"{where}: a step reward needs call_id or step_index")
@@ -238,7 +252,9 @@ def check_rewards(rewards: Sequence[reward_pb2.Reward]) -> None:
             raise InvalidArgument(f"{where}.step_index must not be negative")
         check_id(reward.thread_id, f"{where}.thread_id")
         if reward.thread_id and reward.level == REWARD_LEVEL_STEP:
-            raise InvalidArgument(f"{where}: a step reward cannot name a thread (its step names the call)")
+            raise InvalidArgument(
+                f"{where}: a step reward cannot name a thread (its step names the call)"
+            )
         if not math.isfinite(reward.value):
             raise InvalidArgument(f"{where}.value must be a finite number, got {reward.value}")
         check_reward_name(reward.name, f"{where}.name")
@@ -287,6 +303,8 @@ def check_metadata_updates(updates: Sequence[MetadataUpdate]) -> None:
 
 def check_session_ids(session_ids: Sequence[str]) -> None:
     if len(session_ids) > MAX_BATCH:
-        raise InvalidArgument(f"a request names at most {MAX_BATCH} sessions, got {len(session_ids)}")
+        raise InvalidArgument(
+            f"a request names at most {MAX_BATCH} sessions, got {len(session_ids)}"
+        )
     for position, session_id in enumerate(session_ids):
         check_required_id(session_id, f"session_ids[{position}]")

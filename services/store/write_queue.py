@@ -32,7 +32,9 @@ class _Job:
     payload: Any
     weight: int
     alone: bool
-    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    future: asyncio.Future[Any] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class WriteQueue:
@@ -63,7 +65,9 @@ class WriteQueue:
             await asyncio.gather(self._task, return_exceptions=True)
         await asyncio.to_thread(self._writer.close)
 
-    async def submit(self, commit: Commit, payload: Any, *, weight: int = 0, alone: bool = False) -> Any:
+    async def submit(
+        self, commit: Commit, payload: Any, *, weight: int = 0, alone: bool = False
+    ) -> Any:
         """`commit([payload, ...])`'s result for `payload`, once its transaction committed. `weight` counts
         toward the group's limit (calls per transaction); an `alone` write commits in a transaction of its own."""
         job = _Job(commit, payload, weight, alone)
@@ -102,7 +106,9 @@ class WriteQueue:
                 # Expected and explained (a full disk, a lost database connection), and
                 # retried by callers while it lasts: a traceback each time would only
                 # fill the log, on what may be the full disk.
-                log.warning("write_failed", kind=_kind(commit), requests=len(jobs), error=str(error))
+                log.warning(
+                    "write_failed", kind=_kind(commit), requests=len(jobs), error=str(error)
+                )
             else:
                 log.error("write_failed", kind=_kind(commit), requests=len(jobs), exc_info=error)
             for job in jobs:

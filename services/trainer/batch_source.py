@@ -82,7 +82,9 @@ class BatchSource:
         self._drained = drained = threading.Event()
         call = self._client.stream_batches(_drain(requests, drained))
         self._call = call
-        threading.Thread(target=_read, args=(call, responses), name="batch-feed", daemon=True).start()
+        threading.Thread(
+            target=_read, args=(call, responses), name="batch-feed", daemon=True
+        ).start()
 
     def next_batch(self, stop: threading.Event) -> batch_pb2.Batch | None:
         """The next batch, or None once `stop` is set. Reconnects while the assembler is unavailable."""
@@ -97,8 +99,13 @@ class BatchSource:
             if isinstance(item, pb.StreamBatchesResponse):
                 return item.batch
             error = item if isinstance(item, RPCError) else None
-            if error is not None and error.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                raise BatchFeedError(f"assembler at {self.address} ended the batch feed: {error.code.name}: {error.message}")
+            if error is not None and error.code not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.CANCELLED,
+            ):
+                raise BatchFeedError(
+                    f"assembler at {self.address} ended the batch feed: {error.code.name}: {error.message}"
+                )
             log.warning(
                 "assembler_unavailable", address=self.address, retry_in_s=round(delay, 1),
                 detail=error.message if error is not None else "stream ended",
@@ -112,7 +119,11 @@ class BatchSource:
 
     def ack(self, batch_id: str, policy_version: int) -> None:
         if self._requests is not None:
-            self._requests.put(pb.StreamBatchesRequest(ack=pb.BatchAck(batch_id=batch_id, policy_version=policy_version)))
+            self._requests.put(
+                pb.StreamBatchesRequest(
+                    ack=pb.BatchAck(batch_id=batch_id, policy_version=policy_version)
+                )
+            )
 
     def close(self) -> None:
         self._close_stream()
@@ -129,7 +140,9 @@ class BatchSource:
         self._requests, self._call = None, None
 
 
-def _drain(requests: queue.Queue[object], drained: threading.Event) -> Iterator[pb.StreamBatchesRequest]:
+def _drain(
+    requests: queue.Queue[object], drained: threading.Event
+) -> Iterator[pb.StreamBatchesRequest]:
     while (item := requests.get()) is not _END:
         yield item  # type: ignore[misc]
     drained.set()

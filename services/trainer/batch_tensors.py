@@ -60,20 +60,28 @@ class TrainingBatch:
         """This batch with a teacher's logprobs, one array per sample aligned to its token ids, shifted
         like the rest and kept on sampled tokens only: tool results, users' turns and template tokens get none."""
         if len(scores) != self.size:
-            raise InvalidArgument(f"the teacher scored {len(scores)} samples of a batch of {self.size}")
+            raise InvalidArgument(
+                f"the teacher scored {len(scores)} samples of a batch of {self.size}"
+            )
         lengths = self.attention_mask.sum(dim=1)
         teacher = torch.zeros_like(self.rollout_logprobs)
         for row, values in enumerate(scores):
             n = int(lengths[row])
             if len(values) != n or not np.isfinite(values[1:]).all():
-                raise InvalidArgument(f"the teacher's scores of sample {row} are {len(values)} values for {n} tokens, or not finite")
+                raise InvalidArgument(
+                    f"the teacher's scores of sample {row} are {len(values)} values for {n} tokens, or not finite"
+                )
             teacher[row, : n - 1] = torch.from_numpy(np.asarray(values[1:], dtype=np.float32))
         return dataclasses.replace(self, teacher_logprobs=teacher * self.response_mask)
 
 
 def sample_return(sample: sample_pb2.Sample) -> float:
     """The trajectory reward plus the sample's step rewards: what outcome estimators compare in a group."""
-    return float(sample.reward) + float(tokens.unpack_floats(sample.token_rewards).sum()) if sample.token_rewards else float(sample.reward)
+    return (
+        float(sample.reward) + float(tokens.unpack_floats(sample.token_rewards).sum())
+        if sample.token_rewards
+        else float(sample.reward)
+    )
 
 
 def to_training_batch(samples: Sequence[sample_pb2.Sample]) -> TrainingBatch:
@@ -114,8 +122,10 @@ def to_training_batch(samples: Sequence[sample_pb2.Sample]) -> TrainingBatch:
         response_mask=response,
         rollout_logprobs=rollout * response,
         token_rewards=rewards,
-        group_index=np.array([s.advantage_group or s.group_id or s.episode_id or s.sample_id for s in samples],
-                             dtype=object),
+        group_index=np.array(
+            [s.advantage_group or s.group_id or s.episode_id or s.sample_id for s in samples],
+            dtype=object,
+        ),
         rewards=returns,
         policy_versions=np.array([s.policy_version for s in samples], dtype=np.int64),
     )

@@ -53,7 +53,9 @@ def checkpoint_path(root: Path, run_id: str, step: int) -> Path:
     return root / run_id / f"step-{step:06d}"
 
 
-def write_manifest(directory: Path, run_id: str, step: int, policy_version: int, settings: RunSettings) -> None:
+def write_manifest(
+    directory: Path, run_id: str, step: int, policy_version: int, settings: RunSettings
+) -> None:
     manifest = {"run_id": run_id, "step": step, "policy_version": policy_version, "create_time": time.time(),
                 "settings": settings.to_json()}  # fmt: skip
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))

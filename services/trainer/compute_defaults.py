@@ -34,7 +34,13 @@ USABLE_SHARE = 0.85
 # tokens, not by length, so the padded size runs up to about this much over the tokens.
 PADDING_FACTOR = 1.5
 # config.json keys the memory estimate reads.
-DECODER_SIZES = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"}
+DECODER_SIZES = {
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+}
 
 
 def cuda_available() -> bool:
@@ -63,7 +69,14 @@ def cpu_bf16_units(cpuinfo: str | None = None) -> tuple[str, ...]:
     if override:
         raise ValueError(f"{CPU_BF16_ENV} must be 0 or 1, got {override!r}")
     cpuinfo = _proc_cpuinfo() if cpuinfo is None else cpuinfo
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    flags = next(
+        (
+            line.split(":", 1)[1].split()
+            for line in cpuinfo.splitlines()
+            if line.startswith("flags")
+        ),
+        [],
+    )
     return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
 
 
@@ -82,13 +95,17 @@ def _resolved(dtype: str, cuda: bool | None, cpu_bf16: tuple[str, ...] | None) -
                        "so bfloat16 would run slower than float32 here; set dtype bfloat16 to use it anyway)")  # fmt: skip
 
 
-def resolve_dtype(dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None) -> str:
+def resolve_dtype(
+    dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None
+) -> str:
     """The dtype a run computes in: `auto` is bfloat16 on CUDA and on a CPU with bfloat16 matrix units,
     float32 on any other CPU; the others stay."""
     return _resolved(dtype, cuda, cpu_bf16)[0]
 
 
-def dtype_reason(dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None) -> str:
+def dtype_reason(
+    dtype: str, cuda: bool | None = None, cpu_bf16: tuple[str, ...] | None = None
+) -> str:
     """One line on what `dtype` resolves to here, and why."""
     return _resolved(dtype, cuda, cpu_bf16)[1]
 
@@ -120,7 +137,9 @@ def parameter_count(config: dict) -> int:
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     heads = config["num_attention_heads"]
     kv = hidden * config.get("num_key_value_heads", heads) // heads
-    per_layer = hidden * (hidden + 2 * kv) + hidden * hidden + 3 * hidden * config["intermediate_size"]
+    per_layer = (
+        hidden * (hidden + 2 * kv) + hidden * hidden + 3 * hidden * config["intermediate_size"]
+    )
     embeddings = config["vocab_size"] * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return layers * per_layer + embeddings
 
@@ -142,7 +161,12 @@ def activation_bytes_per_token(config: dict, dtype: str) -> int:
 
 
 def needs_gradient_checkpointing(
-    config: dict, micro_batch_tokens: int, dtype: str, device_bytes: int, padding_free: bool, lora: bool = False
+    config: dict,
+    micro_batch_tokens: int,
+    dtype: str,
+    device_bytes: int,
+    padding_free: bool,
+    lora: bool = False,
 ) -> bool:
     """Whether one micro-batch's activations would overflow the card beside the model's training state.
 

@@ -24,7 +24,9 @@ class IngestFleet(AddressSet):
     def members(self) -> list[IngestClient]:
         """A client for every ingest now (one per address, kept across syncs)."""
         # Pausing ingests needs an admin token: this process's own (PARITY_TOKEN), as every client sends it.
-        return [self._clients.setdefault(address, IngestClient(address)) for address in self.addresses()]
+        return [
+            self._clients.setdefault(address, IngestClient(address)) for address in self.addresses()
+        ]
 
     def highest_policy_version(self) -> int:
         """The highest version any ingest stamps: a run resumes past every one of them."""

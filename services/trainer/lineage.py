@@ -25,7 +25,9 @@ def step_line(step: int, time: float, batch: pb.StepBatch) -> str:
     return json.dumps({"step": step, "time": time, "sessions": sessions}) + "\n"
 
 
-def find(runs_root: Path, end_user_id: str, session_ids: Collection[str]) -> list[pb.TrainedSessionsStep]:
+def find(
+    runs_root: Path, end_user_id: str, session_ids: Collection[str]
+) -> list[pb.TrainedSessionsStep]:
     """Every recorded step that trained a sample of `end_user_id` or of `session_ids`, by
     run (oldest first, by the run's first recorded step) and step."""
     wanted = set(session_ids)
@@ -40,7 +42,11 @@ def find(runs_root: Path, end_user_id: str, session_ids: Collection[str]) -> lis
                 if session in wanted or (end_user_id and user == end_user_id)
             )  # fmt: skip
             if matched:
-                step = pb.TrainedSessionsStep(run_id=path.parent.name, step=entry["step"], session_ids=matched)
+                step = pb.TrainedSessionsStep(
+                    run_id=path.parent.name, step=entry["step"], session_ids=matched
+                )
                 step.train_time.FromNanoseconds(int(entry["time"] * 1e9))
                 found.append((run_start, entry["step"], step))
-    return [step for _, _, step in sorted(found, key=lambda item: (item[0], item[2].run_id, item[1]))]
+    return [
+        step for _, _, step in sorted(found, key=lambda item: (item[0], item[2].run_id, item[1]))
+    ]

@@ -57,7 +57,9 @@ def check_target_modules(settings: RunSettings) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(settings.model_path))
     layers = [name for name, module in model.named_modules() if isinstance(module, _ADAPTABLE)]
-    unmatched = [t for t in targets if not any(name == t or name.endswith(f".{t}") for name in layers)]
+    unmatched = [
+        t for t in targets if not any(name == t or name.endswith(f".{t}") for name in layers)
+    ]
     if unmatched:
         known = sorted({name.rsplit(".", 1)[-1] for name in layers})
         raise InvalidArgument(

@@ -22,7 +22,12 @@ from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, is_adapter
 
 # What a checkpoint contributes: the trained weights and the config that describes them.
-WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json", "config.json", "generation_config.json")
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+)
 # Never copied from the base model: its weights are the untrained ones.
 BASE_SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 BASE_SKIPPED_NAMES = frozenset({"model.safetensors.index.json", "pytorch_model.bin.index.json"})
@@ -31,14 +36,20 @@ BASE_SKIPPED_NAMES = frozenset({"model.safetensors.index.json", "pytorch_model.b
 MERGED_DIR = "merged"
 
 
-def export_policy(checkpoint: CheckpointInfo, output_dir: Path, merge_lora: bool) -> tuple[Path, Path | None]:
+def export_policy(
+    checkpoint: CheckpointInfo, output_dir: Path, merge_lora: bool
+) -> tuple[Path, Path | None]:
     """Write the checkpoint's policy to `output_dir` (replacing it); returns its absolute path and the merged model's."""
     output_dir = output_dir.expanduser().resolve()
     if output_dir == checkpoint.path.resolve() or checkpoint.path.resolve() in output_dir.parents:
-        raise InvalidArgument(f"output_dir {output_dir} must not be inside the checkpoint it exports")
+        raise InvalidArgument(
+            f"output_dir {output_dir} must not be inside the checkpoint it exports"
+        )
     lora = is_adapter(checkpoint.path)
     if merge_lora and not lora:
-        raise InvalidArgument(f"merge_lora: checkpoint {checkpoint.checkpoint_id} trained the whole model; it has no adapter")
+        raise InvalidArgument(
+            f"merge_lora: checkpoint {checkpoint.checkpoint_id} trained the whole model; it has no adapter"
+        )
     weights = [path for pattern in WEIGHT_PATTERNS for path in checkpoint.path.glob(pattern)]
     if not any(path.suffix == ".safetensors" for path in weights):
         raise InvalidArgument(f"checkpoint {checkpoint.checkpoint_id} holds no safetensors weights")
@@ -64,7 +75,11 @@ def _copy_serving_files(base: Path, directory: Path) -> None:
     """The tokenizer, chat template and the like from the model the run started from; never its weights."""
     directory.mkdir(parents=True, exist_ok=True)
     for path in sorted(base.iterdir()) if base.is_dir() else []:
-        if path.is_file() and path.name not in BASE_SKIPPED_NAMES and not path.name.endswith(BASE_SKIPPED_SUFFIXES):
+        if (
+            path.is_file()
+            and path.name not in BASE_SKIPPED_NAMES
+            and not path.name.endswith(BASE_SKIPPED_SUFFIXES)
+        ):
             shutil.copy2(path, directory / path.name)
 
 

@@ -43,7 +43,9 @@ class SignalWeights:
     """A distillation teacher's per-token signal; used only on batches the teacher scored."""
 
 
-def compute_advantages(batch: TrainingBatch, estimator: str, weights: SignalWeights = SignalWeights()) -> torch.Tensor:
+def compute_advantages(
+    batch: TrainingBatch, estimator: str, weights: SignalWeights = SignalWeights()
+) -> torch.Tensor:
     """(batch, length-1) advantages, zero off the response mask: verl's registered estimator's, and with
     a teacher, plus each sampled token's teacher logprob minus the student's logprob as it was sampled
     (the negative per-token reverse KL, as on-policy distillation trains on)."""
@@ -59,7 +61,9 @@ def compute_advantages(batch: TrainingBatch, estimator: str, weights: SignalWeig
         )  # fmt: skip
         advantages = weights.reward * estimated
     if batch.teacher_logprobs is not None and weights.teacher:
-        advantages = advantages + weights.teacher * (batch.teacher_logprobs - batch.rollout_logprobs)
+        advantages = advantages + weights.teacher * (
+            batch.teacher_logprobs - batch.rollout_logprobs
+        )
     return advantages * batch.response_mask
 
 
@@ -68,10 +72,14 @@ def teacher_kl(batch: TrainingBatch) -> float:
     reverse KL from student to teacher, 0 where the student samples as the teacher would."""
     assert batch.teacher_logprobs is not None
     mask = batch.response_mask
-    return float(((batch.rollout_logprobs - batch.teacher_logprobs) * mask).sum() / mask.sum().clamp(min=1))
+    return float(
+        ((batch.rollout_logprobs - batch.teacher_logprobs) * mask).sum() / mask.sum().clamp(min=1)
+    )
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each next token and the entropy at each position: both (batch, length-1)."""
     from verl.utils import torch_functional as verl_F
 
@@ -82,7 +90,9 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch
     return chosen, entropy
 
 
-def _actor_config(settings: LossSettings, rows: int, global_batch: dict[str, float] | None) -> ActorConfig:
+def _actor_config(
+    settings: LossSettings, rows: int, global_batch: dict[str, float] | None
+) -> ActorConfig:
     from verl.workers.config import ActorConfig
 
     config = ActorConfig(
@@ -130,13 +140,18 @@ def policy_loss(
         "clip_fraction": pg_metrics["actor/pg_clipfrac"],
         "ppo_kl": pg_metrics["actor/ppo_kl"],
         "tis_weight_mean": float(is_metrics.get("rollout_is_mean", float("nan"))),
-        "rollout_logprob_diff": float(verl_F.masked_mean((old_logprobs - rollout_logprobs).abs(), mask)),
+        "rollout_logprob_diff": float(
+            verl_F.masked_mean((old_logprobs - rollout_logprobs).abs(), mask)
+        ),
     }
     if ref_logprobs is not None and settings.kl_coef > 0:
         # verl annotates torch.FloatTensor, the legacy CPU float type, where any float tensor works.
         kl = core_algos.kl_penalty(logprobs, ref_logprobs, "low_var_kl")  # type: ignore[arg-type]
         kl_loss = core_algos.agg_loss(
-            loss_mat=kl, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode, **config.global_batch_info
+            loss_mat=kl,
+            loss_mask=mask,
+            loss_agg_mode=settings.loss_agg_mode,
+            **config.global_batch_info,
         )
         loss = loss + settings.kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())

@@ -74,9 +74,14 @@ def shared_prefix_clusters(
     (rows - 1) x prefix length summed, are largest.
     """
     ids = row_ids(input_ids, attention_mask)
-    caps = [len(row) - 1 if limits is None else min(len(row) - 1, limits[index]) for index, row in enumerate(ids)]
+    caps = [
+        len(row) - 1 if limits is None else min(len(row) - 1, limits[index])
+        for index, row in enumerate(ids)
+    ]
     order = sorted(range(len(ids)), key=lambda row: ids[row].tolist())
-    neighbours = [common_prefix_length(ids[a], ids[b]) for a, b in zip(order, order[1:], strict=False)]
+    neighbours = [
+        common_prefix_length(ids[a], ids[b]) for a, b in zip(order, order[1:], strict=False)
+    ]
 
     # best[end]: the most tokens saved by cutting the first `end` sorted rows into runs; the last run
     # starts at cut[end] and shares shared[end] tokens.
@@ -104,7 +109,9 @@ def shared_prefix_clusters(
     return sorted(clusters, key=lambda cluster: cluster.rows)
 
 
-def check_prefix_tree(input_ids: torch.Tensor, attention_mask: torch.Tensor, clusters: list[PrefixCluster]) -> None:
+def check_prefix_tree(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, clusters: list[PrefixCluster]
+) -> None:
     """Refuses clusters that do not match the batch token for token: every row of a cluster starts with
     its prefix and has a token past it, and no row is in two clusters."""
     ids = row_ids(input_ids, attention_mask)
@@ -112,15 +119,21 @@ def check_prefix_tree(input_ids: torch.Tensor, attention_mask: torch.Tensor, clu
     for cluster in clusters:
         prefix = np.asarray(cluster.prefix, dtype=ids[0].dtype if ids else np.int64)
         if len(cluster.rows) < 2 or not len(prefix):
-            raise PrefixTreeMismatch(f"a cluster needs two rows and a prefix; got rows {cluster.rows}, {len(prefix)} prefix tokens")
+            raise PrefixTreeMismatch(
+                f"a cluster needs two rows and a prefix; got rows {cluster.rows}, {len(prefix)} prefix tokens"
+            )
         for row in cluster.rows:
             if not 0 <= row < len(ids):
-                raise PrefixTreeMismatch(f"cluster row {row} is not in the batch of {len(ids)} rows")
+                raise PrefixTreeMismatch(
+                    f"cluster row {row} is not in the batch of {len(ids)} rows"
+                )
             if row in seen:
                 raise PrefixTreeMismatch(f"row {row} is in two clusters")
             seen.add(row)
             if len(ids[row]) <= len(prefix):
-                raise PrefixTreeMismatch(f"row {row} has {len(ids[row])} tokens, none past its {len(prefix)}-token prefix")
+                raise PrefixTreeMismatch(
+                    f"row {row} has {len(ids[row])} tokens, none past its {len(prefix)}-token prefix"
+                )
             differ = np.flatnonzero(ids[row][: len(prefix)] != prefix)
             if len(differ):
                 at = int(differ[0])

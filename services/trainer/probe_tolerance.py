@@ -32,5 +32,7 @@ def probe_tolerance(trainer_dtype: str, served_dtype: str) -> float:
     """The largest probe difference a replica serving `served_dtype` may show against a trainer computing in `trainer_dtype`."""
     unknown = {trainer_dtype, served_dtype} - set(ALLOWANCE_PER_SIDE)
     if unknown:
-        raise ValueError(f"no derived probe tolerance for dtype {sorted(unknown)}; set the trainer's --sync-tolerance")
+        raise ValueError(
+            f"no derived probe tolerance for dtype {sorted(unknown)}; set the trainer's --sync-tolerance"
+        )
     return ALLOWANCE_PER_SIDE[trainer_dtype] + ALLOWANCE_PER_SIDE[served_dtype]

@@ -41,7 +41,9 @@ def judge(validations: Sequence[StepRecord], step: int, metric: str, margin: flo
         return GateResult(False, metric, baseline, candidate, margin, reason)
 
     if step == 0:
-        return refused("the checkpoint is at step 0: it is the model that serves, there is nothing to promote")
+        return refused(
+            "the checkpoint is at step 0: it is the model that serves, there is nothing to promote"
+        )
     for name, at, value in (("the serving model", 0, baseline), ("the candidate", step, candidate)):
         if math.isnan(value):
             known = sorted({key for values in by_step.values() for key in values})

@@ -41,12 +41,22 @@ class ServedPolicy:
     dtype: str
 
     def pushed(self) -> PushedPolicy:
-        return PushedPolicy(Path(self.folder) if self.folder else None, self.adapter, self.probe, self.expected, self.dtype)
+        return PushedPolicy(
+            Path(self.folder) if self.folder else None,
+            self.adapter,
+            self.probe,
+            self.expected,
+            self.dtype,
+        )
 
     def describe(self) -> str:
         if self.checkpoint_id:
             return f"checkpoint {self.checkpoint_id}"
-        return f"the model run {self.run_id} started from" if self.run_id else "the model served before"
+        return (
+            f"the model run {self.run_id} started from"
+            if self.run_id
+            else "the model served before"
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,11 @@ class PromotionLog:
         """Oldest first."""
         if not self.path.exists():
             return []
-        return [PromotionRecord.from_json(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return [
+            PromotionRecord.from_json(line)
+            for line in self.path.read_text().splitlines()
+            if line.strip()
+        ]
 
     def append(self, record: PromotionRecord) -> PromotionRecord:
         with self._lock:

@@ -74,8 +74,17 @@ class Promotions:
         self.log = PromotionLog(deployment.work_dir)
         self._folder = deployment.work_dir / SERVING_DIR
         self._ingests = IngestFleet(deployment.serving_ingest_addresses)
-        replicas = [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.serving_replica_urls]
-        self._sync = WeightSync(replicas, self._folder, probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests)
+        replicas = [
+            VllmReplica(url, api_key=deployment.replica_api_key)
+            for url in deployment.serving_replica_urls
+        ]
+        self._sync = WeightSync(
+            replicas,
+            self._folder,
+            probe=[],
+            tolerance=deployment.sync_tolerance,
+            ingests=self._ingests,
+        )
         self._lock = threading.Lock()
 
     def promote(
@@ -111,7 +120,9 @@ class Promotions:
             current = self._serving_version()
             canary = self.log.running_canary()
             if canary is not None and canary.checkpoint_id == checkpoint.checkpoint_id:
-                version = canary.policy_version  # the same weights its canary calls were stamped with
+                version = (
+                    canary.policy_version
+                )  # the same weights its canary calls were stamped with
             else:
                 version = max(checkpoint.policy_version, self._fresh_version(current))
             record = PromotionRecord(
@@ -125,7 +136,14 @@ class Promotions:
                 self._set_canary([], 0.0, 0)  # everyone gets the promoted policy now
             log.info("policy_promoted", promotion_id=promotion_id, checkpoint_id=checkpoint.checkpoint_id,
                      policy_version=version, metric=metric, baseline=gate.baseline, candidate=gate.candidate)  # fmt: skip
-            return self.log.append(replace(record, max_logprob_diff=result.max_logprob_diff, served=candidate, replaced=start))
+            return self.log.append(
+                replace(
+                    record,
+                    max_logprob_diff=result.max_logprob_diff,
+                    served=candidate,
+                    replaced=start,
+                )
+            )
 
     def rollback(self) -> PromotionRecord:
         """End a running canary; otherwise serve again what the last standing promotion replaced."""
@@ -142,18 +160,26 @@ class Promotions:
                 ))  # fmt: skip
             standing = self.log.standing()
             if not standing:
-                raise FailedPrecondition("no promotion stands: the serving replicas serve what they were started with")
+                raise FailedPrecondition(
+                    "no promotion stands: the serving replicas serve what they were started with"
+                )
             undone = standing[-1]
             restored = undone.replaced
             assert restored is not None  # every promotion records what it replaced
             current = self._serving_version()
-            result = self._push_or_restore(restored, self._fresh_version(current), undone.served, current)
+            result = self._push_or_restore(
+                restored, self._fresh_version(current), undone.served, current
+            )
             record = PromotionRecord(
                 self.log.next_id(), ROLLED_BACK, restored.run_id, restored.checkpoint_id, result.policy_version,
                 undone.metric, math.nan, math.nan, undone.margin, f"took back {undone.promotion_id}: {restored.describe()} serves again",
                 time.time(), result.max_logprob_diff, restored.folder, served=restored,
             )  # fmt: skip
-            log.info("policy_rolled_back", undone=undone.promotion_id, policy_version=result.policy_version)
+            log.info(
+                "policy_rolled_back",
+                undone=undone.promotion_id,
+                policy_version=result.policy_version,
+            )
             return self.log.append(record)
 
     def canary_running(self) -> str:
@@ -190,7 +216,9 @@ class Promotions:
         """The model the run started from, as the serving replicas would load it back."""
         settings = checkpoint.settings
         if settings.lora_rank:
-            folder = ""  # the base model, no adapter: LoRA runs never change the replicas' base weights
+            folder = (
+                ""  # the base model, no adapter: LoRA runs never change the replicas' base weights
+            )
         elif any(settings.model_path.glob("*.safetensors")):
             folder = str(settings.model_path.resolve())
         else:
@@ -198,12 +226,23 @@ class Promotions:
                 f"model_path {settings.model_path} holds no safetensors weights, so a rollback could not load it back "
                 "into the serving replicas"
             )
-        return ServedPolicy(checkpoint.run_id, "", folder, False, probe, policy_probe(settings, probe), settings.dtype)
+        return ServedPolicy(
+            checkpoint.run_id,
+            "",
+            folder,
+            False,
+            probe,
+            policy_probe(settings, probe),
+            settings.dtype,
+        )
 
     def _mismatch(self, policy: ServedPolicy) -> str:
         """Why the serving replicas do not serve `policy` as users reach it; empty when they all do."""
         adapter = self._served_adapter()
-        results = {r.base_url: ReplicaResult(r.base_url, False, math.nan, adapter=adapter) for r in self._sync.replicas}
+        results = {
+            r.base_url: ReplicaResult(r.base_url, False, math.nan, adapter=adapter)
+            for r in self._sync.replicas
+        }
         self._sync.verify(policy.pushed(), results)
         if unscored := next((r for r in results.values() if math.isnan(r.max_logprob_diff)), None):
             raise Unavailable(f"serving replica {unscored.replica}: {unscored.error}")
@@ -222,31 +261,54 @@ class Promotions:
         return ""
 
     def _start_canary(
-        self, record: PromotionRecord, candidate: ServedPolicy, share: float, replicas: WeightSync | None
+        self,
+        record: PromotionRecord,
+        candidate: ServedPolicy,
+        share: float,
+        replicas: WeightSync | None,
     ) -> PromotionRecord:
         if replicas is None or not replicas.replicas:
-            raise FailedPrecondition("a canary is served from the trainer's own replicas (--replicas); it has none")
+            raise FailedPrecondition(
+                "a canary is served from the trainer's own replicas (--replicas); it has none"
+            )
         result = replicas.push(candidate.pushed(), record.policy_version)
-        self._set_canary([replica.base_url for replica in replicas.replicas], share, record.policy_version)
-        log.info("canary_started", promotion_id=record.promotion_id, share=share, policy_version=record.policy_version)
-        return self.log.append(replace(record, outcome=CANARY, canary_share=share, max_logprob_diff=result.max_logprob_diff))
+        self._set_canary(
+            [replica.base_url for replica in replicas.replicas], share, record.policy_version
+        )
+        log.info(
+            "canary_started",
+            promotion_id=record.promotion_id,
+            share=share,
+            policy_version=record.policy_version,
+        )
+        return self.log.append(
+            replace(
+                record, outcome=CANARY, canary_share=share, max_logprob_diff=result.max_logprob_diff
+            )
+        )
 
     def _set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
-        request = ingest_pb.SetCanaryRequest(upstreams=upstreams, share=share, policy_version=policy_version)
+        request = ingest_pb.SetCanaryRequest(
+            upstreams=upstreams, share=share, policy_version=policy_version
+        )
         self._sync.on_every_ingest(lambda ingest: ingest.set_canary(request))
 
     def _serving_version(self) -> int:
         """The version users' calls are stamped with now."""
         if self._ingests:
             return self._ingests.highest_policy_version()
-        served = [record for record in self.log.records() if record.outcome in (PROMOTED, ROLLED_BACK)]
+        served = [
+            record for record in self.log.records() if record.outcome in (PROMOTED, ROLLED_BACK)
+        ]
         return served[-1].policy_version if served else 0
 
     def _fresh_version(self, serving: int) -> int:
         """A version no policy was served under yet, here or in a canary."""
         return max(serving, self.log.highest_policy_version()) + 1
 
-    def _push_or_restore(self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int) -> SyncResult:
+    def _push_or_restore(
+        self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int
+    ) -> SyncResult:
         """Push `policy`; if the push fails, push `fallback` back at the version that serves now, then raise."""
         try:
             return self._sync.push(policy.pushed(), version)
@@ -256,11 +318,15 @@ class Promotions:
             try:
                 self._sync.push(fallback.pushed(), current)
             except SyncFailed as restore_error:
-                raise SyncFailed(f"{error}; putting {fallback.describe()} back failed too: {restore_error}") from None
+                raise SyncFailed(
+                    f"{error}; putting {fallback.describe()} back failed too: {restore_error}"
+                ) from None
             raise SyncFailed(f"{error}; {fallback.describe()} serves again") from None
 
 
-def policy_probe(settings: RunSettings, probe: list[int], folder: Path | None = None) -> list[float]:
+def policy_probe(
+    settings: RunSettings, probe: list[int], folder: Path | None = None
+) -> list[float]:
     """A policy's own logprobs of `probe`, by the cpu backend's forward pass in the run's dtype: the model the run
     started from, or the weights (a LoRA run: the adapter) in `folder`."""
     from parity.services.trainer.backends.cpu import CpuBackend
@@ -277,4 +343,3 @@ def policy_probe(settings: RunSettings, probe: list[int], folder: Path | None = 
         return backend.probe_logprobs(probe)
     finally:
         backend.close()
-

@@ -67,15 +67,26 @@ class VllmReplica:
 
     def _post(self, path: str, payload: dict[str, object] | None = None) -> httpx.Response:
         try:
-            response = httpx.post(f"{self.base_url}{path}", json=payload, headers=self._headers, timeout=self.timeout_s)
+            response = httpx.post(
+                f"{self.base_url}{path}",
+                json=payload,
+                headers=self._headers,
+                timeout=self.timeout_s,
+            )
         except httpx.HTTPError as error:
             raise ReplicaError(f"{self.base_url}{path}: {type(error).__name__}: {error}") from None
         if response.status_code != 200:
-            raise ReplicaError(f"{self.base_url}{path} answered {response.status_code}: {response.text[:500]}")
+            raise ReplicaError(
+                f"{self.base_url}{path} answered {response.status_code}: {response.text[:500]}"
+            )
         return response
 
     def reload_weights(self, weights_dir: Path) -> None:
-        payload = {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}, "timeout": self.timeout_s}
+        payload = {
+            "method": "reload_weights",
+            "kwargs": {"weights_path": str(weights_dir)},
+            "timeout": self.timeout_s,
+        }
         self._post("/collective_rpc", payload)
         self._post("/reset_prefix_cache")
 
@@ -104,10 +115,14 @@ class VllmReplica:
                 self._info = ServerInfo(
                     dtype=str(config["model_config"]["dtype"]).removeprefix("torch."),
                     max_lora_rank=int((config.get("lora_config") or {}).get("max_lora_rank") or 0),
-                    runtime_lora_updating=bool(info.get("vllm_env", {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")),
+                    runtime_lora_updating=bool(
+                        info.get("vllm_env", {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+                    ),
                 )
             except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as error:
-                raise ReplicaError(f"{self.base_url}/server_info: {type(error).__name__}: {error}") from None
+                raise ReplicaError(
+                    f"{self.base_url}/server_info: {type(error).__name__}: {error}"
+                ) from None
         return self._info
 
     def forget_server_info(self) -> None:
@@ -118,7 +133,9 @@ class VllmReplica:
 
     def model_name(self) -> str:
         try:
-            models = httpx.get(f"{self.base_url}/v1/models", headers=self._headers, timeout=30).json()["data"]
+            models = httpx.get(
+                f"{self.base_url}/v1/models", headers=self._headers, timeout=30
+            ).json()["data"]
         except (httpx.HTTPError, ValueError, KeyError) as error:
             raise ReplicaError(f"{self.base_url}/v1/models: {error}") from None
         if not models:
@@ -131,16 +148,26 @@ class VllmReplica:
         try:
             return [int(token) for token in self._post("/tokenize", payload).json()["tokens"]]
         except (ValueError, KeyError, TypeError) as error:
-            raise ReplicaError(f"{self.base_url}/tokenize answered no token list: {error}") from None
+            raise ReplicaError(
+                f"{self.base_url}/tokenize answered no token list: {error}"
+            ) from None
 
     def prompt_logprobs(self, token_ids: list[int], model: str = "") -> list[float]:
         """vLLM's logprob of each token after the first, from prompt_logprobs of a 1-token greedy request
         to `model` (a loaded adapter's name; the base model by default)."""
-        payload = {"model": model or self.model_name(), "prompt": token_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        payload = {
+            "model": model or self.model_name(),
+            "prompt": token_ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
         choice = self._post("/v1/completions", payload).json()["choices"][0]
         entries = choice.get("prompt_logprobs") or []
         if len(entries) != len(token_ids):
-            raise ReplicaError(f"{self.base_url} returned {len(entries)} prompt logprobs for {len(token_ids)} tokens")
+            raise ReplicaError(
+                f"{self.base_url} returned {len(entries)} prompt logprobs for {len(token_ids)} tokens"
+            )
         values = []
         for token, entry in zip(token_ids[1:], entries[1:], strict=True):
             scored = (entry or {}).get(str(token))

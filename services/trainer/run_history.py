@@ -55,7 +55,11 @@ class RunHistory:
         _replace(folder / METRICS_FILE, "".join(_line(r) for r in metrics))
         lineage_path = folder / lineage.LINEAGE_FILE
         if lineage_path.exists():
-            kept = [line for line in lineage_path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= run.step]
+            kept = [
+                line
+                for line in lineage_path.read_text().splitlines(keepends=True)
+                if json.loads(line)["step"] <= run.step
+            ]
             _replace(lineage_path, "".join(kept))
         for batch in (folder / BATCHES_DIR).glob("step-*.pb"):
             if int(batch.stem.removeprefix("step-")) > run.step:
@@ -80,7 +84,9 @@ class RunHistory:
         with (folder / lineage.LINEAGE_FILE).open("a") as out:
             out.write(lineage.step_line(record.step, record.time, batch))
 
-    def trained_sessions(self, end_user_id: str, session_ids: list[str]) -> list[pb.TrainedSessionsStep]:
+    def trained_sessions(
+        self, end_user_id: str, session_ids: list[str]
+    ) -> list[pb.TrainedSessionsStep]:
         return lineage.find(self.root, end_user_id, session_ids)
 
     def metrics(self, run_id: str) -> list[StepRecord]:
@@ -113,7 +119,17 @@ class RunHistory:
 
 
 def _line(record: StepRecord) -> str:
-    return json.dumps({"run_id": record.run_id, "step": record.step, "time": record.time, "values": record.values}) + "\n"
+    return (
+        json.dumps(
+            {
+                "run_id": record.run_id,
+                "step": record.step,
+                "time": record.time,
+                "values": record.values,
+            }
+        )
+        + "\n"
+    )
 
 
 def _read_lines(path: Path) -> list[StepRecord]:

@@ -26,5 +26,7 @@ def new_run_id(checkpoint_dir: Path, requested: str) -> str:
             f"run_id {requested!r} must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     if checkpoints.list_checkpoints(checkpoint_dir, requested):
-        raise AlreadyExists(f"run {requested!r} has checkpoints under {checkpoint_dir}; resume it instead")
+        raise AlreadyExists(
+            f"run {requested!r} has checkpoints under {checkpoint_dir}; resume it instead"
+        )
     return requested

@@ -123,7 +123,9 @@ class RunLoop:
     def _train(self, backend: TrainingBackend, source: BatchSource) -> RunState:
         """Train until the step budget or a stop; returns how the run ended."""
         run, settings = self.run, self.run.settings
-        teacher = Teacher(settings.teacher_urls, settings.teacher_model) if settings.teacher else None
+        teacher = (
+            Teacher(settings.teacher_urls, settings.teacher_model) if settings.teacher else None
+        )
         # A bar only on a terminal: a log has the JSON `step` line of each step.
         progress = tqdm(total=settings.total_steps, initial=run.step, desc=f"training {run.run_id}", unit="step",
                         disable=not sys.stderr.isatty())  # fmt: skip
@@ -150,7 +152,10 @@ class RunLoop:
                     if teacher is not None:
                         scored = time.perf_counter()
                         tensors = tensors.with_teacher(teacher.score(batch.samples))
-                        teacher_values = {"teacher_kl": teacher_kl(tensors), "teacher_seconds": time.perf_counter() - scored}
+                        teacher_values = {
+                            "teacher_kl": teacher_kl(tensors),
+                            "teacher_seconds": time.perf_counter() - scored,
+                        }
                     values = backend.train_step(tensors)
                     run.step += 1
                     run.policy_version += 1
@@ -162,7 +167,9 @@ class RunLoop:
                         source.ack(batch.batch_id, run.policy_version)
                         raise
                 source.ack(batch.batch_id, run.policy_version)
-                values.update(_batch_values(tensors.rewards, tensors.policy_versions, run.policy_version - 1))
+                values.update(
+                    _batch_values(tensors.rewards, tensors.policy_versions, run.policy_version - 1)
+                )
                 values.update(token_accounting(batch.stats))
                 values.update(teacher_values)
                 values.update(wait_seconds=wait_seconds, sync_seconds=synced.durations_s["total"],
@@ -172,8 +179,17 @@ class RunLoop:
                 record = self._metrics.append(run.run_id, run.step, values)
                 self._history.record_step(record, step_batch(run.run_id, run.step, batch, tensors, settings.advantage_estimator,
                                                             backend.signal_weights))  # fmt: skip
-                log.info("step", run_id=run.run_id, step=run.step, **{k: round(v, 6) for k, v in values.items()})
-                progress.set_postfix(reward=f"{values['reward_mean']:.3f}", loss=f"{values['policy_loss']:.4f}", refresh=False)
+                log.info(
+                    "step",
+                    run_id=run.run_id,
+                    step=run.step,
+                    **{k: round(v, 6) for k, v in values.items()},
+                )
+                progress.set_postfix(
+                    reward=f"{values['reward_mean']:.3f}",
+                    loss=f"{values['policy_loss']:.4f}",
+                    refresh=False,
+                )
                 progress.update(1)
                 if settings.checkpoint_interval and run.step % settings.checkpoint_interval == 0:
                     with self._policy.lock:
@@ -186,7 +202,9 @@ class RunLoop:
 
     def _fail(self, backend: TrainingBackend | None, error: Exception) -> None:
         run = self.run
-        message = str(error) if isinstance(error, ParityError) else f"{type(error).__name__}: {error}"
+        message = (
+            str(error) if isinstance(error, ParityError) else f"{type(error).__name__}: {error}"
+        )
         log.error("run_failed", run_id=run.run_id, step=run.step, error=message)
         run.error = message
         if backend is not None:
@@ -209,7 +227,9 @@ class RunLoop:
             return
         path = run.settings.checkpoint_dir / run.run_id / PLOT_FILE
         try:
-            run.plot_path = str(plot_run(self._metrics.records, path, f"{run.run_id}: reward and loss per step"))
+            run.plot_path = str(
+                plot_run(self._metrics.records, path, f"{run.run_id}: reward and loss per step")
+            )
         except Exception as error:  # noqa: BLE001 - a plot never fails a run
             log.error("plot_failed", error=str(error))
 
@@ -219,7 +239,9 @@ class RunLoop:
         self._history.save(self.run)
 
 
-def _batch_values(rewards: np.ndarray, versions: np.ndarray, trained_version: int) -> dict[str, float]:
+def _batch_values(
+    rewards: np.ndarray, versions: np.ndarray, trained_version: int
+) -> dict[str, float]:
     return {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
@@ -236,7 +258,9 @@ def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     values = {
         "tokens_trained": float(stats.token_count),
         "tokens_unique": float(stats.unique_token_count),
-        "token_repetition": stats.token_count / stats.unique_token_count if stats.unique_token_count else 1.0,
+        "token_repetition": stats.token_count / stats.unique_token_count
+        if stats.unique_token_count
+        else 1.0,
     }
     values |= {"merged_calls": float(stats.merged_call_count), "splits": float(stats.split_count),
                "groups": float(stats.group_count),
@@ -244,10 +268,11 @@ def token_accounting(stats: batch_pb2.BatchStats) -> dict[str, float]:
     joins = stats.merged_call_count + stats.split_count
     if joins:
         values["merge_rate"] = stats.merged_call_count / joins
-    values |= {f"splits_{reason}": float(count) for reason, count in sorted(stats.split_reasons.items())}
+    values |= {
+        f"splits_{reason}": float(count) for reason, count in sorted(stats.split_reasons.items())
+    }
     if stats.thread_count:
         values |= {"threads_per_session": stats.threads_per_session,
                    "thread_token_repetition_max": stats.max_thread_repetition,
                    "threads_ended_at_limit": float(stats.threads_ended_at_limit)}  # fmt: skip
     return values
-

@@ -31,7 +31,9 @@ from parity.update_settings import (
 class RunSettings(UpdateSettings):
     model_path: Path = field(metadata={"help": "Hugging Face model directory to train"})
     total_steps: int = field(metadata={"help": "update steps of the run"})
-    checkpoint_dir: Path = field(default=Path("checkpoints"), kw_only=True, metadata={"help": "where checkpoints go"})
+    checkpoint_dir: Path = field(
+        default=Path("checkpoints"), kw_only=True, metadata={"help": "where checkpoints go"}
+    )
 
     def __post_init__(self) -> None:
         try:
@@ -39,7 +41,10 @@ class RunSettings(UpdateSettings):
             if self.total_steps < 1:
                 raise SettingsError("total_steps", f"must be at least 1, got {self.total_steps}")
             if self.teacher and not all(map(is_url, self.teacher_urls)):
-                raise SettingsError("teacher", f"must be the http(s) URL of the teacher's server, got {self.teacher!r}")
+                raise SettingsError(
+                    "teacher",
+                    f"must be the http(s) URL of the teacher's server, got {self.teacher!r}",
+                )
         except SettingsError as error:
             raise InvalidArgument(f"{proto_path(error.key)}: {error.message}") from None
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
@@ -55,7 +60,9 @@ class RunSettings(UpdateSettings):
         return self.learning_rate
 
     @classmethod
-    def from_proto(cls, config: run_pb2.RunConfig, default_checkpoint_dir: Path = Path("checkpoints")) -> RunSettings:
+    def from_proto(
+        cls, config: run_pb2.RunConfig, default_checkpoint_dir: Path = Path("checkpoints")
+    ) -> RunSettings:
         if not config.model_path:
             raise InvalidArgument("model_path is required")
         try:
@@ -65,17 +72,24 @@ class RunSettings(UpdateSettings):
         return cls(
             model_path=Path(config.model_path),
             total_steps=config.total_steps,
-            checkpoint_dir=Path(config.checkpoint_dir) if config.checkpoint_dir else default_checkpoint_dir,
+            checkpoint_dir=Path(config.checkpoint_dir)
+            if config.checkpoint_dir
+            else default_checkpoint_dir,
             **values,
         )
 
     def to_proto(self) -> run_pb2.RunConfig:
         return to_run_config(
-            self, model_path=str(self.model_path), total_steps=self.total_steps, checkpoint_dir=str(self.checkpoint_dir)
+            self,
+            model_path=str(self.model_path),
+            total_steps=self.total_steps,
+            checkpoint_dir=str(self.checkpoint_dir),
         )
 
     def to_json(self) -> dict[str, object]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+        return {
+            k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunSettings:

@@ -25,15 +25,20 @@ DEFAULT_PORT = 50054
 @dataclass
 class TrainerConfig(ServerConfig):
     port: int = setting(DEFAULT_PORT, "gRPC port; 0 picks a free one")
-    assembler_address: str = setting("127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)")
+    assembler_address: str = setting(
+        "127.0.0.1:50053", "the assembler's gRPC address (StreamBatches)"
+    )
     ingest_address: str = setting(
         "", "ingest's gRPC address, paused and versioned around each sync; several ingest replicas: "
         "comma-separated, all paused, versioned and resumed together; dns:///NAME:PORT: every address NAME resolves "
         "to at each sync (a Kubernetes headless Service); empty: none"
     )  # fmt: skip
-    replicas: str = setting("", "comma-separated vLLM server URLs (http://host:port) that receive every update")
+    replicas: str = setting(
+        "", "comma-separated vLLM server URLs (http://host:port) that receive every update"
+    )
     replica_api_key_file: str = setting(
-        "", "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none"
+        "",
+        "file holding the replicas' API key (vLLM's VLLM_API_KEY), sent to them as a bearer token; empty: none",
     )
     serving_replicas: str = setting(
         "", "comma-separated vLLM server URLs that serve users: only a promotion that passes its gate loads a policy "
@@ -43,8 +48,12 @@ class TrainerConfig(ServerConfig):
         "", "the gRPC addresses of the ingests in front of --serving-replicas, comma-separated (or dns:///NAME:PORT), "
         "paused and versioned around a promotion"
     )  # fmt: skip
-    work_dir: str = setting(".parity/trainer", "where pushed weights (and, by default, checkpoints) are written")
-    consumer_id: str = setting("trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it")
+    work_dir: str = setting(
+        ".parity/trainer", "where pushed weights (and, by default, checkpoints) are written"
+    )
+    consumer_id: str = setting(
+        "trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it"
+    )
     sync_tolerance: float = setting(
         0.0,
         "largest logprob difference on the probe a verified replica may show; "
@@ -57,16 +66,23 @@ class TrainerConfig(ServerConfig):
             raise InvalidArgument("assembler_address and consumer_id are required")
         if self.sync_tolerance < 0:
             raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
-        for name, addresses in (("ingest_address", self.ingest_addresses), ("serving_ingest_address", self.serving_ingest_addresses)):
+        for name, addresses in (
+            ("ingest_address", self.ingest_addresses),
+            ("serving_ingest_address", self.serving_ingest_addresses),
+        ):
             try:
                 IngestFleet(addresses)
             except ValueError as error:
                 raise InvalidArgument(f"{name}: {error}") from None
         if self.serving_ingest_address and not self.serving_replicas:
-            raise InvalidArgument("serving_ingest_address needs serving_replicas: the replicas those ingests serve from")
+            raise InvalidArgument(
+                "serving_ingest_address needs serving_replicas: the replicas those ingests serve from"
+            )
         shared = set(_urls(self.replicas)) & set(_urls(self.serving_replicas))
         if shared:
-            raise InvalidArgument(f"serving_replicas must not be among replicas, which every update reaches: {', '.join(sorted(shared))}")
+            raise InvalidArgument(
+                f"serving_replicas must not be among replicas, which every update reaches: {', '.join(sorted(shared))}"
+            )
 
     @property
     def ingest_addresses(self) -> tuple[str, ...]:
@@ -102,7 +118,9 @@ def build_bindings(config: TrainerConfig) -> list[ServiceBinding]:
         trainer.close()
 
     def add(server: object) -> None:
-        trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(TrainerServicer(trainer), server)
+        trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(
+            TrainerServicer(trainer), server
+        )
 
     return [ServiceBinding(FULL_NAME, add, on_stop=stop)]
 

@@ -78,16 +78,29 @@ def sync_to_proto(result: SyncResult) -> pb.SyncWeightsResponse:
     durations = result.durations_s
     return pb.SyncWeightsResponse(
         policy_version=result.policy_version,
-        replicas=[pb.ReplicaSync(replica=r.replica, verified=r.verified, max_logprob_diff=r.max_logprob_diff,
-                                 error_message=r.error) for r in result.replicas],  # fmt: skip
+        replicas=[
+            pb.ReplicaSync(
+                replica=r.replica,
+                verified=r.verified,
+                max_logprob_diff=r.max_logprob_diff,
+                error_message=r.error,
+            )
+            for r in result.replicas
+        ],  # fmt: skip
         max_logprob_diff=result.max_logprob_diff,
-        durations=pb.SyncPhaseDurations(**{phase: _duration(durations.get(phase, 0.0))
-                                           for phase in ("pause", "push", "verify", "resume", "total")}),  # fmt: skip
+        durations=pb.SyncPhaseDurations(
+            **{
+                phase: _duration(durations.get(phase, 0.0))
+                for phase in ("pause", "push", "verify", "resume", "total")
+            }
+        ),  # fmt: skip
         complete_time=_timestamp(result.complete_time),
     )
 
 
-def metrics_to_proto(record: StepRecord, kind: pb.MetricsKind = pb.METRICS_KIND_TRAINING) -> pb.StepMetrics:
+def metrics_to_proto(
+    record: StepRecord, kind: pb.MetricsKind = pb.METRICS_KIND_TRAINING
+) -> pb.StepMetrics:
     return pb.StepMetrics(run_id=record.run_id, step=record.step, time=_timestamp(record.time), values=record.values,
                           kind=kind)  # fmt: skip
 
@@ -106,7 +119,9 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
-    async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.GetStatusResponse:
+    async def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStatusResponse:
         run, last_sync = self.trainer.status()
         response = pb.GetStatusResponse()
         if run is not None:
@@ -126,22 +141,36 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
                 if record.step >= request.from_step:
                     yield pb.StreamMetricsResponse(metrics=metrics_to_proto(record))
 
-    async def SyncWeights(self, request: pb.SyncWeightsRequest, context: grpc.aio.ServicerContext) -> pb.SyncWeightsResponse:
-        return sync_to_proto(await asyncio.to_thread(self.trainer.sync_weights, not request.skip_verification))
+    async def SyncWeights(
+        self, request: pb.SyncWeightsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SyncWeightsResponse:
+        return sync_to_proto(
+            await asyncio.to_thread(self.trainer.sync_weights, not request.skip_verification)
+        )
 
-    async def StartRun(self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext) -> pb.StartRunResponse:
+    async def StartRun(
+        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartRunResponse:
         settings = (RunSettings.from_proto(request.config, self.trainer.default_checkpoint_dir)
                     if request.HasField("config") else None)  # fmt: skip
-        run = await asyncio.to_thread(self.trainer.start_run, settings, request.resume_checkpoint_id, request.run_id)
+        run = await asyncio.to_thread(
+            self.trainer.start_run, settings, request.resume_checkpoint_id, request.run_id
+        )
         return pb.StartRunResponse(run=run_to_proto(run))
 
-    async def PauseRun(self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext) -> pb.PauseRunResponse:
+    async def PauseRun(
+        self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PauseRunResponse:
         return pb.PauseRunResponse(run=run_to_proto(self.trainer.pause()))
 
-    async def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext) -> pb.ResumeRunResponse:
+    async def ResumeRun(
+        self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResumeRunResponse:
         return pb.ResumeRunResponse(run=run_to_proto(self.trainer.resume()))
 
-    async def StopRun(self, request: pb.StopRunRequest, context: grpc.aio.ServicerContext) -> pb.StopRunResponse:
+    async def StopRun(
+        self, request: pb.StopRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopRunResponse:
         run, checkpoint = await asyncio.to_thread(self.trainer.stop)
         response = pb.StopRunResponse(run=run_to_proto(run))
         if checkpoint is not None:
@@ -158,16 +187,26 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.ListCheckpointsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCheckpointsResponse:
         found = self.trainer.list_checkpoints(request.run_id)
-        page, token = page_tokens.page_of(found, request.page_size, request.page_token, f"checkpoints:{request.run_id}")
-        return pb.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in page], next_page_token=token)
+        page, token = page_tokens.page_of(
+            found, request.page_size, request.page_token, f"checkpoints:{request.run_id}"
+        )
+        return pb.ListCheckpointsResponse(
+            checkpoints=[checkpoint_to_proto(c) for c in page], next_page_token=token
+        )
 
-    async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
         runs = await asyncio.to_thread(self.trainer.list_runs)
         page, token = page_tokens.page_of(runs, request.page_size, request.page_token, "runs")
         return pb.ListRunsResponse(runs=[run_to_proto(r) for r in page], next_page_token=token)
 
-    async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:
-        return pb.GetRunResponse(run=run_to_proto(await asyncio.to_thread(self.trainer.get_run, request.run_id)))
+    async def GetRun(
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRunResponse:
+        return pb.GetRunResponse(
+            run=run_to_proto(await asyncio.to_thread(self.trainer.get_run, request.run_id))
+        )
 
     async def ListRunMetrics(
         self, request: pb.ListRunMetricsRequest, context: grpc.aio.ServicerContext
@@ -175,50 +214,88 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         kind = request.kind or pb.METRICS_KIND_TRAINING
         validation = kind == pb.METRICS_KIND_VALIDATION
         records = await asyncio.to_thread(self.trainer.run_metrics, request.run_id, validation)
-        page, token = page_tokens.page_of(records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}")
-        return pb.ListRunMetricsResponse(metrics=[metrics_to_proto(r, kind) for r in page], next_page_token=token)
+        page, token = page_tokens.page_of(
+            records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}"
+        )
+        return pb.ListRunMetricsResponse(
+            metrics=[metrics_to_proto(r, kind) for r in page], next_page_token=token
+        )
 
-    async def GetStepBatch(self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetStepBatchResponse:
-        return pb.GetStepBatchResponse(batch=await asyncio.to_thread(self.trainer.step_batch, request.run_id, request.step))
+    async def GetStepBatch(
+        self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStepBatchResponse:
+        return pb.GetStepBatchResponse(
+            batch=await asyncio.to_thread(self.trainer.step_batch, request.run_id, request.step)
+        )
 
     async def ListTrainedSessions(
         self, request: pb.ListTrainedSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTrainedSessionsResponse:
         session_ids = list(request.session_ids)
-        steps = await asyncio.to_thread(self.trainer.trained_sessions, request.end_user_id, session_ids)
+        steps = await asyncio.to_thread(
+            self.trainer.trained_sessions, request.end_user_id, session_ids
+        )
         # A token is bound to its query; the query's ids can be 1,000 of 256 characters, so by their digest.
-        query = hashlib.sha256("\x1f".join([request.end_user_id, *sorted(session_ids)]).encode()).hexdigest()[:32]
-        page, token = page_tokens.page_of(steps, request.page_size, request.page_token, f"lineage:{query}")
+        query = hashlib.sha256(
+            "\x1f".join([request.end_user_id, *sorted(session_ids)]).encode()
+        ).hexdigest()[:32]
+        page, token = page_tokens.page_of(
+            steps, request.page_size, request.page_token, f"lineage:{query}"
+        )
         return pb.ListTrainedSessionsResponse(steps=page, next_page_token=token)
 
     async def WriteValidationMetrics(
         self, request: pb.WriteValidationMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteValidationMetricsResponse:
-        record = await asyncio.to_thread(self.trainer.write_validation, request.run_id, request.step, dict(request.values))
-        return pb.WriteValidationMetricsResponse(metrics=metrics_to_proto(record, pb.METRICS_KIND_VALIDATION))
+        record = await asyncio.to_thread(
+            self.trainer.write_validation, request.run_id, request.step, dict(request.values)
+        )
+        return pb.WriteValidationMetricsResponse(
+            metrics=metrics_to_proto(record, pb.METRICS_KIND_VALIDATION)
+        )
 
-    async def ExportPolicy(self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext) -> pb.ExportPolicyResponse:
+    async def ExportPolicy(
+        self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExportPolicyResponse:
         path, merged, checkpoint = await asyncio.to_thread(
-            self.trainer.export_policy, request.output_dir, request.checkpoint_id, request.merge_lora
+            self.trainer.export_policy,
+            request.output_dir,
+            request.checkpoint_id,
+            request.merge_lora,
         )
         return pb.ExportPolicyResponse(
-            path=str(path), checkpoint=checkpoint_to_proto(checkpoint), merged_path=str(merged or "")
+            path=str(path),
+            checkpoint=checkpoint_to_proto(checkpoint),
+            merged_path=str(merged or ""),
         )
 
-    async def PromotePolicy(self, request: pb.PromotePolicyRequest, context: grpc.aio.ServicerContext) -> pb.PromotePolicyResponse:
+    async def PromotePolicy(
+        self, request: pb.PromotePolicyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PromotePolicyResponse:
         record = await asyncio.to_thread(
-            self.trainer.promote, request.run_id, request.checkpoint_id, request.metric, request.margin, request.canary_share
+            self.trainer.promote,
+            request.run_id,
+            request.checkpoint_id,
+            request.metric,
+            request.margin,
+            request.canary_share,
         )
         return pb.PromotePolicyResponse(promotion=promotion_to_proto(record))
 
     async def RollbackPolicy(
         self, request: pb.RollbackPolicyRequest, context: grpc.aio.ServicerContext
     ) -> pb.RollbackPolicyResponse:
-        return pb.RollbackPolicyResponse(promotion=promotion_to_proto(await asyncio.to_thread(self.trainer.promotions.rollback)))
+        return pb.RollbackPolicyResponse(
+            promotion=promotion_to_proto(await asyncio.to_thread(self.trainer.promotions.rollback))
+        )
 
     async def ListPromotions(
         self, request: pb.ListPromotionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPromotionsResponse:
         records = await asyncio.to_thread(self.trainer.promotions.decisions)
-        page, token = page_tokens.page_of(records, request.page_size, request.page_token, "promotions")
-        return pb.ListPromotionsResponse(promotions=[promotion_to_proto(r) for r in page], next_page_token=token)
+        page, token = page_tokens.page_of(
+            records, request.page_size, request.page_token, "promotions"
+        )
+        return pb.ListPromotionsResponse(
+            promotions=[promotion_to_proto(r) for r in page], next_page_token=token
+        )

@@ -18,18 +18,33 @@ from parity.services.trainer.policy_loss import SignalWeights, compute_advantage
 
 
 def step_batch(
-    run_id: str, step: int, batch: batch_pb2.Batch, tensors: TrainingBatch, estimator: str, weights: SignalWeights
+    run_id: str,
+    step: int,
+    batch: batch_pb2.Batch,
+    tensors: TrainingBatch,
+    estimator: str,
+    weights: SignalWeights,
 ) -> pb.StepBatch:
     mask = tensors.response_mask
     sampled = mask.sum(dim=1)
-    advantages = (compute_advantages(tensors, estimator, weights) * mask).sum(dim=1) / sampled.clamp(min=1)
+    advantages = (compute_advantages(tensors, estimator, weights) * mask).sum(
+        dim=1
+    ) / sampled.clamp(min=1)
     samples = [
         pb.TrainedSample(
-            sample_id=sample.sample_id, session_id=sample.session_id, trajectory_name=sample.trajectory_name,
-            episode_id=sample.episode_id, group_id=sample.group_id, reward=sample.reward,
-            total_return=float(tensors.rewards[row]), advantage=float(advantages[row]),
-            token_count=len(sample.loss_mask), loss_token_count=sample.loss_mask.count(1),
-            policy_version=sample.policy_version, truncated=sample.truncated, call_ids=sample.call_ids,
+            sample_id=sample.sample_id,
+            session_id=sample.session_id,
+            trajectory_name=sample.trajectory_name,
+            episode_id=sample.episode_id,
+            group_id=sample.group_id,
+            reward=sample.reward,
+            total_return=float(tensors.rewards[row]),
+            advantage=float(advantages[row]),
+            token_count=len(sample.loss_mask),
+            loss_token_count=sample.loss_mask.count(1),
+            policy_version=sample.policy_version,
+            truncated=sample.truncated,
+            call_ids=sample.call_ids,
             end_user_id=sample.end_user_id,
         )  # fmt: skip
         for row, sample in enumerate(batch.samples)

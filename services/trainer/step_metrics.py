@@ -48,7 +48,10 @@ class MetricsLog:
     def write_jsonl(self, path: Path) -> None:
         with path.open("w") as out:
             for r in self.records:
-                out.write(json.dumps({"run_id": r.run_id, "step": r.step, "time": r.time, **r.values}) + "\n")
+                out.write(
+                    json.dumps({"run_id": r.run_id, "step": r.step, "time": r.time, **r.values})
+                    + "\n"
+                )
 
     @staticmethod
     def read_jsonl(path: Path) -> list[StepRecord]:

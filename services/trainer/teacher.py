@@ -49,10 +49,14 @@ class TeacherError(FailedPrecondition):
 
 
 class Teacher:
-    def __init__(self, urls: str | Sequence[str], model: str = "", timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, urls: str | Sequence[str], model: str = "", timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.urls = [urls] if isinstance(urls, str) else list(urls)
         api_key = os.environ.get(API_KEY_ENV, "")
-        self._replicas = [VllmReplica(url, timeout_s=timeout_s, api_key=api_key) for url in self.urls]
+        self._replicas = [
+            VllmReplica(url, timeout_s=timeout_s, api_key=api_key) for url in self.urls
+        ]
         self._model = model
         self._in_flight = [0] * len(self._replicas)
         # Replicas that failed a request of the step being scored: the rest of its samples go elsewhere first.
@@ -80,12 +84,16 @@ class Teacher:
             self._check_replica(url, replica, expected, highest, student_model)
         log.info("teacher_checked", urls=self.urls, model=self.model, probe_tokens=len(expected))
 
-    def _check_replica(self, url: str, replica: VllmReplica, expected: list[int], highest: int, student: Path) -> None:
+    def _check_replica(
+        self, url: str, replica: VllmReplica, expected: list[int], highest: int, student: Path
+    ) -> None:
         model = self.model
         try:
             given = replica.tokenize(PROBE_TEXT, model)
         except ReplicaError as error:
-            raise TeacherError(f"teacher {model!r} at {url} cannot tokenize (its /tokenize): {error}") from None
+            raise TeacherError(
+                f"teacher {model!r} at {url} cannot tokenize (its /tokenize): {error}"
+            ) from None
         if given != expected:
             raise TeacherError(
                 f"teacher {model!r} at {url} does not share the student's tokenizer ({student}): "
@@ -121,7 +129,10 @@ class Teacher:
         untried = set(range(len(self._replicas)))
         while untried:
             with self._lock:
-                chosen = min(untried, key=lambda index: (index in self._failed, self._in_flight[index], index))
+                chosen = min(
+                    untried,
+                    key=lambda index: (index in self._failed, self._in_flight[index], index),
+                )
                 self._in_flight[chosen] += 1
             untried.discard(chosen)
             try:
@@ -139,4 +150,7 @@ class Teacher:
 
 
 def _first_difference(given: list[int], expected: list[int]) -> int:
-    return next((i for i, (a, b) in enumerate(zip(given, expected, strict=False)) if a != b), min(len(given), len(expected)))
+    return next(
+        (i for i, (a, b) in enumerate(zip(given, expected, strict=False)) if a != b),
+        min(len(given), len(expected)),
+    )

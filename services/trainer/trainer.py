@@ -65,9 +65,13 @@ class Trainer:
     def status(self) -> tuple[RunStatus | None, SyncResult | None]:
         return (replace(self._loop.run) if self._loop else None), self._policy.last_sync
 
-    def start_run(self, settings: RunSettings | None, resume_checkpoint_id: str = "", run_id: str = "") -> RunStatus:
+    def start_run(
+        self, settings: RunSettings | None, resume_checkpoint_id: str = "", run_id: str = ""
+    ) -> RunStatus:
         if self._loop is not None and self._loop.run.state.active:
-            raise FailedPrecondition(f"run {self._loop.run.run_id} is {self._loop.run.state.value}; stop it first")
+            raise FailedPrecondition(
+                f"run {self._loop.run.run_id} is {self._loop.run.state.value}; stop it first"
+            )
         if canary := self.promotions.canary_running():
             raise FailedPrecondition(
                 f"the canary of {canary} serves users from this trainer's replicas; promote it or end it (parity trainer "
@@ -88,15 +92,21 @@ class Trainer:
             Teacher(settings.teacher_urls, settings.teacher_model).check(settings.model_path)
         if resume is not None:
             if resume.step >= settings.total_steps:
-                raise InvalidArgument(f"checkpoint is at step {resume.step}; raise total_steps above it to resume")
-            run = RunStatus(resume.run_id, settings, step=resume.step, policy_version=resume.policy_version)
+                raise InvalidArgument(
+                    f"checkpoint is at step {resume.step}; raise total_steps above it to resume"
+                )
+            run = RunStatus(
+                resume.run_id, settings, step=resume.step, policy_version=resume.policy_version
+            )
             self.metrics.reset(MetricsLog.read_jsonl(resume.path / checkpoints.METRICS))
         else:
             run = RunStatus(new_run_id(settings.checkpoint_dir, run_id), settings)
             self.metrics.reset()
         # Past every version users were served, so calls and samples never share a version across policies.
         run.policy_version = max(run.policy_version, self.promotions.highest_policy_version())
-        self._loop = RunLoop(run, resume, self.deployment, self._policy, self._ingests, self.metrics, self.history)
+        self._loop = RunLoop(
+            run, resume, self.deployment, self._policy, self._ingests, self.metrics, self.history
+        )
         self.history.start(run, self.metrics.records)
         self._loop.start()
         log.info("run_started", run_id=run.run_id, resumed_from=resume_checkpoint_id or None, step=run.step,
@@ -127,11 +137,15 @@ class Trainer:
             raise NotFound(f"run {run_id!r} has not trained step {step}")
         return batch
 
-    def trained_sessions(self, end_user_id: str, session_ids: list[str]) -> list[trainer_pb.TrainedSessionsStep]:
+    def trained_sessions(
+        self, end_user_id: str, session_ids: list[str]
+    ) -> list[trainer_pb.TrainedSessionsStep]:
         if not end_user_id and not session_ids:
             raise InvalidArgument("end_user_id or session_ids is required: whose data to look for")
         if len(session_ids) > MAX_LINEAGE_SESSIONS:
-            raise InvalidArgument(f"session_ids holds {len(session_ids)} ids; at most {MAX_LINEAGE_SESSIONS} are allowed")
+            raise InvalidArgument(
+                f"session_ids holds {len(session_ids)} ids; at most {MAX_LINEAGE_SESSIONS} are allowed"
+            )
         try:
             check_end_user_id(end_user_id)
         except ValueError as error:
@@ -141,7 +155,9 @@ class Trainer:
     def write_validation(self, run_id: str, step: int, values: dict[str, float]) -> StepRecord:
         run = self.get_run(run_id)
         if not 0 <= step <= run.settings.total_steps:
-            raise InvalidArgument(f"step must be in 0..{run.settings.total_steps} (the run's steps), got {step}")
+            raise InvalidArgument(
+                f"step must be in 0..{run.settings.total_steps} (the run's steps), got {step}"
+            )
         record = StepRecord(run_id, step, time.time(), dict(values))
         self.history.record_validation(record)
         return record
@@ -186,7 +202,12 @@ class Trainer:
         else:
             checkpoint = _latest_checkpoint(root, self._require_run())
         path, merged = export_policy(checkpoint, Path(output_dir), merge_lora)
-        log.info("policy_exported", checkpoint_id=checkpoint.checkpoint_id, path=str(path), merged=str(merged or ""))
+        log.info(
+            "policy_exported",
+            checkpoint_id=checkpoint.checkpoint_id,
+            path=str(path),
+            merged=str(merged or ""),
+        )
         return path, merged, checkpoint
 
     def sync_weights(self, verify: bool = True) -> SyncResult:
@@ -194,20 +215,33 @@ class Trainer:
         with self._policy.lock:
             return self._policy.push(run.policy_version, verify=verify)
 
-    def promote(self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0) -> PromotionRecord:
+    def promote(
+        self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0
+    ) -> PromotionRecord:
         """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users."""
         run = self.get_run(run_id)
         root = run.settings.checkpoint_dir
         if checkpoint_id:
             checkpoint = checkpoints.find_checkpoint(root, checkpoint_id)
             if checkpoint.run_id != run.run_id:
-                raise InvalidArgument(f"checkpoint {checkpoint_id} belongs to run {checkpoint.run_id}, not {run.run_id}")
+                raise InvalidArgument(
+                    f"checkpoint {checkpoint_id} belongs to run {checkpoint.run_id}, not {run.run_id}"
+                )
         else:
             checkpoint = _latest_checkpoint(root, run)
         if canary_share and self._loop is not None and self._loop.run.state.active:
-            raise FailedPrecondition(f"run {self._loop.run.run_id} is training on this trainer's replicas, which a canary would serve from")
+            raise FailedPrecondition(
+                f"run {self._loop.run.run_id} is training on this trainer's replicas, which a canary would serve from"
+            )
         validations = self.history.validations(run.run_id)
-        return self.promotions.promote(checkpoint, validations, metric or DEFAULT_METRIC, margin, canary_share, self._policy.weight_sync)
+        return self.promotions.promote(
+            checkpoint,
+            validations,
+            metric or DEFAULT_METRIC,
+            margin,
+            canary_share,
+            self._policy.weight_sync,
+        )
 
     def close(self) -> None:
         if self._loop is not None and self._loop.run.state.active:
@@ -220,9 +254,13 @@ class Trainer:
             try:
                 refusal = replica.server_info().lora_refusal(settings.lora_rank)
             except ReplicaError as error:
-                raise Unavailable(f"cannot ask replica {replica.base_url} whether it serves LoRA adapters: {error}") from None
+                raise Unavailable(
+                    f"cannot ask replica {replica.base_url} whether it serves LoRA adapters: {error}"
+                ) from None
             if refusal:
-                raise FailedPrecondition(f"replica {replica.base_url} cannot serve this run's LoRA adapter: {refusal}")
+                raise FailedPrecondition(
+                    f"replica {replica.base_url} cannot serve this run's LoRA adapter: {refusal}"
+                )
 
     def _as_now(self, run: RunStatus) -> RunStatus:
         """The current run as it is now; another that the history has as active was cut short
@@ -231,7 +269,10 @@ class Trainer:
             return replace(self._loop.run)
         if run.state.active:
             run.state = RunState.FAILED
-            run.error = run.error or "the trainer stopped during the run; resume it from its latest checkpoint"
+            run.error = (
+                run.error
+                or "the trainer stopped during the run; resume it from its latest checkpoint"
+            )
         return run
 
     @property

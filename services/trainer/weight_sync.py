@@ -118,7 +118,9 @@ class WeightSync:
     drain_timeout_s: float = 120.0
     """How long each ingest has to finish its requests in flight, and one that cannot be reached to come back."""
 
-    def sync(self, backend: TrainingBackend, policy_version: int, verify: bool = True) -> SyncResult:
+    def sync(
+        self, backend: TrainingBackend, policy_version: int, verify: bool = True
+    ) -> SyncResult:
         """Push the backend's weights as `policy_version`, verified against its own forward pass."""
         target = self.weights_dir / f"policy-v{policy_version:06d}"
         if target.exists():
@@ -127,12 +129,16 @@ class WeightSync:
         backend.save_weights(target)
         saved_s = time.perf_counter() - started
         expected = backend.probe_logprobs(self.probe) if verify else None
-        policy = PushedPolicy(target, bool(backend.settings.lora_rank), self.probe, expected, backend.settings.dtype)
+        policy = PushedPolicy(
+            target, bool(backend.settings.lora_rank), self.probe, expected, backend.settings.dtype
+        )
         result = self.push(policy, policy_version, extra_push_s=saved_s)
         self._prune(keep=target)
         return result
 
-    def push(self, policy: PushedPolicy, policy_version: int, extra_push_s: float = 0.0) -> SyncResult:
+    def push(
+        self, policy: PushedPolicy, policy_version: int, extra_push_s: float = 0.0
+    ) -> SyncResult:
         """Load `policy` into every replica with traffic held, verify it, and move every ingest to `policy_version`."""
         durations: dict[str, float] = {}
         started = time.perf_counter()
@@ -141,7 +147,9 @@ class WeightSync:
         durations["pause"] = time.perf_counter() - phase
         try:
             phase = time.perf_counter()
-            results = {r.base_url: ReplicaResult(r.base_url, False, float("nan")) for r in self.replicas}
+            results = {
+                r.base_url: ReplicaResult(r.base_url, False, float("nan")) for r in self.replicas
+            }
             for replica in self.replicas:
                 outcome = results[replica.base_url]
                 try:
@@ -165,10 +173,16 @@ class WeightSync:
                     if not results[replica.base_url].verified:
                         # It may have been restarted with other flags: ask it afresh next time.
                         replica.forget_server_info()
-                failures = "; ".join(f"{r.replica}: {r.error}" for r in result.replicas if not r.verified)
-                raise SyncFailed(f"weight sync to policy version {policy_version} failed: {failures}")
+                failures = "; ".join(
+                    f"{r.replica}: {r.error}" for r in result.replicas if not r.verified
+                )
+                raise SyncFailed(
+                    f"weight sync to policy version {policy_version} failed: {failures}"
+                )
             # Every replica serves the same base model, so the adapter's name is the same on each.
-            policy_model, adapter = next(((r.policy_model, r.adapter) for r in result.replicas), ("", ""))
+            policy_model, adapter = next(
+                ((r.policy_model, r.adapter) for r in result.replicas), ("", "")
+            )
             request = ingest_pb.SetPolicyVersionRequest(
                 policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
             )
@@ -196,7 +210,9 @@ class WeightSync:
             if outcome.error:
                 continue
             try:
-                outcome.tolerance = self.tolerance or probe_tolerance(policy.dtype, replica.served_dtype())
+                outcome.tolerance = self.tolerance or probe_tolerance(
+                    policy.dtype, replica.served_dtype()
+                )
                 served = np.array(replica.prompt_logprobs(policy.probe, model=outcome.adapter))
             except (ReplicaError, ValueError) as error:
                 outcome.error = str(error)
@@ -219,7 +235,9 @@ class WeightSync:
             drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
         )
         try:
-            self.on_every_ingest(lambda ingest: ingest.pause_traffic(request, timeout_s=self.drain_timeout_s + 30))
+            self.on_every_ingest(
+                lambda ingest: ingest.pause_traffic(request, timeout_s=self.drain_timeout_s + 30)
+            )
         except SyncFailed:
             # The others paused: they must not stay so because one failed.
             with contextlib.suppress(SyncFailed):
@@ -254,7 +272,9 @@ class WeightSync:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def _attempt(call: Callable[[IngestClient], object], ingest: IngestClient, deadline: float) -> RPCError | None:
+def _attempt(
+    call: Callable[[IngestClient], object], ingest: IngestClient, deadline: float
+) -> RPCError | None:
     """`call`'s error, if any. An ingest that cannot be reached is tried again until `deadline`: one restarting
     (a pod rescheduled, a process killed and started again) rejoins the sync instead of failing the run."""
     while True:

@@ -25,7 +25,9 @@ TOOL_CALL_START = "<tool_call>"
 def claude_code() -> str:
     found = str(CLAUDE) if CLAUDE.exists() else shutil.which("claude")
     if found is None:
-        pytest.fail(f"Claude Code is missing: no {CLAUDE}. Install it with `make env` (npm).", pytrace=False)
+        pytest.fail(
+            f"Claude Code is missing: no {CLAUDE}. Install it with `make env` (npm).", pytrace=False
+        )
     return found
 
 
@@ -48,7 +50,9 @@ def decodes_to(decoded: str, streamed: str, finish_reason: str) -> bool:
     characters a whole decode ends with (random models sample stray bytes)."""
     held_back = decoded.removeprefix(streamed)
     return decoded == streamed or (
-        finish_reason == "length" and decoded.startswith(streamed) and set(held_back) == {REPLACEMENT_CHARACTER}
+        finish_reason == "length"
+        and decoded.startswith(streamed)
+        and set(held_back) == {REPLACEMENT_CHARACTER}
     )
 
 
@@ -62,7 +66,9 @@ def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, s
     assert call.served_model == served_model
 
     # The prompt is exactly what vLLM's own /v1/messages renders for that request.
-    render = httpx.post(f"{vllm_url}/v1/messages/render", json=request | {"model": served_model}, timeout=120)
+    render = httpx.post(
+        f"{vllm_url}/v1/messages/render", json=request | {"model": served_model}, timeout=120
+    )
     assert render.status_code == 200, render.text
     assert np.frombuffer(call.prompt_token_ids, dtype="<i4").tolist() == render.json()["token_ids"]
 
@@ -76,7 +82,12 @@ def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, s
     assert choice.text == received
     if TOOL_CALL_START in decoded:
         # From a sampled tool-call token on, the text is the tool parser's reading of it.
-        decoded, received = decoded.split(TOOL_CALL_START)[0], received[: len(decoded.split(TOOL_CALL_START)[0])]
+        decoded, received = (
+            decoded.split(TOOL_CALL_START)[0],
+            received[: len(decoded.split(TOOL_CALL_START)[0])],
+        )
     assert decodes_to(decoded, received, choice.finish_reason), (decoded, received)
     tool_uses = [block["name"] for block in answer["content"] if block["type"] == "tool_use"]
-    assert [tool["function"]["name"] for tool in json.loads(choice.tool_calls_json or b"[]")] == tool_uses
+    assert [
+        tool["function"]["name"] for tool in json.loads(choice.tool_calls_json or b"[]")
+    ] == tool_uses

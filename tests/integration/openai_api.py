@@ -28,7 +28,9 @@ def as_tools(tools: list[dict[str, Any]]) -> list[ChatCompletionToolParam]:
 
 def sampled_logprobs(choice: Choice) -> list[ChatCompletionTokenLogprob]:
     """A choice's per-token logprobs, which a request with logprobs=True always gets."""
-    assert choice.logprobs is not None and choice.logprobs.content is not None, "no logprobs: asked with logprobs=True?"
+    assert choice.logprobs is not None and choice.logprobs.content is not None, (
+        "no logprobs: asked with logprobs=True?"
+    )
     return choice.logprobs.content
 
 

@@ -44,8 +44,23 @@ def postgres_admin_url() -> Iterator[str]:
             os.chown(path, postgres.pw_uid, postgres.pw_gid)
     port = free_port()
     prefix = _as_postgres_user()
-    subprocess.run([*prefix, str(pg_bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *prefix,
+            str(pg_bin / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ],
+        check=True,
+        capture_output=True,
+    )
     log_path = root / "postgres.log"
     with log_path.open("wb") as log_file:
         server = subprocess.Popen(

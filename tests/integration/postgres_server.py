@@ -17,7 +17,9 @@ from pathlib import Path
 # The oldest PostgreSQL the store supports (docs/deploy.md; deploy/ runs postgres:15).
 MIN_MAJOR = 15
 BIN_ENV = "PARITY_PG_BIN"
-WHERE_LOOKED = "`pg_config --bindir`, /usr/lib/postgresql/*/bin, /usr/pgsql-*/bin, and initdb on PATH"
+WHERE_LOOKED = (
+    "`pg_config --bindir`, /usr/lib/postgresql/*/bin, /usr/pgsql-*/bin, and initdb on PATH"
+)
 HOW_TO_INSTALL = (
     f"`make env` installs them (apt-get install postgresql, as root or with passwordless sudo; where the "
     f"distribution's PostgreSQL is older than {MIN_MAJOR}, add PostgreSQL's apt repository, apt.postgresql.org, "
@@ -60,13 +62,21 @@ def server_bin() -> Path:
             raise LookupError(f"{BIN_ENV}={configured} holds no PostgreSQL server binaries (initdb, postgres); "
                               f"unset it to look in {WHERE_LOOKED}")  # fmt: skip
         if major < MIN_MAJOR:
-            raise LookupError(f"{BIN_ENV}={configured} is PostgreSQL {major}; the store needs {MIN_MAJOR} or later")
+            raise LookupError(
+                f"{BIN_ENV}={configured} is PostgreSQL {major}; the store needs {MIN_MAJOR} or later"
+            )
         return Path(configured)
     found = {folder: server_major(folder) for folder in _candidates()}
-    usable = sorted((major, str(folder)) for folder, major in found.items() if major is not None and major >= MIN_MAJOR)
+    usable = sorted(
+        (major, str(folder))
+        for folder, major in found.items()
+        if major is not None and major >= MIN_MAJOR
+    )
     if usable:
         return Path(usable[0][1])
-    too_old = [f"PostgreSQL {major} in {folder}" for folder, major in found.items() if major is not None]
+    too_old = [
+        f"PostgreSQL {major} in {folder}" for folder, major in found.items() if major is not None
+    ]
     raise LookupError(
         f"no PostgreSQL {MIN_MAJOR} or later server binaries (initdb, postgres) found"
         + (f" (too old: {', '.join(too_old)})" if too_old else "")

@@ -45,7 +45,11 @@ class RunningService:
 
 
 def wait_for_health(
-    address: str, process: subprocess.Popen[str], log_path: Path, timeout: float, security: ChannelSecurity | None = None
+    address: str,
+    process: subprocess.Popen[str],
+    log_path: Path,
+    timeout: float,
+    security: ChannelSecurity | None = None,
 ) -> None:
     """Poll grpc.health.v1 until SERVING; fail fast with the log if the process exits."""
     with open_channel(address, security=security or ChannelSecurity()) as channel:
@@ -53,7 +57,9 @@ def wait_for_health(
 
         def serving() -> bool:
             if process.poll() is not None:
-                pytest.fail(f"service at {address} exited with {process.returncode}:\n{log_path.read_text()}")
+                pytest.fail(
+                    f"service at {address} exited with {process.returncode}:\n{log_path.read_text()}"
+                )
             try:
                 status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status  # type: ignore[attr-defined]  # types-grpcio-health-checking's HealthStub declares no methods
                 return status == health_pb2.HealthCheckResponse.SERVING
@@ -72,15 +78,32 @@ class ServiceLauncher:
         self.started: list[RunningService] = []
 
     def start(
-        self, name: str, *extra_args: str, port: int | None = None, environment: dict[str, str] | None = None,
+        self,
+        name: str,
+        *extra_args: str,
+        port: int | None = None,
+        environment: dict[str, str] | None = None,
         security: ChannelSecurity | None = None,
     ) -> RunningService:
         """`environment` is added to this process's; `security` is how the health check reaches a TLS service."""
         port = port or free_port()
         log_path = self.log_dir / f"{name}-{port}.log"
-        with log_path.open("a") as log_file:  # a service restarted on its port goes on in the same log
+        with log_path.open(
+            "a"
+        ) as log_file:  # a service restarted on its port goes on in the same log
             process = subprocess.Popen(
-                [sys.executable, "-m", "parity.cli", name, "serve", "--port", str(port), "--log-format", "json", *extra_args],
+                [
+                    sys.executable,
+                    "-m",
+                    "parity.cli",
+                    name,
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--log-format",
+                    "json",
+                    *extra_args,
+                ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 text=True,

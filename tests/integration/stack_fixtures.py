@@ -36,7 +36,11 @@ class IngestStack:
     def calls(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
         with grpc.insecure_channel(self.store.address) as channel:
             stub = store_grpc.TokenStoreServiceStub(channel)
-            return list(stub.ListCalls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls)
+            return list(
+                stub.ListCalls(
+                    store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)
+                ).calls
+            )
 
     def stored_calls(self, session_id: str) -> list[llm_call_pb2.LlmCall]:
         """The session's calls; none while it has none (a session exists once its first call is stored)."""
@@ -46,7 +50,9 @@ class IngestStack:
             assert error.code() == grpc.StatusCode.NOT_FOUND, error
             return []
 
-    def wait_for_calls(self, session_id: str, count: int, timeout: float = 30) -> list[llm_call_pb2.LlmCall]:
+    def wait_for_calls(
+        self, session_id: str, count: int, timeout: float = 30
+    ) -> list[llm_call_pb2.LlmCall]:
         """The session's calls once it has `count` of them."""
 
         def enough() -> list[llm_call_pb2.LlmCall] | None:
@@ -65,8 +71,13 @@ class IngestStack:
 
 
 def start_ingest(
-    launcher: ServiceLauncher, store_address: str, upstream: str, spool_path: Path, *extra: str,
-    port: int | None = None, http_port: int | None = None,
+    launcher: ServiceLauncher,
+    store_address: str,
+    upstream: str,
+    spool_path: Path,
+    *extra: str,
+    port: int | None = None,
+    http_port: int | None = None,
 ) -> tuple[RunningService, int]:
     http_port = http_port or free_port()
     ingest = launcher.start(
@@ -77,10 +88,14 @@ def start_ingest(
 
 
 @pytest.fixture(scope="module")
-def ingest_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory) -> Iterator[IngestStack]:
+def ingest_stack(
+    module_services: ServiceLauncher, vllm_server, tmp_path_factory
+) -> Iterator[IngestStack]:
     data = tmp_path_factory.mktemp("ingest")
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
-    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, data / "spool.db")
+    ingest, http_port = start_ingest(
+        module_services, store.address, vllm_server.base_url, data / "spool.db"
+    )
     yield IngestStack(store, ingest, http_port, data / "spool.db")
 
 
@@ -90,19 +105,27 @@ class FullStack(IngestStack):
 
 
 @pytest.fixture(scope="module")
-def full_stack(module_services: ServiceLauncher, vllm_server, tmp_path_factory) -> Iterator[FullStack]:
+def full_stack(
+    module_services: ServiceLauncher, vllm_server, tmp_path_factory
+) -> Iterator[FullStack]:
     """Store, assembler and ingest in front of the real vLLM, with the SDK pointed at them."""
     import parity
 
     data = tmp_path_factory.mktemp("full-stack")
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
-    assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "5")
-    ingest, http_port = start_ingest(module_services, store.address, vllm_server.base_url, data / "spool.db")
+    assembler = module_services.start(
+        "assembler", "--store-address", store.address, "--group-idle-s", "5"
+    )
+    ingest, http_port = start_ingest(
+        module_services, store.address, vllm_server.base_url, data / "spool.db"
+    )
     previous = parity.current_config()
     parity.configure(ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address,
                      store_address=store.address)  # fmt: skip
     yield FullStack(store, ingest, http_port, data / "spool.db", assembler)
-    parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")})
+    parity.configure(
+        **{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")}
+    )
 
 
 @dataclass
@@ -125,7 +148,9 @@ class TrainingStack:
 
 
 def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path) -> TrainingStack:
-    store = launcher.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+    store = launcher.start(
+        "store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5"
+    )
     assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                "--shutdown-grace-s", "0.5")  # fmt: skip
     ingest, http_port = start_ingest(launcher, store.address, vllm.base_url, data / "spool.db")
@@ -137,5 +162,9 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
 
 
 @pytest.fixture(scope="module")
-def deployed_stack(module_services: ServiceLauncher, training_vllm, tmp_path_factory) -> TrainingStack:
-    return start_training_stack(module_services, training_vllm, tmp_path_factory.mktemp("deployed-stack"))
+def deployed_stack(
+    module_services: ServiceLauncher, training_vllm, tmp_path_factory
+) -> TrainingStack:
+    return start_training_stack(
+        module_services, training_vllm, tmp_path_factory.mktemp("deployed-stack")
+    )

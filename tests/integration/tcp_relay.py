@@ -78,7 +78,9 @@ class TcpRelay:
 
     async def _listen(self) -> None:
         self._cut = asyncio.Event()
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._relay, "127.0.0.1", self.port, reuse_address=True
+        )
 
     async def _close(self) -> None:
         self._cut.set()
@@ -89,21 +91,30 @@ class TcpRelay:
             await self._server.wait_closed()
             self._server = None
 
-    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    async def _relay(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
         self.accepted += 1
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                "127.0.0.1", self.target_port
+            )
         except OSError:
             client_writer.transport.abort()
             return
         self._writers |= {client_writer, upstream_writer}
 
         async def pipe(
-            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int | None, hold: bool = False
+            reader: asyncio.StreamReader,
+            writer: asyncio.StreamWriter,
+            limit: int | None,
+            hold: bool = False,
         ) -> None:
             passed, held = 0, b""
             with contextlib.suppress(ConnectionError):
-                while data := await reader.read(1 << 16 if limit is None else min(1 << 16, limit - passed)):
+                while data := await reader.read(
+                    1 << 16 if limit is None else min(1 << 16, limit - passed)
+                ):
                     if hold:
                         held += data
                         if b"data: [DONE]" not in held:

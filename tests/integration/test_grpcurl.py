@@ -20,7 +20,9 @@ SERVE_ARGS = {"store": ("--url", "memory://")}
 
 
 def grpcurl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(GRPCURL), "-plaintext", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [str(GRPCURL), "-plaintext", *args], capture_output=True, text=True, timeout=30
+    )
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -30,7 +32,11 @@ def test_grpcurl_lists_describes_and_health_checks(start_service, name: str) -> 
 
     listed = grpcurl(service.address, "list")
     assert listed.returncode == 0, listed.stderr
-    assert set(listed.stdout.split()) == {full_name, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
+    assert set(listed.stdout.split()) == {
+        full_name,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    }
 
     described = grpcurl(service.address, "describe", full_name)
     assert described.returncode == 0, described.stderr
@@ -55,5 +61,7 @@ def test_grpcurl_calls_the_trainer(start_service) -> None:
 def test_sigterm_shuts_down_gracefully(start_service) -> None:
     service = start_service("trainer")
     assert service.terminate() == 0
-    events = [json.loads(line)["event"] for line in service.log().splitlines() if line.startswith("{")]
+    events = [
+        json.loads(line)["event"] for line in service.log().splitlines() if line.startswith("{")
+    ]
     assert events[-2:] == ["shutdown_requested", "stopped"]

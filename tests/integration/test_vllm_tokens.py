@@ -110,7 +110,11 @@ def test_prompt_token_ids_equal_local_chat_template(
     completion = create(client, vllm_server, messages, max_tokens=1, **extra)
 
     expected = tokenizer.apply_chat_template(
-        messages, tools=None if tools is None else [*tools], add_generation_prompt=True, tokenize=True, return_dict=False
+        messages,
+        tools=None if tools is None else [*tools],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     )
     assert vllm_field(completion, "prompt_token_ids") == expected
 
@@ -139,13 +143,21 @@ def test_sampled_logprobs_match_transformers_forward(
         assert (served - reference).abs().max().item() < LOGPROB_TOLERANCE
 
 
-def test_a_short_agent_prompt_is_a_prefix_cache_hit_when_repeated(client: OpenAI, vllm_server: VllmServer) -> None:
+def test_a_short_agent_prompt_is_a_prefix_cache_hit_when_repeated(
+    client: OpenAI, vllm_server: VllmServer
+) -> None:
     """A GRPO group's rollouts and an agent's later turns repeat a prompt that is often under vLLM's CPU
     default block (128 tokens), which its prefix cache could never reuse; the launcher's blocks are smaller."""
-    messages = [{"role": "system", "content": " ".join(f"rule{index}" for index in range(10))}, QUESTION[1]]
+    messages = [
+        {"role": "system", "content": " ".join(f"rule{index}" for index in range(10))},
+        QUESTION[1],
+    ]
     first = create(client, vllm_server, messages, max_tokens=2)
     again = create(client, vllm_server, messages, max_tokens=2)
     assert first.usage is not None and again.usage is not None
     assert first.usage.prompt_tokens < 128
-    assert again.usage.prompt_tokens_details is not None and again.usage.prompt_tokens_details.cached_tokens is not None
+    assert (
+        again.usage.prompt_tokens_details is not None
+        and again.usage.prompt_tokens_details.cached_tokens is not None
+    )
     assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 32

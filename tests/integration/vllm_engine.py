@@ -24,6 +24,8 @@ def engine_frozen(server: VllmServer) -> Iterator[None]:
 
 def generated_tokens(server: VllmServer) -> int:
     """The tokens vLLM has generated since it started (its /metrics `vllm:generation_tokens`, summed over engines)."""
-    families = text_string_to_metric_families(httpx.get(f"{server.base_url}/metrics", timeout=30).text)
+    families = text_string_to_metric_families(
+        httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    )
     return int(sum(sample.value for family in families if family.name == "vllm:generation_tokens"
                    for sample in family.samples if sample.name == "vllm:generation_tokens_total"))  # fmt: skip

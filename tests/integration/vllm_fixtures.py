@@ -38,7 +38,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with its output head tied to its input embeddings, as most small open models have it."""
-    return generate_tiny_model(tmp_path_factory.mktemp("tied_model"), TinyModelSpec(tie_embeddings=True))
+    return generate_tiny_model(
+        tmp_path_factory.mktemp("tied_model"), TinyModelSpec(tie_embeddings=True)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +75,9 @@ def vllm_server(
 
 
 @pytest.fixture(scope="session")
-def training_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+def training_vllm(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
     """The tiny model served as "tiny" for the modules that train, one after another. Training rewrites its weights,
     so the session's `vllm_server` is left alone; every run and every sync test starts by pushing the weights it
     starts from, so no module depends on what an earlier one left here."""
@@ -82,7 +86,9 @@ def training_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 @contextmanager
-def serving_model(model: Path, tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[VllmServer]:
+def serving_model(
+    model: Path, tmp_path_factory: pytest.TempPathFactory, **config: Any
+) -> Iterator[VllmServer]:
     """A vLLM of a test module's own serving `model` (a module that trains, or needs a context or name of its own);
     `config` is the rest of VllmLaunchConfig."""
     launch = VllmLaunchConfig(

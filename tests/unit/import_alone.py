@@ -48,7 +48,9 @@ def main(modules: list[str]) -> int:
         importlib.import_module(name)
     loaded = sorted(m for m in sys.modules if m == "parity" or m.startswith("parity."))
     if loaded:
-        print(f"a preloaded library imported Parity ({loaded}): the children would not import alone")
+        print(
+            f"a preloaded library imported Parity ({loaded}): the children would not import alone"
+        )
         return 1
     failed = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -36,7 +36,9 @@ def _declared() -> list[Requirement]:
 def test_each_declared_dependency_is_pinned_inside_its_range(requirement: Requirement) -> None:
     pins = _pins()
     name = canonicalize_name(requirement.name)
-    assert name in pins, f"{requirement.name} is not in requirements/constraints.txt: run `make lock`"
+    assert name in pins, (
+        f"{requirement.name} is not in requirements/constraints.txt: run `make lock`"
+    )
     assert requirement.specifier.contains(pins[name], prereleases=True), (
         f"{requirement.name}=={pins[name]} is outside {requirement}: run `make lock`"
     )

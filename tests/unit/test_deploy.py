@@ -56,16 +56,22 @@ def parity_config(argv: list[str], environment: dict[str, str], monkeypatch: pyt
 
 def test_the_kustomization_lists_every_manifest() -> None:
     kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
-    assert sorted(kustomization["resources"]) == sorted(p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == sorted(
+        p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml"
+    )
 
 
-@pytest.mark.parametrize("document", manifests(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+@pytest.mark.parametrize(
+    "document", manifests(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}"
+)
 def test_every_manifest_is_valid_kubernetes(document: dict[str, Any]) -> None:
     kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
 def test_a_broken_manifest_is_caught() -> None:
-    (ingest,) = [d for d in manifests() if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "ingest"]
+    (ingest,) = [
+        d for d in manifests() if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "ingest"
+    ]
     broken = copy.deepcopy(ingest)
     broken["spec"]["replicas"] = "three"
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -81,10 +87,15 @@ def test_services_are_scaled_as_their_state_allows_and_probed_on_health() -> Non
         assert "readinessProbe" in container, container["name"]
     # vLLM's development routes are open: only ingest and the trainer reach its pods.
     allowed = kinds["NetworkPolicy", "vllm"]["spec"]["ingress"][0]["from"]
-    assert {rule["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for rule in allowed} == {"ingest", "trainer"}
+    assert {rule["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for rule in allowed} == {
+        "ingest",
+        "trainer",
+    }
 
 
-def test_every_parity_container_runs_a_command_parity_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_parity_container_runs_a_command_parity_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for container in containers(manifests()):
         if not container["image"].startswith("parity:"):
             continue
@@ -96,14 +107,19 @@ def test_every_parity_container_runs_a_command_parity_accepts(monkeypatch: pytes
         config = parity_config(container["args"], environment, monkeypatch)
         assert config.host == "0.0.0.0"
         if container["name"] == "trainer":
-            assert config.ingest_addresses == ("dns:///ingest-control.parity.svc.cluster.local:50052",)
+            assert config.ingest_addresses == (
+                "dns:///ingest-control.parity.svc.cluster.local:50052",
+            )
 
 
 def test_secrets_and_token_files_are_the_documented_ones() -> None:
     documents = manifests()
     assert set(_secret_names(documents)) == SECRETS
     for container in containers(documents):
-        for word in [*container.get("args", []), *(e.get("value", "") for e in container.get("env", []))]:
+        for word in [
+            *container.get("args", []),
+            *(e.get("value", "") for e in container.get("env", [])),
+        ]:
             if word.startswith("/etc/parity/tokens/"):
                 assert word.removeprefix("/etc/parity/tokens/") in TOKEN_FILES, word
 
@@ -116,21 +132,33 @@ def test_the_compose_file_follows_the_compose_spec() -> None:
 
 def test_the_compose_services_run_commands_parity_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
-    parity_services = [s for s in compose["services"].values() if s.get("image", "").startswith("parity:")]
+    parity_services = [
+        s for s in compose["services"].values() if s.get("image", "").startswith("parity:")
+    ]
     assert len(parity_services) == 5
     for service in parity_services:
-        environment = {k: v for k, v in (service.get("environment") or {}).items() if k != "PARITY_TOKEN_FILE"}
+        environment = {
+            k: v for k, v in (service.get("environment") or {}).items() if k != "PARITY_TOKEN_FILE"
+        }
         # Variables an entrypoint sets from a secret file: `NAME=$$(cat /run/secrets/...)`.
         entrypoint = " ".join(service.get("entrypoint") or [])
-        environment |= {word.split("=")[0]: "a-secret-from-its-file" for word in entrypoint.split() if "=$$(cat" in word}
+        environment |= {
+            word.split("=")[0]: "a-secret-from-its-file"
+            for word in entrypoint.split()
+            if "=$$(cat" in word
+        }
         parity_config(service["command"], environment | {"PARITY_STORE_URL": "postgresql://parity@postgres/parity"},
                       monkeypatch)  # fmt: skip
 
 
 def test_the_image_installs_extras_the_project_declares() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    extras = next(line.split("=", 1)[1] for line in dockerfile.splitlines() if line.startswith("ARG EXTRAS="))
-    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = next(
+        line.split("=", 1)[1] for line in dockerfile.splitlines() if line.startswith("ARG EXTRAS=")
+    )
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     assert set(extras.split(",")) <= set(declared)
     for line in dockerfile.splitlines():
         if line.startswith("COPY "):

@@ -15,7 +15,10 @@ import parity.services
 from tests.conftest import REPO_ROOT
 
 # setup.py's two source roots: the SDK's folder is `parity`, services/ is `parity.services`.
-SOURCE_ROOTS = {"parity": Path(parity.__path__[0]), "parity.services": Path(parity.services.__path__[0])}
+SOURCE_ROOTS = {
+    "parity": Path(parity.__path__[0]),
+    "parity.services": Path(parity.services.__path__[0]),
+}
 
 
 def public_modules() -> list[str]:
@@ -40,7 +43,12 @@ def test_imports_run_one_way() -> None:
 
 def test_the_walk_finds_every_layer() -> None:
     modules = set(public_modules())
-    assert {"parity.cli", "parity.services.stack.up", "parity.config", "parity.clients.base"} <= modules
+    assert {
+        "parity.cli",
+        "parity.services.stack.up",
+        "parity.config",
+        "parity.clients.base",
+    } <= modules
     assert "parity.api.trainer.v1.trainer_service_pb2_grpc" in modules
 
 

@@ -37,14 +37,27 @@ def test_the_bound_is_the_normal_one_with_many_samples_and_higher_with_few() -> 
 
 def test_each_estimator_finds_a_known_gain() -> None:
     means = difference_of_means([0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0], "m")
-    assert (means.gain, means.se, means.dof) == pytest.approx((0.25, math.sqrt(1 / 12 + 1 / 16), 5.88), abs=1e-2)
-    paired = paired_difference({"a": [0.0, 0.0], "b": [1.0, 0.0], "c": [1.0]}, {"a": [1.0, 0.0], "b": [1.0, 1.0]}, "p")
-    assert (paired.gain, paired.se, paired.dof, paired.before, paired.after) == (0.5, 0.0, 1, 0.25, 0.75)
+    assert (means.gain, means.se, means.dof) == pytest.approx(
+        (0.25, math.sqrt(1 / 12 + 1 / 16), 5.88), abs=1e-2
+    )
+    paired = paired_difference(
+        {"a": [0.0, 0.0], "b": [1.0, 0.0], "c": [1.0]}, {"a": [1.0, 0.0], "b": [1.0, 1.0]}, "p"
+    )
+    assert (paired.gain, paired.se, paired.dof, paired.before, paired.after) == (
+        0.5,
+        0.0,
+        1,
+        0.25,
+        0.75,
+    )
     assert paired.z == math.inf, "only the tasks measured on both sides count"
     rng = random.Random(0)
     steps = [s for s in range(1, 11) for _ in range(20)]
     tasks = [n % 4 for n in range(len(steps))]
-    rewards = [0.1 * task + 0.02 * step + rng.gauss(0, 0.05) for step, task in zip(steps, tasks, strict=True)]
+    rewards = [
+        0.1 * task + 0.02 * step + rng.gauss(0, 0.05)
+        for step, task in zip(steps, tasks, strict=True)
+    ]
     rise = trend(steps, rewards, "t", tasks=tasks)
     assert rise.gain == pytest.approx(0.18, abs=3 * rise.se) and rise.dof == 200 - 4 - 1
     assert rise.se < 0.02

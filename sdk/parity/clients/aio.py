@@ -83,7 +83,9 @@ class AsyncServiceClient:
         attempt = 0
         while True:
             try:
-                return await call(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None)
+                return await call(
+                    request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None
+                )
             except grpc.aio.AioRpcError as error:
                 # Full jitter, so many clients waiting on one restarting service spread out.
                 pause = random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2**attempt))
@@ -98,11 +100,15 @@ class AsyncServiceClient:
             attempt += 1
             await asyncio.sleep(pause)
 
-    async def _stream(self, method: str, request: Any, timeout_s: float | None = None) -> AsyncIterator[Any]:
+    async def _stream(
+        self, method: str, request: Any, timeout_s: float | None = None
+    ) -> AsyncIterator[Any]:
         """A server stream with errors as RPCError. Not retried: resume from your cursor.
         `timeout_s` bounds the whole stream (DEADLINE_EXCEEDED past it); None: no deadline."""
         try:
-            async for response in getattr(self.stub, method)(request, timeout=timeout_s, metadata=self.metadata or None):
+            async for response in getattr(self.stub, method)(
+                request, timeout=timeout_s, metadata=self.metadata or None
+            ):
                 yield response
         except grpc.aio.AioRpcError as error:
             raise RPCError.from_grpc(error, method) from None

@@ -94,7 +94,9 @@ class ServiceClient:
         call = getattr(self._stub, method)
         for attempt in range(self.retries + 1):
             try:
-                return call(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None)
+                return call(
+                    request, timeout=timeout_s or self.timeout_s, metadata=self.metadata or None
+                )
             except grpc.RpcError as error:
                 if error.code() not in RETRYABLE or attempt == self.retries:
                     raise RPCError.from_grpc(error, method) from None
@@ -106,11 +108,20 @@ class ServiceClient:
         """A server stream with errors as RPCError. Not retried: resume from your cursor.
         `timeout_s` bounds the whole stream (DEADLINE_EXCEEDED past it); None: no deadline."""
         try:
-            yield from getattr(self._stub, method)(request, timeout=timeout_s, metadata=self.metadata or None)
+            yield from getattr(self._stub, method)(
+                request, timeout=timeout_s, metadata=self.metadata or None
+            )
         except grpc.RpcError as error:
             raise RPCError.from_grpc(error, method) from None
 
-    def _bidi(self, method: str, requests: Iterable[Any], timeout_s: float | None = None) -> StreamCall[Any]:
+    def _bidi(
+        self, method: str, requests: Iterable[Any], timeout_s: float | None = None
+    ) -> StreamCall[Any]:
         """A bidirectional stream fed by `requests` (gRPC reads it in a thread of its own). Not retried: the caller
         knows what to send again. `timeout_s` bounds the whole stream; None: no deadline."""
-        return StreamCall(getattr(self._stub, method)(requests, timeout=timeout_s, metadata=self.metadata or None), method)
+        return StreamCall(
+            getattr(self._stub, method)(
+                requests, timeout=timeout_s, metadata=self.metadata or None
+            ),
+            method,
+        )

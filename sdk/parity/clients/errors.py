@@ -9,7 +9,9 @@ class RPCError(Exception):
     """A Parity service answered with an error status, or could not be reached."""
 
     def __init__(self, code: grpc.StatusCode, message: str, method: str = "") -> None:
-        super().__init__(f"{method}: {code.name}: {message}" if method else f"{code.name}: {message}")
+        super().__init__(
+            f"{method}: {code.name}: {message}" if method else f"{code.name}: {message}"
+        )
         self.code = code
         self.message = message
         self.method = method

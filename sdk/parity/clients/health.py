@@ -17,7 +17,9 @@ class HealthClient(ServiceClient):
     def serving(self, service: str = "", timeout_s: float | None = None) -> bool:
         """Whether the server (or one of its services, by full name) reports SERVING; False while unreachable."""
         try:
-            response = self._unary("Check", health_pb2.HealthCheckRequest(service=service), timeout_s)
+            response = self._unary(
+                "Check", health_pb2.HealthCheckRequest(service=service), timeout_s
+            )
         except RPCError:
             return False
         return response.status == health_pb2.HealthCheckResponse.SERVING

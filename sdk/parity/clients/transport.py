@@ -46,7 +46,9 @@ class ChannelSecurity:
         security = cls(token, env.get("PARITY_TLS_CA_FILE", ""), env.get("PARITY_TLS_CERT_FILE", ""),
                        env.get("PARITY_TLS_KEY_FILE", ""))  # fmt: skip
         if bool(security.tls_cert_file) != bool(security.tls_key_file):
-            raise TransportError("PARITY_TLS_CERT_FILE and PARITY_TLS_KEY_FILE go together: set both or neither")
+            raise TransportError(
+                "PARITY_TLS_CERT_FILE and PARITY_TLS_KEY_FILE go together: set both or neither"
+            )
         return security
 
     @property
@@ -57,9 +59,15 @@ class ChannelSecurity:
         if not self.tls_ca_file and not self.tls_cert_file:
             return None
         return grpc.ssl_channel_credentials(
-            root_certificates=_read(self.tls_ca_file, "PARITY_TLS_CA_FILE") if self.tls_ca_file else None,
-            private_key=_read(self.tls_key_file, "PARITY_TLS_KEY_FILE") if self.tls_key_file else None,
-            certificate_chain=_read(self.tls_cert_file, "PARITY_TLS_CERT_FILE") if self.tls_cert_file else None,
+            root_certificates=_read(self.tls_ca_file, "PARITY_TLS_CA_FILE")
+            if self.tls_ca_file
+            else None,
+            private_key=_read(self.tls_key_file, "PARITY_TLS_KEY_FILE")
+            if self.tls_key_file
+            else None,
+            certificate_chain=_read(self.tls_cert_file, "PARITY_TLS_CERT_FILE")
+            if self.tls_cert_file
+            else None,
         )
 
 
@@ -87,22 +95,32 @@ def set_process_security(security: ChannelSecurity) -> None:
     _process_security = security
 
 
-def open_channel(address: str, options: Options = (), security: ChannelSecurity | None = None) -> grpc.Channel:
+def open_channel(
+    address: str, options: Options = (), security: ChannelSecurity | None = None
+) -> grpc.Channel:
     """A blocking channel that authenticates every call."""
     security = security or process_security()
     credentials = security.credentials()
     channel = (grpc.secure_channel(address, credentials, options=list(options)) if credentials
                else grpc.insecure_channel(address, options=list(options)))  # fmt: skip
-    return grpc.intercept_channel(channel, _SyncBearer(security.metadata)) if security.token else channel
+    return (
+        grpc.intercept_channel(channel, _SyncBearer(security.metadata))
+        if security.token
+        else channel
+    )
 
 
-def open_aio_channel(address: str, options: Options = (), security: ChannelSecurity | None = None) -> grpc.aio.Channel:
+def open_aio_channel(
+    address: str, options: Options = (), security: ChannelSecurity | None = None
+) -> grpc.aio.Channel:
     """An asyncio channel that authenticates every call."""
     security = security or process_security()
     credentials = security.credentials()
     interceptors = _aio_bearers(security.metadata) if security.token else None
     if credentials:
-        return grpc.aio.secure_channel(address, credentials, options=list(options), interceptors=interceptors)
+        return grpc.aio.secure_channel(
+            address, credentials, options=list(options), interceptors=interceptors
+        )
     return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
 
 
@@ -114,25 +132,39 @@ class _SyncBearer(
         self.extra = metadata
 
     def _call(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
-        return continuation(details._replace(metadata=[*(details.metadata or ()), *self.extra]), request)
+        return continuation(
+            details._replace(metadata=[*(details.metadata or ()), *self.extra]), request
+        )
 
     def intercept_unary_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
     ) -> Any:
         return self._call(continuation, client_call_details, request)
 
     def intercept_unary_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
     ) -> Any:
         return self._call(continuation, client_call_details, request)
 
     def intercept_stream_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.ClientCallDetails,
+        request_iterator: Any,
     ) -> Any:
         return self._call(continuation, client_call_details, request_iterator)
 
     def intercept_stream_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.ClientCallDetails, request_iterator: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.ClientCallDetails,
+        request_iterator: Any,
     ) -> Any:
         return self._call(continuation, client_call_details, request_iterator)
 
@@ -142,37 +174,54 @@ class _AioBearer:
         self.extra = metadata
 
     async def _call(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
-        metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()), *self.extra)
+        metadata = grpc.aio.Metadata(
+            *(tuple(details.metadata) if details.metadata else ()), *self.extra
+        )
         return await continuation(details._replace(metadata=metadata), request)
 
 
 class _AioUnaryUnary(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
     ) -> Any:
         return await self._call(continuation, client_call_details, request)
 
 
 class _AioUnaryStream(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
     ) -> Any:
         return await self._call(continuation, client_call_details, request)
 
 
 class _AioStreamUnary(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request_iterator: Any,
     ) -> Any:
         return await self._call(continuation, client_call_details, request_iterator)
 
 
 class _AioStreamStream(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(
-        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request_iterator: Any,
     ) -> Any:
         return await self._call(continuation, client_call_details, request_iterator)
 
 
 def _aio_bearers(metadata: tuple[tuple[str, str], ...]) -> list[grpc.aio.ClientInterceptor]:
-    return [kind(metadata) for kind in (_AioUnaryUnary, _AioUnaryStream, _AioStreamUnary, _AioStreamStream)]
+    return [
+        kind(metadata)
+        for kind in (_AioUnaryUnary, _AioUnaryStream, _AioStreamUnary, _AioStreamStream)
+    ]

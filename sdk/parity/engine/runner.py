@@ -87,10 +87,17 @@ class EngineConfig:
     """The run has a distillation teacher: each rollout has signal without a reward, and a group without variance."""
 
     def __post_init__(self) -> None:
-        if self.rollouts_per_task < 1 or self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
+        if (
+            self.rollouts_per_task < 1
+            or self.concurrency < 1
+            or self.retries < 0
+            or self.timeout_s <= 0
+        ):
             raise ValueError(f"invalid engine settings: {self}")
         if self.capped_episodes not in _CAPPED_EPISODES:
-            raise ValueError(f"capped_episodes must be one of {', '.join(_CAPPED_EPISODES)}, got {self.capped_episodes!r}")
+            raise ValueError(
+                f"capped_episodes must be one of {', '.join(_CAPPED_EPISODES)}, got {self.capped_episodes!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -108,12 +115,19 @@ class RolloutResult:
 
 
 class AgentEngine:
-    def __init__(self, agent: Agent, config: EngineConfig = EngineConfig(), assembler: AssemblerClient | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        config: EngineConfig = EngineConfig(),
+        assembler: AssemblerClient | None = None,
+    ) -> None:
         self.agent = agent
         self.config = config
         self.assembler = assembler or AssemblerClient(current_config().assembler_address)
         # An object whose __call__ is async (a configured agent class) is an async agent too.
-        self._is_async = inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(type(agent).__call__)
+        self._is_async = inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(
+            type(agent).__call__
+        )
 
     def run(self, tasks: Iterable[Mapping[str, Any]]) -> list[RolloutResult]:
         """Run every rollout; for scripts. From async code, await `arun`."""
@@ -133,11 +147,15 @@ class AgentEngine:
                                  every_s=PROGRESS_LINE_S)  # fmt: skip
         # Sync agents, flushes and closes run here, not in asyncio's default executor,
         # whose min(32, cores + 4) threads would cap `concurrency` (at 6 on 2 cores).
-        threads = ThreadPoolExecutor(self.config.concurrency + SPARE_THREADS, thread_name_prefix="parity-rollout")
+        threads = ThreadPoolExecutor(
+            self.config.concurrency + SPARE_THREADS, thread_name_prefix="parity-rollout"
+        )
 
         async def run_job(task_id: str, task: dict[str, Any], rollout: int) -> list[RolloutResult]:
             async with limit:
-                attempts = await self._rollout(threads, task_id, f"{run_id}-{task_id}", task, rollout)
+                attempts = await self._rollout(
+                    threads, task_id, f"{run_id}-{task_id}", task, rollout
+                )
             progress.update(1)
             failed = sum(a.outcome != "succeeded" for a in attempts)
             progress.set_postfix(failed_attempts=failed, refresh=False)
@@ -152,7 +170,12 @@ class AgentEngine:
         return [attempt for attempts in per_job for attempt in attempts]
 
     async def _rollout(
-        self, threads: ThreadPoolExecutor, task_id: str, group_id: str, task: dict[str, Any], rollout: int
+        self,
+        threads: ThreadPoolExecutor,
+        task_id: str,
+        group_id: str,
+        task: dict[str, Any],
+        rollout: int,
     ) -> list[RolloutResult]:
         attempts = []
         for attempt in range(self.config.retries + 1):
@@ -170,7 +193,13 @@ class AgentEngine:
         return attempts
 
     async def _attempt(
-        self, threads: ThreadPoolExecutor, task_id: str, group_id: str, task: dict[str, Any], rollout: int, attempt: int
+        self,
+        threads: ThreadPoolExecutor,
+        task_id: str,
+        group_id: str,
+        task: dict[str, Any],
+        rollout: int,
+        attempt: int,
     ) -> RolloutResult:
         session_id = f"{group_id}-r{rollout}-a{attempt}"
         started = time.monotonic()
@@ -191,7 +220,15 @@ class AgentEngine:
                 outcome, error = "failed", f"{type(failure).__name__}: {failure}"
                 log.warning("rollout_failed", session_id=session_id, error=error)
         return RolloutResult(
-            task_id, group_id, rollout, attempt, session_id, outcome, reward, error, time.monotonic() - started
+            task_id,
+            group_id,
+            rollout,
+            attempt,
+            session_id,
+            outcome,
+            reward,
+            error,
+            time.monotonic() - started,
         )
 
     async def _call(self, threads: ThreadPoolExecutor, task: dict[str, Any]) -> Any:

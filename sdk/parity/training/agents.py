@@ -48,13 +48,17 @@ def load_callable(path: str, what: str) -> Callable[..., Any]:
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import-time failure means the agent cannot run
-        raise AgentError(f"{what} {path!r}: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
+        raise AgentError(
+            f"{what} {path!r}: cannot import {module_name!r}: {type(error).__name__}: {error}"
+        ) from None
     for name in attribute.split("."):
         if not hasattr(target, name):
             raise AgentError(f"{what} {path!r}: {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, name)
     if not callable(target):
-        raise AgentError(f"{what} {path!r}: {attribute!r} is a {type(target).__name__}, not a function")
+        raise AgentError(
+            f"{what} {path!r}: {attribute!r} is a {type(target).__name__}, not a function"
+        )
     return target
 
 
@@ -67,7 +71,11 @@ def parse_command(command: str) -> list[str]:
     if not argv:
         raise AgentError("agent_command is empty")
     program = argv[0]
-    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
+    found = (
+        shutil.which(program)
+        if os.sep not in program
+        else (program if os.access(program, os.X_OK) else None)
+    )
     if found is None:
         where = "is not an executable file" if os.sep in program else "is not found on PATH"
         raise AgentError(f"agent_command {command!r}: {program!r} {where}")
@@ -81,7 +89,9 @@ class CommandFailed(RuntimeError):
 class CommandAgent:
     """An agent that is a program: one process per rollout, in the rollout's session."""
 
-    def __init__(self, argv: list[str], reward: Callable[..., Any] | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self, argv: list[str], reward: Callable[..., Any] | None = None, cwd: Path | None = None
+    ) -> None:
         self.argv = argv
         self.reward = reward
         self.cwd = cwd
@@ -135,7 +145,9 @@ def _failure(name: str, returncode: int | None, stderr: bytes, stdout: str) -> s
     if tail:
         return f"{name} exited with {returncode}: {tail}"
     said = stdout[-STDERR_TAIL_CHARS:].strip()
-    return f"{name} exited with {returncode}: (no stderr); the end of its stdout: {said or '(none)'}"
+    return (
+        f"{name} exited with {returncode}: (no stderr); the end of its stdout: {said or '(none)'}"
+    )
 
 
 def reward_from_output(output: str) -> float | None:
@@ -150,6 +162,8 @@ def reward_from_output(output: str) -> float | None:
             if value is None:
                 return None
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise CommandFailed(f'the command printed {line.strip()!r}: "reward" must be a number')
+                raise CommandFailed(
+                    f'the command printed {line.strip()!r}: "reward" must be a number'
+                )
             return float(value)
     return None

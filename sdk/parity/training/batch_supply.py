@@ -64,7 +64,11 @@ class BatchSupply:
         return [self._roll_out(self.tasks.take(self.settings.groups_per_batch), step)]
 
     def top_up(
-        self, futures: list[Rollouts], status: trainer_pb.GetStatusResponse, idle_since: float | None, step: int
+        self,
+        futures: list[Rollouts],
+        status: trainer_pb.GetStatusResponse,
+        idle_since: float | None,
+        step: int,
     ) -> float | None:
         """One more task when the trainer waits and nothing is pending or running; returns the idle clock."""
         waiting = status.run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA
@@ -72,7 +76,9 @@ class BatchSupply:
         if self.settings.rollout_mode == "async":
             pending = self._pending_groups()
             if not running and pending < self.settings.groups_per_batch:
-                futures.append(self._roll_out(self.tasks.take(self.settings.groups_per_batch), step))
+                futures.append(
+                    self._roll_out(self.tasks.take(self.settings.groups_per_batch), step)
+                )
             return None
         if not waiting or running:
             return None
@@ -95,11 +101,20 @@ class BatchSupply:
     def _train_on_what_has_signal(self, futures: list[Rollouts], missing: int, step: int) -> None:
         """The extra-task budget is spent: a short batch from the groups that vary, else the run's end."""
         if missing < self.settings.groups_per_batch:
-            pending = self.assembler.release_batch(assembler_pb.ReleaseBatchRequest(run_id=self.run_id)).pending_group_count
+            pending = self.assembler.release_batch(
+                assembler_pb.ReleaseBatchRequest(run_id=self.run_id)
+            ).pending_group_count
             if pending:
-                log.info("short_batch_released", step=step, groups=pending, wanted=self.settings.groups_per_batch)
+                log.info(
+                    "short_batch_released",
+                    step=step,
+                    groups=pending,
+                    wanted=self.settings.groups_per_batch,
+                )
                 return
-        rewards = {r.reward for f in futures for r in rollout_results(f) if r.outcome == "succeeded"}
+        rewards = {
+            r.reward for f in futures for r in rollout_results(f) if r.outcome == "succeeded"
+        }
         (reward,) = rewards if len(rewards) == 1 else (None,)
         best = self._best_reward
         if reward is not None and step > 1 and best is not None and reward >= best:
@@ -109,7 +124,9 @@ class BatchSupply:
             )  # fmt: skip
         raise AgentFailing("failed", self._no_batch_message(step, reward), step - 1)
 
-    def raise_if_agent_failing(self, futures: Sequence[concurrent.futures.Future[Any]], step: int) -> None:
+    def raise_if_agent_failing(
+        self, futures: Sequence[concurrent.futures.Future[Any]], step: int
+    ) -> None:
         """A whole batch's worth of rollouts failed in a row: no batch can form, so say why and end."""
         limit = self.settings.groups_per_batch * self.settings.rollouts_per_task
         if self._failures_in_a_row >= limit:
@@ -141,14 +158,18 @@ class BatchSupply:
             final = result.attempt == self.settings.retries or result.outcome == "succeeded"
             if result.outcome == "succeeded":
                 self._failures_in_a_row = 0
-                if result.reward is not None and (self._best_reward is None or result.reward > self._best_reward):
+                if result.reward is not None and (
+                    self._best_reward is None or result.reward > self._best_reward
+                ):
                     self._best_reward = result.reward
             elif final:
                 self._failures_in_a_row += 1
                 self._last_failure = result.error
 
     def _pending_groups(self) -> int:
-        return self.assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
+        return self.assembler.get_stats(
+            assembler_pb.GetStatsRequest(run_id=self.run_id)
+        ).pending_group_count
 
     def _no_batch_message(self, step: int, reward: float | None) -> str:
         dropped = dict(self.assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)

@@ -57,11 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
         help_text = f"{field.metadata['help']} (default: {_shown(field.default)})"
         kind = value_kind(hints[field.name])
         if field.name == "stack":
-            group.add_argument(flag, type=_stack, default=None, metavar="NAME=ADDRESS,...", help=help_text)
+            group.add_argument(
+                flag, type=_stack, default=None, metavar="NAME=ADDRESS,...", help=help_text
+            )
         elif kind is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         else:
-            group.add_argument(flag, type=kind, default=None, choices=field.metadata.get("choices"), help=help_text)
+            group.add_argument(
+                flag, type=kind, default=None, choices=field.metadata.get("choices"), help=help_text
+            )
     return parser
 
 
@@ -86,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     from parity.training.trainer import train
 
     known = {field.name for field in settings_fields()}
-    flags = {name: value for name, value in vars(args).items() if name in known and value is not None}
+    flags = {
+        name: value for name, value in vars(args).items() if name in known and value is not None
+    }
     try:
         file_values, sources = load_file(args.config) if args.config else ({}, SettingsSources())
         sources.flags = set(flags)
@@ -95,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parity train: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if result.exported_model:
-        print(f"the trained model is in {result.exported_model}; serve it with: {result.serve_command}", file=sys.stderr)
+        print(
+            f"the trained model is in {result.exported_model}; serve it with: {result.serve_command}",
+            file=sys.stderr,
+        )
     elif result.resume_command:
         print(f"resume with: {result.resume_command}", file=sys.stderr)
     if result.promotion:

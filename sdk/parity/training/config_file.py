@@ -81,7 +81,9 @@ def load_file(path: Path) -> tuple[dict[str, Any], SettingsSources]:
         if key in RENAMED_KEYS:
             raise ConfigError(f"{_located(sources, '', raw_key)}: renamed {RENAMED_KEYS[key]!r}")
         if key not in known:
-            raise ConfigError(f"{_located(sources, '', raw_key)}: unknown key{_suggestion(key, known)}")
+            raise ConfigError(
+                f"{_located(sources, '', raw_key)}: unknown key{_suggestion(key, known)}"
+            )
         try:
             value = coerce(key, value, hints[key])
         except SettingsError as error:
@@ -93,7 +95,9 @@ def load_file(path: Path) -> tuple[dict[str, Any], SettingsSources]:
     return values, sources
 
 
-def build_settings(file_values: dict[str, Any], flag_values: dict[str, Any], sources: SettingsSources) -> TrainSettings:
+def build_settings(
+    file_values: dict[str, Any], flag_values: dict[str, Any], sources: SettingsSources
+) -> TrainSettings:
     """Flags over file values over defaults; errors name the flag or the file line."""
     sources.flags = set(flag_values)
     try:
@@ -130,16 +134,22 @@ def _suggestion(key: str, known: set[str]) -> str:
 
 def _stack_table(value: Any, sources: SettingsSources) -> StackAddresses:
     if not isinstance(value, dict):
-        raise ConfigError(f"{_located(sources, '', STACK_TABLE)}: must be a table: [stack] with ingest_url, assembler, trainer")
+        raise ConfigError(
+            f"{_located(sources, '', STACK_TABLE)}: must be a table: [stack] with ingest_url, assembler, trainer"
+        )
     known = {f.name for f in settings_fields(StackAddresses)}
     addresses: dict[str, str] = {}
     for raw_key, address in value.items():
         key = raw_key.replace("-", "_")
         key = "ingest_url" if key == "ingest" else key
         if key not in known:
-            raise ConfigError(f"{_located(sources, STACK_TABLE, raw_key)}: unknown key{_suggestion(key, known)}")
+            raise ConfigError(
+                f"{_located(sources, STACK_TABLE, raw_key)}: unknown key{_suggestion(key, known)}"
+            )
         if not isinstance(address, str):
-            raise ConfigError(f"{_located(sources, STACK_TABLE, raw_key)}: must be a string, got {address!r}")
+            raise ConfigError(
+                f"{_located(sources, STACK_TABLE, raw_key)}: must be a string, got {address!r}"
+            )
         addresses[key] = address
     try:
         return StackAddresses(**addresses)

@@ -64,7 +64,9 @@ class LocalStack:
     """A distillation teacher's model folder, served beside the stack; None: none to serve here."""
 
     @classmethod
-    def for_run(cls, data_dir: Path, settings: TrainSettings, model: Path, teacher: Path | None = None) -> LocalStack:
+    def for_run(
+        cls, data_dir: Path, settings: TrainSettings, model: Path, teacher: Path | None = None
+    ) -> LocalStack:
         # The local trainer resolves `auto` on this machine too, so vLLM serves what it computes in.
         log.info("compute_dtype", detail=dtype_reason(settings.dtype))
         return cls(data_dir, model, vllm_dtype=resolve_dtype(settings.dtype), lora_rank=settings.lora_rank,
@@ -111,8 +113,12 @@ class LocalStack:
         command += ["--vllm-dtype", self.vllm_dtype]
         command += ["--vllm-lora-rank", str(self.lora_rank)] if self.lora_rank else []
         command += ["--model-aliases", self.model_aliases] if self.model_aliases is not None else []
-        command += ["--max-model-len", str(self.max_model_len)] if self.max_model_len is not None else []
-        return command + [arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))]
+        command += (
+            ["--max-model-len", str(self.max_model_len)] if self.max_model_len is not None else []
+        )
+        return command + [
+            arg for name, port in self.ports.items() for arg in (f"--{name}-port", str(port))
+        ]
 
     def start(self, timeout_s: float, cancelled: threading.Event | None = None) -> None:
         """Returns once agents can call; raises StackError with `parity up`'s last words if it exits first."""
@@ -129,13 +135,17 @@ class LocalStack:
                 start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
         ready = threading.Event()
-        reader = threading.Thread(target=self._read_output, args=(ready,), name="parity-up-output", daemon=True)
+        reader = threading.Thread(
+            target=self._read_output, args=(ready,), name="parity-up-output", daemon=True
+        )
         reader.start()
         deadline = time.monotonic() + timeout_s
         while not ready.wait(0.2):
             if self.process.poll() is not None:
                 reader.join(2)
-                raise StackError(self._failure(f"parity up exited with code {self.process.returncode}"))
+                raise StackError(
+                    self._failure(f"parity up exited with code {self.process.returncode}")
+                )
             if cancelled is not None and cancelled.is_set():
                 raise KeyboardInterrupt
             self._raise_if_teacher_down()
@@ -146,7 +156,9 @@ class LocalStack:
                 self._teacher.wait_healthy(max(1.0, deadline - time.monotonic()))
                 warm_up(self._teacher, max(1.0, deadline - time.monotonic()))
             except (VllmExitedError, TimeoutError, httpx.HTTPError) as error:
-                raise StackError(f"the teacher's vLLM ({self.teacher}) did not come up: {error}") from None
+                raise StackError(
+                    f"the teacher's vLLM ({self.teacher}) did not come up: {error}"
+                ) from None
 
     def raise_if_down(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -189,7 +201,9 @@ class LocalStack:
 def served_model(ingest_url: str, api_key: str) -> str:
     """The model name agents ask for: what ingest lists first."""
     try:
-        models = httpx.get(f"{ingest_url}/v1/models", timeout=30, headers={"Authorization": f"Bearer {api_key}"}).json()["data"]
+        models = httpx.get(
+            f"{ingest_url}/v1/models", timeout=30, headers={"Authorization": f"Bearer {api_key}"}
+        ).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError) as error:
         raise StackError(f"ingest at {ingest_url} lists no model: {error}") from None
     if not models:

@@ -43,7 +43,11 @@ def choose_model(settings: TrainSettings) -> ChosenModel:
                 "(`parity model prepare NAME` there prints a named model's folder)",
             )  # fmt: skip
         folder = Path(settings.model)
-        rate = default_learning_rate(settings.model, folder) if folder.is_dir() else UNSEEN_MODEL_LEARNING_RATE
+        rate = (
+            default_learning_rate(settings.model, folder)
+            if folder.is_dir()
+            else UNSEEN_MODEL_LEARNING_RATE
+        )
         return ChosenModel(folder, settings.learning_rate or rate, _max_tokens(settings))
     try:
         folder = resolve_model(settings.model)

@@ -32,8 +32,14 @@ def reference_table() -> str:
             choices = field.metadata.get("choices")
             if choices:
                 type_name = " / ".join(f"`{choice}`" for choice in choices)
-            default = "" if field.default in (None, "") else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
-            rows.append(f"| `{field.name}` | {type_name} | {default} | {field.metadata['help'].replace('|', '/')} |")
+            default = (
+                ""
+                if field.default in (None, "")
+                else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
+            )
+            rows.append(
+                f"| `{field.name}` | {type_name} | {default} | {field.metadata['help'].replace('|', '/')} |"
+            )
     return "\n".join(rows)
 
 

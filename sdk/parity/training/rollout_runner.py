@@ -32,8 +32,17 @@ class Sampling:
 
 class RolloutRunner:
     def __init__(
-        self, agent: Agent, assembler: AssemblerClient, *, run_id: str, concurrency: int, timeout_s: float, retries: int,
-        history_mode: str = "", budget: SessionBudget | None = None, capped_episodes: str = "drop",
+        self,
+        agent: Agent,
+        assembler: AssemblerClient,
+        *,
+        run_id: str,
+        concurrency: int,
+        timeout_s: float,
+        retries: int,
+        history_mode: str = "",
+        budget: SessionBudget | None = None,
+        capped_episodes: str = "drop",
         teacher_scored: bool = False,
     ) -> None:
         self.agent = agent
@@ -47,7 +56,9 @@ class RolloutRunner:
         self.capped_episodes = capped_episodes
         self.teacher_scored = teacher_scored
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="parity-rollouts", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="parity-rollouts", daemon=True
+        )
         self._thread.start()
         self._running: set[concurrent.futures.Future[list[RolloutResult]]] = set()
 
@@ -83,8 +94,12 @@ class RolloutRunner:
         if self._loop.is_closed():
             return
         self.cancel_all()
-        with contextlib.suppress(concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-            asyncio.run_coroutine_threadsafe(_cancel_everything(grace_s), self._loop).result(grace_s + 5)
+        with contextlib.suppress(
+            concurrent.futures.TimeoutError, concurrent.futures.CancelledError
+        ):
+            asyncio.run_coroutine_threadsafe(_cancel_everything(grace_s), self._loop).result(
+                grace_s + 5
+            )
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(grace_s)
         if not self._thread.is_alive():

@@ -20,7 +20,9 @@ CHECKPOINTS_DIR = "checkpoints"
 MODEL_DIR = "model"
 
 
-def resume_checkpoint(control: RunControl, run_dir: Path, run_id: str, embedded: bool) -> run_pb2.Checkpoint:
+def resume_checkpoint(
+    control: RunControl, run_dir: Path, run_id: str, embedded: bool
+) -> run_pb2.Checkpoint:
     """The newest checkpoint of `run_id`, which a resumed run starts from."""
     if not embedded:
         latest = control.latest_checkpoint()

@@ -124,7 +124,9 @@ class RunControl:
 
     def record_validation(self, step: int, values: dict[str, float]) -> None:
         """The trainer keeps it beside the run's steps, for readers like the console; the run goes on without."""
-        request = trainer_pb.WriteValidationMetricsRequest(run_id=self.run_id, step=step, values=values)
+        request = trainer_pb.WriteValidationMetricsRequest(
+            run_id=self.run_id, step=step, values=values
+        )
         try:
             self.trainer.write_validation_metrics(request)
         except RPCError as error:
@@ -132,7 +134,9 @@ class RunControl:
 
     def latest_checkpoint(self) -> run_pb2.Checkpoint | None:
         """The run's newest checkpoint the trainer knows of; None if it has none."""
-        found = self.trainer.list_checkpoints(trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1))
+        found = self.trainer.list_checkpoints(
+            trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1)
+        )
         return found.checkpoints[0] if found.checkpoints else None
 
     def promote(self, metric: str, margin: float) -> str:
@@ -141,7 +145,9 @@ class RunControl:
         itself completed."""
         request = trainer_pb.PromotePolicyRequest(run_id=self.run_id, metric=metric, margin=margin)
         try:
-            return str(Promotion.from_proto(self.trainer.promote_policy(request, timeout_s=900).promotion))
+            return str(
+                Promotion.from_proto(self.trainer.promote_policy(request, timeout_s=900).promotion)
+            )
         except RPCError as error:
             log.error("promotion_failed", run_id=self.run_id, error=str(error))
             return f"not promoted: the trainer answered {error.code.name}: {error.message}"

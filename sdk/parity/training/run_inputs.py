@@ -27,10 +27,14 @@ def resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) -> 
         output_dir = Path(values.get("output_dir") or (settings.output_dir if settings else "runs"))
         saved = output_dir / resume / SETTINGS_FILE
         if not saved.exists():
-            raise SettingsError("resume", f"no run {resume!r} in {output_dir.resolve()} (no {SETTINGS_FILE})")
+            raise SettingsError(
+                "resume", f"no run {resume!r} in {output_dir.resolve()} (no {SETTINGS_FILE})"
+            )
         base = TrainSettings.from_json(json.loads(saved.read_text()))
         return base.replace(**(values | {"resume": resume}))
-    return (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
+    return (
+        (settings or TrainSettings()).replace(**values) if values else (settings or TrainSettings())
+    )
 
 
 def resolve_inputs(
@@ -40,11 +44,19 @@ def resolve_inputs(
     only to validate."""
     validation = resolve_tasks(val_tasks, settings.val_tasks, "val_tasks", required=False)
     if settings.promote and not validation:
-        raise SettingsError("promote", "the gate compares validations before and after training; give val_tasks")
+        raise SettingsError(
+            "promote", "the gate compares validations before and after training; give val_tasks"
+        )
     if not settings.from_store:
-        return resolve_agent(agent, settings), resolve_tasks(tasks, settings.tasks, "tasks"), validation
+        return (
+            resolve_agent(agent, settings),
+            resolve_tasks(tasks, settings.tasks, "tasks"),
+            validation,
+        )
     if tasks is not None:
-        raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks")
+        raise SettingsError(
+            "tasks", "a from_store run trains on stored sessions and rolls out no tasks"
+        )
     named = agent is not None or settings.agent or settings.agent_command
     return (resolve_agent(agent, settings) if named or validation else None), [], validation
 
@@ -52,23 +64,32 @@ def resolve_inputs(
 def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
     if agent is not None:
         if settings.agent or settings.agent_command:
-            raise SettingsError("agent", "an agent function was passed and one is named in the settings too")
+            raise SettingsError(
+                "agent", "an agent function was passed and one is named in the settings too"
+            )
         return agent
     if settings.agent:
         return load_callable(settings.agent, "agent")
     if settings.agent_command:
         reward = load_callable(settings.reward, "reward") if settings.reward else None
         return CommandAgent(parse_command(settings.agent_command), reward)
-    raise SettingsError("agent", "name the agent: agent = pkg.module:function, or agent_command = a command to run")
+    raise SettingsError(
+        "agent", "name the agent: agent = pkg.module:function, or agent_command = a command to run"
+    )
 
 
-def resolve_tasks(given: Tasks | None, path: str, name: str, required: bool = True) -> list[dict[str, Any]]:
+def resolve_tasks(
+    given: Tasks | None, path: str, name: str, required: bool = True
+) -> list[dict[str, Any]]:
     if given is not None and not isinstance(given, str | Path):
         return tasks_from_objects(given, name)
     if path:
         return load_tasks(path)
     if required:
-        raise SettingsError(name, "is required: a .jsonl or .parquet file, a datasets folder, or a list of task dicts")
+        raise SettingsError(
+            name,
+            "is required: a .jsonl or .parquet file, a datasets folder, or a list of task dicts",
+        )
     return []
 
 

@@ -37,13 +37,17 @@ class RunOutcome:
     promotion: str = ""
 
 
-def train_result(outcome: RunOutcome, settings: TrainSettings, tracker: tracking.Tracker | None) -> TrainResult:
+def train_result(
+    outcome: RunOutcome, settings: TrainSettings, tracker: tracking.Tracker | None
+) -> TrainResult:
     """The run's result; writes the reward plot into its folder when it trained a step."""
     records = tracker.records("train") if tracker else []
     train = [r for r in records if r.step > 0]
     window = max(1, min(5, len(train) // 3))
     rewards = [reward for r in train if (reward := r.values.get("reward_mean")) is not None]
-    diffs = [r.values["sync_max_logprob_diff"] for r in train if "sync_max_logprob_diff" in r.values]
+    diffs = [
+        r.values["sync_max_logprob_diff"] for r in train if "sync_max_logprob_diff" in r.values
+    ]
     validation_records = tracker.records("validation") if tracker else []
     validation = [(r.step, r.values.get("reward", math.nan)) for r in validation_records]
     plot = ""
@@ -119,7 +123,11 @@ def _store_sessions(records: list[tracking.MetricRecord]) -> dict[str, int]:
               "deleted": int(sum(r.values.get("store_sessions_deleted", 0.0) for r in records))}  # fmt: skip
     if records:
         last = records[-1].values
-        counts |= {key.removeprefix("store_"): int(value) for key, value in last.items() if key.startswith("store_skipped_")}
+        counts |= {
+            key.removeprefix("store_"): int(value)
+            for key, value in last.items()
+            if key.startswith("store_skipped_")
+        }
     return counts
 
 
@@ -130,7 +138,14 @@ def _token_accounting(records: list[tracking.MetricRecord]) -> dict[str, Any]:
         return int(sum(r.values.get(key, 0.0) for r in records))
 
     merged, splits = total("merged_calls"), total("splits")
-    reasons = sorted({key.removeprefix("splits_") for r in records for key in r.values if key.startswith("splits_")})
+    reasons = sorted(
+        {
+            key.removeprefix("splits_")
+            for r in records
+            for key in r.values
+            if key.startswith("splits_")
+        }
+    )
     return {"tokens_trained": total("tokens_trained"), "tokens_unique": total("tokens_unique"),
             "merge_rate": merged / (merged + splits) if merged + splits else None,
             "splits": {reason: total(f"splits_{reason}") for reason in reasons}}  # fmt: skip

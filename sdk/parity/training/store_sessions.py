@@ -77,7 +77,11 @@ def skip_summary(skipped: Counter[str]) -> str:
 
 
 def select_sessions(
-    store: StoreClient, rule: FeedbackRule, filters: StoreFilters, policy_version: int, now: datetime | None = None
+    store: StoreClient,
+    rule: FeedbackRule,
+    filters: StoreFilters,
+    policy_version: int,
+    now: datetime | None = None,
 ) -> Selection:
     """Every open session of the store, sorted into eligible (oldest last call first) and skipped by reason."""
     now = now or datetime.now(UTC)
@@ -88,24 +92,35 @@ def select_sessions(
             selection.skipped[skip] += 1
         else:
             assert reward is not None
-            selection.eligible.append(Eligible(contents.session.session_id, reward, _last_call(contents.session)))
+            selection.eligible.append(
+                Eligible(contents.session.session_id, reward, _last_call(contents.session))
+            )
     selection.eligible.sort(key=lambda e: (e.last_call, e.session_id))
     return selection
 
 
 def classify(
-    contents: store_pb.SessionContents, rule: FeedbackRule, filters: StoreFilters, policy_version: int, now: datetime
+    contents: store_pb.SessionContents,
+    rule: FeedbackRule,
+    filters: StoreFilters,
+    policy_version: int,
+    now: datetime,
 ) -> tuple[float | None, str]:
     """The session's reward by the rule, or the reason it is skipped now."""
     last_call = _last_call(contents.session)
     if now - last_call < filters.idle:
         return None, "active"
     versions = [call.policy_version for call in contents.calls]
-    if not versions or (filters.min_policy_version is not None and min(versions) < filters.min_policy_version):
+    if not versions or (
+        filters.min_policy_version is not None and min(versions) < filters.min_policy_version
+    ):
         return None, "filtered_out"
     if filters.max_age is not None and now - last_call > filters.max_age:
         return None, "too_stale"
-    if filters.max_policy_lag is not None and policy_version - min(versions) > filters.max_policy_lag:
+    if (
+        filters.max_policy_lag is not None
+        and policy_version - min(versions) > filters.max_policy_lag
+    ):
         return None, "too_stale"
     decision = rule.decide(contents.rewards, last_call, now)
     return decision.reward, decision.skip

@@ -116,8 +116,13 @@ class StoreSupply:
         """Stored sessions have no agent that could fail."""
 
     def step_values(self) -> dict[str, float]:
-        values = {"store_sessions_used": float(self._step_used), "store_sessions_deleted": float(self._step_deleted)}
-        values |= {f"store_skipped_{reason}": float(self.skipped[reason]) for reason in SKIP_REASONS}
+        values = {
+            "store_sessions_used": float(self._step_used),
+            "store_sessions_deleted": float(self._step_deleted),
+        }
+        values |= {
+            f"store_skipped_{reason}": float(self.skipped[reason]) for reason in SKIP_REASONS
+        }
         return values
 
     # Choosing and adopting sessions.
@@ -162,15 +167,23 @@ class StoreSupply:
 
     def _release(self, step: int, groups: int) -> None:
         self.assembler.release_batch(assembler_pb.ReleaseBatchRequest(run_id=self.run_id))
-        log.info("short_batch_released", step=step, groups=groups, wanted=self.settings.groups_per_batch)
+        log.info(
+            "short_batch_released", step=step, groups=groups, wanted=self.settings.groups_per_batch
+        )
 
     def _pending_groups(self) -> int:
-        return self.assembler.get_stats(assembler_pb.GetStatsRequest(run_id=self.run_id)).pending_group_count
+        return self.assembler.get_stats(
+            assembler_pb.GetStatsRequest(run_id=self.run_id)
+        ).pending_group_count
 
     def _exhausted(self, step: int) -> StoreExhausted:
         where = f"the store has no usable sessions for step {step} (skipped: {skip_summary(self.skipped)})"
         if self._step_used:
             where += f"; the assembler dropped the groups of the {self._step_used} sessions this step adopted (rewards all equal)"
         if step == 1:
-            return StoreExhausted("failed", f"{where}; see docs/production.md for the filters and the feedback rule", 0)
+            return StoreExhausted(
+                "failed",
+                f"{where}; see docs/production.md for the filters and the feedback rule",
+                0,
+            )
         return StoreExhausted("completed", f"{where}; {self.used} sessions trained", step - 1)

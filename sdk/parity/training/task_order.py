@@ -25,7 +25,9 @@ MIN_KEEP = 0.125
 
 
 class TaskOrder:
-    def __init__(self, tasks: Sequence[dict[str, Any]], seed: int, *, by_signal: bool = False) -> None:
+    def __init__(
+        self, tasks: Sequence[dict[str, Any]], seed: int, *, by_signal: bool = False
+    ) -> None:
         self._order = _epochs(list(tasks), random.Random(seed))
         self._by_signal = by_signal
         # A stream of its own, so the epochs' order is the same with selection on or off.
@@ -60,7 +62,9 @@ class TaskOrder:
                 groups.setdefault((result.task_id, result.group_id), []).append(result.reward)
         for (task_id, _), rewards in groups.items():
             if len(rewards) >= 2:
-                self._flat_streak[task_id] = self._flat_streak.get(task_id, 0) + 1 if has_no_variance(rewards) else 0
+                self._flat_streak[task_id] = (
+                    self._flat_streak.get(task_id, 0) + 1 if has_no_variance(rewards) else 0
+                )
 
 
 def _epochs(tasks: list[dict[str, Any]], rng: random.Random) -> Iterator[dict[str, Any]]:

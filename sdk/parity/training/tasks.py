@@ -34,7 +34,9 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
     elif path.suffix == ".parquet":
         rows = _read_parquet(path)
     else:
-        raise TaskFileError(f"{path}: tasks are a .jsonl or .parquet file or a Hugging Face datasets folder")
+        raise TaskFileError(
+            f"{path}: tasks are a .jsonl or .parquet file or a Hugging Face datasets folder"
+        )
     return check_tasks(rows, str(path))
 
 
@@ -47,10 +49,14 @@ def check_tasks(rows: Iterable[tuple[str, Any]], source: str) -> list[dict[str, 
             raise TaskFileError(f"{source}:{where}: a task is an object, got {type(row).__name__}")
         task_id = row.get(TASK_ID_KEY)
         if isinstance(task_id, bool) or not isinstance(task_id, str | int) or task_id == "":
-            raise TaskFileError(f"{source}:{where}: every task needs a non-empty string or integer {TASK_ID_KEY!r}")
+            raise TaskFileError(
+                f"{source}:{where}: every task needs a non-empty string or integer {TASK_ID_KEY!r}"
+            )
         reserved = [key for key in RESERVED_KEYS if key in row]
         if reserved:
-            raise TaskFileError(f"{source}:{where}: {', '.join(map(repr, reserved))} are set by the trainer; rename them")
+            raise TaskFileError(
+                f"{source}:{where}: {', '.join(map(repr, reserved))} are set by the trainer; rename them"
+            )
         key = str(task_id)
         if key in seen:
             raise TaskFileError(f"{source}:{where}: task id {key!r} is also the id of {seen[key]}")
@@ -61,7 +67,9 @@ def check_tasks(rows: Iterable[tuple[str, Any]], source: str) -> list[dict[str, 
     return tasks
 
 
-def tasks_from_objects(tasks: Iterable[Mapping[str, Any]], source: str = "tasks") -> list[dict[str, Any]]:
+def tasks_from_objects(
+    tasks: Iterable[Mapping[str, Any]], source: str = "tasks"
+) -> list[dict[str, Any]]:
     """Tasks handed to parity.train() as Python objects, checked like a file's rows."""
     return check_tasks(((f"[{index}]", task) for index, task in enumerate(tasks)), source)
 
@@ -75,7 +83,9 @@ def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
             try:
                 rows.append((f"{number}", json.loads(line)))
             except json.JSONDecodeError as error:
-                raise TaskFileError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from None
+                raise TaskFileError(
+                    f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})"
+                ) from None
     return rows
 
 
@@ -83,7 +93,9 @@ def _read_parquet(path: Path) -> list[tuple[str, Any]]:
     try:
         import pyarrow.parquet as parquet
     except ImportError:
-        raise TaskFileError(f"{path}: reading Parquet needs pyarrow: pip install 'parity[train]'") from None
+        raise TaskFileError(
+            f"{path}: reading Parquet needs pyarrow: pip install 'parity[train]'"
+        ) from None
     try:
         table = parquet.read_table(path)
     except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
@@ -95,18 +107,27 @@ def _read_datasets_folder(path: Path) -> list[tuple[str, Any]]:
     try:
         import datasets
     except ImportError:
-        raise TaskFileError(f"{path}: reading a datasets folder needs datasets: pip install 'parity[train]'") from None
+        raise TaskFileError(
+            f"{path}: reading a datasets folder needs datasets: pip install 'parity[train]'"
+        ) from None
     try:
         loaded = datasets.load_from_disk(str(path))
     except Exception as error:  # noqa: BLE001 - datasets raises several types for a folder it cannot read
-        raise TaskFileError(f"{path}: not a Hugging Face datasets folder saved with save_to_disk ({error})") from None
+        raise TaskFileError(
+            f"{path}: not a Hugging Face datasets folder saved with save_to_disk ({error})"
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded and len(loaded) != 1:
-            raise TaskFileError(f"{path}: holds splits {sorted(loaded)}; point at one split's folder")
+            raise TaskFileError(
+                f"{path}: holds splits {sorted(loaded)}; point at one split's folder"
+            )
         loaded = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
     return [(f"row {index + 1}", _plain(row)) for index, row in enumerate(loaded)]
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """NaN from a columnar file is a missing value, not a number the agent should see."""
-    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in row.items()}
+    return {
+        key: None if isinstance(value, float) and math.isnan(value) else value
+        for key, value in row.items()
+    }

@@ -33,7 +33,9 @@ def teacher_folder(teacher: str) -> Path | None:
         raise SettingsError("teacher", str(error)) from None
 
 
-def teacher_server(folder: Path, port: int, dtype: str, max_model_len: int | None, log_path: Path) -> VllmServer:
+def teacher_server(
+    folder: Path, port: int, dtype: str, max_model_len: int | None, log_path: Path
+) -> VllmServer:
     """The teacher's vLLM, not started; `max_model_len` None takes the launcher's default."""
     config = VllmLaunchConfig(
         model_path=folder, port=port, served_model_name=SERVED_NAME, dtype=dtype, tool_call_parser=None,
@@ -46,5 +48,13 @@ def teacher_server(folder: Path, port: int, dtype: str, max_model_len: int | Non
 
 def warm_up(server: VllmServer, timeout_s: float) -> None:
     """One prompt-logprobs request, so the first forward pass's cost is paid before the run starts."""
-    payload = {"model": SERVED_NAME, "prompt": [0, 1, 2, 3], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
-    httpx.post(f"{server.base_url}/v1/completions", json=payload, timeout=timeout_s).raise_for_status()
+    payload = {
+        "model": SERVED_NAME,
+        "prompt": [0, 1, 2, 3],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": 0,
+    }
+    httpx.post(
+        f"{server.base_url}/v1/completions", json=payload, timeout=timeout_s
+    ).raise_for_status()

@@ -50,7 +50,11 @@ class JsonlSink:
     def __init__(self, path: Path, keep_through_step: int | None = None) -> None:
         self.path = path
         # Resuming: the steps after the checkpoint are trained again, so their old lines go.
-        kept = [r for r in read_metrics(path) if keep_through_step is not None and r.step <= keep_through_step]
+        kept = [
+            r
+            for r in read_metrics(path)
+            if keep_through_step is not None and r.step <= keep_through_step
+        ]
         self.records = kept
         self._file = path.open("w")
         for record in kept:
@@ -79,10 +83,14 @@ class TensorBoardSink:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         summary = summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=f"{record.kind}/{key}", simple_value=value)
-                   for key, value in record.values.items()]  # fmt: skip
+            value=[
+                summary_pb2.Summary.Value(tag=f"{record.kind}/{key}", simple_value=value)
+                for key, value in record.values.items()
+            ]  # fmt: skip
         )
-        self._writer.add_event(event_pb2.Event(wall_time=record.time, step=record.step, summary=summary))
+        self._writer.add_event(
+            event_pb2.Event(wall_time=record.time, step=record.step, summary=summary)
+        )
         self._writer.flush()
 
     def close(self) -> None:
@@ -92,7 +100,9 @@ class TensorBoardSink:
 class WandbSink:
     """A W&B run; offline (files under RUN_DIR/wandb, `wandb sync` later) unless online is asked for."""
 
-    def __init__(self, project: str, run_id: str, run_dir: Path, mode: str, config: dict[str, Any]) -> None:
+    def __init__(
+        self, project: str, run_id: str, run_dir: Path, mode: str, config: dict[str, Any]
+    ) -> None:
         import wandb
 
         online = mode == "online" or (mode == "auto" and bool(os.environ.get("WANDB_API_KEY")))
@@ -102,7 +112,10 @@ class WandbSink:
         )  # fmt: skip
 
     def write(self, record: MetricRecord) -> None:
-        self._run.log({f"{record.kind}/{key}": value for key, value in record.values.items()}, step=record.step)
+        self._run.log(
+            {f"{record.kind}/{key}": value for key, value in record.values.items()},
+            step=record.step,
+        )
 
     def close(self) -> None:
         self._run.finish()
@@ -140,4 +153,8 @@ class Tracker:
 def read_metrics(path: Path) -> list[MetricRecord]:
     if not path.exists():
         return []
-    return [MetricRecord.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [
+        MetricRecord.from_json(json.loads(line))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]

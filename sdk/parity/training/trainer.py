@@ -95,9 +95,14 @@ class Trainer:
         self.run_id = self.settings.resume or self.settings.run_id or new_run_id()
         self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
         if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
-            raise SettingsError("run_id", f"{self.run_dir} already holds run {self.run_id}; resume it or name another")
+            raise SettingsError(
+                "run_id",
+                f"{self.run_dir} already holds run {self.run_id}; resume it or name another",
+            )
         self.model = choose_model(self.settings)
-        self.settings = self.settings.replace(learning_rate=self.model.learning_rate, max_tokens=self.model.max_tokens)
+        self.settings = self.settings.replace(
+            learning_rate=self.model.learning_rate, max_tokens=self.model.max_tokens
+        )
         self.total_steps = self.settings.total_steps(len(self.tasks))
         self.step_index = 0
         self.started_step = 0
@@ -111,7 +116,9 @@ class Trainer:
         self._assembler: AssemblerClient | None = None
         self._previous_config = parity.current_config()
         self._previous_security = transport.process_security()
-        self._task_order = TaskOrder(self.tasks, self.settings.seed, by_signal=self.settings.task_selection == "signal")
+        self._task_order = TaskOrder(
+            self.tasks, self.settings.seed, by_signal=self.settings.task_selection == "signal"
+        )
         self._served_model = ""
         self._started = time.monotonic()
         self.state = "created"
@@ -124,7 +131,12 @@ class Trainer:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
         if isinstance(error, KeyboardInterrupt):
             self.stop()
         self.close()
@@ -134,7 +146,11 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         addresses = self._bring_up_stack()
         # The local stack authenticates every call: the driver starts runs (admin), its agents call as agents.
-        credentials = {"token": self._stack.token("admin"), "api_key": self._stack.token("agent")} if self._stack else {}
+        credentials = (
+            {"token": self._stack.token("admin"), "api_key": self._stack.token("agent")}
+            if self._stack
+            else {}
+        )
         parity.configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
                          **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
         self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack)
@@ -146,10 +162,17 @@ class Trainer:
         )  # fmt: skip
         self.started_step = self.step_index = resume_from.step if resume_from else 0
         if self.step_index >= self.total_steps:
-            raise SettingsError("steps", f"run {self.run_id} is at step {self.step_index}; raise steps above it to resume")
+            raise SettingsError(
+                "steps",
+                f"run {self.run_id} is at step {self.step_index}; raise steps above it to resume",
+            )
         self._keep_given_tasks()
-        (self.run_dir / SETTINGS_FILE).write_text(json.dumps(self._saved_settings(), indent=2) + "\n")
-        self._tracker = self._open_tracker(keep_through_step=self.step_index if resume_from else None)
+        (self.run_dir / SETTINGS_FILE).write_text(
+            json.dumps(self._saved_settings(), indent=2) + "\n"
+        )
+        self._tracker = self._open_tracker(
+            keep_through_step=self.step_index if resume_from else None
+        )
         # A resumed run continues the task order where its checkpoint left it.
         if self.tasks:
             self._task_order.skip(self.step_index * self.settings.groups_per_batch)
@@ -197,7 +220,10 @@ class Trainer:
             status = control.status()
             run = status.run
             # The trainer counts a step before its weight sync; the step is done once that sync is.
-            if run.step > target or (run.step == target and run.state not in (run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_FAILED)):
+            if run.step > target or (
+                run.step == target
+                and run.state not in (run_pb2.RUN_STATE_SYNCING, run_pb2.RUN_STATE_FAILED)
+            ):
                 break
             with self._noting_the_end():
                 control.raise_if_ended(status, futures)
@@ -224,7 +250,11 @@ class Trainer:
             return None
         runner = self._require_running()
         assert runner is not None, "validation tasks come with an agent"
-        sampling = Sampling(self._served_model, self.settings.validation_max_tokens, self.settings.validation_temperature)
+        sampling = Sampling(
+            self._served_model,
+            self.settings.validation_max_tokens,
+            self.settings.validation_temperature,
+        )
         future = runner.submit(self.val_tasks, prefix=f"{self.run_id}-v{self.step_index:05d}",
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
         assert self._control is not None
@@ -252,7 +282,11 @@ class Trainer:
                     step = self.step()
                     progress.update(1)
                     every = self.settings.val_every
-                    validation = self.validate() if every and step.step % every == 0 and step.step < self.total_steps else None
+                    validation = (
+                        self.validate()
+                        if every and step.step % every == 0 and step.step < self.total_steps
+                        else None
+                    )
                     self._show(progress, validation, step)
             except (RewardsSaturated, StoreExhausted) as ended:
                 if ended.state != "completed":
@@ -274,7 +308,9 @@ class Trainer:
             self.state = "completed"
             exported = self.export() if self.settings.export else ""
             if self.settings.promote and self._control is not None:
-                promotion = self._control.promote(self.settings.promote_metric, self.settings.promote_margin)
+                promotion = self._control.promote(
+                    self.settings.promote_metric, self.settings.promote_margin
+                )
         return self._result(exported, promotion)
 
     def export(self, output_dir: str | Path | None = None) -> str:
@@ -282,8 +318,14 @@ class Trainer:
         (on the trainer's machine, for a deployed stack). A LoRA run writes its adapter there, and
         with lora_merge the merged model to PATH/merged, whose path it returns."""
         assert self._control is not None, "start() the run first"
-        target = str(output_dir) if output_dir else default_export_dir(self._control, self.run_dir, self._stack is not None)
-        request = trainer_pb.ExportPolicyRequest(output_dir=target, merge_lora=self.settings.lora_merge)
+        target = (
+            str(output_dir)
+            if output_dir
+            else default_export_dir(self._control, self.run_dir, self._stack is not None)
+        )
+        request = trainer_pb.ExportPolicyRequest(
+            output_dir=target, merge_lora=self.settings.lora_merge
+        )
         response = self._control.trainer.export_policy(request, timeout_s=600)
         log.info("policy_exported", path=response.path, merged=response.merged_path,
                  checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip
@@ -338,10 +380,18 @@ class Trainer:
     def _bring_up_stack(self) -> StackAddresses:
         if self.settings.stack is not None:
             return self.settings.stack
-        self._stack = LocalStack.for_run(self.run_dir / "stack", self.settings, self.model.folder, self.model.teacher)
-        print(f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True)
+        self._stack = LocalStack.for_run(
+            self.run_dir / "stack", self.settings, self.model.folder, self.model.teacher
+        )
+        print(
+            f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True
+        )
         self._stack.start(self.settings.startup_timeout_s)
-        print(f"console: {self._stack.console_url} (the run, its batches, every trajectory)", file=sys.stderr, flush=True)
+        print(
+            f"console: {self._stack.console_url} (the run, its batches, every trajectory)",
+            file=sys.stderr,
+            flush=True,
+        )
         return self._stack.addresses
 
     @property
@@ -354,7 +404,9 @@ class Trainer:
         config = to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
                                checkpoint_dir=checkpoint_dir)  # fmt: skip
         if self._stack is not None and self._stack.teacher is not None:
-            config.teacher.CopyFrom(run_pb2.TeacherConfig(url=self._stack.teacher_url, model=SERVED_NAME))
+            config.teacher.CopyFrom(
+                run_pb2.TeacherConfig(url=self._stack.teacher_url, model=SERVED_NAME)
+            )
         return config
 
     @contextlib.contextmanager
@@ -388,7 +440,9 @@ class Trainer:
 
     def _open_tracker(self, keep_through_step: int | None) -> tracking.Tracker:
         jsonl = tracking.JsonlSink(self.run_dir / tracking.METRICS_FILE, keep_through_step)
-        others: list[tracking.MetricSink] = [tracking.TensorBoardSink(self.run_dir / tracking.TENSORBOARD_DIR)]
+        others: list[tracking.MetricSink] = [
+            tracking.TensorBoardSink(self.run_dir / tracking.TENSORBOARD_DIR)
+        ]
         if self.settings.wandb:
             others.append(tracking.WandbSink(self.settings.wandb, self.run_id, self.run_dir, self.settings.wandb_mode,
                                              self._saved_settings()))  # fmt: skip
@@ -411,7 +465,12 @@ class Trainer:
         )  # fmt: skip
         return train_result(outcome, self.settings, self._tracker)
 
-    def _show(self, progress: Progress, validation: ValidationResult | None, step: StepResult | None = None) -> None:
+    def _show(
+        self,
+        progress: Progress,
+        validation: ValidationResult | None,
+        step: StepResult | None = None,
+    ) -> None:
         last = validation or (self.validations[-1] if self.validations else None)
         progress.set_postfix(progress_postfix(self.settings, self.steps, step, last), refresh=True)
 
@@ -441,9 +500,12 @@ def train(
         return trainer.train()
     except KeyboardInterrupt as interrupt:
         trainer.stop()
-        return trainer.fail(RunEnded("stopped", str(interrupt) or "stopped by the user (Ctrl-C)", trainer.step_index))
+        return trainer.fail(
+            RunEnded(
+                "stopped", str(interrupt) or "stopped by the user (Ctrl-C)", trainer.step_index
+            )
+        )
     except (RunEnded, StackError, RPCError) as error:
         return trainer.fail(error)
     finally:
         trainer.close()
-

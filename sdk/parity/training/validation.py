@@ -39,7 +39,11 @@ class ValidationResult:
     failed_count: int
 
     def values(self) -> dict[str, float]:
-        values = {"reward": self.reward, "samples": float(self.sample_count), "failed": float(self.failed_count)}
+        values = {
+            "reward": self.reward,
+            "samples": float(self.sample_count),
+            "failed": float(self.failed_count),
+        }
         values.update({f"pass@{k}": value for k, value in self.pass_at.items()})
         return values
 
@@ -63,7 +67,9 @@ class RolloutScorer:
     def __call__(self, result: RolloutResult) -> float | None:
         if result.reward is not None:
             return result.reward
-        request = assembler_pb.GetTrajectoryRequest(session_id=result.session_id, trajectory_name=self.trajectory_name)
+        request = assembler_pb.GetTrajectoryRequest(
+            session_id=result.session_id, trajectory_name=self.trajectory_name
+        )
         try:
             return trajectory_score(self.assembler.get_trajectory(request).trajectory)
         except RPCError as error:
@@ -106,6 +112,9 @@ def summarize(
         passed[result.task_id] += reward >= threshold
     tasks = {task_id for task_id, _ in final}
     ks = sorted({1, samples_per_task})
-    pass_at = {k: sum(pass_at_k(samples_per_task, passed[t], k) for t in tasks) / max(1, len(tasks)) for k in ks}
+    pass_at = {
+        k: sum(pass_at_k(samples_per_task, passed[t], k) for t in tasks) / max(1, len(tasks))
+        for k in ks
+    }
     mean = sum(rewards) / len(rewards) if rewards else float("nan")
     return ValidationResult(step, mean, pass_at, len(tasks), len(final), failed)

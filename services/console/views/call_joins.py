@@ -63,15 +63,28 @@ class CallJoins:
         if skip_reason is not None:
             return JoinView("skipped", skip_reason), 0, []
         own = [o for o in self.open if o.thread_id == call.thread_id]
-        extended = [o for o in own if len(prompt) >= len(o.sequence) and np.array_equal(prompt[: len(o.sequence)], o.sequence)]
+        extended = [
+            o
+            for o in own
+            if len(prompt) >= len(o.sequence)
+            and np.array_equal(prompt[: len(o.sequence)], o.sequence)
+        ]
         if extended:
             base = max(extended, key=lambda o: len(o.sequence))
             join = self._merged(base, prompt)
             self._advance([base], base, prompt, choices, messages)
             return join, base.thread, base.messages
-        rewritten = [o for o in own if len(prompt) > o.opening and np.array_equal(prompt[: o.opening], o.sequence[: o.opening])]
+        rewritten = [
+            o
+            for o in own
+            if len(prompt) > o.opening
+            and np.array_equal(prompt[: o.opening], o.sequence[: o.opening])
+        ]
         if rewritten:
-            shared, base = max(((tokens.common_prefix(o.sequence, prompt), o) for o in rewritten), key=lambda p: p[0])
+            shared, base = max(
+                ((tokens.common_prefix(o.sequence, prompt), o) for o in rewritten),
+                key=lambda p: p[0],
+            )
             join = JoinView("split", f"prefix broken: a new sample of {self._thread_label(base.thread)} starts here",
                             shared, self._why_split(base, prompt, shared))  # fmt: skip
             self._advance([base], base, prompt, choices, messages)

@@ -132,7 +132,9 @@ def _reward_first(values: Mapping[str, float]) -> dict[str, float]:
     return {key: values[key] for key in sorted(values, key=lambda k: (k != "reward", k))}
 
 
-def _all_metrics(services: Services, run_id: str, kind: trainer_pb.MetricsKind) -> list[trainer_pb.StepMetrics]:
+def _all_metrics(
+    services: Services, run_id: str, kind: trainer_pb.MetricsKind
+) -> list[trainer_pb.StepMetrics]:
     trainer = services.trainer
     request = trainer_pb.ListRunMetricsRequest(run_id=run_id, kind=kind, page_size=_METRICS_PAGE)
     return trainer.read_all(trainer.client.list_run_metrics, request, "metrics")

@@ -30,7 +30,10 @@ SCAN_LIMIT = 2000
 FRESH_S = 10.0
 # Tags a row shows; the rest are counted, and named in its tooltip.
 SHOWN_TAGS = 4
-_ANY_STATE, _ANY_OUTCOME = session_pb2.SESSION_STATE_UNSPECIFIED, session_pb2.SESSION_OUTCOME_UNSPECIFIED
+_ANY_STATE, _ANY_OUTCOME = (
+    session_pb2.SESSION_STATE_UNSPECIFIED,
+    session_pb2.SESSION_OUTCOME_UNSPECIFIED,
+)
 OUTCOMES = {
     "open": (session_pb2.SESSION_STATE_OPEN, _ANY_OUTCOME),
     "succeeded": (_ANY_STATE, session_pb2.SESSION_OUTCOME_SUCCEEDED),

@@ -231,7 +231,8 @@ class _Builder:
             len(c) for c in choices)  # fmt: skip
         request_messages = _request_messages(call)
         join, thread, previous_messages = self.joins.join(
-            call, prompt, choices, request_messages, None if trainable else _skip_reason(call))
+            call, prompt, choices, request_messages or [], None if trainable else _skip_reason(call)
+        )
         messages = _new_messages(call, request_messages, previous_messages)
         holding = [(s, ids, mask) for s, ids, mask in self.samples if call.call_id in s.call_ids]
         prompt_mask = holding[0][2] if holding else None
@@ -350,7 +351,9 @@ def _request_messages(call: llm_call_pb2.LlmCall) -> list[object] | None:
     return request["messages"] if isinstance(request["messages"], list) else []
 
 
-def _new_messages(call: llm_call_pb2.LlmCall, messages: list[object] | None, previous: list[object]) -> list[MessageView]:
+def _new_messages(
+    call: llm_call_pb2.LlmCall, messages: list[object] | None, previous: list[object]
+) -> list[MessageView]:
     """The messages this call's request added to its thread's call before it (the reply it sampled excluded)."""
     if messages is None:
         try:

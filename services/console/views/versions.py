@@ -65,12 +65,16 @@ class _Tally:
     signals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
 
-def feedback_by_version(services: Services, filters: SessionFilters, limit: int = SCAN_LIMIT) -> VersionPage:
+def feedback_by_version(
+    services: Services, filters: SessionFilters, limit: int = SCAN_LIMIT
+) -> VersionPage:
     store = services.store
     tallies: dict[int, _Tally] = defaultdict(_Tally)
     scanned, token = 0, ""
     while scanned < limit:
-        request = SessionFilters(user=filters.user, tag=filters.tag).request(min(_PAGE, limit - scanned), token)
+        request = SessionFilters(user=filters.user, tag=filters.tag).request(
+            min(_PAGE, limit - scanned), token
+        )
         page = store.read(store.client.list_sessions, request)
         scanned += len(page.sessions)
         ids = [s.session_id for s in page.sessions if not s.metadata.get(RUN_KEY)]
@@ -85,9 +89,15 @@ def feedback_by_version(services: Services, filters: SessionFilters, limit: int 
     labels = _labels(services)
     rows = [
         VersionRow(
-            version, labels.get(version, ""), tally.sessions, tally.with_feedback,
+            version,
+            labels.get(version, ""),
+            tally.sessions,
+            tally.with_feedback,
             tally.feedback_total / tally.with_feedback if tally.with_feedback else None,
-            tuple(SignalStats(name, len(values), sum(values) / len(values)) for name, values in sorted(tally.signals.items())),
+            tuple(
+                SignalStats(name, len(values), sum(values) / len(values))
+                for name, values in sorted(tally.signals.items())
+            ),
         )  # fmt: skip
         for version, tally in sorted(tallies.items(), reverse=True)
     ]
@@ -113,15 +123,24 @@ def _labels(services: Services) -> dict[int, str]:
     """What the trainer's promotions made of each version; none when it does not answer."""
     trainer = services.trainer
     try:
-        promotions = trainer.read(trainer.client.list_promotions, trainer_pb.ListPromotionsRequest(page_size=100)).promotions
+        promotions = trainer.read(
+            trainer.client.list_promotions, trainer_pb.ListPromotionsRequest(page_size=100)
+        ).promotions
     except (ServiceDown, Refused, Missing):
         return {}
     labels: dict[int, str] = {}
     for promotion in reversed(promotions):  # oldest first: a later decision on a version names it
         if promotion.outcome == promotion_pb2.PROMOTION_OUTCOME_CANARY:
-            labels[promotion.policy_version] = f"canary ({promotion.canary_share:.0%}) of {promotion.checkpoint_id}"
+            labels[promotion.policy_version] = (
+                f"canary ({promotion.canary_share:.0%}) of {promotion.checkpoint_id}"
+            )
         elif promotion.outcome == promotion_pb2.PROMOTION_OUTCOME_PROMOTED:
             labels[promotion.policy_version] = f"promoted {promotion.checkpoint_id}"
-        elif promotion.outcome == promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK and not promotion.reason.startswith("ended"):
-            labels[promotion.policy_version] = f"rollback to {promotion.checkpoint_id or 'the start model'}"
+        elif (
+            promotion.outcome == promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK
+            and not promotion.reason.startswith("ended")
+        ):
+            labels[promotion.policy_version] = (
+                f"rollback to {promotion.checkpoint_id or 'the start model'}"
+            )
     return labels

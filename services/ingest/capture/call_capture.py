@@ -78,20 +78,28 @@ class CallCapture:
         """Record a stream chunk and take out of it what capture added (see CallRecorder.add_chunk)."""
         self.recorder.add_chunk(chunk)
 
-    async def finish(self, outcome: llm_call_pb2.CallOutcome, error_message: str = "") -> llm_call_pb2.LlmCall:
+    async def finish(
+        self, outcome: llm_call_pb2.CallOutcome, error_message: str = ""
+    ) -> llm_call_pb2.LlmCall:
         """Record the call; returns once the sink has it (durable, under durability "before")."""
         call = self._record(outcome, error_message)
         await self.sink.submit(call)
         return call
 
-    def finish_nowait(self, outcome: llm_call_pb2.CallOutcome, error_message: str = "") -> llm_call_pb2.LlmCall:
+    def finish_nowait(
+        self, outcome: llm_call_pb2.CallOutcome, error_message: str = ""
+    ) -> llm_call_pb2.LlmCall:
         """Record the call without waiting: for a stream the agent left, whose relay cannot await."""
         call = self._record(outcome, error_message)
         self.sink.submit_nowait(call)
         return call
 
     def log_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"session_id": self.session_id, "model": self.model, "stream": self.streamed}
+        fields: dict[str, Any] = {
+            "session_id": self.session_id,
+            "model": self.model,
+            "stream": self.streamed,
+        }
         if self.served_model != self.model:
             fields["served_model"] = self.served_model
         if self.history_fallback:
@@ -103,9 +111,13 @@ class CallCapture:
             fields["completion_tokens"] = self.call.usage.completion_tokens
         return fields
 
-    def _record(self, outcome: llm_call_pb2.CallOutcome, error_message: str) -> llm_call_pb2.LlmCall:
+    def _record(
+        self, outcome: llm_call_pb2.CallOutcome, error_message: str
+    ) -> llm_call_pb2.LlmCall:
         if self.call is not None:
-            raise RuntimeError(f"call {self.call.call_id} of session {self.session_id!r} was recorded already")
+            raise RuntimeError(
+                f"call {self.call.call_id} of session {self.session_id!r} was recorded already"
+            )
         self.call = self.recorder.to_call(
             model=self.model, policy_version=self.policy_version, replica=self.replica, kind=self.kind,
             started_at=self.started_at, first_byte_at=self.first_byte_at,

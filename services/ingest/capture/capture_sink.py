@@ -111,7 +111,9 @@ class CaptureSink:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), 2 * self.store_timeout_s)
             except TimeoutError:
-                log.error("calls_lost_on_stop", calls=len(self._pending), spool_error=self._write_error)
+                log.error(
+                    "calls_lost_on_stop", calls=len(self._pending), spool_error=self._write_error
+                )
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         if self._writer is not None:
@@ -185,7 +187,9 @@ class CaptureSink:
                 if self.spool.count:
                     # Calls left from before (a store outage, or a previous run): retry on a timer.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wakeup.wait(), max(0.0, self._next_replay - time.monotonic()))
+                        await asyncio.wait_for(
+                            self._wakeup.wait(), max(0.0, self._next_replay - time.monotonic())
+                        )
                 else:
                     await self._wakeup.wait()
             self._wakeup.clear()
@@ -204,10 +208,14 @@ class CaptureSink:
                 await asyncio.sleep(self.retry_interval_s)
 
     def _replay_due(self) -> bool:
-        return bool(self.spool.count) and not self._stopping and time.monotonic() >= self._next_replay
+        return (
+            bool(self.spool.count) and not self._stopping and time.monotonic() >= self._next_replay
+        )
 
     async def _move_pending(self) -> None:
-        count = batch_length((len(call) for call, _ in self._pending), self.batch_size, MAX_BATCH_BYTES)
+        count = batch_length(
+            (len(call) for call, _ in self._pending), self.batch_size, MAX_BATCH_BYTES
+        )
         batch = [self._pending.popleft() for _ in range(count)]
         unsent = [serialized for serialized, _ in batch]
         try:
@@ -227,7 +235,12 @@ class CaptureSink:
         self._write_error = None
         self._settle(batch, len(batch), None)
 
-    def _settle(self, batch: list[tuple[bytes, asyncio.Future[None] | None]], kept: int, failure: Exception | None) -> None:
+    def _settle(
+        self,
+        batch: list[tuple[bytes, asyncio.Future[None] | None]],
+        kept: int,
+        failure: Exception | None,
+    ) -> None:
         """Answer the agents waiting on `batch`: the first `kept` calls are durable."""
         self._moved += kept
         self._notify_progress()
@@ -247,7 +260,9 @@ class CaptureSink:
             unsent = await self._deliver([call for _, call in rows])
             done = rows[: len(rows) - len(unsent)]
             if done:
-                await asyncio.to_thread(self.spool.remove_through, done[-1][0], sum(len(c) for _, c in done), len(done))
+                await asyncio.to_thread(
+                    self.spool.remove_through, done[-1][0], sum(len(c) for _, c in done), len(done)
+                )
                 log.info("spool_replayed", calls=len(done), left=self.spool.count)
                 self._notify_progress()
             if unsent:
@@ -265,7 +280,12 @@ class CaptureSink:
         if len(calls) == 1:
             await asyncio.to_thread(self.spool.refuse, calls[0], refusal)
             call = llm_call_pb2.LlmCall.FromString(calls[0])
-            log.error("store_refused_call", call_id=call.call_id, session_id=call.session_id, reason=refusal)
+            log.error(
+                "store_refused_call",
+                call_id=call.call_id,
+                session_id=call.session_id,
+                reason=refusal,
+            )
             return []
         middle = len(calls) // 2
         unsent = await self._deliver(calls[:middle])
@@ -286,7 +306,9 @@ class CaptureSink:
             self._unreachable(error.code.name, error.message)
         except (TimeoutError, StreamEnded, asyncio.InvalidStateError) as error:
             self._writer.drop()
-            self._unreachable(type(error).__name__, str(error) or f"no answer within {self.store_timeout_s} s")
+            self._unreachable(
+                type(error).__name__, str(error) or f"no answer within {self.store_timeout_s} s"
+            )
         if not self.store_reachable:
             log.info("store_reachable_again")
         self.store_reachable = True

@@ -107,7 +107,9 @@ class FeedbackSink:
         elif self.spool.feedback_count:
             reason = f"{self.spool.feedback_count} feedback wait in the spool before it"
         else:
-            reason = f"{self.spool.count} calls wait in the spool while the token store is unreachable"
+            reason = (
+                f"{self.spool.count} calls wait in the spool while the token store is unreachable"
+            )
         await self._spool(reward, reason)
         return "spooled"
 
@@ -181,5 +183,7 @@ class FeedbackSink:
                     log.error("store_refused_feedback", **fields, reason=str(refusal))
                 else:
                     await asyncio.to_thread(self.spool.remove_feedback, seq)
-                    log.info("feedback_replayed", **fields, status=status, left=self.spool.feedback_count)
+                    log.info(
+                        "feedback_replayed", **fields, status=status, left=self.spool.feedback_count
+                    )
                 self._store_reachable = True

@@ -39,7 +39,9 @@ class PolicyRecord:
             return RecordedPolicy()
         version, model, adapter = rows[0]
         # The table's columns are NOT NULL INTEGER, TEXT, TEXT.
-        assert isinstance(version, int) and isinstance(model, str) and isinstance(adapter, str), rows[0]
+        assert isinstance(version, int) and isinstance(model, str) and isinstance(adapter, str), (
+            rows[0]
+        )
         return RecordedPolicy(version, model, adapter)
 
     def save(self, policy: RecordedPolicy) -> None:

@@ -199,11 +199,15 @@ class CallRecorder:
             call.choices.add(
                 index=index,
                 token_ids=pack_token_ids(record.token_ids),
-                logprobs=pack_floats(record.logprobs) if len(record.logprobs) == len(record.token_ids) else b"",
+                logprobs=pack_floats(record.logprobs)
+                if len(record.logprobs) == len(record.token_ids)
+                else b"",
                 finish_reason=record.finish_reason,
                 text="".join(record.text),
                 reasoning_text="".join(record.reasoning),
-                tool_calls_json=orjson.dumps([record.tool_calls[i] for i in sorted(record.tool_calls)])
+                tool_calls_json=orjson.dumps(
+                    [record.tool_calls[i] for i in sorted(record.tool_calls)]
+                )
                 if record.tool_calls
                 else b"",
                 stop_reason=record.stop_reason,
@@ -232,9 +236,13 @@ def _set_seconds(message: timestamp_pb2.Timestamp | duration_pb2.Duration, secon
     message.seconds, message.nanos = (whole, part) if nanos >= 0 else (-whole, -part)
 
 
-def _add_tool_call(record: _ChoiceRecord, tool_call: dict[str, Any], position: int, streamed: bool) -> None:
+def _add_tool_call(
+    record: _ChoiceRecord, tool_call: dict[str, Any], position: int, streamed: bool
+) -> None:
     index = tool_call.get("index", position) if streamed else position
-    merged = record.tool_calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+    merged = record.tool_calls.setdefault(
+        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+    )
     if tool_call.get("id"):
         merged["id"] = tool_call["id"]
     function = tool_call.get("function") or {}

@@ -46,7 +46,9 @@ class Spool:
         self._db.set_busy_timeout(10_000)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL)"
+        )
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS refused (seq INTEGER PRIMARY KEY AUTOINCREMENT, call BLOB NOT NULL,"
             " reason TEXT NOT NULL, refuse_time REAL NOT NULL, kind TEXT NOT NULL DEFAULT 'call')"
@@ -59,8 +61,13 @@ class Spool:
             "CREATE TABLE IF NOT EXISTS feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, reward BLOB NOT NULL,"
             " spool_time REAL NOT NULL)"
         )
-        count, size = self._db.execute("SELECT count(*), coalesce(sum(length(call)), 0) FROM spool").fetchall()[0]
-        refused = {str(kind): _integer(rows) for kind, rows in self._db.execute("SELECT kind, count(*) FROM refused GROUP BY kind")}
+        count, size = self._db.execute(
+            "SELECT count(*), coalesce(sum(length(call)), 0) FROM spool"
+        ).fetchall()[0]
+        refused = {
+            str(kind): _integer(rows)
+            for kind, rows in self._db.execute("SELECT kind, count(*) FROM refused GROUP BY kind")
+        }
         (feedback_count,) = self._db.execute("SELECT count(*) FROM feedback").fetchall()[0]
         self.count, self.bytes = _integer(count), _integer(size)
         self.refused_count = refused.get("call", 0)
@@ -82,7 +89,9 @@ class Spool:
         """Up to `limit` (seq, call) rows, oldest first, of at most `max_bytes` together
         unless the oldest alone is larger."""
         with self._lock:
-            sizes = self._db.execute("SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            sizes = self._db.execute(
+                "SELECT seq, length(call) FROM spool ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
             count = batch_length((_integer(size) for _, size in sizes), limit, max_bytes)
             if not count:
                 return []
@@ -93,7 +102,8 @@ class Spool:
         """Durably set aside a call the store will not take."""
         with self._lock, self._db:
             self._db.execute(
-                "INSERT INTO refused (call, reason, refuse_time) VALUES (?, ?, ?)", (call, reason, time.time())
+                "INSERT INTO refused (call, reason, refuse_time) VALUES (?, ?, ?)",
+                (call, reason, time.time()),
             )
             self.refused_count += 1
 
@@ -107,13 +117,17 @@ class Spool:
     def append_feedback(self, reward: bytes) -> None:
         """Durably add a serialized Reward behind the feedback already waiting. Runs in a worker thread."""
         with self._lock, self._db:
-            self._db.execute("INSERT INTO feedback (reward, spool_time) VALUES (?, ?)", (reward, time.time()))
+            self._db.execute(
+                "INSERT INTO feedback (reward, spool_time) VALUES (?, ?)", (reward, time.time())
+            )
             self.feedback_count += 1
 
     def oldest_feedback(self, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` (seq, reward) rows, oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT seq, reward FROM feedback ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT seq, reward FROM feedback ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
             return [(_integer(seq), _blob(reward)) for seq, reward in rows]
 
     def remove_feedback(self, seq: int) -> None:

@@ -68,6 +68,12 @@ def copy_sampling(request: Mapping[str, Any], chat: dict[str, Any]) -> None:
     for name, low, high in SAMPLING_BOUNDS:
         value = request.get(name)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-                raise openai_errors.bad_request(f"{name} must be a number in [{low:g}, {high:g}]", name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not low <= value <= high
+            ):
+                raise openai_errors.bad_request(
+                    f"{name} must be a number in [{low:g}, {high:g}]", name
+                )
             chat[name] = value

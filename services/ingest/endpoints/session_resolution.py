@@ -85,7 +85,9 @@ def resolve(
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise openai_errors.bad_request("metadata must be an object whose values are strings", "metadata")
+        raise openai_errors.bad_request(
+            "metadata must be an object whose values are strings", "metadata"
+        )
     source, slug = next(
         ((name, value) for name, value in (
             ("URL", path_slug), ("X-Parity-Session header", header), ("metadata.parity_session", metadata.get(METADATA_SESSION_KEY)),
@@ -111,7 +113,9 @@ def resolve(
         try:
             check(session)
         except ValueError as error:
-            raise openai_errors.bad_request(str(error).replace("thread_id", THREAD_HEADER), THREAD_HEADER) from None
+            raise openai_errors.bad_request(
+                str(error).replace("thread_id", THREAD_HEADER), THREAD_HEADER
+            ) from None
     merged = dict(session.metadata)
     merged.update((k, v) for k, v in metadata.items() if k != METADATA_SESSION_KEY)
     try:
@@ -156,7 +160,9 @@ def _attributed(session: SessionRef, headers: SessionHeaders, body_user: str) ->
             # Each side is at most 32 tags; together they may be more.
             tags = normalize_tags((*session.tags, *header_tags), TAGS_HEADER)
         except ValueError as error:
-            raise openai_errors.bad_request(f"{error} (the session's and the header's together)", TAGS_HEADER) from None
+            raise openai_errors.bad_request(
+                f"{error} (the session's and the header's together)", TAGS_HEADER
+            ) from None
     else:
         tags = session.tags
     if (end_user_id, tags) == (session.end_user_id, session.tags):

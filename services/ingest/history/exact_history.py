@@ -77,7 +77,11 @@ class ExactHistory:
         return found
 
     async def forward(
-        self, call: ChatCall, capture: CallCapture, continuation: Continuation, candidates: list[Replica],
+        self,
+        call: ChatCall,
+        capture: CallCapture,
+        continuation: Continuation,
+        candidates: list[Replica],
         refuse_overrun: bool = False,
     ) -> Forwarded | None:
         """The call generated from the continued ids; None when the template cannot be spliced (rendered as
@@ -119,10 +123,16 @@ class ExactHistory:
                     capture.upstream(error.replica.name, error.attempts)
                 await capture.finish(UPSTREAM_ERROR, error.message)
             raise
-        derender = _Derender(self.upstream, [reply.replica], call, prompt, body, rendered["request_id"])
+        derender = _Derender(
+            self.upstream, [reply.replica], call, prompt, body, rendered["request_id"]
+        )
         if reply.response.status == 200 and request["stream"]:
             capture.upstream(reply.replica.name, reply.attempts)
-            return Forwarded(capture, stream=partial(render_batches, derender.stream(reply, capture)), abandon=reply.response.abandon)
+            return Forwarded(
+                capture,
+                stream=partial(render_batches, derender.stream(reply, capture)),
+                abandon=reply.response.abandon,
+            )
         capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
         return await derender.whole(reply, capture)
 
@@ -137,7 +147,11 @@ class ExactHistory:
         candidates = self.router.candidates(model, "")
 
         async def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
-            body = {"model": model, "messages": messages, "add_generation_prompt": add_generation_prompt}
+            body = {
+                "model": model,
+                "messages": messages,
+                "add_generation_prompt": add_generation_prompt,
+            }
             status, payload = await self.upstream.ask(candidates, RENDER_PATH, orjson.dumps(body))
             if status != 200:
                 raise TemplateUnsupported(f"render answered {status}: {payload[:200]!r}")
@@ -151,7 +165,9 @@ class ExactHistory:
         log.info("turn_rules_derived", model=model, close_ids=list(rules.close_ids))
         return rules
 
-    def _generate_request(self, rendered: dict[str, Any], prompt: list[int], call: ChatCall) -> dict[str, Any]:
+    def _generate_request(
+        self, rendered: dict[str, Any], prompt: list[int], call: ChatCall
+    ) -> dict[str, Any]:
         sampling = dict(rendered["sampling_params"])
         body = call.body
         if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
@@ -172,7 +188,9 @@ class ExactHistory:
             return
         reply = {"role": "assistant", "content": "".join(choice.text),
                  "tool_calls": [choice.tool_calls[i] for i in sorted(choice.tool_calls)]}  # fmt: skip
-        self.book.remember(key, capture.request.body, reply, [*recorder.prompt_token_ids, *choice.token_ids])
+        self.book.remember(
+            key, capture.request.body, reply, [*recorder.prompt_token_ids, *choice.token_ids]
+        )
 
 
 class _Derender:
@@ -193,8 +211,12 @@ class _Derender:
         try:
             payload = await reply.response.read()
         except (UpstreamConnectionError, TimeoutError) as error:
-            await capture.finish(UPSTREAM_ERROR, f"upstream {reply.replica.name} failed while answering: {error!r}")
-            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
+            await capture.finish(
+                UPSTREAM_ERROR, f"upstream {reply.replica.name} failed while answering: {error!r}"
+            )
+            raise openai_errors.bad_gateway(
+                f"upstream {reply.replica.name} failed while answering: {error!r}"
+            ) from None
         finally:
             reply.release()
         if reply.response.status != 200:
@@ -209,13 +231,17 @@ class _Derender:
             "prompt_tokens": len(self.prompt), "prompt_token_ids": self.prompt, "chat_request": self.chat_request,
         }  # fmt: skip
         try:
-            status, answer_payload = await self.upstream.ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+            status, answer_payload = await self.upstream.ask(
+                self.replicas, DERENDER_PATH, orjson.dumps(request)
+            )
         except openai_errors.HttpError as error:
             await capture.finish(UPSTREAM_ERROR, error.message)
             raise
         if status != 200:
             await capture.finish(UPSTREAM_ERROR, answer_payload[:500].decode(errors="replace"))
-            raise openai_errors.bad_gateway(f"derender failed with {status}: {answer_payload[:300]!r}")
+            raise openai_errors.bad_gateway(
+                f"derender failed with {status}: {answer_payload[:300]!r}"
+            )
         answer = orjson.loads(answer_payload)
         answer["id"] = self.response_id
         answer["usage"] = generated.get("usage") or answer.get("usage")
@@ -229,10 +255,12 @@ class _Derender:
         await capture.finish(SUCCEEDED)
         return Forwarded(capture, response=answer)
 
-    async def stream(self, reply: UpstreamReply, capture: CallCapture) -> AsyncGenerator[list[dict[str, Any]], None]:
+    async def stream(
+        self, reply: UpstreamReply, capture: CallCapture
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
         """The generate stream's chunks, derendered one network read at a time: each derender replays the reply so
-    far through vLLM's parsers, so one call per read rather than per engine step keeps a long reply's cost down
-    when vLLM is busy and a read holds many steps."""
+        far through vLLM's parsers, so one call per read rather than per engine step keeps a long reply's cost down
+        when vLLM is busy and a read holds many steps."""
         outcome, error_message = DISCONNECTED, ""
         unfinished, state, first, tool_call_seen = b"", None, True, False
         include_usage = bool((self.call.body.get("stream_options") or {}).get("include_usage"))
@@ -251,10 +279,18 @@ class _Derender:
                     choice = (step.get("choices") or [None])[0]
                     if choice is not None:
                         answer_choice = (answer.get("choices") or [{}])[0]
-                        _as_chat_answer(answer_choice, answer_choice.get("delta") or {}, tool_call_seen)
-                        tool_call_seen = tool_call_seen or bool((answer_choice.get("delta") or {}).get("tool_calls"))
-                        record = self._record(answer_choice.get("delta") or {}, choice, answer, streamed=True)
-                        capture.add_chunk(record | ({"prompt_token_ids": self.prompt} if first else {}))
+                        _as_chat_answer(
+                            answer_choice, answer_choice.get("delta") or {}, tool_call_seen
+                        )
+                        tool_call_seen = tool_call_seen or bool(
+                            (answer_choice.get("delta") or {}).get("tool_calls")
+                        )
+                        record = self._record(
+                            answer_choice.get("delta") or {}, choice, answer, streamed=True
+                        )
+                        capture.add_chunk(
+                            record | ({"prompt_token_ids": self.prompt} if first else {})
+                        )
                         if answer.get("choices"):
                             answer_choice["token_ids"] = choice.get("token_ids") or []
                         if first:
@@ -278,7 +314,12 @@ class _Derender:
             outcome, error_message = UPSTREAM_ERROR, "upstream closed the stream before [DONE]"
         except UpstreamAbandoned:
             return
-        except (UpstreamConnectionError, TimeoutError, orjson.JSONDecodeError, openai_errors.HttpError) as error:
+        except (
+            UpstreamConnectionError,
+            TimeoutError,
+            orjson.JSONDecodeError,
+            openai_errors.HttpError,
+        ) as error:
             outcome, error_message = UPSTREAM_ERROR, f"upstream stream failed: {error!r}"
         finally:
             reply.release()
@@ -287,13 +328,17 @@ class _Derender:
         await capture.finish(outcome, error_message)
         raise StreamFailed(error_message)
 
-    async def _derender_chunk(self, chunk: dict[str, Any], state: Any) -> tuple[dict[str, Any], Any]:
+    async def _derender_chunk(
+        self, chunk: dict[str, Any], state: Any
+    ) -> tuple[dict[str, Any], Any]:
         request = {
             "stream": True, "model": self.call.served_model, "generate_chunk": _as_detokenized(chunk),
             "stream_state": state, "prompt_tokens": len(self.prompt), "prompt_token_ids": self.prompt,
             "chat_request": self.chat_request,
         }  # fmt: skip
-        status, payload = await self.upstream.ask(self.replicas, DERENDER_PATH, orjson.dumps(request))
+        status, payload = await self.upstream.ask(
+            self.replicas, DERENDER_PATH, orjson.dumps(request)
+        )
         if status != 200:
             raise openai_errors.bad_gateway(f"derender failed with {status}: {payload[:300]!r}")
         answer = orjson.loads(payload)
@@ -301,7 +346,9 @@ class _Derender:
         return answer["chunk"], answer["stream_state"]
 
     @staticmethod
-    def _record(message: dict[str, Any], choice: dict[str, Any], answer: dict[str, Any], *, streamed: bool) -> dict[str, Any]:
+    def _record(
+        message: dict[str, Any], choice: dict[str, Any], answer: dict[str, Any], *, streamed: bool
+    ) -> dict[str, Any]:
         """What capture records: the sampled ids and their logprobs from generate, the text and tool calls from derender."""
         answer_choice = (answer.get("choices") or [{}])[0]
         logprobs = (choice.get("logprobs") or {}).get("content") or []
@@ -337,7 +384,9 @@ def _finish_apart(answer: dict[str, Any]) -> list[dict[str, Any]]:
             answer | {"choices": [finish]}]  # fmt: skip
 
 
-def _as_chat_answer(choice: dict[str, Any], message: dict[str, Any], tool_call_seen: bool = False) -> None:
+def _as_chat_answer(
+    choice: dict[str, Any], message: dict[str, Any], tool_call_seen: bool = False
+) -> None:
     """Derender's answer in the two details where vLLM's chat endpoint answers otherwise: tool call ids, and the
     finish reason of a reply that called tools."""
     for call in message.get("tool_calls") or ():
@@ -352,7 +401,9 @@ def _as_detokenized(generated: dict[str, Any]) -> dict[str, Any]:
     and derender (with a parser) would."""
     choices = []
     for choice in generated.get("choices") or ():
-        stopped_on_token = choice.get("finish_reason") == "stop" and not isinstance(choice.get("stop_reason"), str)
+        stopped_on_token = choice.get("finish_reason") == "stop" and not isinstance(
+            choice.get("stop_reason"), str
+        )
         ids = choice.get("token_ids") or []
         if stopped_on_token and ids:
             logprobs = choice.get("logprobs")
@@ -371,9 +422,16 @@ def _merge_steps(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for chunk in chunks:
         choices = chunk.get("choices") or []
         previous = (merged[-1].get("choices") or [None])[0] if merged else None
-        if choices and previous is not None and not previous.get("finish_reason") and not choices[0].get("finish_reason"):
+        if (
+            choices
+            and previous is not None
+            and not previous.get("finish_reason")
+            and not choices[0].get("finish_reason")
+        ):
             step = choices[0]
-            content = ((previous.get("logprobs") or {}).get("content") or []) + ((step.get("logprobs") or {}).get("content") or [])
+            content = ((previous.get("logprobs") or {}).get("content") or []) + (
+                (step.get("logprobs") or {}).get("content") or []
+            )
             merged[-1]["choices"] = [step | {
                 "token_ids": (previous.get("token_ids") or []) + (step.get("token_ids") or []),
                 "logprobs": {"content": content},

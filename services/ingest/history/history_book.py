@@ -59,7 +59,10 @@ class LastCall:
 
     def opened(self, messages: Sequence[bytes]) -> bool:
         """Whether canonical `messages` belong to this conversation: its opening, then more."""
-        return len(messages) > self.opening and tuple(messages[: self.opening]) == self.messages[: self.opening]
+        return (
+            len(messages) > self.opening
+            and tuple(messages[: self.opening]) == self.messages[: self.opening]
+        )
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,13 @@ class HistoryBook:
         self._calls.move_to_end(key)
         return _place(known, body)[1]
 
-    def remember(self, key: TrajectoryKey, body: dict[str, Any], reply: dict[str, Any], sequence: Sequence[int]) -> None:
+    def remember(
+        self,
+        key: TrajectoryKey,
+        body: dict[str, Any],
+        reply: dict[str, Any],
+        sequence: Sequence[int],
+    ) -> None:
         """Keep the call as its conversation's last: the conversation the request belongs to, else a new one."""
         ids = np.asarray(sequence, dtype=np.int32)
         known = self._calls.pop(key, [])
@@ -116,7 +125,9 @@ class HistoryBook:
                 del self._calls[oldest_key]
 
 
-def _place(known: list[LastCall], body: dict[str, Any]) -> tuple[LastCall | None, Continuation | str | None]:
+def _place(
+    known: list[LastCall], body: dict[str, Any]
+) -> tuple[LastCall | None, Continuation | str | None]:
     """The conversation `body` belongs to and what it makes of its last call: the one it continues, else the one
     it repeats the most of (the newest of equals) with the reason it does not continue it; (None, None) when it
     belongs to none."""
@@ -124,7 +135,9 @@ def _place(known: list[LastCall], body: dict[str, Any]) -> tuple[LastCall | None
     canonical = [_canonical(m) for m in messages]
     own = [last for last in reversed(known) if last.opened(canonical)]
     outcomes = [(last, _continues(last, messages, canonical, body)) for last in own]
-    continued = next(((last, found) for last, found in outcomes if isinstance(found, Continuation)), None)
+    continued = next(
+        ((last, found) for last, found in outcomes if isinstance(found, Continuation)), None
+    )
     if continued is not None:
         return continued
     if not outcomes:
@@ -132,7 +145,9 @@ def _place(known: list[LastCall], body: dict[str, Any]) -> tuple[LastCall | None
     return max(outcomes, key=lambda outcome: _common_length(canonical, outcome[0].messages))
 
 
-def _continues(last: LastCall, messages: list[Any], canonical: list[bytes], body: dict[str, Any]) -> Continuation | str:
+def _continues(
+    last: LastCall, messages: list[Any], canonical: list[bytes], body: dict[str, Any]
+) -> Continuation | str:
     count = len(last.messages)
     if len(messages) <= count or tuple(canonical[:count]) != last.messages:
         return HISTORY_CHANGED
@@ -170,7 +185,9 @@ def reply_key(message: dict[str, Any]) -> bytes:
 
 
 def request_key(body: dict[str, Any]) -> bytes:
-    return orjson.dumps({name: body.get(name) for name in PROMPT_SHAPING_FIELDS}, option=orjson.OPT_SORT_KEYS)
+    return orjson.dumps(
+        {name: body.get(name) for name in PROMPT_SHAPING_FIELDS}, option=orjson.OPT_SORT_KEYS
+    )
 
 
 def _is_reply(message: Any) -> bool:

@@ -52,7 +52,10 @@ class TurnRules:
     @staticmethod
     def stand_in() -> list[Message]:
         """The history a call's new turns are rendered after, in place of the session's own."""
-        return [{"role": "user", "content": PROBE_QUESTION}, {"role": "assistant", "content": MARKER}]
+        return [
+            {"role": "user", "content": PROBE_QUESTION},
+            {"role": "assistant", "content": MARKER},
+        ]
 
     def tail(self, rendered: Sequence[int]) -> list[int] | None:
         """From a render of `stand_in() + new messages`, the ids after the stand-in reply's content: its close,
@@ -69,14 +72,19 @@ class TurnRules:
         """`sequence` (a prompt and the reply sampled from it) followed by `tail`, without the part of the close the
         model sampled itself."""
         close = self.close_ids
-        overlap = next((k for k in range(len(close), 0, -1) if list(sequence[-k:]) == list(close[:k])), 0)
+        overlap = next(
+            (k for k in range(len(close), 0, -1) if list(sequence[-k:]) == list(close[:k])), 0
+        )
         return [*sequence, *tail[overlap:]]
 
 
 async def derive_turn_rules(render: Render) -> TurnRules:
     """Learn a template's turn boundaries from four renders of probe conversations."""
     question = {"role": "user", "content": PROBE_QUESTION}
-    reply, empty_reply = {"role": "assistant", "content": MARKER}, {"role": "assistant", "content": ""}
+    reply, empty_reply = (
+        {"role": "assistant", "content": MARKER},
+        {"role": "assistant", "content": ""},
+    )
     follow_user = {"role": "user", "content": PROBE_QUESTION}
     follow_tool = {"role": "tool", "content": PROBE_QUESTION, "tool_call_id": "probe"}
     marked = await render([question, reply, follow_user], False)
@@ -91,7 +99,9 @@ async def derive_turn_rules(render: Render) -> TurnRules:
         rendered = await render(conversation, False)
         at = _find(rendered, marker_ids)
         if at < 0:
-            raise TemplateUnsupported("the template renders an assistant reply differently by what follows it")
+            raise TemplateUnsupported(
+                "the template renders an assistant reply differently by what follows it"
+            )
         afters.append(rendered[at + len(marker_ids) :])
     close = afters[0]
     for after in afters[1:]:

@@ -56,10 +56,14 @@ class CanaryRoute:
         canary = self.current
         if canary is None or not canary.takes(session_id):
             return None
-        healthy = [replica for replica in canary.router.candidates(model, session_id) if replica.healthy]
+        healthy = [
+            replica for replica in canary.router.candidates(model, session_id) if replica.healthy
+        ]
         return (healthy, canary.policy_version) if healthy else None
 
-    async def set(self, upstreams: list[str], share: float, policy_version: int, current_version: int) -> None:
+    async def set(
+        self, upstreams: list[str], share: float, policy_version: int, current_version: int
+    ) -> None:
         if not math.isfinite(share) or not 0 <= share <= 1:
             raise InvalidArgument(f"share must be between 0 and 1, got {share}")
         previous = self.current
@@ -72,7 +76,9 @@ class CanaryRoute:
             if bad := [url for url in urls if not url.startswith(("http://", "https://"))]:
                 raise InvalidArgument(f"upstreams must be http(s) URLs, got {', '.join(bad)}")
             if policy_version <= current_version:
-                raise InvalidArgument(f"policy_version {policy_version} must be above the current {current_version}")
+                raise InvalidArgument(
+                    f"policy_version {policy_version} must be above the current {current_version}"
+                )
             router = ReplicaRouter(urls, self._health_interval_s, self._api_key)
             await router.start()
             self.current = Canary(router, share, policy_version)

@@ -82,7 +82,10 @@ class ChatBackend:
     async def ask_replica(self, model: str, path: str, body: bytes) -> tuple[int, bytes]:
         """A request that is no call to capture (token counting, template probes), to a replica serving `model`."""
         if not self.router.knows(model):
-            raise openai_errors.not_found(f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model")
+            raise openai_errors.not_found(
+                f"The model `{model}` does not exist. Available: {', '.join(self.models()) or 'none'}.",
+                "model",
+            )
         return await self.upstream.ask(self.router.candidates(model, ""), path, body)
 
     async def forward(self, call: ChatCall) -> Forwarded:
@@ -95,9 +98,12 @@ class ChatBackend:
                     f"model `{call.served_model}` is not known yet: {starting} replica(s) have not answered; retry shortly"
                 )
             raise openai_errors.not_found(
-                f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.", "model"
+                f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.",
+                "model",
             )
-        request = CaptureRequest.prepare(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
+        request = CaptureRequest.prepare(
+            call.endpoint, call.body, call.raw_request, call.session, call.metadata
+        )
         canary = self.policy.canary.pick(call.session.session_id, call.served_model)
         if canary is not None:
             # The candidate's replicas hold its whole weights: no adapter routing.
@@ -123,10 +129,16 @@ class ChatBackend:
             capture.on_recorded = usage.record
         refuse_overrun = self.budgets.context_policy(call.session) == "refuse"
         history_mode = call.session.history_mode or self.history_mode
-        if self.exact is not None and call.endpoint != COMPLETIONS and history_mode == "exact_history":
+        if (
+            self.exact is not None
+            and call.endpoint != COMPLETIONS
+            and history_mode == "exact_history"
+        ):
             continuation = self.exact.watch(call, capture)
             if continuation is not None:
-                forwarded = await self.exact.forward(call, capture, continuation, candidates, refuse_overrun)
+                forwarded = await self.exact.forward(
+                    call, capture, continuation, candidates, refuse_overrun
+                )
                 if forwarded is not None:
                     return forwarded
         if refuse_overrun:
@@ -142,11 +154,15 @@ class ChatBackend:
             raise
         if reply.response.status == 200 and call.body.get("stream"):
             capture.upstream(reply.replica.name, reply.attempts)
-            return Forwarded(capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon)
+            return Forwarded(
+                capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon
+            )
         capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
         return await _whole(reply, capture)
 
-    async def _refuse_overrun(self, call: ChatCall, capture: CallCapture, candidates: list[Replica]) -> None:
+    async def _refuse_overrun(
+        self, call: ChatCall, capture: CallCapture, candidates: list[Replica]
+    ) -> None:
         """Refuse the call if its prompt, as a replica renders it, and its max_tokens exceed the context."""
         limit = self.router.max_model_len(call.served_model)
         if limit is None or context_limit.requested_reply(call.body) is None:
@@ -159,7 +175,11 @@ class ChatBackend:
         if status != 200:
             return  # the call itself is refused the same way (a prompt that alone fills the context is a cap too)
         rendered = orjson.loads(payload)
-        prompt_tokens = max(len(r["token_ids"]) for r in rendered) if isinstance(rendered, list) else len(rendered["token_ids"])
+        prompt_tokens = (
+            max(len(r["token_ids"]) for r in rendered)
+            if isinstance(rendered, list)
+            else len(rendered["token_ids"])
+        )
         await context_limit.refuse_overrun(capture, prompt_tokens, call.body, limit)
 
 
@@ -171,7 +191,9 @@ async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:
         failure = (
             openai_errors.gateway_timeout(f"upstream {reply.replica.name} stalled while answering")
             if isinstance(error, TimeoutError)
-            else openai_errors.bad_gateway(f"upstream {reply.replica.name} sent an unreadable answer: {error!r}")
+            else openai_errors.bad_gateway(
+                f"upstream {reply.replica.name} sent an unreadable answer: {error!r}"
+            )
         )
         await capture.finish(UPSTREAM_ERROR, failure.message)
         raise failure from None
@@ -187,7 +209,9 @@ async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:
     return Forwarded(capture, response=response)
 
 
-async def _stream(reply: UpstreamReply, capture: CallCapture, render: Render) -> AsyncGenerator[bytes, None]:
+async def _stream(
+    reply: UpstreamReply, capture: CallCapture, render: Render
+) -> AsyncGenerator[bytes, None]:
     """The upstream's SSE events, each recorded and then rendered as the endpoint's events.
 
     Until the stream has run its course here, the agent leaving closes this generator

@@ -59,7 +59,9 @@ class Forwarded:
     """Stops the stream at once, even while it waits on a silent upstream (the agent left)."""
 
 
-async def render_batches(batches: AsyncGenerator[list[dict[str, Any]], None], render: Render) -> AsyncGenerator[bytes, None]:
+async def render_batches(
+    batches: AsyncGenerator[list[dict[str, Any]], None], render: Render
+) -> AsyncGenerator[bytes, None]:
     """A stream that makes each read's chunks together (derendered, or from a provider's SDK) as an endpoint's events."""
     async with contextlib.aclosing(batches):
         async for batch in batches:

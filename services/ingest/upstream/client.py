@@ -53,7 +53,12 @@ class UpstreamFailed(openai_errors.HttpError):
 
 class UpstreamClient:
     def __init__(
-        self, router: ReplicaRouter, *, retries: int = 2, backoff_s: float = 0.05, timeout_s: float = 600.0,
+        self,
+        router: ReplicaRouter,
+        *,
+        retries: int = 2,
+        backoff_s: float = 0.05,
+        timeout_s: float = 600.0,
         api_key: str = "",
     ) -> None:
         self.router = router
@@ -73,7 +78,9 @@ class UpstreamClient:
         try:
             return reply.response.status, await reply.response.read()
         except (UpstreamConnectionError, TimeoutError) as error:
-            raise openai_errors.bad_gateway(f"upstream {reply.replica.name} failed while answering: {error!r}") from None
+            raise openai_errors.bad_gateway(
+                f"upstream {reply.replica.name} failed while answering: {error!r}"
+            ) from None
         finally:
             reply.release()
 
@@ -116,10 +123,17 @@ class UpstreamClient:
                     replica.in_flight -= 1
                     response.release()
                 last_error = f"{replica.name} answered {response.status}: {detail}"
-                log.warning("upstream_5xx", replica=replica.name, status=response.status, attempt=attempt + 1)
+                log.warning(
+                    "upstream_5xx",
+                    replica=replica.name,
+                    status=response.status,
+                    attempt=attempt + 1,
+                )
                 continue
             return UpstreamReply(replica, response, attempt + 1, time.time())
-        failed = openai_errors.bad_gateway(f"upstream failed after {self.retries + 1} attempts; last: {last_error}")
+        failed = openai_errors.bad_gateway(
+            f"upstream failed after {self.retries + 1} attempts; last: {last_error}"
+        )
         raise UpstreamFailed(failed, replica, self.retries + 1)
 
     async def _post(self, replica: Replica, path: str, body: bytes) -> UpstreamResponse:

@@ -64,7 +64,9 @@ class ExternalModels:
         body = dict(call.body)
         body.pop("metadata", None)
         method = router.atext_completion if call.endpoint == COMPLETIONS else router.acompletion
-        request = CaptureRequest(call.endpoint, call.body, call.raw_request, call.session, call.metadata)
+        request = CaptureRequest(
+            call.endpoint, call.body, call.raw_request, call.session, call.metadata
+        )
         capture = CallCapture(
             request, sink, model=call.model, served_model=call.served_model, policy_version=0, kind=EXTERNAL,
             started_at=call.started_at,
@@ -82,10 +84,14 @@ class ExternalModels:
             capture.add_response(response)
             await capture.finish(SUCCEEDED)
             return Forwarded(capture, response=response)
-        return Forwarded(capture, stream=partial(render_batches, _relay(result, capture, body["model"])))
+        return Forwarded(
+            capture, stream=partial(render_batches, _relay(result, capture, body["model"]))
+        )
 
 
-async def _relay(result: Any, capture: CallCapture, model: str) -> AsyncGenerator[list[dict[str, Any]], None]:
+async def _relay(
+    result: Any, capture: CallCapture, model: str
+) -> AsyncGenerator[list[dict[str, Any]], None]:
     """As the policy's stream: closed before its end, it records the call on the way out."""
     outcome, error_message = DISCONNECTED, ""
     ran_to_end = False

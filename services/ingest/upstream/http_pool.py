@@ -64,7 +64,9 @@ class Origin:
     def parse(cls, base_url: str) -> Origin:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"an upstream URL must be http:// or https:// with a host, got {base_url!r}")
+            raise ValueError(
+                f"an upstream URL must be http:// or https:// with a host, got {base_url!r}"
+            )
         tls = parts.scheme == "https"
         return cls(parts.hostname, parts.port or (443 if tls else 80), tls, parts.path.rstrip("/"))
 
@@ -257,7 +259,11 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as error:
-            self._fail(UpstreamConnectionError(f"malformed HTTP answer from {self.origin.host}:{self.origin.port}: {error}"))
+            self._fail(
+                UpstreamConnectionError(
+                    f"malformed HTTP answer from {self.origin.host}:{self.origin.port}: {error}"
+                )
+            )
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -266,7 +272,11 @@ class _Connection(asyncio.Protocol):
             self._response._end(None)
             return
         reason = f": {exc!r}" if exc is not None else ""
-        self._fail(UpstreamConnectionError(f"{self.origin.host}:{self.origin.port} closed the connection{reason}"))
+        self._fail(
+            UpstreamConnectionError(
+                f"{self.origin.host}:{self.origin.port} closed the connection{reason}"
+            )
+        )
 
     def _fail(self, error: UpstreamConnectionError) -> None:
         if self._headers is not None and not self._headers.done():
@@ -300,7 +310,12 @@ class UpstreamPool:
     """Keep-alive connections to every replica, opened on demand."""
 
     def __init__(
-        self, *, connect_timeout_s: float, read_timeout_s: float, keepalive_s: float = 60.0, api_key: str = ""
+        self,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        keepalive_s: float = 60.0,
+        api_key: str = "",
     ) -> None:
         # vLLM's --api-key (VLLM_API_KEY) guards its /v1 routes; ingest sends it on every request.
         self._authorization = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
@@ -377,5 +392,7 @@ class UpstreamPool:
                 f"{origin.host}:{origin.port} did not accept a connection within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as error:
-            raise UpstreamConnectionError(f"cannot connect to {origin.host}:{origin.port}: {error}") from None
+            raise UpstreamConnectionError(
+                f"cannot connect to {origin.host}:{origin.port}: {error}"
+            ) from None
         return connection

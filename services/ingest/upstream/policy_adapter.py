@@ -25,9 +25,13 @@ class PolicyAdapter:
 
     def set(self, model: str, adapter: str) -> None:
         if adapter and not model:
-            raise InvalidArgument("policy_model is required with lora_adapter: the model name the adapter serves")
+            raise InvalidArgument(
+                "policy_model is required with lora_adapter: the model name the adapter serves"
+            )
         if adapter and adapter == model:
-            raise InvalidArgument(f"lora_adapter {adapter!r} must not be the policy's model name itself")
+            raise InvalidArgument(
+                f"lora_adapter {adapter!r} must not be the policy's model name itself"
+            )
         self.model, self.adapter = (model, adapter) if adapter else ("", "")
 
     def route(self, body: dict[str, Any]) -> str:

@@ -46,7 +46,9 @@ def _score(session_id: str, replica: Replica) -> int:
 
 
 class ReplicaRouter:
-    def __init__(self, base_urls: list[str], health_interval_s: float = 2.0, api_key: str = "") -> None:
+    def __init__(
+        self, base_urls: list[str], health_interval_s: float = 2.0, api_key: str = ""
+    ) -> None:
         self.replicas = [Replica(url.rstrip("/")) for url in base_urls]
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.health_interval_s = health_interval_s
@@ -70,7 +72,9 @@ class ReplicaRouter:
         return next((r.base_model for r in self.replicas if r.healthy and r.base_model), None)
 
     def max_model_len(self, model: str) -> int | None:
-        return next((r.max_model_len[model] for r in self.replicas if model in r.max_model_len), None)
+        return next(
+            (r.max_model_len[model] for r in self.replicas if model in r.max_model_len), None
+        )
 
     def knows(self, model: str) -> bool:
         return any(model in r.models for r in self.replicas)
@@ -85,7 +89,9 @@ class ReplicaRouter:
         replica.healthy = False
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5), headers=self._headers)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=5), headers=self._headers
+        )
         await self.check_all()
         self._task = asyncio.create_task(self._check_forever(), name="replica-health")
 
@@ -113,7 +119,11 @@ class ReplicaRouter:
             entries = listing.get("data", [])
             replica.models = {entry["id"] for entry in entries}
             replica.base_model = next((e["id"] for e in entries if not e.get("parent")), None)
-            replica.max_model_len = {e["id"]: e["max_model_len"] for e in entries if isinstance(e.get("max_model_len"), int)}
+            replica.max_model_len = {
+                e["id"]: e["max_model_len"]
+                for e in entries
+                if isinstance(e.get("max_model_len"), int)
+            }
             if not replica.healthy:
                 log.info("replica_healthy", replica=replica.name, models=sorted(replica.models))
             replica.healthy, replica.failed_checks = True, 0

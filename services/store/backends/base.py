@@ -72,7 +72,9 @@ class StoreBackend(ABC):
     def get_call_rows(self, call_ids: Iterable[str]) -> dict[str, CallRow]: ...
 
     @abstractmethod
-    def last_trajectory_calls(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CallRow]:
+    def last_trajectory_calls(
+        self, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], CallRow]:
         """The latest call of each (session_id, trajectory_name) that has one."""
 
     @abstractmethod

@@ -57,7 +57,9 @@ class MemoryBackend(StoreBackend):
                         touch.end_user_id, list(touch.tags), create_time=touch.time, update_time=touch.time,
                     ))  # fmt: skip
             for touch in batch.sessions:
-                session = self._session_for_write(touch.session_id, touch.parent_session_ids, touch.metadata, touch.time)
+                session = self._session_for_write(
+                    touch.session_id, touch.parent_session_ids, touch.metadata, touch.time
+                )
                 # A session first created as an ancestor or by a close takes its parents,
                 # metadata, end user and tags from its own calls; once set, each is never rewritten.
                 if not session.parent_session_ids:
@@ -82,9 +84,15 @@ class MemoryBackend(StoreBackend):
         """The session, created with its missing ancestors. Caller holds the lock."""
         for depth, ancestor in enumerate(parents):
             if ancestor not in self._sessions:
-                self._add_session(SessionRow(ancestor, parents[:depth], {}, create_time=time, update_time=time))
+                self._add_session(
+                    SessionRow(ancestor, parents[:depth], {}, create_time=time, update_time=time)
+                )
         if session_id not in self._sessions:
-            self._add_session(SessionRow(session_id, list(parents), dict(metadata), create_time=time, update_time=time))
+            self._add_session(
+                SessionRow(
+                    session_id, list(parents), dict(metadata), create_time=time, update_time=time
+                )
+            )
         return self._sessions[session_id]
 
     def _add_session(self, session: SessionRow) -> None:
@@ -137,10 +145,18 @@ class MemoryBackend(StoreBackend):
         with self._lock:
             doomed = set(session_ids)
             if updated_before is not None:
-                doomed |= {s.session_id for s in self._sessions.values() if s.update_time < updated_before}
+                doomed |= {
+                    s.session_id for s in self._sessions.values() if s.update_time < updated_before
+                }
             if end_user_id:
-                doomed |= {s.session_id for s in self._sessions.values() if s.end_user_id == end_user_id}
-            doomed |= {s.session_id for s in self._sessions.values() if doomed.intersection(s.parent_session_ids)}
+                doomed |= {
+                    s.session_id for s in self._sessions.values() if s.end_user_id == end_user_id
+                }
+            doomed |= {
+                s.session_id
+                for s in self._sessions.values()
+                if doomed.intersection(s.parent_session_ids)
+            }
             doomed &= self._sessions.keys()
             calls_before, rewards_before = len(self._calls), len(self._rewards)
             self._calls_by_seq = [row for row in self._calls_by_seq if row.session_id not in doomed]
@@ -163,7 +179,9 @@ class MemoryBackend(StoreBackend):
         with self._lock:
             return {call_id: self._calls[call_id] for call_id in call_ids if call_id in self._calls}
 
-    def last_trajectory_calls(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], CallRow]:
+    def last_trajectory_calls(
+        self, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], CallRow]:
         wanted = set(keys)
         found: dict[tuple[str, str], CallRow] = {}
         with self._lock:
@@ -175,7 +193,9 @@ class MemoryBackend(StoreBackend):
 
     def list_call_rows(self, session_id: str, after_seq: int, limit: int) -> list[CallRow]:
         with self._lock:
-            rows = [r for r in self._calls_by_seq if r.session_id == session_id and r.seq > after_seq]
+            rows = [
+                r for r in self._calls_by_seq if r.session_id == session_id and r.seq > after_seq
+            ]
         return rows[:limit]
 
     def call_rows_after(self, seq: int, limit: int) -> list[CallRow]:
@@ -190,7 +210,11 @@ class MemoryBackend(StoreBackend):
     def list_reward_rows(self, session_id: str, after_key: int, limit: int) -> list[RewardRow]:
         with self._lock:
             rows = sorted(
-                (r for r in self._rewards.values() if r.session_id == session_id and r.key > after_key),
+                (
+                    r
+                    for r in self._rewards.values()
+                    if r.session_id == session_id and r.key > after_key
+                ),
                 key=lambda r: r.key,
             )
         return rows[:limit]
@@ -203,7 +227,9 @@ class MemoryBackend(StoreBackend):
     def session_reward_rows(self, session_ids: Iterable[str]) -> list[RewardRow]:
         wanted = set(session_ids)
         with self._lock:
-            return sorted((r for r in self._rewards.values() if r.session_id in wanted), key=lambda r: r.key)
+            return sorted(
+                (r for r in self._rewards.values() if r.session_id in wanted), key=lambda r: r.key
+            )
 
     def get_sessions(self, session_ids: Iterable[str]) -> dict[str, SessionRow]:
         with self._lock:
@@ -211,7 +237,9 @@ class MemoryBackend(StoreBackend):
 
     def sessions_closed_after(self, close_seq: int, limit: int) -> list[SessionRow]:
         with self._lock:
-            start = bisect.bisect_right(self._closed, close_seq, key=lambda session: session.close_seq)
+            start = bisect.bisect_right(
+                self._closed, close_seq, key=lambda session: session.close_seq
+            )
             return [_copy(session) for session in self._closed[start : start + limit]]
 
     def get_session(self, session_id: str) -> SessionRow | None:

@@ -76,9 +76,9 @@ class PostgresBackend(StoreBackend):
         # waiting in an implicit transaction.
         self._writer = self._connect(WRITER_APPLICATION_NAME)
         self._migrate()
-        self.store_id = one_row(self._writer.execute(
-            "SELECT value FROM store_meta WHERE key = 'store_id'"
-        ).fetchone())[0]
+        self.store_id = one_row(
+            self._writer.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()
+        )[0]
         # Autocommit: every read sees everything committed before it started.
         self._readers = ReaderPool(
             lambda: self._connect(READER_APPLICATION_NAME), lambda c: c.closed
@@ -103,9 +103,9 @@ class PostgresBackend(StoreBackend):
         with db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             db.execute(migrations_table(POSTGRES))
-            current = one_row(db.execute(
-                "SELECT coalesce(max(version), 0) FROM schema_migrations"
-            ).fetchone())[0]
+            current = one_row(
+                db.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+            )[0]
             if current > SCHEMA_VERSION:
                 raise InvalidArgument(
                     f"database has schema version {current}, newer than this Parity's {SCHEMA_VERSION}"
@@ -149,10 +149,12 @@ class PostgresBackend(StoreBackend):
 
     def commit_calls(self, batch: CallBatch) -> None:
         with self._writing() as db, db.transaction():
-            (last,) = one_row(db.execute(
-                "UPDATE store_counters SET value = value + %s WHERE name = 'call_seq' RETURNING value",
-                (len(batch.calls),),
-            ).fetchone())
+            (last,) = one_row(
+                db.execute(
+                    "UPDATE store_counters SET value = value + %s WHERE name = 'call_seq' RETURNING value",
+                    (len(batch.calls),),
+                ).fetchone()
+            )
             for offset, row in enumerate(batch.calls):
                 row.seq = last - len(batch.calls) + 1 + offset
             with db.cursor() as cursor:
@@ -187,9 +189,11 @@ class PostgresBackend(StoreBackend):
                 metadata = session.metadata | close.metadata
                 if session.state != SESSION_STATE_CLOSED:
                     # The counter row stays locked until commit: closes commit in number order.
-                    (seq,) = one_row(db.execute(
-                        "UPDATE store_counters SET value = value + 1 WHERE name = 'close_seq' RETURNING value"
-                    ).fetchone())
+                    (seq,) = one_row(
+                        db.execute(
+                            "UPDATE store_counters SET value = value + 1 WHERE name = 'close_seq' RETURNING value"
+                        ).fetchone()
+                    )
                     values = db.execute(
                         "UPDATE sessions SET state = %s, outcome = %s, error_message = %s, close_time = %s,"
                         " update_time = %s, close_seq = %s, metadata = %s"
@@ -209,10 +213,12 @@ class PostgresBackend(StoreBackend):
         changed = set()
         with self._writing() as db, db.transaction():
             for update in updates:
-                (current,) = one_row(db.execute(
-                    "SELECT metadata FROM sessions WHERE session_id = %s FOR UPDATE",
-                    (update.session_id,),
-                ).fetchone())
+                (current,) = one_row(
+                    db.execute(
+                        "SELECT metadata FROM sessions WHERE session_id = %s FOR UPDATE",
+                        (update.session_id,),
+                    ).fetchone()
+                )
                 metadata = update.apply(current)
                 if metadata != current:
                     db.execute(
@@ -230,7 +236,8 @@ class PostgresBackend(StoreBackend):
             trees, params = session_trees(POSTGRES, named, updated_before, end_user_id)
             doomed = [r[0] for r in db.execute(f"{trees} SELECT session_id FROM tree", params)]
             return delete_session_rows(
-                lambda sql, values: db.execute(sql, values).rowcount, ("session_id = ANY(%s)", [doomed])
+                lambda sql, values: db.execute(sql, values).rowcount,
+                ("session_id = ANY(%s)", [doomed]),
             )
 
     # Reads.
@@ -334,7 +341,9 @@ class PostgresBackend(StoreBackend):
     def latest_call_seq(self) -> int:
         return int(
             one_row(
-                self._readers.connection().execute("SELECT coalesce(max(seq), 0) FROM calls").fetchone()
+                self._readers.connection()
+                .execute("SELECT coalesce(max(seq), 0) FROM calls")
+                .fetchone()
             )[0]
         )
 

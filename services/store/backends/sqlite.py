@@ -123,9 +123,9 @@ class SqliteBackend(StoreBackend):
     def _migrate(self) -> None:
         db = self._writer
         db.execute(migrations_table(SQLITE))
-        (current,) = one_row(db.execute(
-            "SELECT coalesce(max(version), 0) FROM schema_migrations"
-        ).fetchone())
+        (current,) = one_row(
+            db.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        )
         if current > SCHEMA_VERSION:
             raise InvalidArgument(
                 f"{self.path} has schema version {current}, newer than this Parity's {SCHEMA_VERSION}"
@@ -139,9 +139,9 @@ class SqliteBackend(StoreBackend):
                 db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
 
     def _meta(self, key: str) -> str:
-        return one_row(self._writer.execute(
-            "SELECT value FROM store_meta WHERE key = ?", (key,)
-        ).fetchone())[0]
+        return one_row(
+            self._writer.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        )[0]
 
     # Writes: only the store's single writer calls these.
     @contextlib.contextmanager
@@ -201,9 +201,9 @@ class SqliteBackend(StoreBackend):
         with self._transaction() as db:
             new: list[NewSession] = [(close.session_id, [], {}, time) for close in closes]
             create_missing_sessions(db.executemany, SQLITE, new, _json)
-            (last_seq,) = one_row(db.execute(
-                "SELECT value FROM store_counters WHERE name = 'close_seq'"
-            ).fetchone())
+            (last_seq,) = one_row(
+                db.execute("SELECT value FROM store_counters WHERE name = 'close_seq'").fetchone()
+            )
             next_seq = last_seq + 1
             for close in closes:
                 session = self._session(db, close.session_id)
@@ -377,13 +377,15 @@ class SqliteBackend(StoreBackend):
         # for later writes to reuse, and the WAL holds copies of pages counted here (a
         # reader's page count includes pages not yet checkpointed), so either would count
         # space no data needs.
-        sessions, calls, rewards, tokens, used_bytes = one_row(self._read(
-            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls),"
-            " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
-            " ((SELECT page_count FROM pragma_page_count())"
-            " - (SELECT freelist_count FROM pragma_freelist_count()))"
-            " * (SELECT page_size FROM pragma_page_size())"
-        ).fetchone())
+        sessions, calls, rewards, tokens, used_bytes = one_row(
+            self._read(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM calls),"
+                " (SELECT count(*) FROM rewards), (SELECT coalesce(sum(logical_tokens), 0) FROM calls),"
+                " ((SELECT page_count FROM pragma_page_count())"
+                " - (SELECT freelist_count FROM pragma_freelist_count()))"
+                " * (SELECT page_size FROM pragma_page_size())"
+            ).fetchone()
+        )
         return BackendStats(sessions, calls, rewards, tokens, used_bytes)
 
     def close(self) -> None:

@@ -41,7 +41,9 @@ _RETRY_INTERVAL_S = 0.25
 
 
 class WalCheckpointer:
-    def __init__(self, path: Path, connect: Callable[[], apsw.Connection], page_size: int, wal_bytes: int) -> None:
+    def __init__(
+        self, path: Path, connect: Callable[[], apsw.Connection], page_size: int, wal_bytes: int
+    ) -> None:
         self._path = path
         self._connect = connect
         self._due_at_frames = max(1, wal_bytes // (page_size + _FRAME_HEADER_BYTES))
@@ -53,7 +55,9 @@ class WalCheckpointer:
         # The WAL's frames after the last commit, and how often it has started over.
         self._frames = 0
         self._restarts = 0
-        self._thread = threading.Thread(target=self._checkpoint_when_due, name="sqlite-checkpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._checkpoint_when_due, name="sqlite-checkpoint", daemon=True
+        )
         self._thread.start()
 
     def watch(self, writer: apsw.Connection) -> None:

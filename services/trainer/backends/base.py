@@ -21,7 +21,9 @@ class TrainingBackend(ABC):
 
     def __init__(self, settings: RunSettings) -> None:
         self.settings = settings
-        self.loss_settings = LossSettings(settings.clip_ratio, settings.tis_cap, settings.kl_coef, settings.loss_agg_mode)
+        self.loss_settings = LossSettings(
+            settings.clip_ratio, settings.tis_cap, settings.kl_coef, settings.loss_agg_mode
+        )
         self.signal_weights = signal_weights(settings)
 
     @abstractmethod
@@ -49,4 +51,6 @@ class TrainingBackend(ABC):
 
 
 def signal_weights(settings: RunSettings) -> SignalWeights:
-    return SignalWeights(reward=settings.reward_coef, teacher=settings.teacher_coef if settings.teacher else 0.0)
+    return SignalWeights(
+        reward=settings.reward_coef, teacher=settings.teacher_coef if settings.teacher else 0.0
+    )

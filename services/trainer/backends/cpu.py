@@ -66,7 +66,9 @@ SUMMED_METRICS = frozenset({"policy_loss", "kl"})
 PREFIX_POSITION_SHARE = 8
 
 
-def micro_batch_rows(lengths: torch.Tensor, rows: list[int], token_budget: int, shared: int = 0) -> list[torch.Tensor]:
+def micro_batch_rows(
+    lengths: torch.Tensor, rows: list[int], token_budget: int, shared: int = 0
+) -> list[torch.Tensor]:
     """`rows` grouped by length so that each group, padded to its own longest row, holds at most
     `token_budget` positions (a row longer than the budget goes alone). Agents' samples differ in
     length by turns and tool results; padding all of them to the longest wastes a large share of a
@@ -75,7 +77,9 @@ def micro_batch_rows(lengths: torch.Tensor, rows: list[int], token_budget: int, 
     order = sorted(rows, key=lambda row: -int(lengths[row]))
     groups: list[list[int]] = []
     for row in order:
-        longest = int(lengths[groups[-1][0]]) - shared + shared // PREFIX_POSITION_SHARE if groups else 0
+        longest = (
+            int(lengths[groups[-1][0]]) - shared + shared // PREFIX_POSITION_SHARE if groups else 0
+        )
         if groups and longest * (len(groups[-1]) + 1) <= token_budget:
             groups[-1].append(row)
         else:
@@ -119,9 +123,13 @@ class PieceGroup:
         return SharedPrefix(call, config, torch.tensor(self.cluster.prefix), head_from)
 
 
-def plan_pieces(batch: TrainingBatch, advantages: torch.Tensor, share_prefixes: bool) -> list[PieceGroup]:
+def plan_pieces(
+    batch: TrainingBatch, advantages: torch.Tensor, share_prefixes: bool
+) -> list[PieceGroup]:
     """The batch's micro-batches, grouped by the prefix their rows share (checked against the rows' ids)."""
-    clusters = shared_prefix_clusters(batch.input_ids, batch.attention_mask) if share_prefixes else []
+    clusters = (
+        shared_prefix_clusters(batch.input_ids, batch.attention_mask) if share_prefixes else []
+    )
     check_prefix_tree(batch.input_ids, batch.attention_mask, clusters)
     lengths = batch.attention_mask.sum(dim=1)
     clustered = {row for cluster in clusters for row in cluster.rows}
@@ -144,8 +152,12 @@ class CpuBackend(TrainingBackend):
         super().__init__(settings)
         torch.manual_seed(settings.seed)
         self.compute_dtype = getattr(torch, settings.dtype)
-        self.model: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=torch.float32)
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if settings.kl_coef > 0 else None
+        self.model: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(
+            settings.model_path, dtype=torch.float32
+        )
+        self.reference = (
+            copy.deepcopy(self.model).eval().requires_grad_(False) if settings.kl_coef > 0 else None
+        )
         if settings.lora_rank:
             from peft import get_peft_model
 
@@ -153,11 +165,18 @@ class CpuBackend(TrainingBackend):
         self.trained = [param for param in self.model.parameters() if param.requires_grad]
         # Exact only where each branch sees what its whole row would: every layer caches the whole prefix,
         # and no dropout draws a mask per row (a shared prefix would share one).
-        self.shares_prefixes = settings.share_prefixes and not settings.lora_dropout and shares_exactly(self.model.config)
+        self.shares_prefixes = (
+            settings.share_prefixes
+            and not settings.lora_dropout
+            and shares_exactly(self.model.config)
+        )
         self.optimizer = torch.optim.AdamW(self.trained, lr=settings.lr, weight_decay=0.0)
 
     def _forward(
-        self, call: ModelCall, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        self,
+        call: ModelCall,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
         response_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logprob of each next token and the entropy at each position, (batch, length-1).
@@ -168,9 +187,13 @@ class CpuBackend(TrainingBackend):
         position were about half of a step on SmolLM2-135M."""
         first = first_sampled_position(response_mask) if response_mask is not None else 0
         keep = torch.arange(first, input_ids.shape[1])
-        logits = call(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+        logits = call(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep
+        ).logits
         logprobs, entropy = token_logprobs(logits, input_ids[:, first:])
-        return torch.nn.functional.pad(logprobs, (first, 0)), torch.nn.functional.pad(entropy, (first, 0))
+        return torch.nn.functional.pad(logprobs, (first, 0)), torch.nn.functional.pad(
+            entropy, (first, 0)
+        )
 
     def _call(self, model: torch.nn.Module) -> ModelCall:
         """The model's forward in the run's compute dtype, for one pass over the batch.
@@ -188,7 +211,9 @@ class CpuBackend(TrainingBackend):
 
         return cast_call
 
-    def _piece_forward(self, call: ModelCall, piece: MicroBatch, prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _piece_forward(
+        self, call: ModelCall, piece: MicroBatch, prefix: SharedPrefix | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if prefix is None:
             return self._forward(call, piece.input_ids, piece.attention_mask, piece.response_mask)
         return prefix.branch_logprobs(piece.input_ids, piece.attention_mask, piece.response_mask)
@@ -196,11 +221,17 @@ class CpuBackend(TrainingBackend):
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
         self.model.train()
-        advantages = compute_advantages(batch, self.settings.advantage_estimator, self.signal_weights)
+        advantages = compute_advantages(
+            batch, self.settings.advantage_estimator, self.signal_weights
+        )
         groups = plan_pieces(batch, advantages, self.shares_prefixes)
         pieces = [piece for group in groups for piece in group.pieces]
         # Each piece's loss is normalised by the whole batch, so their summed gradients are the batch's own.
-        whole: dict[str, float] = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.size}
+        whole: dict[str, float] = {
+            "dp_size": 1,
+            "batch_num_tokens": int(batch.response_mask.sum()),
+            "global_batch_size": batch.size,
+        }
         if self.reference is not None:
             with torch.no_grad():
                 reference = self._call(self.reference)
@@ -230,14 +261,20 @@ class CpuBackend(TrainingBackend):
                     share = float(piece.response_mask.sum()) / max(1, whole["batch_num_tokens"])
                     for key, value in piece_metrics.items():
                         # Losses are already shares of the batch's; means are weighted by the piece's tokens.
-                        totals[key] = totals.get(key, 0.0) + (value if key in SUMMED_METRICS else value * share)
+                        totals[key] = totals.get(key, 0.0) + (
+                            value if key in SUMMED_METRICS else value * share
+                        )
                     entropy_sum = float((entropy.detach() * piece.response_mask).sum())
-                    totals["entropy"] = totals.get("entropy", 0.0) + entropy_sum / max(1, whole["batch_num_tokens"])
+                    totals["entropy"] = totals.get("entropy", 0.0) + entropy_sum / max(
+                        1, whole["batch_num_tokens"]
+                    )
                 if prefix is not None:
                     prefix.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.trained, self.settings.max_grad_norm)
             if not torch.isfinite(grad_norm):
-                raise FloatingPointError(f"gradient norm is {float(grad_norm)}; the batch was not applied")
+                raise FloatingPointError(
+                    f"gradient norm is {float(grad_norm)}; the batch was not applied"
+                )
             self.optimizer.step()
             metrics = totals | {"grad_norm": float(grad_norm)}
         metrics["loss"] = metrics["policy_loss"] + self.settings.kl_coef * metrics.get("kl", 0.0)
@@ -247,13 +284,17 @@ class CpuBackend(TrainingBackend):
         metrics["micro_batches"] = float(len(pieces))
         # What one pass's forward ran over, against the samples' own tokens.
         metrics["tokens_trained"] = float(batch.token_count)
-        metrics["tokens_computed"] = float(batch.token_count - sum(g.cluster.tokens_saved for g in groups if g.cluster))
+        metrics["tokens_computed"] = float(
+            batch.token_count - sum(g.cluster.tokens_saved for g in groups if g.cluster)
+        )
         return metrics
 
     @torch.no_grad()
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         self.model.eval()
-        logprobs, _ = self._forward(self._call(self.model), torch.tensor([token_ids], dtype=torch.long))
+        logprobs, _ = self._forward(
+            self._call(self.model), torch.tensor([token_ids], dtype=torch.long)
+        )
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:
@@ -274,10 +315,16 @@ class CpuBackend(TrainingBackend):
             from peft import set_peft_model_state_dict
 
             # peft annotates the result as `namedtuple`, a function; it is torch's load_state_dict result.
-            unexpected = set_peft_model_state_dict(self.model, load_file(directory / ADAPTER_WEIGHTS)).unexpected_keys  # type: ignore[attr-defined]
+            unexpected = set_peft_model_state_dict(
+                self.model, load_file(directory / ADAPTER_WEIGHTS)
+            ).unexpected_keys  # type: ignore[attr-defined]
             if unexpected:
-                raise ValueError(f"checkpoint {directory} does not match the adapter: unexpected {unexpected}")
-            self.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))
+                raise ValueError(
+                    f"checkpoint {directory} does not match the adapter: unexpected {unexpected}"
+                )
+            self.optimizer.load_state_dict(
+                torch.load(directory / OPTIMIZER_FILE, weights_only=True)
+            )
             return
         state = {}
         for path in sorted(directory.glob("*.safetensors")):
@@ -285,5 +332,7 @@ class CpuBackend(TrainingBackend):
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         # Untied checkpoints hold every parameter; a tied head may be absent and is fine.
         if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-            raise ValueError(f"checkpoint {directory} does not match the model: missing {missing}, unexpected {unexpected}")
+            raise ValueError(
+                f"checkpoint {directory} does not match the model: missing {missing}, unexpected {unexpected}"
+            )
         self.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))

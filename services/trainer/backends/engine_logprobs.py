@@ -27,7 +27,9 @@ def _chunk(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, labels[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
+def chunked_logprobs(
+    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True
+) -> torch.Tensor:
     """log_softmax(logits)[label] for each position; `labels` has `logits`' shape without the vocabulary."""
     del inplace_backward  # verl's flash-attn path option; nothing is done in place here
     flat, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
@@ -36,7 +38,9 @@ def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor, inplace_backwar
     parts = []
     for start in range(0, flat.shape[0], rows):
         chunk = flat[start : start + rows], flat_labels[start : start + rows]
-        parts.append(_chunk(*chunk) if keep_copy else checkpoint(_chunk, *chunk, use_reentrant=False))
+        parts.append(
+            _chunk(*chunk) if keep_copy else checkpoint(_chunk, *chunk, use_reentrant=False)
+        )
     return torch.cat(parts).view(labels.shape)
 
 

@@ -100,17 +100,23 @@ class _EngineLoss:
     def __init__(self, settings: LossSettings) -> None:
         self.settings = settings
 
-    def __call__(self, model_output: dict[str, Any], data: Any, dp_group: Any = None) -> tuple[torch.Tensor, dict]:
+    def __call__(
+        self, model_output: dict[str, Any], data: Any, dp_group: Any = None
+    ) -> tuple[torch.Tensor, dict]:
         from verl.utils import torch_functional as verl_F
         from verl.workers.utils.padding import no_padding_2_padding
 
         logprobs = no_padding_2_padding(model_output["log_probs"], data)
-        fields = {key: _padded(data[key]) for key in ("response_mask", "advantages", "rollout_logprobs")}
+        fields = {
+            key: _padded(data[key]) for key in ("response_mask", "advantages", "rollout_logprobs")
+        }
         # One epoch: the weights this pass runs on are the PPO "old" policy, so its own log-probs are the old ones.
         old = _padded(data["old_log_probs"]) if "old_log_probs" in data else logprobs.detach()
         ref = _padded(data["ref_log_prob"]) if "ref_log_prob" in data else None
         mask = fields["response_mask"]
-        global_batch = {key: data[key] for key in ("dp_size", "batch_num_tokens", "global_batch_size")}
+        global_batch = {
+            key: data[key] for key in ("dp_size", "batch_num_tokens", "global_batch_size")
+        }
         loss, metrics = policy_loss(
             logprobs, old, fields["advantages"], mask, fields["rollout_logprobs"],
             self.settings, ref, global_batch,
@@ -173,9 +179,15 @@ class FsdpBackend(TrainingBackend):
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
             # A local cluster counts one logical CPU per core; the actors mostly wait on each other.
-            cpus = None if address else max(os.cpu_count() or 1, settings.ray_workers_per_node * colocated)
+            cpus = (
+                None
+                if address
+                else max(os.cpu_count() or 1, settings.ray_workers_per_node * colocated)
+            )
             ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=True)
-        return NodeSpreadPool(settings.ray_nodes, settings.ray_workers_per_node, self.on_gpu, colocated)
+        return NodeSpreadPool(
+            settings.ray_nodes, settings.ray_workers_per_node, self.on_gpu, colocated
+        )
 
     def _worker(self, forward_only: bool) -> Any:
         from verl.trainer.config import CheckpointConfig
@@ -207,7 +219,9 @@ class FsdpBackend(TrainingBackend):
             use_dynamic_bsz=True, max_token_len_per_gpu=settings.micro_batch_tokens,
             infer_max_token_len_per_gpu=settings.micro_batch_tokens, entropy_checkpointing=True,
         )  # fmt: skip
-        optimizer = FSDPOptimizerConfig(lr=settings.lr, weight_decay=0.0, clip_grad=settings.max_grad_norm)
+        optimizer = FSDPOptimizerConfig(
+            lr=settings.lr, weight_decay=0.0, clip_grad=settings.max_grad_norm
+        )
         config = TrainingWorkerConfig(
             model_type="language_model", model_config=model, engine_config=engine,
             optimizer_config=optimizer, checkpoint_config=CheckpointConfig(),
@@ -240,7 +254,13 @@ class FsdpBackend(TrainingBackend):
             torch.cuda.get_device_properties(0).total_memory, padding_free, lora=bool(self.settings.lora_rank),
         )  # fmt: skip
 
-    def _logprobs(self, worker: Any, ids: torch.Tensor, attention: torch.Tensor, trees: PackedTrees | None = None) -> torch.Tensor:
+    def _logprobs(
+        self,
+        worker: Any,
+        ids: torch.Tensor,
+        attention: torch.Tensor,
+        trees: PackedTrees | None = None,
+    ) -> torch.Tensor:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
@@ -262,11 +282,21 @@ class FsdpBackend(TrainingBackend):
         from verl.utils import tensordict_utils as tu
 
         started = time.perf_counter()
-        advantages = compute_advantages(batch, self.settings.advantage_estimator, self.signal_weights)
+        advantages = compute_advantages(
+            batch, self.settings.advantage_estimator, self.signal_weights
+        )
         trees = self._prefix_trees(batch)
-        ids, attention = (batch.input_ids, batch.attention_mask) if trees is None else (trees.input_ids, trees.attention_mask)
+        ids, attention = (
+            (batch.input_ids, batch.attention_mask)
+            if trees is None
+            else (trees.input_ids, trees.attention_mask)
+        )
         # The weights before this update are the PPO "old" policy.
-        per_token = {"response_mask": batch.response_mask, "advantages": advantages, "rollout_logprobs": batch.rollout_logprobs}
+        per_token = {
+            "response_mask": batch.response_mask,
+            "advantages": advantages,
+            "rollout_logprobs": batch.rollout_logprobs,
+        }
         if trees is not None:
             per_token = {name: trees.pack(values) for name, values in per_token.items()}
         if self.settings.ppo_epochs > 1:
@@ -284,7 +314,9 @@ class FsdpBackend(TrainingBackend):
         for _ in range(self.settings.ppo_epochs):
             # A fresh tensordict each epoch: verl's worker writes its own keys into the one it trains on.
             data = _tensordict(ids, attention, mask, positions, **fields)
-            tu.assign_non_tensor(data, global_batch_size=batch.size, temperature=1.0, calculate_entropy=True)
+            tu.assign_non_tensor(
+                data, global_batch_size=batch.size, temperature=1.0, calculate_entropy=True
+            )
             output = tu.get(_resolved(self.policy.train_batch(data)), "metrics")
             grad_norm = float(output["grad_norm"])
             if not math.isfinite(grad_norm):
@@ -299,7 +331,9 @@ class FsdpBackend(TrainingBackend):
         metrics["tokens_per_s"] = batch.token_count * self.settings.ppo_epochs / seconds
         # What one pass's forward ran over, against the samples' own tokens.
         metrics["tokens_trained"] = float(batch.token_count)
-        metrics["tokens_computed"] = float(batch.token_count if trees is None else trees.token_count)
+        metrics["tokens_computed"] = float(
+            batch.token_count if trees is None else trees.token_count
+        )
         return metrics
 
     def _prefix_trees(self, batch: TrainingBatch) -> PackedTrees | None:
@@ -309,7 +343,9 @@ class FsdpBackend(TrainingBackend):
         limits = sampling_limits(batch.response_mask)
         clusters = shared_prefix_clusters(batch.input_ids, batch.attention_mask, limits=limits)
         budget = min(self.settings.micro_batch_tokens, MAX_TREE_TOKENS)
-        trees = pack_prefix_trees(batch.input_ids, batch.attention_mask, batch.response_mask, clusters, budget)
+        trees = pack_prefix_trees(
+            batch.input_ids, batch.attention_mask, batch.response_mask, clusters, budget
+        )
         return trees if trees.shares else None
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
@@ -348,7 +384,9 @@ def _resolved(output: Any) -> Any:
     return output if isinstance(output, TensorDictBase) else output.get()
 
 
-def _pad_rows(multiple: int, ids: torch.Tensor, attention: torch.Tensor, *per_token: torch.Tensor) -> list[torch.Tensor]:
+def _pad_rows(
+    multiple: int, ids: torch.Tensor, attention: torch.Tensor, *per_token: torch.Tensor
+) -> list[torch.Tensor]:
     """Add rows until the count divides among the ranks: two real tokens each, nothing to learn from.
 
     verl splits a batch into equal shares per data-parallel rank. A filler row has an
@@ -367,7 +405,10 @@ def _pad_rows(multiple: int, ids: torch.Tensor, attention: torch.Tensor, *per_to
 
 
 def _tensordict(
-    ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor, positions: torch.Tensor | None = None,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    response_mask: torch.Tensor,
+    positions: torch.Tensor | None = None,
     **extra: torch.Tensor,
 ) -> Any:
     """verl's padded layout (prompt = first token, response = the rest), converted to its padding-free one.
@@ -394,7 +435,9 @@ def _combine_micro_batches(output: dict[str, Any]) -> dict[str, float]:
     for key, ranks in output.items():
         if not isinstance(ranks, list) or not ranks:
             continue
-        per_rank = [[float(v) for v in (part if isinstance(part, list) else [part])] for part in ranks]
+        per_rank = [
+            [float(v) for v in (part if isinstance(part, list) else [part])] for part in ranks
+        ]
         if key in _SUMMED_METRICS:
             combined[key] = sum(sum(shares) for shares in per_rank) / len(per_rank)
         else:

@@ -20,7 +20,9 @@ import torch
 from transformers import PreTrainedModel
 
 
-def save_pushed_weights(model: PreTrainedModel, directory: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+def save_pushed_weights(
+    model: PreTrainedModel, directory: Path, state: dict[str, torch.Tensor] | None = None
+) -> None:
     """Write `model`'s config and `state` (its own state dict by default), tied heads written out as copies."""
     state = dict(model.state_dict() if state is None else state)
     # transformers drops a key whose tensor shares storage with another; a copy of its own is kept.

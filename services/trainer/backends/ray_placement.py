@@ -34,7 +34,13 @@ def nodes_with_room(nodes: Sequence[Mapping[str, Any]], bundle: Mapping[str, flo
         if node.get("Alive") and all(node.get("Resources", {}).get(name, 0) >= amount * count
                                      for name, amount in bundle.items())
     ]  # fmt: skip
-    fitting.sort(key=lambda node: (node["NodeID"] != first, node.get("NodeManagerAddress", ""), node["NodeID"]))
+    fitting.sort(
+        key=lambda node: (
+            node["NodeID"] != first,
+            node.get("NodeManagerAddress", ""),
+            node["NodeID"],
+        )
+    )
     return [node["NodeID"] for node in fitting]
 
 
@@ -42,7 +48,11 @@ class NodeSpreadPool(RayResourcePool):
     """verl's resource pool with each node's placement group on a node of its own."""
 
     def __init__(self, nodes: int, per_node: int, use_gpu: bool, max_colocate_count: int) -> None:
-        super().__init__(process_on_nodes=[per_node] * nodes, use_gpu=use_gpu, max_colocate_count=max_colocate_count)
+        super().__init__(
+            process_on_nodes=[per_node] * nodes,
+            use_gpu=use_gpu,
+            max_colocate_count=max_colocate_count,
+        )
         self.nodes, self.per_node = nodes, per_node
 
     def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
@@ -68,7 +78,9 @@ class NodeSpreadPool(RayResourcePool):
 
         bundle = self._bundle()
         cluster = ray.nodes()
-        chosen = nodes_with_room(cluster, bundle, self.per_node, first=ray.get_runtime_context().get_node_id())
+        chosen = nodes_with_room(
+            cluster, bundle, self.per_node, first=ray.get_runtime_context().get_node_id()
+        )
         if len(chosen) < self.nodes:
             alive = sum(1 for node in cluster if node.get("Alive"))
             raise FailedPrecondition(
@@ -81,7 +93,11 @@ class NodeSpreadPool(RayResourcePool):
                             bundle_label_selector=[{NODE_ID_LABEL_KEY: node}] * self.per_node)
             for node in chosen[: self.nodes]
         ]  # fmt: skip
-        ready, _ = ray.wait([group.ready() for group in groups], num_returns=len(groups), timeout=PLACEMENT_TIMEOUT_S)
+        ready, _ = ray.wait(
+            [group.ready() for group in groups],
+            num_returns=len(groups),
+            timeout=PLACEMENT_TIMEOUT_S,
+        )
         if len(ready) < len(groups):
             raise FailedPrecondition(
                 f"the Ray cluster did not place {self.nodes} x {self.per_node} ranks within {PLACEMENT_TIMEOUT_S:g} s "

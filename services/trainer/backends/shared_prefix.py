@@ -34,8 +34,14 @@ def shares_exactly(config: PretrainedConfig) -> bool:
     A sliding-window layer keeps only its window and a linear-attention layer a state, so branches on them
     would not see what the whole rows see; dropout would draw one mask for a prefix all its rows share.
     Such models train unshared."""
-    dropout = any(isinstance(value, float) and value > 0 for key, value in vars(config).items() if "drop" in key)
-    return not dropout and all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+    dropout = any(
+        isinstance(value, float) and value > 0
+        for key, value in vars(config).items()
+        if "drop" in key
+    )
+    return not dropout and all(
+        type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers
+    )
 
 
 def first_sampled_position(response_mask: torch.Tensor) -> int:
@@ -47,15 +53,21 @@ def first_sampled_position(response_mask: torch.Tensor) -> int:
 class SharedPrefix:
     """A prefix's forward, done once for every branch of its cluster."""
 
-    def __init__(self, call: ModelCall, config: PretrainedConfig, prefix: torch.Tensor, head_from: int) -> None:
+    def __init__(
+        self, call: ModelCall, config: PretrainedConfig, prefix: torch.Tensor, head_from: int
+    ) -> None:
         """`prefix`: its ids (length P); `head_from`: the first position (at most P-1) whose logits a branch needs."""
         self.call, self.config, self.prefix = call, config, prefix
         self.head_from = min(head_from, len(prefix) - 1)
         output = call(
-            input_ids=prefix[None], use_cache=True, logits_to_keep=torch.arange(self.head_from, len(prefix))
+            input_ids=prefix[None],
+            use_cache=True,
+            logits_to_keep=torch.arange(self.head_from, len(prefix)),
         )
         cache = output.past_key_values
-        self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)] + [output.logits]
+        self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)] + [
+            output.logits
+        ]
         # float32 leaves: their gradients sum over every micro-batch of branches, as the weights' do; in the
         # compute dtype (bf16) that sum would round at each micro-batch.
         self._leaves = [t.detach().float().requires_grad_(t.requires_grad) for t in self._computed]
@@ -64,7 +76,9 @@ class SharedPrefix:
     def length(self) -> int:
         return len(self.prefix)
 
-    def branch_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def branch_logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logprob of each next token and the entropy at each position for rows that start with the
         prefix, (rows, length-1) as the unshared forward gives them, zeros before `head_from`."""
         rows, length = input_ids.shape
@@ -72,7 +86,11 @@ class SharedPrefix:
         *keys_values, logits = self._leaves
         inside, inside_entropy = token_logprobs(logits, self.prefix[None, self.head_from :])
         last = logits[:, -1].float()
-        boundary = torch.log_softmax(last, dim=-1).expand(rows, -1).gather(-1, input_ids[:, shared : shared + 1])
+        boundary = (
+            torch.log_softmax(last, dim=-1)
+            .expand(rows, -1)
+            .gather(-1, input_ids[:, shared : shared + 1])
+        )
         boundary_entropy = verl_F.entropy_from_logits(last).expand(rows)[:, None]
         logprobs = [inside.expand(rows, -1), boundary]
         entropies = [inside_entropy.expand(rows, -1), boundary_entropy]
@@ -104,7 +122,11 @@ class SharedPrefix:
 
     def backward(self) -> None:
         """The branches' gradients on the prefix's keys, values and logits, through the prefix's forward."""
-        pairs = [(t, leaf.grad) for t, leaf in zip(self._computed, self._leaves, strict=True) if leaf.grad is not None]
+        pairs = [
+            (t, leaf.grad)
+            for t, leaf in zip(self._computed, self._leaves, strict=True)
+            if leaf.grad is not None
+        ]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [grad.to(t.dtype) for t, grad in pairs])
         self._computed, self._leaves = [], []

@@ -130,5 +130,7 @@ def install() -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(FSDPEngineWithLMHead)
+    EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
+        FSDPEngineWithLMHead
+    )
     _installed = True

@@ -51,10 +51,14 @@ def _mask_prefix_trees(engine: FSDPEngineWithLMHead) -> None:
         inputs, output_args = prepare_model_inputs(micro_batch)
         if "segments" in micro_batch:
             # Prefix trees go to the engine only on padded micro-batches, whose mask a 4-D one replaces.
-            assert inputs["attention_mask"] is not None, "prefix trees on a padding-free micro-batch"
+            assert inputs["attention_mask"] is not None, (
+                "prefix trees on a padding-free micro-batch"
+            )
             width = inputs["input_ids"].shape[1]
             lengths = micro_batch["input_ids"].offsets().diff()
-            inputs["attention_mask"] = tree_attention_mask(micro_batch["segments"][:, :width], lengths)
+            inputs["attention_mask"] = tree_attention_mask(
+                micro_batch["segments"][:, :width], lengths
+            )
         return inputs, output_args
 
     # Wraps this engine's method where verl calls it; mypy refuses any assignment to a method.
@@ -66,7 +70,9 @@ class PolicyWorker(TrainingWorker):
         if not torch.cuda.is_available() and not dist.is_initialized():
             # verl would ask for "cpu:gloo,<device>:<backend>", which on CPU names gloo twice.
             # Ray gave this actor its rank and the group's address in the environment.
-            dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+            dist.init_process_group(
+                "gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"])
+            )
         super().__init__(config)
         if torch.cuda.is_available():
             train_batch = self.engine.train_batch

@@ -97,9 +97,17 @@ def start_stack(start_service, tmp_path: Path) -> Iterator:
 class Trainer:
     """A StreamBatches client: subscribe, read batches, acknowledge them."""
 
-    def __init__(self, stub: pb_grpc.AssemblerServiceStub, consumer_id: str, groups_per_batch: int, **subscribe) -> None:
+    def __init__(
+        self,
+        stub: pb_grpc.AssemblerServiceStub,
+        consumer_id: str,
+        groups_per_batch: int,
+        **subscribe,
+    ) -> None:
         self._requests: queue.Queue = queue.Queue()
-        subscription = pb.BatchSubscription(consumer_id=consumer_id, groups_per_batch=groups_per_batch, **subscribe)
+        subscription = pb.BatchSubscription(
+            consumer_id=consumer_id, groups_per_batch=groups_per_batch, **subscribe
+        )
         self._requests.put(pb.StreamBatchesRequest(subscribe=subscription))
         self._responses = stub.StreamBatches(iter(self._requests.get, None))
         self._batches: queue.Queue = queue.Queue()

@@ -27,7 +27,9 @@ def same_batch(first, second) -> bool:
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
-def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_ones_never_return(start_stack, stop) -> None:
+def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_ones_never_return(
+    start_stack, stop
+) -> None:
     stack = start_stack()
     groups(stack, 3)
     trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
@@ -76,7 +78,9 @@ def test_a_trainer_that_reconnects_gets_its_unacknowledged_batches_again(start_s
     again.stop()
 
 
-def test_a_new_run_under_the_same_consumer_never_gets_a_batch_an_earlier_run_left_unacknowledged(start_stack) -> None:
+def test_a_new_run_under_the_same_consumer_never_gets_a_batch_an_earlier_run_left_unacknowledged(
+    start_stack,
+) -> None:
     stack = start_stack()
     for run, seed in (("run-old", 1), ("run-new", 5)):
         rollout(stack, f"{run}-a", f"{run}-g", 1.0, seed=seed, run_id=run)
@@ -108,7 +112,9 @@ def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack
     new.ack("trainer/999")
     with pytest.raises(grpc.RpcError) as caught:
         new.next()
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "never delivered" in (caught.value.details() or "")
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "never delivered" in (
+        caught.value.details() or ""
+    )
 
 
 def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
@@ -121,7 +127,9 @@ def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
     stack.store.terminate()
     with pytest.raises(grpc.RpcError) as caught:
         stack.close("during-outage", reward=1.0)
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "unavailable" in (caught.value.details() or "")
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "unavailable" in (
+        caught.value.details() or ""
+    )
 
     stack.restart_store(tmp_path)
     groups(stack, 1, start=1)

@@ -31,7 +31,9 @@ def judge_rewards(trajectory: trajectory_pb2.Trajectory) -> list:
     return [r for r in trajectory.rewards if r.source.startswith("judge:openai/")]
 
 
-def captured_chat(client: OpenAI, server: VllmServer, session_id: str, turns: int, seed: int) -> list[llm_call_pb2.LlmCall]:
+def captured_chat(
+    client: OpenAI, server: VllmServer, session_id: str, turns: int, seed: int
+) -> list[llm_call_pb2.LlmCall]:
     """A multi-turn chat, captured the way ingest captures it: exact ids and logprobs."""
     messages = [{"role": "user", "content": f"Count to {seed + 3} and explain."}]
     calls = []
@@ -65,7 +67,12 @@ def ids(packed: bytes) -> list[int]:
 
 def survives_text(tokenizer: PreTrainedTokenizerBase, token_ids: list[int]) -> bool:
     """Whether a trainer that keeps only text trains on these ids: they decode to a text that tokenizes to them."""
-    return tokenizer.encode(tokenizer.decode(token_ids, skip_special_tokens=False), add_special_tokens=False) == token_ids
+    return (
+        tokenizer.encode(
+            tokenizer.decode(token_ids, skip_special_tokens=False), add_special_tokens=False
+        )
+        == token_ids
+    )
 
 
 def parity_samples(calls: list[llm_call_pb2.LlmCall]) -> list[list[int]]:
@@ -118,7 +125,9 @@ def test_the_retokenization_report_counts_samples_a_text_trainer_would_get_wrong
     differing = sum(not survives_text(tokenizer, sample) for sample in samples)
     assert reported(report.stdout, "samples") == (differing, len(samples)), report.stdout
     assert reported(report.stdout, "completions") == (
-        sum(not survives_text(tokenizer, completion) for completion in completions), 12), report.stdout
+        sum(not survives_text(tokenizer, completion) for completion in completions),
+        12,
+    ), report.stdout
     # What the report is there to show: a trainer that re-tokenizes gets samples wrong. The small model samples
     # tokens at random, and random ids are seldom the ones their text tokenizes to: in 250 runs of this setup
     # sampled offline (transformers, the same model at temperature 1), 34 of 2,934 samples (1.2%; 1.6% at the
@@ -127,7 +136,9 @@ def test_the_retokenization_report_counts_samples_a_text_trainer_would_get_wrong
     assert len(samples) >= 4 and differing >= 1, report.stdout
 
 
-def test_an_llm_judge_over_litellm_scores_rollouts(start_stack, client, vllm_server, monkeypatch) -> None:
+def test_an_llm_judge_over_litellm_scores_rollouts(
+    start_stack, client, vllm_server, monkeypatch
+) -> None:
     monkeypatch.setenv("PARITY_TEST_JUDGE_KEY", "unused")
     stack = start_stack(
         "--judge-model", f"openai/{vllm_server.model_name}", "--judge-api-base", vllm_server.openai_base_url,
@@ -138,10 +149,14 @@ def test_an_llm_judge_over_litellm_scores_rollouts(start_stack, client, vllm_ser
     stack.close("judged")
 
     def judged_or_filtered() -> trajectory_pb2.Trajectory | None:
-        trajectory = stack.stub.GetTrajectory(pb.GetTrajectoryRequest(session_id="judged")).trajectory
+        trajectory = stack.stub.GetTrajectory(
+            pb.GetTrajectoryRequest(session_id="judged")
+        ).trajectory
         return trajectory if judge_rewards(trajectory) or trajectory.filter_reason else None
 
-    trajectory = eventually(judged_or_filtered, timeout_s=60, interval_s=0.5, what="the judge scoring or failing")
+    trajectory = eventually(
+        judged_or_filtered, timeout_s=60, interval_s=0.5, what="the judge scoring or failing"
+    )
     judged = judge_rewards(trajectory)
     assert trajectory.filter_reason == "", trajectory.filter_reason
     assert judged[0].value in (0.0, 1.0) and trajectory.has_reward

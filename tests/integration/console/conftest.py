@@ -57,7 +57,12 @@ def _start(log_dir: Path, *args: str) -> Console:
         except httpx.HTTPError:
             return False
 
-    eventually(answering, timeout_s=STARTUP_S, interval_s=0.1, what=lambda: f"the console answering:\n{console.log()}\n")
+    eventually(
+        answering,
+        timeout_s=STARTUP_S,
+        interval_s=0.1,
+        what=lambda: f"the console answering:\n{console.log()}\n",
+    )
     return console
 
 
@@ -91,7 +96,11 @@ def _chromium() -> str:
     found = shutil.which(configured) if configured else shutil.which("chromium")
     if found:
         return found
-    missing = f"{CHROMIUM_ENV}={configured} is not an executable" if configured else "no `chromium` on PATH"
+    missing = (
+        f"{CHROMIUM_ENV}={configured} is not an executable"
+        if configured
+        else "no `chromium` on PATH"
+    )
     if os.environ.get(SKIP_ENV) == "1" and not _in_ci():
         pytest.skip(f"{missing}; {SKIP_ENV}=1 skips the console's browser tests")
     pytest.fail(

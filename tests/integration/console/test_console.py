@@ -262,7 +262,7 @@ def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedba
 ) -> None:
     stamp = time.time_ns()
     user, other, tag = f"acct-{stamp}", f"acct-{stamp}-b", f"checkout-{stamp}"
-    evil_user, evil_tag = f'{XSS[:40]}-{stamp}', f"<b>bold</b>-{stamp}"
+    evil_user, evil_tag = f"{XSS[:40]}-{stamp}", f"<b>bold</b>-{stamp}"
     attributed = {f"prod-{stamp}-0": (user, [tag, "prod"]), f"prod-{stamp}-1": (user, ["prod"]),
                   f"prod-{stamp}-2": (other, [tag, "beta"]), f"prod-{stamp}-3": (evil_user, [tag, evil_tag])}  # fmt: skip
     first = f"prod-{stamp}-0"
@@ -290,7 +290,9 @@ def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedba
     shown = listed()
     assert set(shown) == {first, f"prod-{stamp}-1"}
     assert shown[first][4] == user and shown[first][5].split() == [tag, "prod"]
-    assert shown[first][7] == "1.25", "the session's reward sums its feedback, as the assembler does"
+    assert shown[first][7] == "1.25", (
+        "the session's reward sums its feedback, as the assembler does"
+    )
     # A tag of a row narrows the list to it; a user of a row filters by that user.
     page.locator(f"#session-rows tr:has(a:text-is('{first}')) a.tag:text-is('{tag}')").click()
     page.wait_for_url("**tag=*")
@@ -307,21 +309,30 @@ def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedba
     # Text a user chose is text: nothing runs, no element appears.
     page.goto(f"{console.url}/sessions?{urlencode({'tag': evil_tag})}", wait_until="load")
     assert set(listed()) == {f"prod-{stamp}-3"}
-    assert listed()[f"prod-{stamp}-3"][4] == evil_user and evil_tag in listed()[f"prod-{stamp}-3"][5]
+    assert (
+        listed()[f"prod-{stamp}-3"][4] == evil_user and evil_tag in listed()[f"prod-{stamp}-3"][5]
+    )
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator("main img, main script, [onerror], b:text-is('bold')").count() == 0
 
     # Tag text the store could not hold is a note on the page, not an error.
-    page.goto(f"{console.url}/sessions?{urlencode({'tag': 'x' * 65, 'user': user})}", wait_until="load")
+    page.goto(
+        f"{console.url}/sessions?{urlencode({'tag': 'x' * 65, 'user': user})}", wait_until="load"
+    )
     assert "tag: tag 'xxxx" in page.inner_text(".banner.note") and len(listed()) == 2
 
     page.goto(f"{console.url}/sessions/{first}", wait_until="load")
     facts = page.inner_text(".facts")
     assert user in facts and tag in facts and "prod" in facts
     signals = rows(page, "table.feedback tbody tr")
-    assert [row[:3] for row in signals] == [["thumbs_up", "1", "session"], ["thumbs_down", "-1", f"call {first}-c0"]]
+    assert [row[:3] for row in signals] == [
+        ["thumbs_up", "1", "session"],
+        ["thumbs_down", "-1", f"call {first}-c0"],
+    ]
     assert all(row[3] == "feedback" for row in signals)
-    assert [row[:1] + row[4:5] for row in rows(page, "h2:text('Rewards') + table tbody tr")] == [["0.25", "sdk"]]
+    assert [row[:1] + row[4:5] for row in rows(page, "h2:text('Rewards') + table tbody tr")] == [
+        ["0.25", "sdk"]
+    ]
     page.click(f"table.feedback a:text-is('call {first}-c0')")
     assert page.evaluate("location.hash") == "#t1-call-1"
     assert page.errors == []
@@ -331,7 +342,9 @@ def test_production_sessions_are_found_by_end_user_and_tag_and_show_their_feedba
     assert set(listed()) == {first, f"prod-{stamp}-1"}
 
 
-def test_feedback_is_compared_by_the_policy_version_that_served_each_session(console, deployed_stack, page, screenshots) -> None:
+def test_feedback_is_compared_by_the_policy_version_that_served_each_session(
+    console, deployed_stack, page, screenshots
+) -> None:
     stamp = time.time_ns()
     tag = f"canary-{stamp}"
     # Version 41 served three sessions (one rated twice, one not at all), version 42 two, each with one signal.
@@ -342,7 +355,13 @@ def test_feedback_is_compared_by_the_policy_version_that_served_each_session(con
         call.policy_version = version
         call.tags.append(tag)
         calls.append(call)
-    rollout = make_call(f"rollout-{stamp}-c0", f"rollout-{stamp}", [1, 2], [[3]], metadata={"parity.run_id": "run-x"})
+    rollout = make_call(
+        f"rollout-{stamp}-c0",
+        f"rollout-{stamp}",
+        [1, 2],
+        [[3]],
+        metadata={"parity.run_id": "run-x"},
+    )
     rollout.tags.append(tag)
     store = StoreClient(deployed_stack.store.address)
     store.write_calls(store_pb.WriteCallsRequest(calls=[*calls, rollout]))
@@ -361,11 +380,22 @@ def test_feedback_is_compared_by_the_policy_version_that_served_each_session(con
     ]))  # fmt: skip
 
     page.goto(f"{console.url}/versions?{urlencode({'tag': tag})}", wait_until="load")
-    headings = [heading.lower() for heading in rows(page, "#versions thead tr")[0]]  # CSS sets headings in capitals
-    assert headings[:5] == ["policy version", "served as", "sessions", "with feedback", "mean feedback"]
+    headings = [
+        heading.lower() for heading in rows(page, "#versions thead tr")[0]
+    ]  # CSS sets headings in capitals
+    assert headings[:5] == [
+        "policy version",
+        "served as",
+        "sessions",
+        "with feedback",
+        "mean feedback",
+    ]
     table = rows(page, "#versions tbody tr")
     # Newest version first; a training run's session is not production traffic and is left out.
-    assert [row[:5] for row in table] == [["42", "", "2", "2 (100%)", "1"], ["41", "", "3", "2 (67%)", "1"]]
+    assert [row[:5] for row in table] == [
+        ["42", "", "2", "2 (100%)", "1"],
+        ["41", "", "3", "2 (67%)", "1"],
+    ]
     assert headings[5:] == ["resolved (n, mean)", "thumbs_down (n, mean)", "thumbs_up (n, mean)"]
     assert table[0][5:] == ["", "", "2, 1"] and table[1][5:] == ["1, 2", "1, -1", "1, 1"]
     assert "Every matching session read (6)" in page.inner_text("main")
@@ -429,13 +459,17 @@ def test_unknown_ids_are_404_pages_and_a_down_store_is_a_banner(
     screenshots(page, "store-down", clip={"x": 0, "y": 0, "width": 1400, "height": 360})
 
 
-def test_a_session_of_interleaved_threads_shows_them_side_by_side(console, deployed_stack, page, screenshots) -> None:
+def test_a_session_of_interleaved_threads_shows_them_side_by_side(
+    console, deployed_stack, page, screenshots
+) -> None:
     """An orchestrator and a named researcher, their calls alternating in one session, exactly as an agent that
     runs a subagent makes them: one column per thread, each call in its own."""
     session_id = f"threads-{int(time.time())}"
     base = f"http://127.0.0.1:{deployed_stack.http_port}/sessions/{session_id}/v1"
     orchestrator = openai.OpenAI(base_url=base, api_key="unused")
-    researcher = openai.OpenAI(base_url=base, api_key="unused", default_headers={"X-Parity-Thread": "researcher"})
+    researcher = openai.OpenAI(
+        base_url=base, api_key="unused", default_headers={"X-Parity-Thread": "researcher"}
+    )
     histories: dict[openai.OpenAI, list[ChatCompletionMessageParam]] = {orchestrator: [{"role": "user", "content": "Plan the trip."}],
                  researcher: [{"role": "user", "content": "Find a sunny city."}]}  # fmt: skip
     for _ in range(2):
@@ -443,17 +477,30 @@ def test_a_session_of_interleaved_threads_shows_them_side_by_side(console, deplo
             reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4)
             messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
                          {"role": "user", "content": "Go on."}]  # fmt: skip
-    calls = StoreClient(deployed_stack.store.address).list_calls(
-        store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls
+    calls = (
+        StoreClient(deployed_stack.store.address)
+        .list_calls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL))
+        .calls
+    )
     assert [c.thread_id for c in calls] == ["", "researcher", "", "researcher"]
 
     page.goto(f"{console.url}/sessions/{session_id}", wait_until="load")
     assert page.errors == []
     assert rows(page, ".threads-table tbody tr") == [["1", "–", "2", str(sum(len(c.choices[0].token_ids) // 4 for c in calls[::2]))],
                                                     ["2", "researcher", "2", str(sum(len(c.choices[0].token_ids) // 4 for c in calls[1::2]))]]  # fmt: skip
-    columns = page.eval_on_selector_all(".threads.n2 > section.call", "cs => cs.map(c => [c.className, c.getBoundingClientRect().x])")
+    columns = page.eval_on_selector_all(
+        ".threads.n2 > section.call",
+        "cs => cs.map(c => [c.className, c.getBoundingClientRect().x])",
+    )
     assert [c.split()[-1] for c, _ in columns] == ["col1", "col2", "col1", "col2"]
     # Side by side: the second thread's calls sit to the right of the first's.
-    assert columns[1][1] > columns[0][1] and columns[3][1] > columns[2][1] and columns[0][1] == columns[2][1]
-    assert "opens thread 2 'researcher'" in page.locator("section.call").nth(1).locator(".join").inner_text()
+    assert (
+        columns[1][1] > columns[0][1]
+        and columns[3][1] > columns[2][1]
+        and columns[0][1] == columns[2][1]
+    )
+    assert (
+        "opens thread 2 'researcher'"
+        in page.locator("section.call").nth(1).locator(".join").inner_text()
+    )
     screenshots(page, "threads", full_page=True)

@@ -50,7 +50,9 @@ DISTILL_STEPS = 2
 
 
 @pytest.fixture(scope="module")
-def real_model_stack(module_services, real_model_dir: Path, tmp_path_factory) -> Iterator[TrainingStack]:
+def real_model_stack(
+    module_services, real_model_dir: Path, tmp_path_factory
+) -> Iterator[TrainingStack]:
     """A deployment around a vLLM of its own serving the real model: training rewrites its weights."""
     with serving_model(real_model_dir, tmp_path_factory) as vllm:
         yield start_training_stack(module_services, vllm, tmp_path_factory.mktemp("real-stack"))
@@ -73,26 +75,36 @@ def trained(real_model_stack, tmp_path_factory) -> TrainResult:
     return result
 
 
-def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(real_model_stack, trained) -> None:
+def test_the_calculator_agent_calls_its_tool_and_learns_on_the_real_model(
+    real_model_stack, trained
+) -> None:
     result = trained
     assert result.learning_rate == 1e-5, "the real model's own rate, with none set"
     assert result.max_sync_logprob_diff is not None and result.max_sync_logprob_diff < 1e-3
 
     store = StoreClient(real_model_stack.store.address)
     with_tool = 0
-    listed = AssemblerClient(real_model_stack.assembler.address).list_trajectories(
-        assembler_pb.ListTrajectoriesRequest(page_size=1000)
-    ).trajectories
+    listed = (
+        AssemblerClient(real_model_stack.assembler.address)
+        .list_trajectories(assembler_pb.ListTrajectoriesRequest(page_size=1000))
+        .trajectories
+    )
     assert_learned(held_out_gain(real_model_stack, result, "held-out accuracy, RL"))
-    for session_id in {view.session_id for view in listed if view.session_id.startswith(f"{result.run_id}-s")}:
-        calls = store.list_calls(store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)).calls
+    for session_id in {
+        view.session_id for view in listed if view.session_id.startswith(f"{result.run_id}-s")
+    }:
+        calls = store.list_calls(
+            store_pb.ListCallsRequest(session_id=session_id, view=store_pb.CALL_VIEW_FULL)
+        ).calls
         turns = [json.loads(call.request_json)["messages"] for call in calls]
         if len(calls) >= 2 and turns[1][-1]["content"].startswith("Result: "):
             with_tool += 1
             # The model's own chat template, with SmolLM2's special tokens, rendered the calls' prompts.
             first, second = (unpack_token_ids(call.prompt_token_ids) for call in calls[:2])
             assert first[0] == IM_START and list(second[: len(first)]) == list(first)
-            assert list(second).count(IM_END) == list(first).count(IM_END) + 2, "the reply's turn, then the result's"
+            assert list(second).count(IM_END) == list(first).count(IM_END) + 2, (
+                "the reply's turn, then the result's"
+            )
     assert with_tool >= 8, "most rollouts call the calculator and get its result back"
 
 
@@ -103,7 +115,9 @@ def held_out_gain(stack: TrainingStack, result: TrainResult, what: str) -> Gain:
     after: dict[str, list[float]] = {}
     for rollout in rollouts:
         (before if rollout.step == 0 else after).setdefault(rollout.task, []).append(rollout.reward)
-    assert {r.step for r in rollouts} == {0, result.steps}, "validated before training and after it, only"
+    assert {r.step for r in rollouts} == {0, result.steps}, (
+        "validated before training and after it, only"
+    )
     return paired_difference(before, after, what)
 
 
@@ -130,25 +144,31 @@ def test_a_teacher_scores_each_sampled_token_as_vllm_sampled_it_and_shares_the_s
     (scores,) = teacher.score([sample])
     assert len(scores) == len(ids)
     # The same weights score the ids the model sampled with the logprobs it sampled them with.
-    assert np.max(np.abs(scores[len(prompt):] - np.array(sampled))) < 1e-3
+    assert np.max(np.abs(scores[len(prompt) :] - np.array(sampled))) < 1e-3
     batch = to_training_batch([sample]).with_teacher([scores])
     assert batch.teacher_logprobs is not None
-    assert torch.count_nonzero(batch.teacher_logprobs[0, : len(prompt) - 1]) == 0, "prompt tokens get no signal"
+    assert torch.count_nonzero(batch.teacher_logprobs[0, : len(prompt) - 1]) == 0, (
+        "prompt tokens get no signal"
+    )
 
 
 def test_distillation_from_the_trained_model_raises_the_untrained_models_held_out_accuracy(
     real_model_stack, trained, tmp_path_factory
 ) -> None:  # fmt: skip
-    with serving_model(Path(trained.exported_model), tmp_path_factory, served_model_name="teacher") as teacher:
+    with serving_model(
+        Path(trained.exported_model), tmp_path_factory, served_model_name="teacher"
+    ) as teacher:
         result = parity.train(**config_file(
             "distill.toml", real_model_stack, tmp_path_factory.mktemp("distill"), teacher=teacher.base_url,
             steps=DISTILL_STEPS, val_every=0, val_samples=VAL_SAMPLES,
         ))  # fmt: skip
     assert result.state == "completed", result.error
     assert_learned(held_out_gain(real_model_stack, result, "held-out accuracy, distilled"))
-    steps = TrainerClient(real_model_stack.trainer.address).list_run_metrics(
-        trainer_pb.ListRunMetricsRequest(run_id=result.run_id)
-    ).metrics
+    steps = (
+        TrainerClient(real_model_stack.trainer.address)
+        .list_run_metrics(trainer_pb.ListRunMetricsRequest(run_id=result.run_id))
+        .metrics
+    )
     assert [s.step for s in steps] == list(range(1, DISTILL_STEPS + 1))
     # The student starts apart from its teacher; once it samples as the teacher would, the KL may sit at about 0.
     assert steps[0].values["teacher_kl"] > 0, "the teacher scored the first step"

@@ -26,8 +26,14 @@ FUNCTION = {"type": "function", "name": CALCULATOR["name"], "description": CALCU
 def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
     """Every path where the two JSON values differ, leaving out per-answer values."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
-        found = [f"{where}.{key}: only vLLM has it ({theirs[key]!r})" for key in theirs.keys() - ours.keys()]
-        found += [f"{where}.{key}: only ingest has it ({ours[key]!r})" for key in ours.keys() - theirs.keys()]
+        found = [
+            f"{where}.{key}: only vLLM has it ({theirs[key]!r})"
+            for key in theirs.keys() - ours.keys()
+        ]
+        found += [
+            f"{where}.{key}: only ingest has it ({ours[key]!r})"
+            for key in ours.keys() - theirs.keys()
+        ]
         for key in ours.keys() & theirs.keys():
             if key not in PER_ANSWER:
                 found += differences(ours[key], theirs[key], f"{where}.{key}")
@@ -36,17 +42,27 @@ def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
         return [found for index, (a, b) in enumerate(zip(ours, theirs, strict=True))
                 for found in differences(a, b, f"{where}[{index}]")]  # fmt: skip
     # By JSON spelling, not only by value: a client that reads 0 where vLLM sends 0.0 sees an int.
-    return [] if ours == theirs and type(ours) is type(theirs) else [f"{where}: ingest {ours!r}, vLLM {theirs!r}"]
+    return (
+        []
+        if ours == theirs and type(ours) is type(theirs)
+        else [f"{where}: ingest {ours!r}, vLLM {theirs!r}"]
+    )
 
 
 def answer(url: str, path: str, request: dict) -> Any:
     if not request.get("stream"):
-        response = httpx.post(f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120)
+        response = httpx.post(
+            f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120
+        )
         assert response.status_code == 200, response.text
         return response.json()
-    with httpx.stream("POST", f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120) as response:
+    with httpx.stream(
+        "POST", f"{url}{path}", json=request, headers={"x-api-key": "any"}, timeout=120
+    ) as response:
         assert response.status_code == 200, response.read()
-        return merged([json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")])
+        return merged(
+            [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+        )
 
 
 def merged(events: list[dict]) -> list[dict]:
@@ -55,10 +71,16 @@ def merged(events: list[dict]) -> list[dict]:
     joined: list[dict] = []
     for event in events:
         previous = joined[-1] if joined else None
-        if previous is not None and event["type"].endswith("delta") and previous["type"] == event["type"]:
+        if (
+            previous is not None
+            and event["type"].endswith("delta")
+            and previous["type"] == event["type"]
+        ):
             if isinstance(event.get("delta"), str):
                 previous["delta"] += event["delta"]
-            elif isinstance(event.get("delta"), dict):  # Anthropic's: text, partial_json or thinking
+            elif isinstance(
+                event.get("delta"), dict
+            ):  # Anthropic's: text, partial_json or thinking
                 for name in ("text", "partial_json", "thinking"):
                     if name in event["delta"]:
                         previous["delta"][name] += event["delta"][name]
@@ -93,11 +115,17 @@ CASES = {
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("case", CASES)
-def test_ingest_answers_with_every_field_vllm_answers_with(ingest_stack, vllm_server, case: str, stream: bool) -> None:
+def test_ingest_answers_with_every_field_vllm_answers_with(
+    ingest_stack, vllm_server, case: str, stream: bool
+) -> None:
     path, make = CASES[case]
     request = make(vllm_server.model_name) | ({"stream": True} if stream else {})
     answer(vllm_server.base_url, path, make(vllm_server.model_name))
-    ours = answer(ingest_stack.session_url(f"fields-{case.replace(' ', '-')}").removesuffix("/v1"), path, request)
+    ours = answer(
+        ingest_stack.session_url(f"fields-{case.replace(' ', '-')}").removesuffix("/v1"),
+        path,
+        request,
+    )
     theirs = answer(vllm_server.base_url, path, request)
     found = differences(ours, theirs)
     assert not found, "\n".join(found)
@@ -113,8 +141,13 @@ def test_prefix_cache_hits_are_reported_as_vllm_reports_them(ingest_stack, vllm_
     ingest = ingest_stack.session_url("fields-cache").removesuffix("/v1")
     for path, request in (("/v1/responses", responses), ("/v1/messages", messages)):
         answer(ingest, path, request)
-        ours, theirs = answer(ingest, path, request)["usage"], answer(vllm_server.base_url, path, request)["usage"]
+        ours, theirs = (
+            answer(ingest, path, request)["usage"],
+            answer(vllm_server.base_url, path, request)["usage"],
+        )
         assert ours == theirs, path
     assert ours["cache_read_input_tokens"] > 0
-    cached = answer(ingest, "/v1/responses", responses)["usage"]["input_tokens_details"]["cached_tokens"]
+    cached = answer(ingest, "/v1/responses", responses)["usage"]["input_tokens_details"][
+        "cached_tokens"
+    ]
     assert cached >= 128

@@ -23,13 +23,17 @@ CALCULATOR = {
 
 def client(ingest_stack, session: str) -> anthropic.Anthropic:
     # Anthropic clients add /v1/messages to the base URL themselves.
-    return anthropic.Anthropic(base_url=ingest_stack.session_url(session).removesuffix("/v1"), api_key="any-key")
+    return anthropic.Anthropic(
+        base_url=ingest_stack.session_url(session).removesuffix("/v1"), api_key="any-key"
+    )
 
 
 def sdk(request: dict) -> dict:
     """The request as the SDK's arguments: today's SDK has no sampling parameters, so they travel as extra body."""
     sampling = {key: request[key] for key in ("temperature", "top_p", "top_k") if key in request}
-    return {key: value for key, value in request.items() if key not in sampling} | {"extra_body": sampling}
+    return {key: value for key, value in request.items() if key not in sampling} | {
+        "extra_body": sampling
+    }
 
 
 def ids(packed: bytes) -> list[int]:
@@ -66,7 +70,12 @@ def comparable(stream: list[tuple[str | None, dict]]) -> list[tuple[str | None, 
         if delta.get("type") == "signature_delta":
             delta.pop("signature")
         previous = result[-1][1].get("delta", {}) if result else {}
-        if name == "content_block_delta" and result and result[-1][0] == name and previous.get("type") == delta.get("type"):
+        if (
+            name == "content_block_delta"
+            and result
+            and result[-1][0] == name
+            and previous.get("type") == delta.get("type")
+        ):
             for key in ("text", "thinking", "partial_json"):
                 if key in delta:
                     previous[key] += delta[key]
@@ -75,7 +84,9 @@ def comparable(stream: list[tuple[str | None, dict]]) -> list[tuple[str | None, 
     return result
 
 
-def test_a_message_is_captured_token_exactly_and_answers_as_vllm_does(ingest_stack, vllm_server) -> None:
+def test_a_message_is_captured_token_exactly_and_answers_as_vllm_does(
+    ingest_stack, vllm_server
+) -> None:
     request = {"model": vllm_server.model_name, "max_tokens": 12, "temperature": 0,
                "system": "You add numbers.", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}  # fmt: skip
     message = client(ingest_stack, "anthropic-plain").messages.create(**sdk(request))
@@ -84,7 +95,9 @@ def test_a_message_is_captured_token_exactly_and_answers_as_vllm_does(ingest_sta
     assert json.loads(call.request_json) == request
     assert ids(call.prompt_token_ids) == rendered(vllm_server, request)
     sampled = ids(call.choices[0].token_ids)
-    assert len(sampled) == message.usage.output_tokens and len(call.choices[0].logprobs) == 4 * len(sampled)
+    assert len(sampled) == message.usage.output_tokens and len(call.choices[0].logprobs) == 4 * len(
+        sampled
+    )
     tokenizer = AutoTokenizer.from_pretrained(vllm_server.config.model_path)
     assert tokenizer.decode(sampled, skip_special_tokens=True) == message.content[0].text
 
@@ -100,18 +113,29 @@ def test_a_streamed_tool_round_trip_matches_vllms_events(ingest_stack, vllm_serv
                "messages": [{"role": "user", "content": "What is 2 + 3?"}]}  # fmt: skip
     # Streamed through the SDK: its raw events (the small model's arguments are seldom valid JSON, which the
     # SDK's accumulating helper would refuse; vLLM's own endpoint streams the same arguments).
-    kinds = [event.type for event in client(ingest_stack, "anthropic-tools").messages.create(**sdk(request), stream=True)]
+    kinds = [
+        event.type
+        for event in client(ingest_stack, "anthropic-tools").messages.create(
+            **sdk(request), stream=True
+        )
+    ]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert "content_block_start" in kinds and "content_block_delta" in kinds
     streamed_ours = events(httpx.post(f"{ingest_stack.base_url.removesuffix('/v1')}/v1/messages",
                                       json={**request, "stream": True}, timeout=60))  # fmt: skip
-    streamed_vllm = events(httpx.post(f"{vllm_server.base_url}/v1/messages", json={**request, "stream": True}, timeout=60))
+    streamed_vllm = events(
+        httpx.post(
+            f"{vllm_server.base_url}/v1/messages", json={**request, "stream": True}, timeout=60
+        )
+    )
     assert comparable(streamed_ours) == comparable(streamed_vllm)
     assert streamed_ours[1][1]["content_block"]["type"] == "tool_use"
 
     # Long enough for the forced call to close. Its arguments are a JSON string, not an object (a random model's);
     # vLLM's own endpoint answers that with a 400, ingest with the tool use and an empty input.
-    first = client(ingest_stack, "anthropic-tools").messages.create(**sdk({**request, "max_tokens": 200}))
+    first = client(ingest_stack, "anthropic-tools").messages.create(
+        **sdk({**request, "max_tokens": 200})
+    )
     [tool_use] = [block for block in first.content if block.type == "tool_use"]
     assert first.stop_reason == "tool_use" and tool_use.name == "calculator"
     follow_up = {**request, "tool_choice": {"type": "auto"}, "messages": [
@@ -128,7 +152,9 @@ def test_count_tokens_is_vllms(ingest_stack, vllm_server) -> None:
     request = {"model": vllm_server.model_name, "messages": [{"role": "user", "content": "Count these tokens."}],
                "tools": [CALCULATOR]}  # fmt: skip
     ours = client(ingest_stack, "anthropic-count").messages.count_tokens(**request)
-    direct = httpx.post(f"{vllm_server.base_url}/v1/messages/count_tokens", json=request, timeout=60).json()
+    direct = httpx.post(
+        f"{vllm_server.base_url}/v1/messages/count_tokens", json=request, timeout=60
+    ).json()
     assert ours.input_tokens == direct["input_tokens"] > 0
 
 
@@ -148,12 +174,21 @@ def test_bad_input_gets_anthropics_error_shape_and_nothing_is_recorded(
 ) -> None:
     session = f"anthropic-bad-{field.replace('.', '-')}"
     with pytest.raises(anthropic.BadRequestError) as raised:
-        client(ingest_stack, session).messages.create(model=vllm_server.model_name, max_tokens=4, messages=messages)
+        client(ingest_stack, session).messages.create(
+            model=vllm_server.model_name, max_tokens=4, messages=messages
+        )
     body = raised.value.body
     assert isinstance(body, dict)
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith(field) and fragment in body["error"]["message"]
     assert ingest_stack.calls_after_flush(session) == []
-    assert client(ingest_stack, session).messages.create(
-        model=vllm_server.model_name, max_tokens=2, messages=[{"role": "user", "content": "still up?"}]
-    ).content is not None
+    assert (
+        client(ingest_stack, session)
+        .messages.create(
+            model=vllm_server.model_name,
+            max_tokens=2,
+            messages=[{"role": "user", "content": "still up?"}],
+        )
+        .content
+        is not None
+    )

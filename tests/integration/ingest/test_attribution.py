@@ -40,7 +40,9 @@ class RecordingRelay:
 
     def __enter__(self) -> RecordingRelay:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(asyncio.start_server(self._relay, "127.0.0.1", self.port), self._loop).result(5)
+        asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._relay, "127.0.0.1", self.port), self._loop
+        ).result(5)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -53,9 +55,13 @@ class RecordingRelay:
             return bytes(self._sent)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        upstream_reader, upstream_writer = await asyncio.open_connection(
+            "127.0.0.1", self.target_port
+        )
 
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, record: bool) -> None:
+        async def pipe(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, record: bool
+        ) -> None:
             while data := await source.read(1 << 16):
                 if record:
                     with self._lock:
@@ -84,7 +90,9 @@ def stack(module_services, relay, tmp_path_factory) -> IngestStack:
 
 
 def openai_client(stack: IngestStack, slug: str, **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=stack.session_url(slug), api_key="any-key", max_retries=0, default_headers=headers)
+    return openai.OpenAI(
+        base_url=stack.session_url(slug), api_key="any-key", max_retries=0, default_headers=headers
+    )
 
 
 def anthropic_client(stack: IngestStack, slug: str, **headers: str) -> anthropic.Anthropic:
@@ -98,20 +106,32 @@ def attribution(stack: IngestStack, session_id: str) -> tuple[str, list[str]]:
     return call.end_user_id, list(call.tags)
 
 
-def test_the_headers_name_the_user_and_tags_of_every_api_and_never_reach_vllm(stack, relay, vllm_server) -> None:
+def test_the_headers_name_the_user_and_tags_of_every_api_and_never_reach_vllm(
+    stack, relay, vllm_server
+) -> None:
     model = vllm_server.model_name
     headers = {USER_HEADER: "acct-7", TAGS_HEADER: "prod,checkout , prod"}
-    openai_client(stack, "headers-chat", **headers).chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2)
-    openai_client(stack, "headers-responses", **headers).responses.create(model=model, input="Hi", max_output_tokens=2)
-    anthropic_client(stack, "headers-messages", **headers).messages.create(model=model, max_tokens=2, messages=HI_MESSAGES)
+    openai_client(stack, "headers-chat", **headers).chat.completions.create(
+        model=model, messages=HI_CHAT, max_tokens=2
+    )
+    openai_client(stack, "headers-responses", **headers).responses.create(
+        model=model, input="Hi", max_output_tokens=2
+    )
+    anthropic_client(stack, "headers-messages", **headers).messages.create(
+        model=model, max_tokens=2, messages=HI_MESSAGES
+    )
     for session_id in ("headers-chat", "headers-responses", "headers-messages"):
         assert attribution(stack, session_id) == ("acct-7", ["checkout", "prod"]), session_id
     assert b"acct-7" not in relay.sent and b"x-parity" not in relay.sent.lower()
 
 
-def test_the_apis_own_user_fields_name_the_user_and_openais_still_reaches_vllm(stack, relay, vllm_server) -> None:
+def test_the_apis_own_user_fields_name_the_user_and_openais_still_reaches_vllm(
+    stack, relay, vllm_server
+) -> None:
     model = vllm_server.model_name
-    openai_client(stack, "field-chat").chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2, user="acct-chat")
+    openai_client(stack, "field-chat").chat.completions.create(
+        model=model, messages=HI_CHAT, max_tokens=2, user="acct-chat"
+    )
     openai_client(stack, "field-responses").responses.create(model=model, input="Hi", max_output_tokens=2,
                                                               user="acct-responses")  # fmt: skip
     anthropic_client(stack, "field-messages").messages.create(model=model, max_tokens=2, messages=HI_MESSAGES,
@@ -123,7 +143,9 @@ def test_the_apis_own_user_fields_name_the_user_and_openais_still_reaches_vllm(s
     assert b'"user":"acct-chat"' in relay.sent
 
 
-def test_the_session_slug_names_the_user_first_and_its_tags_join_the_headers(stack, vllm_server) -> None:
+def test_the_session_slug_names_the_user_first_and_its_tags_join_the_headers(
+    stack, vllm_server
+) -> None:
     model = vllm_server.model_name
     with parity.session("slug-user", user="acct-slug", tags=["beta"]):
         base_url = parity.session_url(f"http://127.0.0.1:{stack.http_port}")
@@ -139,17 +161,25 @@ def test_the_session_slug_names_the_user_first_and_its_tags_join_the_headers(sta
     assert attribution(stack, "slug-tags-only") == ("acct-header", ["beta"])
 
 
-def test_a_bad_tags_header_is_refused_in_each_apis_shape_and_nothing_is_recorded(stack, vllm_server) -> None:
+def test_a_bad_tags_header_is_refused_in_each_apis_shape_and_nothing_is_recorded(
+    stack, vllm_server
+) -> None:
     model, bad = vllm_server.model_name, {TAGS_HEADER: "prod, has\ttab"}
     with pytest.raises(openai.BadRequestError) as chat:
-        openai_client(stack, "bad-tags-chat", **bad).chat.completions.create(model=model, messages=HI_CHAT, max_tokens=2)
+        openai_client(stack, "bad-tags-chat", **bad).chat.completions.create(
+            model=model, messages=HI_CHAT, max_tokens=2
+        )
     with pytest.raises(openai.BadRequestError) as responses:
-        openai_client(stack, "bad-tags-responses", **bad).responses.create(model=model, input="Hi", max_output_tokens=2)
+        openai_client(stack, "bad-tags-responses", **bad).responses.create(
+            model=model, input="Hi", max_output_tokens=2
+        )
     for refused in (chat.value, responses.value):
         assert refused.status_code == 400 and refused.param == TAGS_HEADER
         assert refused.type == "invalid_request_error" and "has\\ttab" in refused.message
     with pytest.raises(anthropic.BadRequestError) as messages:
-        anthropic_client(stack, "bad-tags-messages", **bad).messages.create(model=model, max_tokens=2, messages=HI_MESSAGES)
+        anthropic_client(stack, "bad-tags-messages", **bad).messages.create(
+            model=model, max_tokens=2, messages=HI_MESSAGES
+        )
     body = messages.value.body
     assert messages.value.status_code == 400 and isinstance(body, dict)
     assert body["error"]["type"] == "invalid_request_error"

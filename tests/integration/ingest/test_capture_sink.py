@@ -21,11 +21,15 @@ pytestmark = pytest.mark.timeout(120)
 
 def stored_call_ids(address: str, session_id: str) -> list[str]:
     with grpc.insecure_channel(address) as channel:
-        listed = store_grpc.TokenStoreServiceStub(channel).ListCalls(store_pb.ListCallsRequest(session_id=session_id))
+        listed = store_grpc.TokenStoreServiceStub(channel).ListCalls(
+            store_pb.ListCallsRequest(session_id=session_id)
+        )
     return [call.call_id for call in listed.calls]
 
 
-def test_a_call_the_store_refuses_is_set_aside_and_the_rest_are_stored(module_services, tmp_path: Path) -> None:
+def test_a_call_the_store_refuses_is_set_aside_and_the_rest_are_stored(
+    module_services, tmp_path: Path
+) -> None:
     store = module_services.start("store", "--url", "memory://")
     good = [make_call(f"good-{i}", "refusals", [1, 2, 3], [[4, 5]]) for i in range(5)]
     bad = make_call("bad", "refusals", [1, 2, 3], [[4, 5]])
@@ -44,7 +48,11 @@ def test_a_call_the_store_refuses_is_set_aside_and_the_rest_are_stored(module_se
     reopened = Spool(tmp_path / "spool.db", 1 << 30)
     assert reopened.count == 0 and reopened.refused_count == 1
     [(reason,)] = reopened._db.execute("SELECT reason FROM refused").fetchall()
-    assert isinstance(reason, str) and reason.startswith("INVALID_ARGUMENT") and "packed int32" in reason
+    assert (
+        isinstance(reason, str)
+        and reason.startswith("INVALID_ARGUMENT")
+        and "packed int32" in reason
+    )
     reopened.close()
 
 

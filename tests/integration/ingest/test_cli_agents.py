@@ -33,8 +33,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def long_context_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
-    with serving_model(model, tmp_path_factory, served_model_name="tiny", max_model_len=LONG_CONTEXT) as server:
+    model = generate_tiny_model(
+        tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
+    )
+    with serving_model(
+        model, tmp_path_factory, served_model_name="tiny", max_model_len=LONG_CONTEXT
+    ) as server:
         yield server
 
 
@@ -43,7 +47,12 @@ def cli_stack(module_services, long_context_vllm, tmp_path_factory) -> Iterator[
     data = tmp_path_factory.mktemp("cli-agents")
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
     ingest, http_port = start_ingest(
-        module_services, store.address, long_context_vllm.base_url, data / "spool.db", "--model-alias", "claude-*=@policy"
+        module_services,
+        store.address,
+        long_context_vllm.base_url,
+        data / "spool.db",
+        "--model-alias",
+        "claude-*=@policy",
     )
     previous = parity.current_config()
     parity.configure(ingest_url=f"http://127.0.0.1:{http_port}")
@@ -61,13 +70,19 @@ def run_claude_code(session_id: str, home: Path) -> list[dict]:
         env=environment, cwd=home, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     events = [json.loads(line) for line in finished.stdout.splitlines() if line.startswith("{")]
-    assert events and events[-1]["type"] == "result", finished.stderr[-2000:] or finished.stdout[-2000:]
+    assert events and events[-1]["type"] == "result", (
+        finished.stderr[-2000:] or finished.stdout[-2000:]
+    )
     return events
 
 
 def test_claude_code_is_captured_token_exactly(cli_stack, long_context_vllm, tmp_path) -> None:
     events = run_claude_code("claude-code", tmp_path)
-    answers = [event["message"] for event in events if event["type"] == "assistant" and event["message"]["model"] != "<synthetic>"]
+    answers = [
+        event["message"]
+        for event in events
+        if event["type"] == "assistant" and event["message"]["model"] != "<synthetic>"
+    ]
     calls = cli_stack.wait_for_calls("claude-code", len(answers))
     assert answers and len(calls) == len(answers)
 

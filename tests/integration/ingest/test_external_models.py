@@ -31,7 +31,9 @@ def judge_stack(module_services, vllm_server, judge_base_url: str, tmp_path) -> 
     return IngestStack(store, ingest, http_port, tmp_path / "spool.db")
 
 
-def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_services, vllm_server, tmp_path) -> None:
+def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(
+    module_services, vllm_server, tmp_path
+) -> None:
     stack = judge_stack(module_services, vllm_server, vllm_server.openai_base_url, tmp_path)
     client = openai.OpenAI(base_url=stack.session_url("judged"), api_key="unused", max_retries=0)
     assert {m.id for m in client.models.list().data} == {vllm_server.model_name, "judge"}
@@ -40,7 +42,10 @@ def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_se
     streamed = "".join(
         chunk.choices[0].delta.content or ""
         for chunk in client.chat.completions.create(
-            model="judge", messages=[{"role": "user", "content": "Again."}], max_tokens=4, stream=True
+            model="judge",
+            messages=[{"role": "user", "content": "Again."}],
+            max_tokens=4,
+            stream=True,
         )
         if chunk.choices
     )
@@ -48,7 +53,9 @@ def test_a_judge_model_routes_through_litellm_and_is_never_policy_data(module_se
                                             max_tokens=2)  # fmt: skip
     judged, judged_stream, policy_call = stack.calls("judged")
     assert (judged.kind, judged_stream.kind) == (llm_call_pb2.CALL_KIND_EXTERNAL,) * 2
-    assert judged.replica == "litellm" and judged.choices[0].text == verdict.choices[0].message.content
+    assert (
+        judged.replica == "litellm" and judged.choices[0].text == verdict.choices[0].message.content
+    )
     assert judged_stream.streamed and judged_stream.choices[0].text == streamed
     assert policy_call.kind == llm_call_pb2.CALL_KIND_POLICY and policy.choices
 
@@ -57,10 +64,14 @@ def test_an_external_model_that_fails_is_a_502_and_a_recorded_failed_external_ca
     module_services, vllm_server, relay: TcpRelay, tmp_path
 ) -> None:
     stack = judge_stack(module_services, vllm_server, f"http://127.0.0.1:{relay.port}/v1", tmp_path)
-    client = openai.OpenAI(base_url=stack.session_url("judge-down"), api_key="unused", max_retries=0)
+    client = openai.OpenAI(
+        base_url=stack.session_url("judge-down"), api_key="unused", max_retries=0
+    )
     relay.cut()
     for stream in (False, True):
-        with pytest.raises(openai.InternalServerError, match="external model 'judge' failed") as refused:
+        with pytest.raises(
+            openai.InternalServerError, match="external model 'judge' failed"
+        ) as refused:
             client.chat.completions.create(model="judge", messages=[{"role": "user", "content": "Score it."}],
                                            max_tokens=4, stream=stream)  # fmt: skip
         assert refused.value.status_code == 502
@@ -69,4 +80,7 @@ def test_an_external_model_that_fails_is_a_502_and_a_recorded_failed_external_ca
     assert [call.streamed for call in calls] == [False, True]
     for call in calls:
         assert call.kind == llm_call_pb2.CALL_KIND_EXTERNAL and call.replica == "litellm"
-        assert call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR and "judge" in call.error_message
+        assert (
+            call.outcome == llm_call_pb2.CALL_OUTCOME_UPSTREAM_ERROR
+            and "judge" in call.error_message
+        )

@@ -41,7 +41,10 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
 }}]  # fmt: skip
 THINK = r"<think>[a-z ]{1,12}</think>"
-TOOL_REPLY = THINK + r'\n<tool_call>\n\{"name": "calculator", "arguments": \{"expression": "[0-9] \+ [0-9]"\}\}\n</tool_call>'
+TOOL_REPLY = (
+    THINK
+    + r'\n<tool_call>\n\{"name": "calculator", "arguments": \{"expression": "[0-9] \+ [0-9]"\}\}\n</tool_call>'
+)
 ANSWER_REPLY = THINK + r"[a-z ]{1,12}"
 # Turns 1, 2 and 4 call the tool; 3 and 5 answer, and the agent asks on.
 TURNS = [TOOL_REPLY, TOOL_REPLY, ANSWER_REPLY, TOOL_REPLY, ANSWER_REPLY]
@@ -50,7 +53,9 @@ HISTORY_MODE = llm_call_pb2.HistoryMode
 
 @pytest.fixture(scope="module")
 def thinking_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    model = generate_tiny_model(tmp_path_factory.mktemp("thinking_model"), TinyModelSpec(chat_template="chatml-thinking"))
+    model = generate_tiny_model(
+        tmp_path_factory.mktemp("thinking_model"), TinyModelSpec(chat_template="chatml-thinking")
+    )
     config = VllmLaunchConfig(
         model_path=model, port=free_port(), python=inference_python(), served_model_name=MODEL,
         log_path=tmp_path_factory.mktemp("thinking-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
@@ -61,12 +66,16 @@ def thinking_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServ
 
 @pytest.fixture(scope="module")
 def stack(module_services, thinking_vllm, tmp_path_factory) -> Iterator[TrainingStack]:
-    stack = start_training_stack(module_services, thinking_vllm, tmp_path_factory.mktemp("history-modes"))
+    stack = start_training_stack(
+        module_services, thinking_vllm, tmp_path_factory.mktemp("history-modes")
+    )
     previous = parity.current_config()
     parity.configure(ingest_url=f"http://127.0.0.1:{stack.http_port}", assembler_address=stack.assembler.address,
                      store_address=stack.store.address)  # fmt: skip
     yield stack
-    parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")})
+    parity.configure(
+        **{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")}
+    )
 
 
 def ids(packed: bytes) -> list[int]:
@@ -97,12 +106,17 @@ async def ask(client: Any, messages: list[dict], regex: str, stream: bool) -> tu
         events.append(frozenset(kind for kind, present in kinds.items() if present))
         content += delta.content or ""
         for call in delta.tool_calls or ():
-            merged = calls.setdefault(call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            merged = calls.setdefault(
+                call.index,
+                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+            )
             merged["id"] = call.id or merged["id"]
             merged["function"]["name"] += (call.function and call.function.name) or ""
             merged["function"]["arguments"] += (call.function and call.function.arguments) or ""
         finish = chunk.choices[0].finish_reason or finish
-    message = {"role": "assistant", "content": content} | ({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})
+    message = {"role": "assistant", "content": content} | (
+        {"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {}
+    )
     # The role alone first, the finish reason last, and which kinds of delta came between: how many chunks a
     # reply takes (vLLM merges steps when its reader falls behind) is the sampler's and the network's business.
     answer_events = [e for e in events if e != "usage"]
@@ -156,7 +170,9 @@ def run(agent, mode: str, name: str, count: int = 2) -> list:
 
 
 def trajectory(stack: TrainingStack, session_id: str):
-    request = assembler_pb.GetTrajectoryRequest(session_id=session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL)
+    request = assembler_pb.GetTrajectoryRequest(
+        session_id=session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL
+    )
     return AssemblerClient(stack.assembler.address).get_trajectory(request).trajectory
 
 
@@ -172,7 +188,9 @@ def rendered(stack: TrainingStack, call: llm_call_pb2.LlmCall) -> list[int]:
     """What vLLM's own render gives the call's request: the prompt a deployment would have sent."""
     request = json.loads(call.request_json)
     body = {"model": MODEL, "messages": request["messages"], "tools": request["tools"]}
-    return httpx.post(f"{stack.vllm.base_url}/v1/chat/completions/render", json=body, timeout=60).json()["token_ids"]
+    return httpx.post(
+        f"{stack.vllm.base_url}/v1/chat/completions/render", json=body, timeout=60
+    ).json()["token_ids"]
 
 
 def test_as_deployed_calls_are_token_exact_and_the_rewritten_history_splits_counted(stack) -> None:
@@ -180,7 +198,10 @@ def test_as_deployed_calls_are_token_exact_and_the_rewritten_history_splits_coun
         calls = calls_of(stack, result.session_id)
         assert len(calls) == len(TURNS)
         for call in calls:
-            assert call.history_mode == HISTORY_MODE.HISTORY_MODE_AS_DEPLOYED and not call.history_fallback
+            assert (
+                call.history_mode == HISTORY_MODE.HISTORY_MODE_AS_DEPLOYED
+                and not call.history_fallback
+            )
             assert ids(call.prompt_token_ids) == rendered(stack, call)
         view = trajectory(stack, result.session_id)
         assert view.history_mode == HISTORY_MODE.HISTORY_MODE_AS_DEPLOYED
@@ -195,7 +216,9 @@ def test_exact_history_trains_a_five_turn_tool_agent_as_one_sequence(stack, stre
     deployed = run(tool_agent(stream), "as_deployed", f"shape-{stream}", count=1)
     for result in run(tool_agent(stream), "exact_history", f"exact-{stream}"):
         calls = calls_of(stack, result.session_id)
-        assert [c.history_mode for c in calls] == [HISTORY_MODE.HISTORY_MODE_EXACT_HISTORY] * len(TURNS)
+        assert [c.history_mode for c in calls] == [HISTORY_MODE.HISTORY_MODE_EXACT_HISTORY] * len(
+            TURNS
+        )
         assert [c.history_fallback for c in calls] == [""] * len(TURNS)
         sequence: list[int] = []
         for call in calls:
@@ -244,16 +267,29 @@ def test_an_agent_that_edits_its_opening_starts_a_new_conversation(stack) -> Non
     calls = calls_of(stack, result.session_id)
     assert [c.history_fallback for c in calls] == [""] * 5
     view = trajectory(stack, result.session_id)
-    assert (view.split_count, view.thread_count, len(view.samples), view.merged_call_count) == (0, 2, 2, 3)
-    assert [list(s.call_ids) for s in view.samples] == [[c.call_id for c in calls[:2]], [c.call_id for c in calls[2:]]]
+    assert (view.split_count, view.thread_count, len(view.samples), view.merged_call_count) == (
+        0,
+        2,
+        2,
+        3,
+    )
+    assert [list(s.call_ids) for s in view.samples] == [
+        [c.call_id for c in calls[:2]],
+        [c.call_id for c in calls[2:]],
+    ]
 
 
 def anthropic_agent(task: dict) -> float:
-    client = anthropic.Anthropic(base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0)
+    client = anthropic.Anthropic(
+        base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0
+    )
     messages: list[MessageParam] = [{"role": "user", "content": task["prompt"]}]
     for _ in range(3):
         reply = client.messages.create(model=MODEL, max_tokens=12, messages=messages)
-        messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "And then?"}]
+        messages += [
+            {"role": "assistant", "content": reply.content},
+            {"role": "user", "content": "And then?"},
+        ]
     return 1.0
 
 
@@ -270,11 +306,15 @@ def responses_agent(task: dict) -> float:
     (anthropic_agent, llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES),
     (responses_agent, llm_call_pb2.CALL_ENDPOINT_RESPONSES),
 ], ids=["messages", "responses"])  # fmt: skip
-def test_exact_history_serves_the_messages_and_responses_apis_as_one_sequence(stack, agent, endpoint) -> None:
+def test_exact_history_serves_the_messages_and_responses_apis_as_one_sequence(
+    stack, agent, endpoint
+) -> None:
     for result in run(agent, "exact_history", f"exact-{endpoint}"):
         calls = calls_of(stack, result.session_id)
         assert [c.endpoint for c in calls] == [endpoint] * 3
-        assert [(c.history_mode, c.history_fallback) for c in calls] == [(HISTORY_MODE.HISTORY_MODE_EXACT_HISTORY, "")] * 3
+        assert [(c.history_mode, c.history_fallback) for c in calls] == [
+            (HISTORY_MODE.HISTORY_MODE_EXACT_HISTORY, "")
+        ] * 3
         view = trajectory(stack, result.session_id)
         assert view.split_count == 0 and len(view.samples) == 1 and view.merged_call_count == 2
 
@@ -301,7 +341,9 @@ async def thinking_chat_agent(task: dict[str, Any]) -> float:
     return sum(shares) / len(shares)
 
 
-def test_a_short_training_run_in_exact_history_completes_and_its_reward_rises(stack, tmp_path) -> None:
+def test_a_short_training_run_in_exact_history_completes_and_its_reward_rises(
+    stack, tmp_path
+) -> None:
     tasks = [{"id": f"t{n}", "prompt": prompt} for n, prompt in enumerate(
         ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."])]  # fmt: skip
     result = parity.train(
@@ -311,7 +353,11 @@ def test_a_short_training_run_in_exact_history_completes_and_its_reward_rises(st
     )  # fmt: skip
     assert result.state == "completed", result.error
     assert result.history_mode == "exact_history"
-    assert result.merge_rate == 1.0 and not result.splits and result.tokens_trained == result.tokens_unique
+    assert (
+        result.merge_rate == 1.0
+        and not result.splits
+        and result.tokens_trained == result.tokens_unique
+    )
     # The rise is the trend of every rollout's reward across the 16 steps (each prompt's own mean taken out), with
     # its standard error: no rollouts beyond the run's own. Measured on 128 rollouts: 0.349 -> 0.570 fitted, gain
     # 0.221, SE 0.029, z 7.7 (123 degrees of freedom); passes at z >= 3.16 (Student's t), which a run that learns
@@ -327,12 +373,17 @@ def interleaved_agent(rounds: int, threads: tuple[str, ...] = ("", "")):
 
     async def agent(task: dict) -> float:
         client = parity.get_async_chat_client()
-        histories = [[{"role": "user", "content": f"{task['prompt']} Part {t}."}] for t in range(len(threads))]
+        histories = [
+            [{"role": "user", "content": f"{task['prompt']} Part {t}."}]
+            for t in range(len(threads))
+        ]
         for _ in range(rounds):
             for name, messages in zip(threads, histories, strict=True):
                 if name:
                     with parity.thread(name):
-                        message, _ = await ask(parity.get_async_chat_client(), messages, ANSWER_REPLY, stream=False)
+                        message, _ = await ask(
+                            parity.get_async_chat_client(), messages, ANSWER_REPLY, stream=False
+                        )
                 else:
                     message, _ = await ask(client, messages, ANSWER_REPLY, stream=False)
                 messages += [message, {"role": "user", "content": "And then?"}]
@@ -350,11 +401,19 @@ def test_interleaved_threads_in_exact_history_train_each_token_once(stack) -> No
     calls = calls_of(stack, result.session_id)
     assert len(calls) == 16 and [c.history_fallback for c in calls] == [""] * 16
     view = trajectory(stack, result.session_id)
-    assert (view.thread_count, view.split_count, view.merged_call_count, len(view.samples)) == (2, 0, 14, 2)
+    assert (view.thread_count, view.split_count, view.merged_call_count, len(view.samples)) == (
+        2,
+        0,
+        14,
+        2,
+    )
     # Unique tokens: what each conversation's last call saw and sampled.
     last = {s.thread_index: s.call_ids[-1] for s in view.samples}
     by_id = {c.call_id: c for c in calls}
-    unique = sum(len(ids(by_id[c].prompt_token_ids)) + len(ids(by_id[c].choices[0].token_ids)) for c in last.values())
+    unique = sum(
+        len(ids(by_id[c].prompt_token_ids)) + len(ids(by_id[c].choices[0].token_ids))
+        for c in last.values()
+    )
     assert view.token_count == view.unique_token_count == unique
     placed = [c for s in view.samples for c in s.call_ids]
     assert sorted(placed) == sorted(by_id)
@@ -362,7 +421,9 @@ def test_interleaved_threads_in_exact_history_train_each_token_once(stack) -> No
         mask = np.frombuffer(sample.loss_mask, dtype=np.uint8)
         sampled = [t for c in sample.call_ids for t in ids(by_id[c].choices[0].token_ids)]
         assert np.frombuffer(sample.token_ids, dtype="<i4")[mask == 1].tolist() == sampled
-    assert {s.thread_index: [c.call_id for c in calls].index(s.call_ids[0]) % 2 for s in view.samples} == {0: 0, 1: 1}
+    assert {
+        s.thread_index: [c.call_id for c in calls].index(s.call_ids[0]) % 2 for s in view.samples
+    } == {0: 0, 1: 1}
 
 
 def test_named_threads_are_recorded_kept_apart_and_rewarded_on_their_own(stack) -> None:

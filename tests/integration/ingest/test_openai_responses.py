@@ -37,7 +37,11 @@ def ids(packed: bytes) -> list[int]:
 
 def merged_types(types: list[str]) -> list[str]:
     """Event types with each run of deltas counted once."""
-    return [kind for index, kind in enumerate(types) if not (kind.endswith(".delta") and index and types[index - 1] == kind)]
+    return [
+        kind
+        for index, kind in enumerate(types)
+        if not (kind.endswith(".delta") and index and types[index - 1] == kind)
+    ]
 
 
 def rendered(vllm_server, request: dict) -> list[int]:
@@ -46,15 +50,23 @@ def rendered(vllm_server, request: dict) -> list[int]:
     return response.json()["token_ids"]
 
 
-def test_a_response_is_captured_token_exactly_and_answers_as_vllm_does(ingest_stack, vllm_server) -> None:
+def test_a_response_is_captured_token_exactly_and_answers_as_vllm_does(
+    ingest_stack, vllm_server
+) -> None:
     request = {"model": vllm_server.model_name, "input": "What is 2 + 3?", "instructions": "Answer briefly.",
                "max_output_tokens": 12, "temperature": 0}  # fmt: skip
     response = client(ingest_stack, "responses-plain").responses.create(**request)
     [call] = ingest_stack.wait_for_calls("responses-plain", 1)
-    assert call.endpoint == llm_call_pb2.CALL_ENDPOINT_RESPONSES and response.id == f"resp_{call.call_id}"
+    assert (
+        call.endpoint == llm_call_pb2.CALL_ENDPOINT_RESPONSES
+        and response.id == f"resp_{call.call_id}"
+    )
     assert ids(call.prompt_token_ids) == rendered(vllm_server, request)
     tokenizer = AutoTokenizer.from_pretrained(vllm_server.config.model_path)
-    assert tokenizer.decode(ids(call.choices[0].token_ids), skip_special_tokens=True) == response.output_text
+    assert (
+        tokenizer.decode(ids(call.choices[0].token_ids), skip_special_tokens=True)
+        == response.output_text
+    )
 
     direct = httpx.post(f"{vllm_server.base_url}/v1/responses", json=request, timeout=60).json()
     ours = response.model_dump(mode="json")
@@ -63,8 +75,12 @@ def test_a_response_is_captured_token_exactly_and_answers_as_vllm_does(ingest_st
         assert ours[key] == direct[key], key
     assert ours["usage"]["input_tokens"] == direct["usage"]["input_tokens"]
     assert ours["usage"]["output_tokens"] == direct["usage"]["output_tokens"]
-    assert [(i["type"], i.get("role"), [c["text"] for c in i.get("content") or []]) for i in ours["output"]] == [
-        (i["type"], i.get("role"), [c["text"] for c in i.get("content") or []]) for i in direct["output"]
+    assert [
+        (i["type"], i.get("role"), [c["text"] for c in i.get("content") or []])
+        for i in ours["output"]
+    ] == [
+        (i["type"], i.get("role"), [c["text"] for c in i.get("content") or []])
+        for i in direct["output"]
     ]
 
 
@@ -76,11 +92,17 @@ def test_streamed_events_match_vllms(ingest_stack, vllm_server) -> None:
               timeout=60).iter_lines() if line.startswith("data: ")]  # fmt: skip
     assert [event.sequence_number for event in ours] == list(range(len(ours)))
     # vLLM sends as many tokens per delta as its engine step produced, which varies run to run.
-    assert merged_types([event.type for event in ours]) == merged_types([event["type"] for event in direct])
+    assert merged_types([event.type for event in ours]) == merged_types(
+        [event["type"] for event in direct]
+    )
     deltas = [event.delta for event in ours if event.type == "response.output_text.delta"]
-    assert "".join(deltas) == "".join(event["delta"] for event in direct if event["type"] == "response.output_text.delta")
+    assert "".join(deltas) == "".join(
+        event["delta"] for event in direct if event["type"] == "response.output_text.delta"
+    )
     completed = ours[-1].response
-    assert completed.status == direct[-1]["response"]["status"] and completed.output_text == "".join(deltas)
+    assert completed.status == direct[-1]["response"][
+        "status"
+    ] and completed.output_text == "".join(deltas)
     [call] = ingest_stack.wait_for_calls("responses-stream", 1)
     assert call.streamed and completed.id == f"resp_{call.call_id}"
 
@@ -94,12 +116,17 @@ def test_a_function_call_chain_continues_by_previous_response_id_even_after_a_re
     )  # fmt: skip
     [call_item] = [item for item in first.output if item.type == "function_call"]
     assert call_item.name == "calculator"
-    second_input: list[ResponseInputItemParam] = [{"type": "function_call_output", "call_id": call_item.call_id, "output": "5"}]
+    second_input: list[ResponseInputItemParam] = [
+        {"type": "function_call_output", "call_id": call_item.call_id, "output": "5"}
+    ]
     second = client(ingest_stack, "responses-chain").responses.create(
         model=vllm_server.model_name, previous_response_id=first.id, input=second_input, tools=[ADD_TOOL],
         max_output_tokens=8, temperature=0,
     )  # fmt: skip
-    calls = sorted(ingest_stack.wait_for_calls("responses-chain", 2), key=lambda c: c.timings.start_time.ToNanoseconds())
+    calls = sorted(
+        ingest_stack.wait_for_calls("responses-chain", 2),
+        key=lambda c: c.timings.start_time.ToNanoseconds(),
+    )
     # The chained request's prompt is the whole conversation as one request would render it.
     whole: dict[str, Any] = {"model": vllm_server.model_name, "tools": [ADD], "input": [
         {"type": "message", "role": "user", "content": "What is 2 + 3?"},
@@ -109,22 +136,34 @@ def test_a_function_call_chain_continues_by_previous_response_id_even_after_a_re
     assert ids(calls[1].prompt_token_ids) == rendered(vllm_server, whole)
 
     # Another ingest on the same store, which never saw the chain, continues it from the store.
-    fresh, http_port = start_ingest(module_services, ingest_stack.store.address, vllm_server.base_url, tmp_path / "spool.db")
+    fresh, http_port = start_ingest(
+        module_services, ingest_stack.store.address, vllm_server.base_url, tmp_path / "spool.db"
+    )
     third = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/sessions/responses-chain/v1", api_key="k").responses.create(
         model=vllm_server.model_name, previous_response_id=second.id, input="Thanks.", tools=[ADD_TOOL], max_output_tokens=4,
     )  # fmt: skip
-    calls = sorted(ingest_stack.wait_for_calls("responses-chain", 3), key=lambda c: c.timings.start_time.ToNanoseconds())
-    assert ids(calls[2].prompt_token_ids)[: len(ids(calls[1].prompt_token_ids))] == ids(calls[1].prompt_token_ids)
+    calls = sorted(
+        ingest_stack.wait_for_calls("responses-chain", 3),
+        key=lambda c: c.timings.start_time.ToNanoseconds(),
+    )
+    assert ids(calls[2].prompt_token_ids)[: len(ids(calls[1].prompt_token_ids))] == ids(
+        calls[1].prompt_token_ids
+    )
     assert third.previous_response_id == second.id
 
     with pytest.raises(openai.NotFoundError) as missing:
         client(ingest_stack, "responses-chain").responses.create(
             model=vllm_server.model_name, previous_response_id="resp_nothing_like_it", input="hi"
         )
-    assert isinstance(missing.value.body, dict) and missing.value.body["param"] == "previous_response_id"
+    assert (
+        isinstance(missing.value.body, dict)
+        and missing.value.body["param"] == "previous_response_id"
+    )
 
 
-def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(ingest_stack, vllm_server) -> None:
+def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(
+    ingest_stack, vllm_server
+) -> None:
     from agents import (
         Agent,
         OpenAIResponsesModel,
@@ -147,14 +186,18 @@ def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(ingest_
 
     async def run() -> None:
         try:
-            await Runner.run(agent, "What is 2 + 3?", max_turns=2, run_config=RunConfig(tracing_disabled=True))
+            await Runner.run(
+                agent, "What is 2 + 3?", max_turns=2, run_config=RunConfig(tracing_disabled=True)
+            )
         except Exception as error:  # noqa: BLE001 - a random model may call the tool badly or run out of turns
             assert type(error).__name__ in ("MaxTurnsExceeded", "ModelBehaviorError"), error
 
     asyncio.run(run())
     calls = ingest_stack.wait_for_calls("agents-sdk", 1)
     assert calls and all(c.endpoint == llm_call_pb2.CALL_ENDPOINT_RESPONSES for c in calls)
-    assert all(c.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED and c.choices[0].token_ids for c in calls)
+    assert all(
+        c.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED and c.choices[0].token_ids for c in calls
+    )
 
 
 @pytest.mark.parametrize(
@@ -168,7 +211,9 @@ def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(ingest_
         ({"input": "hi", "tools": [{"type": "file_search"}]}, "tools.0.type", "only function tools"),
     ],
 )  # fmt: skip
-def test_bad_input_gets_openais_error_shape_naming_the_field(ingest_stack, vllm_server, extra, param, fragment) -> None:
+def test_bad_input_gets_openais_error_shape_naming_the_field(
+    ingest_stack, vllm_server, extra, param, fragment
+) -> None:
     session = f"responses-bad-{param.replace('.', '-')}"
     with pytest.raises(openai.BadRequestError) as raised:
         client(ingest_stack, session).responses.create(model=vllm_server.model_name, **extra)
@@ -181,6 +226,11 @@ def test_a_websocket_handshake_is_refused_so_clients_fall_back_to_http(ingest_st
     # Codex CLI tries the Responses API over a WebSocket first, and uses HTTP when refused.
     upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
-    refused = httpx.get(f"{ingest_stack.session_url('websocket')}/responses", headers=upgrade, timeout=10)
+    refused = httpx.get(
+        f"{ingest_stack.session_url('websocket')}/responses", headers=upgrade, timeout=10
+    )
     assert refused.status_code == 403
-    assert httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health", timeout=10).status_code == 200
+    assert (
+        httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health", timeout=10).status_code
+        == 200
+    )

@@ -68,7 +68,11 @@ def test_an_ingest_started_during_a_sync_is_held_at_the_fleet_version_and_serves
         assert held.result(timeout=30).status_code == 200
     seen = stats(joiner)
     assert (seen.paused, seen.joining, seen.policy_version) == (False, False, 7)
-    calls = StoreClient(store.address).list_calls(store_pb.ListCallsRequest(session_id="joiner-held")).calls
+    calls = (
+        StoreClient(store.address)
+        .list_calls(store_pb.ListCallsRequest(session_id="joiner-held"))
+        .calls
+    )
     assert [call.policy_version for call in calls] == [7]
     assert '"peers_resumed"' in joiner.log()
 
@@ -79,7 +83,14 @@ def test_the_trainer_resuming_a_held_ingest_lifts_its_hold_and_ingests_restarted
     store = launcher.start("store", "--url", "memory://")
     first, _ = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "first.db")
     IngestClient(first.address).pause_traffic(pb.PauseTrafficRequest())
-    held, _ = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "held.db", "--peers", first.address)
+    held, _ = start_ingest(
+        launcher,
+        store.address,
+        vllm_server.base_url,
+        tmp_path / "held.db",
+        "--peers",
+        first.address,
+    )
     assert stats(held).joining
     sync_to(held, 2)  # the trainer found it mid-sync: its resume is the newer word
     assert not stats(held).paused and stats(first).paused
@@ -88,19 +99,41 @@ def test_the_trainer_resuming_a_held_ingest_lifts_its_hold_and_ingests_restarted
     # paused peer dies: each sees only the other, joining, and both serve.
     a_port, b_port = free_port(), free_port()
     peers = f"{first.address},127.0.0.1:{a_port},127.0.0.1:{b_port}"
-    a, _ = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "a.db", "--peers", peers, port=a_port)
-    b, _ = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "b.db", "--peers", peers, port=b_port)
+    a, _ = start_ingest(
+        launcher,
+        store.address,
+        vllm_server.base_url,
+        tmp_path / "a.db",
+        "--peers",
+        peers,
+        port=a_port,
+    )
+    b, _ = start_ingest(
+        launcher,
+        store.address,
+        vllm_server.base_url,
+        tmp_path / "b.db",
+        "--peers",
+        peers,
+        port=b_port,
+    )
     assert stats(a).joining and stats(b).joining
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
-    eventually(lambda: not stats(a).paused and not stats(b).paused, timeout_s=20, what="both joiners serving")
+    eventually(
+        lambda: not stats(a).paused and not stats(b).paused,
+        timeout_s=20,
+        what="both joiners serving",
+    )
 
 
 def test_a_restarted_ingest_goes_on_at_the_version_it_was_given(
     launcher: ServiceLauncher, vllm_server, tmp_path: Path
 ) -> None:
     store = launcher.start("store", "--url", "memory://")
-    ingest, http_port = start_ingest(launcher, store.address, vllm_server.base_url, tmp_path / "spool.db")
+    ingest, http_port = start_ingest(
+        launcher, store.address, vllm_server.base_url, tmp_path / "spool.db"
+    )
     sync_to(ingest, 5)
     ingest.process.send_signal(signal.SIGKILL)
     ingest.process.wait()
@@ -111,5 +144,9 @@ def test_a_restarted_ingest_goes_on_at_the_version_it_was_given(
                                         port=port, http_port=http_port)  # fmt: skip
     assert stats(restarted).policy_version == 5
     assert ask(http_port, vllm_server.model_name, "after-restart").status_code == 200
-    calls = StoreClient(store.address).list_calls(store_pb.ListCallsRequest(session_id="after-restart")).calls
+    calls = (
+        StoreClient(store.address)
+        .list_calls(store_pb.ListCallsRequest(session_id="after-restart"))
+        .calls
+    )
     assert [call.policy_version for call in calls] == [5]

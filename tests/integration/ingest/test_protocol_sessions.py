@@ -19,7 +19,13 @@ from parity.clients import AssemblerClient
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
-PROMPTS = ["What is 2 + 3?", "Name a color.", "Count to three.", "Say yes or no.", "Add four and five."]
+PROMPTS = [
+    "What is 2 + 3?",
+    "Name a color.",
+    "Count to three.",
+    "Say yes or no.",
+    "Add four and five.",
+]
 # A random model's reply re-renders to other ids than the sampled ones now and then, which splits a session
 # (token-exact, counted); temperature 0 makes which ones do the same on every run.
 SAMPLING: dict[str, Any] = {"temperature": 0}
@@ -31,10 +37,17 @@ def ids(packed: bytes) -> list[int]:
 
 def anthropic_agent(model: str):
     def agent(task: dict) -> float:
-        client = anthropic.Anthropic(base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0)
+        client = anthropic.Anthropic(
+            base_url=parity.session_url(api="anthropic"), api_key="any-key", max_retries=0
+        )
         messages: list[MessageParam] = [{"role": "user", "content": task["prompt"]}]
-        first = client.messages.create(model=model, max_tokens=4, messages=messages, extra_body=SAMPLING)
-        messages += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "And again?"}]
+        first = client.messages.create(
+            model=model, max_tokens=4, messages=messages, extra_body=SAMPLING
+        )
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": "And again?"},
+        ]
         client.messages.create(model=model, max_tokens=4, messages=messages, extra_body=SAMPLING)
         return 1.0
 
@@ -44,7 +57,9 @@ def anthropic_agent(model: str):
 def responses_agent(model: str):
     def agent(task: dict) -> float:
         client = openai.OpenAI(base_url=parity.session_url(), api_key="any-key", max_retries=0)
-        first = client.responses.create(model=model, max_output_tokens=4, input=task["prompt"], **SAMPLING)
+        first = client.responses.create(
+            model=model, max_output_tokens=4, input=task["prompt"], **SAMPLING
+        )
         client.responses.create(model=model, max_output_tokens=4, input="And again?", previous_response_id=first.id,
                                 **SAMPLING)  # fmt: skip
         return 1.0
@@ -56,7 +71,9 @@ def responses_agent(model: str):
     ("messages", anthropic_agent, llm_call_pb2.CALL_ENDPOINT_ANTHROPIC_MESSAGES),
     ("responses", responses_agent, llm_call_pb2.CALL_ENDPOINT_RESPONSES),
 ])  # fmt: skip
-def test_two_turn_sessions_merge_into_one_token_exact_sample(full_stack, vllm_server, protocol, make_agent, endpoint) -> None:
+def test_two_turn_sessions_merge_into_one_token_exact_sample(
+    full_stack, vllm_server, protocol, make_agent, endpoint
+) -> None:
     tasks = [{"id": f"{protocol}-{n}", "prompt": prompt} for n, prompt in enumerate(PROMPTS)]
     results = engine.run(make_agent(vllm_server.model_name), tasks, rollouts_per_task=1, retries=0, progress=False,
                          run_id=f"merge-{protocol}")  # fmt: skip
@@ -65,7 +82,9 @@ def test_two_turn_sessions_merge_into_one_token_exact_sample(full_stack, vllm_se
     assembler = AssemblerClient(full_stack.assembler.address)
     merged = 0
     for result in results:
-        request = assembler_pb.GetTrajectoryRequest(session_id=result.session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL)
+        request = assembler_pb.GetTrajectoryRequest(
+            session_id=result.session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL
+        )
         trajectory = assembler.get_trajectory(request).trajectory
         calls = full_stack.calls(result.session_id)
         assert [call.endpoint for call in calls] == [endpoint, endpoint]

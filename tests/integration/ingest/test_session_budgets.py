@@ -55,7 +55,9 @@ def responses_turn(root: str, model: str, headers: dict[str, str]) -> Callable[[
 APIStatusError = openai.APIStatusError | anthropic.APIStatusError
 
 
-def run_turns(turn: Callable[[], object], count: int, took: list[float] | None = None) -> tuple[int, list[APIStatusError]]:
+def run_turns(
+    turn: Callable[[], object], count: int, took: list[float] | None = None
+) -> tuple[int, list[APIStatusError]]:
     """Up to `count` turns, as an agent that goes on after an error would: how many were served, and the errors;
     each turn's seconds appended to `took`."""
     served, errors = 0, list[APIStatusError]()
@@ -179,12 +181,23 @@ def test_the_serving_default_caps_sessions_that_set_none_and_a_sessions_own_cap_
         assert run_turns(chat_turn(root, model, {}), 3)[0] == 3, (
             "calls of no session are never capped"
         )
-        overrun = {"model": model, "max_tokens": 2040, "messages": [{"role": "user", "content": "Hi"}]}
-        refused = httpx.post(f"{root}/sessions/default-refuses/v1/chat/completions", json=overrun, timeout=60)
-        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "context_length_exceeded")
+        overrun = {
+            "model": model,
+            "max_tokens": 2040,
+            "messages": [{"role": "user", "content": "Hi"}],
+        }
+        refused = httpx.post(
+            f"{root}/sessions/default-refuses/v1/chat/completions", json=overrun, timeout=60
+        )
+        assert (refused.status_code, refused.json()["error"]["code"]) == (
+            400,
+            "context_length_exceeded",
+        )
         own = httpx.post(f"{root}/sessions/own-clamp/v1/chat/completions", json=overrun, timeout=120,
                          headers={"X-Parity-Budget": "context=clamp"})  # fmt: skip
-        assert own.status_code == 200, "the session's own clamp holds over the default: served, cut if it runs long"
+        assert own.status_code == 200, (
+            "the session's own clamp holds over the default: served, cut if it runs long"
+        )
     finally:
         ingest.terminate()
 
@@ -236,18 +249,25 @@ def test_a_prompt_past_the_context_is_refused_as_context_length_exceeded_and_rec
     assert (call.outcome, call.session_cap, call.endpoint) == (CAPPED, "context", endpoint)
 
 
-def test_a_reply_that_would_outgrow_the_context_is_cut_to_fit_with_finish_reason_length(ingest_stack, vllm_server) -> None:
+def test_a_reply_that_would_outgrow_the_context_is_cut_to_fit_with_finish_reason_length(
+    ingest_stack, vllm_server
+) -> None:
     model = vllm_server.model_name
 
     def ask(session_id: str, words: int, max_tokens: int):
-        client = openai.OpenAI(base_url=ingest_stack.session_url(session_id), api_key="any", max_retries=0)
+        client = openai.OpenAI(
+            base_url=ingest_stack.session_url(session_id), api_key="any", max_retries=0
+        )
         return client.chat.completions.create(
             model=model, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True},
             messages=[{"role": "user", "content": " ".join(["word"] * words)}],
         )  # fmt: skip
 
     # A prompt some 30 tokens short of the context, sized from two probes of the template and the tokenizer.
-    small, large = ask("cut-probe", 10, 1).usage.prompt_tokens, ask("cut-probe", 410, 1).usage.prompt_tokens
+    small, large = (
+        ask("cut-probe", 10, 1).usage.prompt_tokens,
+        ask("cut-probe", 410, 1).usage.prompt_tokens,
+    )
     words = 10 + int((2018 - small) * 400 / (large - small))
     reply = ask("cut-to-fit", words, 500)
     assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens < 500
@@ -260,14 +280,18 @@ def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_o
     ingest_stack, vllm_server
 ) -> None:  # fmt: skip
     model, root = vllm_server.model_name, f"http://127.0.0.1:{ingest_stack.http_port}"
-    refusing = session_slug.encode(SessionRef("refuses-chat", budget=SessionBudget(context="refuse")))
+    refusing = session_slug.encode(
+        SessionRef("refuses-chat", budget=SessionBudget(context="refuse"))
+    )
     chat = openai.OpenAI(base_url=f"{root}/sessions/{refusing}/v1", api_key="any", max_retries=0)
     question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
     fits = chat.chat.completions.create(model=model, max_tokens=8, messages=question)
     assert fits.usage is not None
     prompt_tokens = fits.usage.prompt_tokens
     with pytest.raises(openai.BadRequestError) as refused:
-        chat.chat.completions.create(model=model, max_tokens=2049 - prompt_tokens, messages=question)
+        chat.chat.completions.create(
+            model=model, max_tokens=2049 - prompt_tokens, messages=question
+        )
     assert refused.value.code == "context_length_exceeded"
     assert (f"you requested 2049 tokens ({prompt_tokens} in the messages, {2049 - prompt_tokens} in the completion)"
             in refused.value.message)  # fmt: skip
@@ -275,14 +299,20 @@ def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_o
     anthropic_client = anthropic.Anthropic(base_url=f"{root}/sessions/refuses-messages", api_key="any", max_retries=0,
                                            default_headers={"X-Parity-Budget": "context=refuse"})  # fmt: skip
     with pytest.raises(anthropic.BadRequestError, match="the session's context policy is refuse"):
-        anthropic_client.messages.create(model=model, max_tokens=2048, messages=[{"role": "user", "content": "Hi"}])
+        anthropic_client.messages.create(
+            model=model, max_tokens=2048, messages=[{"role": "user", "content": "Hi"}]
+        )
 
     # exact_history counts the session's exact ids: its second call continues the first's.
     exact = session_slug.encode(SessionRef("refuses-exact", history_mode="exact_history",
                                            budget=SessionBudget(context="refuse")))  # fmt: skip
     client = openai.OpenAI(base_url=f"{root}/sessions/{exact}/v1", api_key="any", max_retries=0)
     first = client.chat.completions.create(model=model, max_tokens=6, messages=question)
-    history: list[ChatCompletionMessageParam] = [*question, {"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "More"}]
+    history: list[ChatCompletionMessageParam] = [
+        *question,
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "More"},
+    ]
     with pytest.raises(openai.BadRequestError, match="the session's context policy is refuse"):
         client.chat.completions.create(model=model, max_tokens=2040, messages=history)
 
@@ -290,6 +320,13 @@ def test_a_session_that_refuses_overruns_is_refused_before_anything_is_sampled_o
         calls = ingest_stack.calls_after_flush(session_id)
         capped = [c for c in calls if c.outcome == CAPPED]
         assert len(calls) - len(capped) == served and len(capped) == 1, session_id
-        assert capped[0].session_cap == "context" and not capped[0].choices, "refused unsent, recorded as the cap"
-    (refused_exact,) = [c for c in ingest_stack.calls_after_flush("refuses-exact") if c.outcome == CAPPED]
-    assert refused_exact.history_mode == llm_call_pb2.HISTORY_MODE_EXACT_HISTORY and not refused_exact.history_fallback
+        assert capped[0].session_cap == "context" and not capped[0].choices, (
+            "refused unsent, recorded as the cap"
+        )
+    (refused_exact,) = [
+        c for c in ingest_stack.calls_after_flush("refuses-exact") if c.outcome == CAPPED
+    ]
+    assert (
+        refused_exact.history_mode == llm_call_pb2.HISTORY_MODE_EXACT_HISTORY
+        and not refused_exact.history_fallback
+    )

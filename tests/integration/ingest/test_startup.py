@@ -26,7 +26,9 @@ def test_a_port_in_use_stops_ingest_with_the_reason_and_nothing_left_open(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        ports = {"--port": str(free_port()), "--http-port": str(free_port())} | {taken_flag: str(port)}
+        ports = {"--port": str(free_port()), "--http-port": str(free_port())} | {
+            taken_flag: str(port)
+        }
         result = subprocess.run(
             [sys.executable, "-m", "parity.cli", "ingest", "serve", *(arg for item in ports.items() for arg in item),
              "--upstreams", "http://127.0.0.1:9", "--store", "127.0.0.1:9", "--spool-path", str(tmp_path / "spool.db")],

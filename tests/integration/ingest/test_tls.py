@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 TOKENS = {role: f"{role}-token-{'y' * 16}" for role in ("read", "agent", "service")}
 
 
-def test_agents_reach_ingest_over_https_and_calls_reach_the_store_over_tls(module_services, vllm_server, tmp_path) -> None:
+def test_agents_reach_ingest_over_https_and_calls_reach_the_store_over_tls(
+    module_services, vllm_server, tmp_path
+) -> None:
     certificates = LocalCertificateAuthority(tmp_path)
     ca = str(certificates.ca_file)
     table = tmp_path / "tokens"
@@ -66,7 +68,9 @@ def test_agents_reach_ingest_over_https_and_calls_reach_the_store_over_tls(modul
     with open_channel(store.address, security=reader) as channel:
         stub = store_grpc.TokenStoreServiceStub(channel)
         for session in ("tls-openai", "tls-anthropic"):
-            [call] = stub.ListCalls(store_pb.ListCallsRequest(session_id=session, view=store_pb.CALL_VIEW_FULL)).calls
+            [call] = stub.ListCalls(
+                store_pb.ListCallsRequest(session_id=session, view=store_pb.CALL_VIEW_FULL)
+            ).calls
             assert call.prompt_token_ids and call.choices[0].token_ids
 
     grpcurl = subprocess.run(

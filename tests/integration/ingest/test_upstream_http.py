@@ -25,7 +25,11 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
     return head + await reader.readexactly(length)
 
 
@@ -45,7 +49,9 @@ async def scripted_server(handler: Handler) -> tuple[asyncio.Server, str]:
 
 
 @contextlib.asynccontextmanager
-async def aiohttp_server(app: web.Application, keepalive_timeout: float = 75.0) -> AsyncIterator[str]:
+async def aiohttp_server(
+    app: web.Application, keepalive_timeout: float = 75.0
+) -> AsyncIterator[str]:
     runner = web.AppRunner(app, keepalive_timeout=keepalive_timeout)
     await runner.setup()
     port = free_port()
@@ -67,7 +73,9 @@ def peer_echo_app(peers: list[tuple[str, int]]) -> web.Application:
     return app
 
 
-async def post_and_read(pool: UpstreamPool, base_url: str, body: bytes = b'{"n": 1}') -> tuple[int, bytes]:
+async def post_and_read(
+    pool: UpstreamPool, base_url: str, body: bytes = b'{"n": 1}'
+) -> tuple[int, bytes]:
     response = await pool.post(base_url, "/v1/chat/completions", body)
     try:
         return response.status, await response.read()
@@ -80,10 +88,15 @@ async def test_connections_are_kept_alive_and_reused() -> None:
     async with aiohttp_server(peer_echo_app(peers)) as base_url:
         pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
         for n in range(5):
-            assert await post_and_read(pool, f"{base_url}/prefix", f'{{"n": {n}}}'.encode()) == (200, f'{{"n": {n}}}'.encode())
+            assert await post_and_read(pool, f"{base_url}/prefix", f'{{"n": {n}}}'.encode()) == (
+                200,
+                f'{{"n": {n}}}'.encode(),
+            )
         assert len(set(peers)) == 1
         # Concurrent requests each get a connection of their own, then all stay pooled.
-        results = await asyncio.gather(*(post_and_read(pool, f"{base_url}/prefix") for _ in range(4)))
+        results = await asyncio.gather(
+            *(post_and_read(pool, f"{base_url}/prefix") for _ in range(4))
+        )
         assert all(status == 200 for status, _ in results)
         assert pool.idle_connections() == 4
         await pool.close()
@@ -105,7 +118,9 @@ async def test_a_request_that_meets_a_closing_connection_is_sent_again_on_a_fres
     # written before the close is seen. No request may fail for it.
     requests_seen = 0
 
-    async def answer_once_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer_once_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         nonlocal requests_seen
         await read_request(reader)
         requests_seen += 1
@@ -151,9 +166,13 @@ async def test_streams_arrive_in_pieces_and_a_slow_reader_pauses_the_socket() ->
         await pool.close()
 
 
-async def test_a_body_that_ends_with_the_connection_is_read_whole_and_the_connection_dropped() -> None:
+async def test_a_body_that_ends_with_the_connection_is_read_whole_and_the_connection_dropped() -> (
+    None
+):
     server, base_url = await scripted_server(
-        answer_and_close(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b"y" * 100_000)
+        answer_and_close(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b"y" * 100_000
+        )
     )
     pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
     assert await post_and_read(pool, base_url) == (200, b"y" * 100_000)
@@ -163,7 +182,9 @@ async def test_a_body_that_ends_with_the_connection_is_read_whole_and_the_connec
 
 
 async def test_a_connection_lost_mid_answer_is_an_error_not_a_short_answer() -> None:
-    server, base_url = await scripted_server(answer_and_close(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"z" * 10))
+    server, base_url = await scripted_server(
+        answer_and_close(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"z" * 10)
+    )
     pool = UpstreamPool(connect_timeout_s=5, read_timeout_s=5)
     with pytest.raises(UpstreamConnectionError, match="closed the connection"):
         await post_and_read(pool, base_url)
@@ -180,7 +201,9 @@ async def test_a_malformed_answer_is_an_error() -> None:
 
 
 async def test_stalls_time_out_before_the_headers_and_between_reads() -> None:
-    async def headers_then_stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def headers_then_stall(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         request = await read_request(reader)
         if b"/v1/stall-body" in request:
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
@@ -215,6 +238,8 @@ def test_upstream_urls_must_be_http_with_a_host(url: str) -> None:
 
 
 def test_origins_keep_the_path_prefix_and_default_ports() -> None:
-    assert Origin.parse("https://replica.internal/vllm/") == Origin("replica.internal", 443, True, "/vllm")
+    assert Origin.parse("https://replica.internal/vllm/") == Origin(
+        "replica.internal", 443, True, "/vllm"
+    )
     assert Origin.parse("http://10.0.0.5:8100") == Origin("10.0.0.5", 8100, False, "")
     assert Origin.parse("http://[::1]:8100").host_header == "[::1]:8100"

@@ -43,7 +43,9 @@ _FLOATS = st.one_of(st.floats(width=32), st.sampled_from([0.0, -0.0, 1.0, -1.0])
 _DOUBLES = st.one_of(st.floats(), st.sampled_from([0.0, 1.0, -1.0, 0.5]))
 _STRINGS = st.one_of(
     st.text(max_size=12),
-    st.sampled_from(["", "unassigned", "s", "c", "trainer", "x" * 300, "a\x00b", "a\x1fb", "\u00e9\u4e2d"]),
+    st.sampled_from(
+        ["", "unassigned", "s", "c", "trainer", "x" * 300, "a\x00b", "a\x1fb", "\u00e9\u4e2d"]
+    ),
 )
 _PACKED_INT32 = st.lists(_INT32, max_size=8).map(
     lambda ids: b"".join(i.to_bytes(4, "little", signed=True) for i in ids)
@@ -52,7 +54,9 @@ _PACKED_INT32 = st.lists(_INT32, max_size=8).map(
 _PACKED_FLOAT32 = st.lists(st.integers(0, 2**32 - 1), max_size=8).map(
     lambda bits: b"".join(b.to_bytes(4, "little") for b in bits)
 )
-_BYTES = st.one_of(st.binary(max_size=48), _PACKED_INT32, _PACKED_FLOAT32, st.just(b'{"model": "m"}'))
+_BYTES = st.one_of(
+    st.binary(max_size=48), _PACKED_INT32, _PACKED_FLOAT32, st.just(b'{"model": "m"}')
+)
 
 
 def messages(descriptor: Descriptor, depth: int = DEFAULT_DEPTH) -> st.SearchStrategy[Message]:
@@ -67,10 +71,16 @@ def _message(draw: st.DrawFn, descriptor: Descriptor, depth: int) -> Message:
         if not draw(st.booleans()):
             continue
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            key_field, value_field = (field.message_type.fields_by_name[name] for name in ("key", "value"))
+            key_field, value_field = (
+                field.message_type.fields_by_name[name] for name in ("key", "value")
+            )
             if value_field.message_type is not None and depth <= 1:
                 continue
-            entries = draw(st.dictionaries(_scalar(key_field), _value(value_field, depth - 1), max_size=MAX_REPEATED))
+            entries = draw(
+                st.dictionaries(
+                    _scalar(key_field), _value(value_field, depth - 1), max_size=MAX_REPEATED
+                )
+            )
             target = getattr(made, field.name)
             for key, value in entries.items():
                 if value_field.message_type is not None:

@@ -57,13 +57,17 @@ def services(module_services, token_file, tmp_path_factory) -> dict[str, str]:
             trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name: trainer.address}  # fmt: skip
 
 
-def call(channel: grpc.Channel, method: str, streaming_request: bool, token: str | None) -> grpc.StatusCode:
+def call(
+    channel: grpc.Channel, method: str, streaming_request: bool, token: str | None
+) -> grpc.StatusCode:
     """The status of calling `method` with an empty request; OK or a timeout means it was let through."""
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     try:
         # Bytes in, bytes out: no (de)serializers.
         if streaming_request:
-            stream_stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(method)
+            stream_stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                method
+            )
             responses = stream_stream(iter([b""]), timeout=1.0, metadata=metadata)
         else:
             unary_stream: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(method)
@@ -87,15 +91,22 @@ def test_every_method_needs_a_token_of_its_role(services) -> None:
                 # Calling a unary method as a server stream is the same call on the wire.
                 streaming = method.client_streaming
                 assert call(channel, path, streaming, None) == grpc.StatusCode.UNAUTHENTICATED, path
-                assert call(channel, path, streaming, "an-unknown-token-0123") == grpc.StatusCode.UNAUTHENTICATED, path
+                assert (
+                    call(channel, path, streaming, "an-unknown-token-0123")
+                    == grpc.StatusCode.UNAUTHENTICATED
+                ), path
                 for role, token in TOKENS.items():
                     code = call(channel, path, streaming, token)
-                    if ROLE_NAMES[required] == role or list(TOKENS).index(role) > list(TOKENS).index(ROLE_NAMES[required]):
+                    if ROLE_NAMES[required] == role or list(TOKENS).index(role) > list(
+                        TOKENS
+                    ).index(ROLE_NAMES[required]):
                         assert code not in REFUSALS, (path, role, code)
                     else:
                         assert code == grpc.StatusCode.PERMISSION_DENIED, (path, role, code)
                 checked += 1
-            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]  # types-grpcio-health-checking's HealthStub declares no methods
+            # types-grpcio-health-checking's HealthStub declares no methods.
+            stub = health_pb2_grpc.HealthStub(channel)
+            health = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
             assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert checked >= 40
 
@@ -103,8 +114,10 @@ def test_every_method_needs_a_token_of_its_role(services) -> None:
 def test_the_sdk_sends_its_token_and_the_refusal_names_the_role(services) -> None:
     address = services["parity.api.store.v1.TokenStoreService"]
     request = store_pb.DeleteSessionsRequest(session_ids=["nobody"])
-    with open_channel(address, security=ChannelSecurity(token=TOKENS["read"])) as channel, \
-            pytest.raises(grpc.RpcError) as refused:
+    with (
+        open_channel(address, security=ChannelSecurity(token=TOKENS["read"])) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
         store_grpc.TokenStoreServiceStub(channel).DeleteSessions(request, timeout=5)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "needs the admin role; this token has read" in (refused.value.details() or "")
@@ -113,7 +126,9 @@ def test_the_sdk_sends_its_token_and_the_refusal_names_the_role(services) -> Non
         store_grpc.TokenStoreServiceStub(channel).DeleteSessions(request, timeout=5)
     # Without a token, even bytes that do not decode are refused for the token, not parsed.
     with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as garbage:
-        get_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/parity.api.store.v1.TokenStoreService/GetCall")
+        get_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            "/parity.api.store.v1.TokenStoreService/GetCall"
+        )
         get_call(b"\xff\xff\xff", timeout=5)
     assert garbage.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
@@ -122,7 +137,10 @@ def test_a_service_off_loopback_without_tokens_refuses_to_start() -> None:
     finished = subprocess.run([sys.executable, "-m", "parity.cli", "store", "serve", "--host", "0.0.0.0", "--port",
                                str(free_port()), "--url", "memory://"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert finished.returncode == 2
-    assert "--auth-tokens-file" in finished.stdout + finished.stderr and "--insecure" in finished.stdout + finished.stderr
+    assert (
+        "--auth-tokens-file" in finished.stdout + finished.stderr
+        and "--insecure" in finished.stdout + finished.stderr
+    )
 
 
 def test_tls_with_client_certificates_through_the_sdk_and_grpcurl(token_file, tmp_path) -> None:
@@ -138,23 +156,42 @@ def test_tls_with_client_certificates_through_the_sdk_and_grpcurl(token_file, tm
         stdout=(tmp_path / "store.log").open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     address = f"127.0.0.1:{port}"
-    trusted = ChannelSecurity(token=TOKENS["read"], tls_ca_file=ca_file, tls_cert_file=client_cert, tls_key_file=client_key_file)
+    trusted = ChannelSecurity(
+        token=TOKENS["read"],
+        tls_ca_file=ca_file,
+        tls_cert_file=client_cert,
+        tls_key_file=client_key_file,
+    )
     try:
 
         def store_stats() -> store_pb.GetStoreStatsResponse | None:
             assert process.poll() is None, (tmp_path / "store.log").read_text()
             try:
                 with open_channel(address, security=trusted) as channel:
-                    return store_grpc.TokenStoreServiceStub(channel).GetStoreStats(store_pb.GetStoreStatsRequest(), timeout=2)
+                    return store_grpc.TokenStoreServiceStub(channel).GetStoreStats(
+                        store_pb.GetStoreStatsRequest(), timeout=2
+                    )
             except grpc.RpcError:
                 return None
 
-        stats = eventually(store_stats, interval_s=0.2, what=lambda: f"the store answering:\n{(tmp_path / 'store.log').read_text()}\n")
+        stats = eventually(
+            store_stats,
+            interval_s=0.2,
+            what=lambda: f"the store answering:\n{(tmp_path / 'store.log').read_text()}\n",
+        )
         assert stats.session_count == 0
         # Without a client certificate the handshake fails; without TLS nothing is answered.
-        for security in (ChannelSecurity(token=TOKENS["read"], tls_ca_file=ca_file), ChannelSecurity(token=TOKENS["read"])):
-            with open_channel(address, security=security) as channel, pytest.raises(grpc.RpcError) as refused:
-                store_grpc.TokenStoreServiceStub(channel).GetStoreStats(store_pb.GetStoreStatsRequest(), timeout=3)
+        for security in (
+            ChannelSecurity(token=TOKENS["read"], tls_ca_file=ca_file),
+            ChannelSecurity(token=TOKENS["read"]),
+        ):
+            with (
+                open_channel(address, security=security) as channel,
+                pytest.raises(grpc.RpcError) as refused,
+            ):
+                store_grpc.TokenStoreServiceStub(channel).GetStoreStats(
+                    store_pb.GetStoreStatsRequest(), timeout=3
+                )
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         grpcurl = subprocess.run(
             [str(GRPCURL), "-cacert", ca_file, "-cert", client_cert, "-key", client_key_file, "-H",

@@ -73,7 +73,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = tmp_path_factory.mktemp("fuzz")
     launcher = ServiceLauncher(data)
     try:
-        store = launcher.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+        store = launcher.start(
+            "store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5"
+        )
         # Groups never fill or idle out: the data written below is never batched, so
         # nothing but fuzzing could change it.
         assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "3600",
@@ -83,7 +85,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         trainer = launcher.start("trainer", "--assembler-address", assembler.address,
                                  "--work-dir", str(data / "trainer"))  # fmt: skip
         services = {"store": store, "assembler": assembler, "ingest": ingest, "trainer": trainer}
-        channels = {name: grpc.insecure_channel(service.address) for name, service in services.items()}
+        channels = {
+            name: grpc.insecure_channel(service.address) for name, service in services.items()
+        }
         yield Stack(services, channels, write_kept_data(channels))
         for channel in channels.values():
             channel.close()
@@ -98,11 +102,18 @@ def write_kept_data(channels: dict[str, grpc.Channel]) -> bytes:
     calls = []
     for session in KEPT_SESSIONS:
         for turn in range(2):
-            call = make_call(f"{session}-call-{turn}", session, list(range(1, 40 + turn * 20)), [[7, 8, 9 + turn]])
+            call = make_call(
+                f"{session}-call-{turn}",
+                session,
+                list(range(1, 40 + turn * 20)),
+                [[7, 8, 9 + turn]],
+            )
             call.choices[0].logprobs = tokens.pack_floats([-0.25, -math.inf, -3.5])
             calls.append(call)
     store.WriteCalls(store_pb.WriteCallsRequest(calls=calls))
-    reward = reward_pb2.Reward(session_id=KEPT_SESSIONS[0], value=0.5, level=reward_pb2.REWARD_LEVEL_TRAJECTORY)
+    reward = reward_pb2.Reward(
+        session_id=KEPT_SESSIONS[0], value=0.5, level=reward_pb2.REWARD_LEVEL_TRAJECTORY
+    )
     assembler.ReportReward(assembler_pb.ReportRewardRequest(reward=reward))
     assembler.CloseSession(assembler_pb.CloseSessionRequest(session_id=KEPT_SESSIONS[1], group_id="kept-group",
                                                             group_size=1000, reward=1.0))  # fmt: skip
@@ -132,21 +143,27 @@ def path_of(method: MethodDescriptor) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
-def invoke(channel: grpc.Channel, method: MethodDescriptor, payloads: list[bytes]) -> tuple[grpc.StatusCode, str]:
+def invoke(
+    channel: grpc.Channel, method: MethodDescriptor, payloads: list[bytes]
+) -> tuple[grpc.StatusCode, str]:
     """Send raw request bytes; the status the call ended with (OK for a stream that answered)."""
     path = path_of(method)
     try:
         # Bytes in, bytes out: no (de)serializers.
         if not method.server_streaming:
             if method.client_streaming:
-                stream_unary: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(path)
+                stream_unary: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(
+                    path
+                )
                 stream_unary(iter(payloads), timeout=UNARY_TIMEOUT_S)
             else:
                 unary_unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
                 unary_unary(payloads[0], timeout=UNARY_TIMEOUT_S)
             return grpc.StatusCode.OK, ""
         if method.client_streaming:
-            stream_stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(path)
+            stream_stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                path
+            )
             responses = stream_stream(iter(payloads), timeout=STREAM_TIMEOUT_S)
         else:
             unary_stream: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(path)
@@ -165,24 +182,36 @@ def tame(method: MethodDescriptor, request: Message) -> Message:
 
 
 def payloads(method: MethodDescriptor) -> st.SearchStrategy[list[bytes]]:
-    message = messages(method.input_type).map(lambda request: tame(method, request).SerializeToString())
+    message = messages(method.input_type).map(
+        lambda request: tame(method, request).SerializeToString()
+    )
     # Random bytes mostly fail to parse; those that parse carry unknown fields or odd values.
     one = st.one_of(message, message, message, st.binary(max_size=64))
-    return st.lists(one, min_size=1, max_size=3) if method.client_streaming else one.map(lambda payload: [payload])
+    return (
+        st.lists(one, min_size=1, max_size=3)
+        if method.client_streaming
+        else one.map(lambda payload: [payload])
+    )
 
 
 def plausible_calls() -> st.SearchStrategy[bytes]:
     """WriteCalls requests that pass every check but the ranges of their token ids and
     logprobs, so that those checks, not an earlier one, decide."""
-    ids = st.lists(st.one_of(st.integers(0, 50_000), st.integers(-(2**31), -1)), min_size=1, max_size=6)
+    ids = st.lists(
+        st.one_of(st.integers(0, 50_000), st.integers(-(2**31), -1)), min_size=1, max_size=6
+    )
     bits = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=6)
     # Writes are idempotent by call id, and Hypothesis replays examples: each gets an id of its own.
     numbers = itertools.count()
 
     def request(prompt: list[int], completion: list[int], logprob_bits: list[int]) -> bytes:
         call_number = next(numbers)
-        call = make_call(f"plausible-{call_number}", f"plausible-session-{call_number}", prompt, [completion])
-        call.choices[0].logprobs = np.resize(np.array(logprob_bits, np.uint32), len(completion)).view("<f4").tobytes()
+        call = make_call(
+            f"plausible-{call_number}", f"plausible-session-{call_number}", prompt, [completion]
+        )
+        call.choices[0].logprobs = (
+            np.resize(np.array(logprob_bits, np.uint32), len(completion)).view("<f4").tobytes()
+        )
         return store_pb.WriteCallsRequest(calls=[call]).SerializeToString()
 
     return st.builds(request, ids, ids, bits)
@@ -190,8 +219,12 @@ def plausible_calls() -> st.SearchStrategy[bytes]:
 
 def assert_up(stack: Stack, name: str) -> None:
     service = stack.services[name]
-    assert service.process.poll() is None, f"{name} exited with {service.process.returncode}:\n{service.log()[-4000:]}"
-    health = health_pb2_grpc.HealthStub(stack.channels[name]).Check(health_pb2.HealthCheckRequest(), timeout=10)  # type: ignore[attr-defined]  # types-grpcio-health-checking's HealthStub declares no methods
+    assert service.process.poll() is None, (
+        f"{name} exited with {service.process.returncode}:\n{service.log()[-4000:]}"
+    )
+    # types-grpcio-health-checking's HealthStub declares no methods.
+    stub = health_pb2_grpc.HealthStub(stack.channels[name])
+    health = stub.Check(health_pb2.HealthCheckRequest(), timeout=10)  # type: ignore[attr-defined]
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -201,11 +234,15 @@ FUZZ_SETTINGS = settings(
 )  # fmt: skip
 
 
-def test_undecodable_bytes_are_invalid_argument_on_every_method_of_every_service(stack: Stack) -> None:
+def test_undecodable_bytes_are_invalid_argument_on_every_method_of_every_service(
+    stack: Stack,
+) -> None:
     for name in SERVICES:
         for method in methods_of(name):
             code, details = invoke(stack.channels[name], method, [UNDECODABLE])
-            assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{path_of(method)}: {code.name} {details}"
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (
+                f"{path_of(method)}: {code.name} {details}"
+            )
             assert f"could not be decoded as {method.input_type.full_name}" in details
         assert_up(stack, name)
 
@@ -216,12 +253,16 @@ def test_fuzzed_requests_are_never_unknown_or_internal(stack: Stack, name: str) 
     channel, process = stack.channels[name], stack.services[name].process
 
     @FUZZ_SETTINGS
-    @given(st.sampled_from(fuzzed).flatmap(lambda method: st.tuples(st.just(method), payloads(method))))
+    @given(
+        st.sampled_from(fuzzed).flatmap(lambda method: st.tuples(st.just(method), payloads(method)))
+    )
     def fuzz(case: tuple[MethodDescriptor, list[bytes]]) -> None:
         method, sent = case
         code, details = invoke(channel, method, sent)
         assert code not in FAILURES, f"{path_of(method)} answered {code.name}: {details}"
-        assert process.poll() is None, f"{name} exited on {path_of(method)}:\n{stack.services[name].log()[-4000:]}"
+        assert process.poll() is None, (
+            f"{name} exited on {path_of(method)}:\n{stack.services[name].log()[-4000:]}"
+        )
 
     fuzz()
     assert_up(stack, name)
@@ -238,22 +279,39 @@ def test_out_of_range_tokens_and_logprobs_never_reach_the_store(stack: Stack) ->
         code, details = invoke(stack.channels["store"], write, [request])
         call = store_pb.WriteCallsRequest.FromString(request).calls[0]
         choice = call.choices[0]
-        ids = np.concatenate([tokens.unpack_token_ids(call.prompt_token_ids), tokens.unpack_token_ids(choice.token_ids)])
-        in_range = bool((ids >= 0).all() and (tokens.unpack_floats(choice.logprobs) < math.inf).all())
+        ids = np.concatenate(
+            [
+                tokens.unpack_token_ids(call.prompt_token_ids),
+                tokens.unpack_token_ids(choice.token_ids),
+            ]
+        )
+        in_range = bool(
+            (ids >= 0).all() and (tokens.unpack_floats(choice.logprobs) < math.inf).all()
+        )
         if not in_range:
             assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{code.name}: {details}"
-            assert "token ids are never negative" in details or "a logprob is finite or -inf" in details
+            assert (
+                "token ids are never negative" in details
+                or "a logprob is finite or -inf" in details
+            )
             return
         assert code == grpc.StatusCode.OK, f"{code.name}: {details}"
-        stored = store.GetCall(store_pb.GetCallRequest(call_id=call.call_id, view=store_pb.CALL_VIEW_FULL)).call
-        assert (stored.prompt_token_ids, stored.choices[0].logprobs) == (call.prompt_token_ids, choice.logprobs)
+        stored = store.GetCall(
+            store_pb.GetCallRequest(call_id=call.call_id, view=store_pb.CALL_VIEW_FULL)
+        ).call
+        assert (stored.prompt_token_ids, stored.choices[0].logprobs) == (
+            call.prompt_token_ids,
+            choice.logprobs,
+        )
         next(accepted)
 
     fuzz()
     assert next(accepted) > 0, "some generated calls are in range, and those are stored"
 
 
-def test_everything_written_before_the_fuzzing_is_intact_and_every_service_is_up(stack: Stack) -> None:
+def test_everything_written_before_the_fuzzing_is_intact_and_every_service_is_up(
+    stack: Stack,
+) -> None:
     for name in SERVICES:
         assert_up(stack, name)
     assert kept_view(store_grpc.TokenStoreServiceStub(stack.channels["store"])) == stack.kept

@@ -32,11 +32,15 @@ class ScriptedStore(pb_grpc.TokenStoreServiceServicer):
     async def WriteCalls(self, request: pb.WriteCallsRequest, context) -> pb.WriteCallsResponse:
         return pb.WriteCallsResponse(written_count=len(request.calls))
 
-    async def WatchCalls(self, request: pb.WatchCallsRequest, context) -> AsyncIterator[pb.WatchCallsResponse]:
+    async def WatchCalls(
+        self, request: pb.WatchCallsRequest, context
+    ) -> AsyncIterator[pb.WatchCallsResponse]:
         yield pb.WatchCallsResponse(cursor="c1")
         raise Unavailable("store is restarting")
 
-    async def StreamWriteCalls(self, request_iterator, context) -> AsyncIterator[pb.StreamWriteCallsResponse]:
+    async def StreamWriteCalls(
+        self, request_iterator, context
+    ) -> AsyncIterator[pb.StreamWriteCallsResponse]:
         async for request in request_iterator:
             yield pb.StreamWriteCallsResponse(written_count=len(request.calls))
 
@@ -46,8 +50,12 @@ async def stub():
     config = ServerConfig(port=0, max_message_mb=1, shutdown_grace_s=0)
     server = GrpcServer(
         config,
-        [ServiceBinding("parity.api.store.v1.TokenStoreService",
-                        lambda s: pb_grpc.add_TokenStoreServiceServicer_to_server(ScriptedStore(), s))],
+        [
+            ServiceBinding(
+                "parity.api.store.v1.TokenStoreService",
+                lambda s: pb_grpc.add_TokenStoreServiceServicer_to_server(ScriptedStore(), s),
+            )
+        ],
     )
     await server.start()
     async with grpc.aio.insecure_channel(server.address) as channel:
@@ -70,9 +78,15 @@ async def test_success_passes_through(stub) -> None:
 async def test_domain_errors_become_status_codes_with_their_message(stub) -> None:
     store, _ = stub
     missing = await _status(store.GetCall(pb.GetCallRequest(call_id="missing")))
-    assert (missing.code(), missing.details()) == (grpc.StatusCode.NOT_FOUND, "call 'missing' does not exist")
+    assert (missing.code(), missing.details()) == (
+        grpc.StatusCode.NOT_FOUND,
+        "call 'missing' does not exist",
+    )
     invalid = await _status(store.ListCalls(pb.ListCallsRequest()))
-    assert (invalid.code(), invalid.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+    assert (invalid.code(), invalid.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "session_id is required",
+    )
 
 
 async def test_unexpected_errors_are_internal_without_leaking_details(stub) -> None:
@@ -101,7 +115,9 @@ async def test_streaming_errors_arrive_after_the_messages_sent(stub) -> None:
 
 async def test_message_size_limit_is_enforced(stub) -> None:
     store, _ = stub
-    oversized = pb.WriteCallsRequest(calls=[llm_call_pb2.LlmCall(prompt_token_ids=b"\0" * (2 * 1024 * 1024))])
+    oversized = pb.WriteCallsRequest(
+        calls=[llm_call_pb2.LlmCall(prompt_token_ids=b"\0" * (2 * 1024 * 1024))]
+    )
     error = await _status(store.WriteCalls(oversized))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -126,7 +142,9 @@ async def test_an_undecodable_request_is_invalid_argument_naming_its_type(stub) 
     service = "/parity.api.store.v1.TokenStoreService"
     unary = await _status(channel.unary_unary(f"{service}/GetCall", **raw)(UNDECODABLE))
     assert unary.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (unary.details() or "").startswith("the request could not be decoded as parity.api.store.v1.GetCallRequest")
+    assert (unary.details() or "").startswith(
+        "the request could not be decoded as parity.api.store.v1.GetCallRequest"
+    )
     with pytest.raises(grpc.aio.AioRpcError) as watched:
         async for _ in channel.unary_stream(f"{service}/WatchCalls", **raw)(UNDECODABLE):
             pass

@@ -55,7 +55,11 @@ def base_dependencies() -> list[str]:
 
 
 def env_key(requirements: list[str]) -> str:
-    asked = {"python": list(sys.version_info[:2]), "requirements": requirements, "parity": base_dependencies()}
+    asked = {
+        "python": list(sys.version_info[:2]),
+        "requirements": requirements,
+        "parity": base_dependencies(),
+    }
     return hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -84,9 +88,15 @@ def _ready_or_built(path: Path, requirements: list[str], wheel: Path) -> Isolate
                               capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)  # fmt: skip
     if finished.returncode != 0:
         shutil.rmtree(path, ignore_errors=True)
-        output = "\n".join(line for line in (finished.stdout + finished.stderr).splitlines() if "is ignored" not in line)
+        output = "\n".join(
+            line
+            for line in (finished.stdout + finished.stderr).splitlines()
+            if "is ignored" not in line
+        )
         raise InstallError(f"pip install parity {' '.join(requirements)} failed:\n{output[-4000:]}")
-    frozen = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True)
+    frozen = subprocess.run(
+        [*pip, "list", "--format", "json"], capture_output=True, text=True, check=True
+    )
     versions = {item["name"].lower(): item["version"] for item in json.loads(frozen.stdout)}
     ready.write_text(json.dumps(versions, indent=1, sort_keys=True))
     return IsolatedEnv(path, versions)

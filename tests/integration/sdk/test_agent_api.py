@@ -21,7 +21,10 @@ TOOLS: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name"
 @pytest.fixture(scope="module", autouse=True)
 def point_sdk_at_the_stack(ingest_stack):
     previous = parity.current_config()
-    parity.configure(ingest_url=f"http://127.0.0.1:{ingest_stack.http_port}", store_address=ingest_stack.store.address)
+    parity.configure(
+        ingest_url=f"http://127.0.0.1:{ingest_stack.http_port}",
+        store_address=ingest_stack.store.address,
+    )
     yield
     parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "store_address")})
 
@@ -30,7 +33,9 @@ def test_sync_client_streaming_and_not_in_nested_sessions(ingest_stack, vllm_ser
     client = parity.get_chat_client()
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     with parity.session("sdk-root", task="t1"):
-        client.chat.completions.create(model=vllm_server.model_name, messages=messages, max_tokens=3)
+        client.chat.completions.create(
+            model=vllm_server.model_name, messages=messages, max_tokens=3
+        )
         with parity.session("sdk-child", trajectory="judge", rubric="r1"):
             text = "".join(
                 chunk.choices[0].delta.content or ""
@@ -81,7 +86,9 @@ def test_hundreds_of_concurrent_sessions_never_cross(ingest_stack, vllm_server) 
     for index in range(200):
         calls = ingest_stack.calls(f"crowd-{index}")
         assert [json.loads(c.request_json)["messages"][0]["content"] for c in calls] == [
-            f"I am session {index}, turn 0", f"I am session {index}, turn 1"]
+            f"I am session {index}, turn 0",
+            f"I am session {index}, turn 1",
+        ]
         assert all(c.trajectory_name == "agent" for c in calls)
 
 

@@ -52,7 +52,9 @@ def test_the_sdk_round_trips_a_call_at_each_end_of_its_range(end: str, store, wh
         assert (protobuf, grpcio) == (SUPPORTED["protobuf"][0], SUPPORTED["grpcio"][0])
         for pin in requirements:
             name, version = pin.split("==")
-            assert release(env.versions[name.lower()]) == release(version + ".0" * (2 - version.count("."))), pin
+            assert release(env.versions[name.lower()]) == release(
+                version + ".0" * (2 - version.count("."))
+            ), pin
     else:
         # The newest protobuf inside the range is of its last supported major.
         protobuf_high = SUPPORTED["protobuf"][1]

@@ -40,15 +40,31 @@ def test_failures_and_timeouts_are_recorded_retried_and_closed(full_stack, vllm_
     # A freshly started vLLM's first answer can take longer than the 4 s the agents get.
     parity.get_chat_client().chat.completions.create(model=vllm_server.model_name, max_tokens=2,
                                                      messages=[{"role": "user", "content": "warm up"}])  # fmt: skip
-    results = engine.run(flaky, tasks, rollouts_per_task=1, timeout_s=4, retries=1, progress=False, run_id="eng")
+    results = engine.run(
+        flaky, tasks, rollouts_per_task=1, timeout_s=4, retries=1, progress=False, run_id="eng"
+    )
     by_session = {r.session_id: r for r in results}
-    assert by_session["eng-fine-r0-a0"].outcome == "succeeded" and by_session["eng-fine-r0-a0"].reward == 0.5
+    assert (
+        by_session["eng-fine-r0-a0"].outcome == "succeeded"
+        and by_session["eng-fine-r0-a0"].reward == 0.5
+    )
     assert [by_session[f"eng-always-fails-r0-a{i}"].outcome for i in (0, 1)] == ["failed", "failed"]
     assert "tool crashed" in by_session["eng-always-fails-r0-a0"].error
-    assert (by_session["eng-slow-r0-a0"].outcome, by_session["eng-slow-r0-a1"].outcome) == ("timed_out", "succeeded")
-    assert by_session["eng-bad-reward-r0-a0"].outcome == "failed" and "float reward" in by_session["eng-bad-reward-r0-a0"].error
+    assert (by_session["eng-slow-r0-a0"].outcome, by_session["eng-slow-r0-a1"].outcome) == (
+        "timed_out",
+        "succeeded",
+    )
+    assert (
+        by_session["eng-bad-reward-r0-a0"].outcome == "failed"
+        and "float reward" in by_session["eng-bad-reward-r0-a0"].error
+    )
     store = StoreClient(full_stack.store.address)
-    expected = {"eng-fine-r0-a0": SUCCEEDED, "eng-always-fails-r0-a1": FAILED, "eng-slow-r0-a0": TIMED_OUT, "eng-slow-r0-a1": SUCCEEDED}
+    expected = {
+        "eng-fine-r0-a0": SUCCEEDED,
+        "eng-always-fails-r0-a1": FAILED,
+        "eng-slow-r0-a0": TIMED_OUT,
+        "eng-slow-r0-a1": SUCCEEDED,
+    }
     for session_id, outcome in expected.items():
         session = store.get_session(store_pb.GetSessionRequest(session_id=session_id)).session
         assert (session.state, session.outcome) == (CLOSED, outcome), session_id
@@ -64,7 +80,9 @@ def closed_in_order(store: StoreClient) -> list[str]:
     for page in stream:
         closed += [session.session_id for session in page.sessions]
         if len(page.sessions) < request.max_batch_size:
-            assert isinstance(stream, Generator)  # the client's server streams are generators: close() ends the call
+            assert isinstance(
+                stream, Generator
+            )  # the client's server streams are generators: close() ends the call
             stream.close()
             return closed
     raise AssertionError("the close feed ended before catching up")
@@ -80,5 +98,7 @@ def test_sync_agents_run_as_many_at_once_as_concurrency_allows(full_stack) -> No
         return 1.0
 
     tasks = [{"id": f"together-{n}"} for n in range(concurrency)]
-    results = engine.run(agent, tasks, rollouts_per_task=1, concurrency=concurrency, retries=0, progress=False)
+    results = engine.run(
+        agent, tasks, rollouts_per_task=1, concurrency=concurrency, retries=0, progress=False
+    )
     assert [r.outcome for r in results] == ["succeeded"] * concurrency, {r.error for r in results}

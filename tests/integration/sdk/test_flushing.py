@@ -32,9 +32,14 @@ def test_a_reward_right_after_an_answer_waits_until_ingest_has_stored_its_call(
                          store_address=store.address)  # fmt: skip
         try:
             relay.cut()
-            with parity.session("reward-after-answer"), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            with (
+                parity.session("reward-after-answer"),
+                concurrent.futures.ThreadPoolExecutor(1) as pool,
+            ):
                 parity.get_chat_client().chat.completions.create(
-                    model=vllm_server.model_name, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                    model=vllm_server.model_name,
+                    messages=[{"role": "user", "content": "hi"}],
+                    max_tokens=2,
                 )
                 with pytest.raises(parity.FlushError, match="not all stored after 0.5 s"):
                     parity.flush(timeout_s=0.5)
@@ -46,8 +51,21 @@ def test_a_reward_right_after_an_answer_waits_until_ingest_has_stored_its_call(
                 reward_id = rewarding.result(timeout=60)
             assert parity.flush() >= 1
         finally:
-            parity.configure(**{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")})
+            parity.configure(
+                **{
+                    k: getattr(previous, k)
+                    for k in ("ingest_url", "assembler_address", "store_address")
+                }
+            )
     client = StoreClient(store.address)
-    [call] = client.list_calls(store_pb.ListCallsRequest(session_id="reward-after-answer", view=store_pb.CALL_VIEW_FULL)).calls
-    [reward] = client.list_rewards(store_pb.ListRewardsRequest(session_id="reward-after-answer")).rewards
-    assert (reward.reward_id, reward.value, reward.step_index) == (reward_id, 1.0, 0) and call.choices[0].token_ids
+    [call] = client.list_calls(
+        store_pb.ListCallsRequest(session_id="reward-after-answer", view=store_pb.CALL_VIEW_FULL)
+    ).calls
+    [reward] = client.list_rewards(
+        store_pb.ListRewardsRequest(session_id="reward-after-answer")
+    ).rewards
+    assert (reward.reward_id, reward.value, reward.step_index) == (
+        reward_id,
+        1.0,
+        0,
+    ) and call.choices[0].token_ids

@@ -92,15 +92,21 @@ def framework_envs(tmp_path_factory) -> Iterator[dict[str, Future[IsolatedEnv]]]
         def env_of(name: str, framework: Framework) -> IsolatedEnv:
             return cached_env(f"fw-{name}", framework.requirements, wheel.result())
 
-        futures = {name: pool.submit(env_of, name, f) for name, f in FRAMEWORKS.items() if not f.env}
+        futures = {
+            name: pool.submit(env_of, name, f) for name, f in FRAMEWORKS.items() if not f.env
+        }
         yield futures | {name: futures[f.env] for name, f in FRAMEWORKS.items() if f.env}
 
 
 @pytest.fixture(scope="module")
 def long_context_vllm(framework_envs, tmp_path_factory) -> Iterator[VllmServer]:
     """Claude Code's prompt is about 27,000 tokens of the small model's tokenizer; the others fit in it too."""
-    model = generate_tiny_model(tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
-    with serving_model(model, tmp_path_factory, served_model_name=SERVED, max_model_len=LONG_CONTEXT) as server:
+    model = generate_tiny_model(
+        tmp_path_factory.mktemp("long-model"), TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
+    )
+    with serving_model(
+        model, tmp_path_factory, served_model_name=SERVED, max_model_len=LONG_CONTEXT
+    ) as server:
         yield server
 
 
@@ -109,7 +115,12 @@ def stack(module_services, long_context_vllm, tmp_path_factory) -> IngestStack:
     data = tmp_path_factory.mktemp("framework-matrix")
     store = module_services.start("store", "--url", f"sqlite:///{data}/store.db")
     ingest, http_port = start_ingest(
-        module_services, store.address, long_context_vllm.base_url, data / "spool.db", "--model-alias", "claude-*=@policy"
+        module_services,
+        store.address,
+        long_context_vllm.base_url,
+        data / "spool.db",
+        "--model-alias",
+        "claude-*=@policy",
     )
     return IngestStack(store, ingest, http_port, data / "spool.db")
 
@@ -160,7 +171,9 @@ def test_a_framework_agent_is_captured_token_exactly(name: str, framework_envs, 
     assert finished.returncode == 0, f"{name} {version} failed:\n{finished.stderr[-4000:]}"
     result = json.loads(finished.stdout.strip().splitlines()[-1])
     stopped = result.get("stopped")
-    assert stopped is None or stopped.startswith(framework.model_stops or ("-",)), f"{name} {version}: {stopped}"
+    assert stopped is None or stopped.startswith(framework.model_stops or ("-",)), (
+        f"{name} {version}: {stopped}"
+    )
     if stopped:
         print(f"{name} stopped on the small model's reply: {stopped[:200]}")
 
@@ -171,14 +184,21 @@ def test_a_framework_agent_is_captured_token_exactly(name: str, framework_envs, 
         check_token_exact(call, long_context_vllm.base_url, tokenizer)
     if "replies" in result:  # every reply the agent received, in order
         texts = [call.choices[0].text for call in calls]
-        assert result["replies"] == [text for text in texts if text or not framework.retries_empty_replies], texts
+        assert result["replies"] == [
+            text for text in texts if text or not framework.retries_empty_replies
+        ], texts
     if framework.answer_is_reply and not stopped:
-        assert result["answer"] is not None and result["answer"].strip() == calls[-1].choices[0].text.strip()
+        assert (
+            result["answer"] is not None
+            and result["answer"].strip() == calls[-1].choices[0].text.strip()
+        )
     if framework.threads:
         check_one_sequence_per_thread(calls, framework.threads, long_context_vllm.base_url)
 
 
-def check_one_sequence_per_thread(calls: list[llm_call_pb2.LlmCall], threads: int, vllm_url: str) -> None:
+def check_one_sequence_per_thread(
+    calls: list[llm_call_pb2.LlmCall], threads: int, vllm_url: str
+) -> None:
     """The assembler's own merge (as its service runs it) makes one sample of each conversation: every call in
     exactly one sample, its sampled ids under loss mask 1, nothing split; each call's prompt is its conversation's
     ids so far, as sampled, then its new turns exactly as vLLM renders them."""
@@ -188,7 +208,9 @@ def check_one_sequence_per_thread(calls: list[llm_call_pb2.LlmCall], threads: in
         built.threads, dict(built.split_reasons), [list(s.call_ids) for s in built.samples],
         [(c.choices[0].finish_reason, c.choices[0].text[:80], c.choices[0].tool_calls_json[:200], c.history_fallback)
          for c in calls])  # fmt: skip
-    assert sorted(c for s in built.samples for c in s.call_ids) == sorted(call.call_id for call in calls)
+    assert sorted(c for s in built.samples for c in s.call_ids) == sorted(
+        call.call_id for call in calls
+    )
     by_id = {call.call_id: call for call in calls}
     for sample in built.samples:
         mask = np.frombuffer(sample.loss_mask, dtype=np.uint8)
@@ -200,7 +222,9 @@ def check_one_sequence_per_thread(calls: list[llm_call_pb2.LlmCall], threads: in
             prompt = ids(call.prompt_token_ids)
             assert prompt[: len(sequence)] == sequence and not call.history_fallback
             request = json.loads(call.request_json) | {"model": SERVED}
-            rendered = httpx.post(f"{vllm_url}/v1/chat/completions/render", json=request, timeout=120).json()["token_ids"]
+            rendered = httpx.post(
+                f"{vllm_url}/v1/chat/completions/render", json=request, timeout=120
+            ).json()["token_ids"]
             spliced = prompt[len(sequence) :]
             assert spliced and rendered[-len(spliced) :] == spliced
             sequence = prompt + ids(call.choices[0].token_ids)

@@ -36,7 +36,9 @@ def one_call(call_id: str = "c1", session_id: str = "s1", **fields) -> llm_call_
     return make_call(call_id, session_id, [1], [[2]], **fields)
 
 
-def reward(reward_id: str, session_id: str, value: float, *, name: str = "", **step) -> reward_pb2.Reward:
+def reward(
+    reward_id: str, session_id: str, value: float, *, name: str = "", **step
+) -> reward_pb2.Reward:
     """A trajectory reward, or a step reward given call_id= or step_index=."""
     level = reward_pb2.REWARD_LEVEL_STEP if step else reward_pb2.REWARD_LEVEL_TRAJECTORY
     return reward_pb2.Reward(

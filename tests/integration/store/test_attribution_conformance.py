@@ -56,7 +56,9 @@ async def test_a_session_takes_its_end_user_and_tags_from_its_first_call_that_ca
     assert await attribution(store, "a") == ("user-1", ["prod"])
     assert await attribution(store, "b") == ("user-1", ["checkout", "prod"])
     assert await attribution(store, "mid") == await attribution(store, "early") == ("", [])
-    await write(store, [call("m1", "mid", "user-3", "prod"), call("e1", "early", "user-4", "beta", "prod")])
+    await write(
+        store, [call("m1", "mid", "user-3", "prod"), call("e1", "early", "user-4", "beta", "prod")]
+    )
     assert await attribution(store, "mid") == ("user-3", ["prod"])
     assert await attribution(store, "early") == ("user-4", ["beta", "prod"])
     # Once set, never rewritten by a later batch.
@@ -82,7 +84,14 @@ async def test_sessions_are_listed_by_end_user_and_tags_with_other_filters_and_p
         call("c7", "t7", "user-1", "checkout"),
     ])  # fmt: skip
     await store.close_session("s5", FAILED, "boom")
-    assert await listed(store, SessionQuery(end_user_id="user-1")) == ["s0", "s1", "s3", "s5", "s6", "t7"]
+    assert await listed(store, SessionQuery(end_user_id="user-1")) == [
+        "s0",
+        "s1",
+        "s3",
+        "s5",
+        "s6",
+        "t7",
+    ]
     assert await listed(store, SessionQuery(end_user_id="user-1", newest_first=True), page_size=4) == [
         "t7", "s6", "s5", "s3", "s1", "s0",
     ]  # fmt: skip
@@ -95,10 +104,12 @@ async def test_sessions_are_listed_by_end_user_and_tags_with_other_filters_and_p
     assert await listed(store, SessionQuery(end_user_id="user-1", tags=("checkout", "prod"))) == [
         "s0", "s5", "s6",
     ]  # fmt: skip
-    assert await listed(store, SessionQuery(end_user_id="user-1", tags=("checkout",), outcome=FAILED)) == ["s5"]
-    assert await listed(store, SessionQuery(end_user_id="user-1", tags=("checkout",), session_id_prefix="t")) == [
-        "t7"
-    ]
+    assert await listed(
+        store, SessionQuery(end_user_id="user-1", tags=("checkout",), outcome=FAILED)
+    ) == ["s5"]
+    assert await listed(
+        store, SessionQuery(end_user_id="user-1", tags=("checkout",), session_id_prefix="t")
+    ) == ["t7"]
     assert await listed(store, SessionQuery(end_user_id="nobody")) == []
     assert await listed(store, SessionQuery(tags=("prod", "unknown"))) == []
     # A page token is bound to its filters.
@@ -182,7 +193,9 @@ async def test_deleting_an_end_user_removes_their_sessions_descendants_calls_and
 
 async def test_deleting_by_end_user_refuses_a_bad_id_naming_the_field(store: TokenStore) -> None:
     await write(store, [call("c", "s", "user-1")])
-    with pytest.raises(InvalidArgument, match=re.escape("end_user_id 'user-1\\n' contains a control character")):
+    with pytest.raises(
+        InvalidArgument, match=re.escape("end_user_id 'user-1\\n' contains a control character")
+    ):
         await store.delete_sessions([], None, "user-1\n")
     with pytest.raises(InvalidArgument, match="end_user_id"):
         await store.delete_sessions([], None, "")

@@ -221,7 +221,9 @@ class StoreClock:
         return getattr(time, name)
 
 
-def recording_retention_passes(store: TokenStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
+def recording_retention_passes(
+    store: TokenStore, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[float, int]]:
     """Each retention pass the store makes once it is started, as (its cutoff, sessions it deleted)."""
     passes: list[tuple[float, int]] = []
     delete_sessions = store.delete_sessions
@@ -246,7 +248,9 @@ async def test_the_retention_setting_deletes_idle_sessions_in_the_background(
     passes = recording_retention_passes(store, monkeypatch)
     await store.start()
     try:
-        await write(store, [make_call("old", "old", [1], [[2]]), make_call("new-0", "new", [1], [[2]])])
+        await write(
+            store, [make_call("old", "old", [1], [[2]]), make_call("new-0", "new", [1], [[2]])]
+        )
         # "new" stays active: a second call 1.5 s later; "old" stays idle since its one call.
         clock.now = start + 1.5
         await write(store, [make_call("new-1", "new", [1], [[2]])])
@@ -259,11 +263,15 @@ async def test_the_retention_setting_deletes_idle_sessions_in_the_background(
         # Idle for exactly the retention period: not yet past it.
         clock.now = start + 2.0
         _, deleted = await eventually_async(lambda: a_pass_at(start + 2.0), what="a retention pass")
-        assert deleted == 0 and await session_exists(store, "old"), "deleted before it was idle past the period"
+        assert deleted == 0 and await session_exists(store, "old"), (
+            "deleted before it was idle past the period"
+        )
         clock.now = start + 3.0
         _, deleted = await eventually_async(lambda: a_pass_at(start + 3.0), what="a retention pass")
         assert deleted == 1 and not await session_exists(store, "old")
-        assert (await store.get_session("new")).call_count == 2, "a session active within the period stays"
+        assert (await store.get_session("new")).call_count == 2, (
+            "a session active within the period stays"
+        )
     finally:
         await store.stop()
 
@@ -290,7 +298,9 @@ async def test_retention_goes_on_after_a_failed_pass(backend_url: str, monkeypat
         async def deleted() -> bool:
             return (await store.stats()).session_count == 0
 
-        await eventually_async(deleted, what="a retention pass after the failed one deleting the idle session")
+        await eventually_async(
+            deleted, what="a retention pass after the failed one deleting the idle session"
+        )
         assert passes > 1
     finally:
         await store.stop()

@@ -198,7 +198,11 @@ async def test_concurrent_reward_writes_fail_alone(store: TokenStore) -> None:
         store.write_rewards([reward("r1", "s", 1.0), reward("r3", "s", 0.0)]),
         return_exceptions=True,
     )
-    assert isinstance(bad, NotFound) and isinstance(good, WriteResult) and isinstance(retry, WriteResult)
+    assert (
+        isinstance(bad, NotFound)
+        and isinstance(good, WriteResult)
+        and isinstance(retry, WriteResult)
+    )
     assert (good.written + retry.written, good.duplicates + retry.duplicates) == (2, 1)
     listed, _ = await store.list_rewards("s", 100, "")
     assert sorted(r.reward_id for r in listed) == ["r1", "r3"]

@@ -29,7 +29,9 @@ async def store(tmp_path: Path) -> AsyncIterator[TokenStore]:
     await token_store.stop()
 
 
-async def test_an_open_read_transaction_never_holds_up_writes(store: TokenStore, tmp_path: Path) -> None:
+async def test_an_open_read_transaction_never_holds_up_writes(
+    store: TokenStore, tmp_path: Path
+) -> None:
     await store.write_calls([make_call("before", "s", [1], [[2]])])
     reader = apsw.Connection(str(tmp_path / "store.db"))
     try:
@@ -37,9 +39,13 @@ async def test_an_open_read_transaction_never_holds_up_writes(store: TokenStore,
         assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)]
         for n in range(5):
             # Generous: the point is that a write does not wait for the reader to finish.
-            result = await asyncio.wait_for(store.write_calls([make_call(f"c{n}", "s", [1], [[2]])]), 10)
+            result = await asyncio.wait_for(
+                store.write_calls([make_call(f"c{n}", "s", [1], [[2]])]), 10
+            )
             assert result.written == 1
-        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)], "the reader keeps its snapshot"
+        assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)], (
+            "the reader keeps its snapshot"
+        )
         reader.execute("COMMIT")
         assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(6,)]
     finally:
@@ -74,9 +80,13 @@ def random_prompt(rng: random.Random, length: int) -> list[int]:
     return [rng.randrange(50_000) for _ in range(length)]
 
 
-async def test_the_wal_is_truncated_back_after_a_checkpoint(small_wal_store: TokenStore, tmp_path: Path) -> None:
+async def test_the_wal_is_truncated_back_after_a_checkpoint(
+    small_wal_store: TokenStore, tmp_path: Path
+) -> None:
     rng = random.Random(0)
-    await small_wal_store.write_calls([make_call(f"big{n}", f"s{n}", random_prompt(rng, 2000), [[1]]) for n in range(300)])
+    await small_wal_store.write_calls(
+        [make_call(f"big{n}", f"s{n}", random_prompt(rng, 2000), [[1]]) for n in range(300)]
+    )
     wal = tmp_path / "store.db-wal"
     assert wal.stat().st_size > 4 * WAL_LIMIT
     # The checkpointer copies the WAL into the database within a second; the first
@@ -89,21 +99,29 @@ async def test_the_wal_is_truncated_back_after_a_checkpoint(small_wal_store: Tok
     assert wal.stat().st_size <= WAL_LIMIT
 
 
-async def test_the_wal_stays_bounded_under_writes_that_never_pause(small_wal_store: TokenStore, tmp_path: Path) -> None:
+async def test_the_wal_stays_bounded_under_writes_that_never_pause(
+    small_wal_store: TokenStore, tmp_path: Path
+) -> None:
     # SQLite starts the WAL over only after a checkpoint that copied all of it; with a
     # commit landing during every checkpoint, it would grow for as long as the load lasts.
     wal = tmp_path / "store.db-wal"
     rng = random.Random(0)
     largest = 0
     for n in range(1000):
-        await small_wal_store.write_calls([make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])])
+        await small_wal_store.write_calls(
+            [make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])]
+        )
         largest = max(largest, wal.stat().st_size)
-    assert (await small_wal_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, "the load wrote many times the limit"
+    assert (await small_wal_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, (
+        "the load wrote many times the limit"
+    )
     # Commits go on while the checkpointer works, so the WAL overshoots its limit by those.
     assert largest <= 3 * WAL_LIMIT
 
 
-async def test_the_writer_bounds_the_wal_itself_when_the_checkpoint_thread_falls_behind(tmp_path: Path, monkeypatch) -> None:
+async def test_the_writer_bounds_the_wal_itself_when_the_checkpoint_thread_falls_behind(
+    tmp_path: Path, monkeypatch
+) -> None:
     # A thread that never gets the CPU, as on a machine whose cores are all busy.
     monkeypatch.setattr(wal_checkpointer.WalCheckpointer, "_checkpoint_when_due", lambda self: None)
     monkeypatch.setattr(sqlite, "CHECKPOINT_WAL_BYTES", WAL_LIMIT)
@@ -112,9 +130,13 @@ async def test_the_writer_bounds_the_wal_itself_when_the_checkpoint_thread_falls
     try:
         wal, rng, largest = tmp_path / "store.db-wal", random.Random(0), 0
         for n in range(1000):
-            await token_store.write_calls([make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])])
+            await token_store.write_calls(
+                [make_call(f"c{n}", f"s{n % 7}", random_prompt(rng, 500), [[1, 2, 3]])]
+            )
             largest = max(largest, wal.stat().st_size)
-        assert (await token_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, "the load wrote many times the limit"
+        assert (await token_store.stats()).bytes_on_disk > 10 * WAL_LIMIT, (
+            "the load wrote many times the limit"
+        )
         assert largest <= 3 * WAL_LIMIT
     finally:
         await token_store.stop()
@@ -128,7 +150,9 @@ async def test_a_reader_on_an_old_snapshot_delays_the_wal_starting_over_until_it
 
     async def write(count: int, prefix: str) -> None:
         for n in range(count):
-            await small_wal_store.write_calls([make_call(f"{prefix}{n}", "s", random_prompt(rng, 500), [[1]])])
+            await small_wal_store.write_calls(
+                [make_call(f"{prefix}{n}", "s", random_prompt(rng, 500), [[1]])]
+            )
 
     await write(1, "first")
     reader = apsw.Connection(str(tmp_path / "store.db"))
@@ -136,7 +160,9 @@ async def test_a_reader_on_an_old_snapshot_delays_the_wal_starting_over_until_it
         reader.execute("BEGIN")
         assert reader.execute("SELECT count(*) FROM calls").fetchall() == [(1,)]
         await write(300, "held")
-        assert wal.stat().st_size > 3 * WAL_LIMIT, "nothing past the reader's snapshot can be copied"
+        assert wal.stat().st_size > 3 * WAL_LIMIT, (
+            "nothing past the reader's snapshot can be copied"
+        )
         reader.execute("COMMIT")
         # The checkpoints run beside the writer: on a loaded machine the WAL can take more writes to start over.
         written = 0
@@ -148,22 +174,34 @@ async def test_a_reader_on_an_old_snapshot_delays_the_wal_starting_over_until_it
         reader.close()
 
 
-async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_written(store: TokenStore) -> None:
+async def test_a_full_disk_fails_writes_as_unavailable_and_leaves_nothing_half_written(
+    store: TokenStore,
+) -> None:
     await store.write_calls([make_call("first", "s", [1], [[2]])])
 
     def big_calls() -> list[llm_call_pb2.LlmCall]:
         rng = random.Random(0)
-        return [make_call(f"big{n}", f"t{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]]) for n in range(20)]
+        return [
+            make_call(f"big{n}", f"t{n}", [rng.randrange(50_000) for _ in range(2000)], [[1]])
+            for n in range(20)
+        ]
 
     # SQLite's own size cap fails a transaction exactly as a full disk does (SQLITE_FULL).
     assert isinstance(store.backend, SqliteBackend)
     writer = store.backend._writer
     writer.execute(f"PRAGMA max_page_count={writer.execute('PRAGMA page_count').fetchall()[0][0]}")
-    with capture_logs() as logs, pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"):
+    with (
+        capture_logs() as logs,
+        pytest.raises(Unavailable, match="disk is full.*writes resume once space is freed"),
+    ):
         await store.write_calls(big_calls())
     # Callers retry while the disk stays full: one line each time, not a traceback.
     (failed,) = [entry for entry in logs if entry["event"] == "write_failed"]
-    assert failed["log_level"] == "warning" and "disk is full" in failed["error"] and "exc_info" not in failed
+    assert (
+        failed["log_level"] == "warning"
+        and "disk is full" in failed["error"]
+        and "exc_info" not in failed
+    )
     assert (await store.stats()).call_count == 1
     with pytest.raises(NotFound):
         await store.get_call("big0", full=False)

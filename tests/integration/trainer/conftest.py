@@ -29,7 +29,10 @@ class TrainingStack:
 
 @contextmanager
 def serving(
-    model_dir: Path, tmp_path_factory: pytest.TempPathFactory, dtype: str = "float32", lora_rank: int = 0
+    model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    dtype: str = "float32",
+    lora_rank: int = 0,
 ) -> Iterator[VllmServer]:
     """A vLLM of its own serving `model_dir` as "tiny", in `dtype`, and adapters up to `lora_rank`."""
     config = VllmLaunchConfig(
@@ -48,19 +51,27 @@ def trainer_vllm(training_vllm) -> VllmServer:
 
 
 @pytest.fixture(scope="module")
-def training_stack(module_services: ServiceLauncher, trainer_vllm, tmp_path_factory) -> Iterator[TrainingStack]:
+def training_stack(
+    module_services: ServiceLauncher, trainer_vllm, tmp_path_factory
+) -> Iterator[TrainingStack]:
     import parity
 
     data = tmp_path_factory.mktemp("training-stack")
-    store = module_services.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+    store = module_services.start(
+        "store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5"
+    )
     assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                       "--shutdown-grace-s", "0.5")  # fmt: skip
-    ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "spool.db")
+    ingest, http_port = start_ingest(
+        module_services, store.address, trainer_vllm.base_url, data / "spool.db"
+    )
     trainer = module_services.start(
         "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
         "--replicas", trainer_vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
     )  # fmt: skip
     previous = parity.current_config()
-    parity.configure(ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address)
+    parity.configure(
+        ingest_url=f"http://127.0.0.1:{http_port}", assembler_address=assembler.address
+    )
     yield TrainingStack(trainer_vllm, store, assembler, ingest, trainer, http_port)
     parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address)

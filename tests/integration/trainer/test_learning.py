@@ -37,7 +37,12 @@ STEPS = 20
 GROUPS = 4
 ROLLOUTS = 8
 MAX_TOKENS = 16
-PROMPTS = ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."]
+PROMPTS = [
+    "Tell me about your day.",
+    "Describe the sea.",
+    "What do you like?",
+    "Say something kind.",
+]
 MIN_GAIN = 0.15
 # The LoRA and bfloat16 runs take fewer steps: their gains spread from 0.08 to 0.66 over repeated runs of one
 # build (rollouts sample at temperature 1), so they assert learning, not its pace: well above the measurement's
@@ -70,7 +75,10 @@ def served_rewards(base_url: str, per_prompt: int = 128, model: str = "tiny") ->
             "model": model, "messages": [{"role": "user", "content": prompt}], "n": per_prompt,
             "max_tokens": MAX_TOKENS, "temperature": 1.0, "logprobs": True,
         }, timeout=300).json()  # fmt: skip
-        rewards += [word_start_share([t["token"] for t in c["logprobs"]["content"]]) for c in response["choices"]]
+        rewards += [
+            word_start_share([t["token"] for t in c["logprobs"]["content"]])
+            for c in response["choices"]
+        ]
     return rewards
 
 
@@ -89,8 +97,13 @@ def train_on_agent_rollouts(
     counter = iter(range(10**6))
 
     def roll_out(tasks: int) -> None:
-        batch = [{"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)]} for _ in range(tasks)]
-        parity.engine.run(agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS, progress=False)
+        batch = [
+            {"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)]}
+            for _ in range(tasks)
+        ]
+        parity.engine.run(
+            agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS, progress=False
+        )
 
     for step in range(1, steps + 1):
         roll_out(GROUPS)
@@ -110,7 +123,12 @@ def train_on_agent_rollouts(
         time.sleep(0.2)
     # Completed: every sync was verified against the trainer's forward pass.
     assert status.run.state == run_pb2.RUN_STATE_COMPLETED, status.run.error_message
-    records = [r.metrics for _, r in zip(range(steps), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False)]
+    records = [
+        r.metrics
+        for _, r in zip(
+            range(steps), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False
+        )
+    ]
     assert [r.step for r in records] == list(range(1, steps + 1))
     assert all(r.values["policy_version"] == r.step for r in records)
     return status.run, records
@@ -123,7 +141,9 @@ def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack
     # Fresh replies before and after, 512 a side. Measured: 0.304 -> 0.719, gain 0.415, SE 0.0070, z 59 (Welch, 1022
     # degrees of freedom); passes at z >= 6 and a gain >= 0.15, which a policy that learns nothing reaches with
     # probability 1.4e-9 (at most 1e-3 is the rule).
-    gain = difference_of_means(before, served_rewards(training_stack.vllm.base_url), "served reward")
+    gain = difference_of_means(
+        before, served_rewards(training_stack.vllm.base_url), "served reward"
+    )
     assert_learned(gain, min_z=MIN_SIGMAS, min_gain=MIN_GAIN)
 
     # Independently of the trainer's own probe: the final checkpoint, loaded by transformers, scores a
@@ -139,16 +159,22 @@ def test_reward_rises_and_vllm_serves_exactly_the_trained_weights(training_stack
     scored = httpx.post(f"{training_stack.vllm.base_url}/v1/completions", json={
         "model": "tiny", "prompt": sequence, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
     }, timeout=60).json()["choices"][0]["prompt_logprobs"]  # fmt: skip
-    served = [entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)]
+    served = [
+        entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)
+    ]
     model = AutoModelForCausalLM.from_pretrained(final.path, dtype=torch.float32)
     with torch.no_grad():
         logits = model(torch.tensor([sequence])).logits[0, :-1]
-    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    expected = (
+        torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    )
     assert np.max(np.abs(np.array(served) - expected)) < 1e-4
     assert run.plot_path.endswith(".png")
 
 
-def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(training_stack, tmp_path) -> None:
+def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(
+    training_stack, tmp_path
+) -> None:
     trainer = TrainerClient(training_stack.trainer.address)
     steps, lag = 6, 1
     trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
@@ -163,7 +189,9 @@ def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(t
         # Rollouts never wait for the trainer: a new round starts as soon as the last one ends.
         while not stop.is_set():
             tasks = [{"id": f"async-{next(counter):04d}", "prompt": PROMPTS[0]} for _ in range(2)]
-            parity.engine.run(agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=2 * ROLLOUTS, progress=False)
+            parity.engine.run(
+                agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=2 * ROLLOUTS, progress=False
+            )
 
     def finished() -> pb.GetStatusResponse | None:
         status = trainer.get_status(pb.GetStatusRequest())
@@ -177,7 +205,12 @@ def test_async_mode_trains_while_rollouts_run_and_keeps_samples_within_the_lag(t
         stop.set()
         roller.join(120)
     assert status.run.state == run_pb2.RUN_STATE_COMPLETED, status.run.error_message
-    records = [r.metrics for _, r in zip(range(steps), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False)]
+    records = [
+        r.metrics
+        for _, r in zip(
+            range(steps), trainer.stream_metrics(pb.StreamMetricsRequest()), strict=False
+        )
+    ]
     assert [r.step for r in records] == list(range(1, steps + 1))
     # The assembler held back anything older than the lag; the trainer saw nothing staler.
     assert max(r.values["policy_lag_max"] for r in records) <= lag

@@ -58,13 +58,17 @@ LEARNING_RATE = 2e-3
 @pytest.fixture(scope="module")
 def trainer_vllm(tmp_path_factory) -> Iterator[VllmServer]:
     """The training stack's vLLM, serving adapters up to RANK beside the tiny model with room to learn."""
-    model = generate_tiny_model(tmp_path_factory.mktemp("lora_model"), TinyModelSpec(output_gain=8.0))
+    model = generate_tiny_model(
+        tmp_path_factory.mktemp("lora_model"), TinyModelSpec(output_gain=8.0)
+    )
     with serving(model, tmp_path_factory, lora_rank=RANK) as server:
         yield server
 
 
 @pytest.mark.parametrize("name", ["cpu", "fsdp"])
-def test_every_adapter_push_verifies_and_leaves_the_base_model_alone(trainer_vllm, name, tmp_path) -> None:
+def test_every_adapter_push_verifies_and_leaves_the_base_model_alone(
+    trainer_vllm, name, tmp_path
+) -> None:
     backend = select_backend(RunSettings(trainer_vllm.config.model_path, 10, groups_per_batch=1, backend=name, learning_rate=1e-2,
                                          lora_rank=RANK))  # fmt: skip
     replica = VllmReplica(trainer_vllm.base_url)
@@ -76,11 +80,17 @@ def test_every_adapter_push_verifies_and_leaves_the_base_model_alone(trainer_vll
         before = np.array(replica.prompt_logprobs(probe, model=ADAPTER))
         backend.train_step(rewarded_batch(100, 200))
         result = sync.sync(backend, policy_version=version)
-        assert result.verified and result.replicas[0].adapter == ADAPTER and result.max_logprob_diff < 1e-4
+        assert (
+            result.verified
+            and result.replicas[0].adapter == ADAPTER
+            and result.max_logprob_diff < 1e-4
+        )
         after = np.array(replica.prompt_logprobs(probe, model=ADAPTER))
         assert np.max(np.abs(after - before)) > 1e-2
     # Only adapter files were pushed, and the base model still serves its own logprobs.
-    assert {p.name for p in (tmp_path / "weights" / "policy-v000003").iterdir()} >= {"adapter_model.safetensors"}
+    assert {p.name for p in (tmp_path / "weights" / "policy-v000003").iterdir()} >= {
+        "adapter_model.safetensors"
+    }
     assert not list((tmp_path / "weights" / "policy-v000003").glob("model*.safetensors"))
     assert np.max(np.abs(np.array(replica.prompt_logprobs(probe)) - base)) < 1e-5
 
@@ -91,21 +101,33 @@ def ingest_stats(stack) -> ingest_pb.GetStatsResponse:
         return stub.GetStats(ingest_pb.GetStatsRequest())
 
 
-def test_a_lora_run_learns_through_ingest_and_exports_its_adapter_and_merged_model(training_stack, tmp_path) -> None:
+def test_a_lora_run_learns_through_ingest_and_exports_its_adapter_and_merged_model(
+    training_stack, tmp_path
+) -> None:
     before = served_rewards(training_stack.vllm.base_url)
     run, records = train_on_agent_rollouts(
-        training_stack, STEPS, tmp_path / "checkpoints", learning_rate=LEARNING_RATE, lora=run_pb2.LoraConfig(rank=RANK)
+        training_stack,
+        STEPS,
+        tmp_path / "checkpoints",
+        learning_rate=LEARNING_RATE,
+        lora=run_pb2.LoraConfig(rank=RANK),
     )
     diffs = [r.values["sync_max_logprob_diff"] for r in records]
     assert max(diffs) < 1e-4
     # Fresh replies of the base model before and of the adapter after, 512 a side. Measured: 0.341 -> 0.934, gain
     # 0.593, SE 0.0070, z 84; passes at z >= 6 and a gain >= 0.05, by chance with probability 1.4e-9.
-    gain = difference_of_means(before, served_rewards(training_stack.vllm.base_url, model=ADAPTER), "served reward")
+    gain = difference_of_means(
+        before, served_rewards(training_stack.vllm.base_url, model=ADAPTER), "served reward"
+    )
     assert_learned(gain, min_z=MIN_SIGMAS, min_gain=MIN_SHORT_RUN_GAIN)
 
     # Agents asked for "tiny"; ingest sent them to the adapter, and their calls record both.
     stats = ingest_stats(training_stack)
-    assert (stats.policy_model, stats.lora_adapter, stats.policy_version) == ("tiny", ADAPTER, STEPS)
+    assert (stats.policy_model, stats.lora_adapter, stats.policy_version) == (
+        "tiny",
+        ADAPTER,
+        STEPS,
+    )
     client = httpx.post(f"http://127.0.0.1:{training_stack.http_port}/sessions/lora-check/v1/chat/completions", json={
         "model": "tiny", "messages": [{"role": "user", "content": PROMPTS[0]}], "max_tokens": 8, "temperature": 0.0,
     }, timeout=60).json()  # fmt: skip
@@ -115,13 +137,21 @@ def test_a_lora_run_learns_through_ingest_and_exports_its_adapter_and_merged_mod
     assert client["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
     assert client["model"] == "tiny"
     with grpc.insecure_channel(training_stack.store.address) as channel:
-        (call,) = store_grpc.TokenStoreServiceStub(channel).ListCalls(store_pb.ListCallsRequest(session_id="lora-check")).calls
+        (call,) = (
+            store_grpc.TokenStoreServiceStub(channel)
+            .ListCalls(store_pb.ListCallsRequest(session_id="lora-check"))
+            .calls
+        )
     assert (call.model, call.lora_adapter, call.policy_version) == ("tiny", ADAPTER, STEPS)
 
     # The export: the adapter, and the merged model, which scores a reply exactly as vLLM's adapter does.
     trainer = TrainerClient(training_stack.trainer.address)
-    exported = trainer.export_policy(pb.ExportPolicyRequest(output_dir=str(tmp_path / "export"), merge_lora=True))
-    assert (tmp_path / "export" / "adapter_config.json").exists() and exported.merged_path == str(tmp_path / "export" / "merged")
+    exported = trainer.export_policy(
+        pb.ExportPolicyRequest(output_dir=str(tmp_path / "export"), merge_lora=True)
+    )
+    assert (tmp_path / "export" / "adapter_config.json").exists() and exported.merged_path == str(
+        tmp_path / "export" / "merged"
+    )
     reply = httpx.post(f"{training_stack.vllm.base_url}/v1/chat/completions", json={
         "model": ADAPTER, "messages": [{"role": "user", "content": PROMPTS[1]}], "max_tokens": 16, "temperature": 1.0,
         "return_token_ids": True,
@@ -130,13 +160,17 @@ def test_a_lora_run_learns_through_ingest_and_exports_its_adapter_and_merged_mod
     scored = httpx.post(f"{training_stack.vllm.base_url}/v1/completions", json={
         "model": ADAPTER, "prompt": sequence, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
     }, timeout=60).json()["choices"][0]["prompt_logprobs"]  # fmt: skip
-    served = [entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)]
+    served = [
+        entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)
+    ]
     from transformers import AutoModelForCausalLM
 
     merged = AutoModelForCausalLM.from_pretrained(exported.merged_path, dtype=torch.float32)
     with torch.no_grad():
         logits = merged(torch.tensor([sequence])).logits[0, :-1]
-    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    expected = (
+        torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    )
     assert np.max(np.abs(np.array(served) - expected)) < 1e-4
     assert run.config.lora.rank == RANK
 
@@ -157,11 +191,17 @@ def test_lora_is_refused_before_any_step_by_a_replica_without_it_and_for_a_bad_c
         return refused.value
 
     refused = start(run_pb2.LoraConfig(rank=RANK))
-    assert refused.code == grpc.StatusCode.FAILED_PRECONDITION and "started without LoRA (--enable-lora)" in str(refused)
+    assert (
+        refused.code == grpc.StatusCode.FAILED_PRECONDITION
+        and "started without LoRA (--enable-lora)" in str(refused)
+    )
     refused = start(run_pb2.LoraConfig(rank=0))
     assert refused.code == grpc.StatusCode.INVALID_ARGUMENT and "lora.rank" in str(refused)
     refused = start(run_pb2.LoraConfig(rank=RANK, target_modules=["attention"]))
-    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT and "lora.target_modules ['attention']" in str(refused)
+    assert (
+        refused.code == grpc.StatusCode.INVALID_ARGUMENT
+        and "lora.target_modules ['attention']" in str(refused)
+    )
     assert not trainer.get_status(pb.GetStatusRequest()).HasField("run")
 
     # `parity train` against that stack ends with the trainer's reason, before any rollout.

@@ -52,14 +52,22 @@ class Production:
 
 
 @pytest.fixture(scope="module")
-def production(module_services: ServiceLauncher, trainer_vllm: VllmServer, tiny_model_dir, tmp_path_factory) -> Iterator[Production]:
+def production(
+    module_services: ServiceLauncher, trainer_vllm: VllmServer, tiny_model_dir, tmp_path_factory
+) -> Iterator[Production]:
     data = tmp_path_factory.mktemp("production")
     with serving(tiny_model_dir, tmp_path_factory) as users_vllm:
-        store = module_services.start("store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5")
+        store = module_services.start(
+            "store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5"
+        )
         assembler = module_services.start("assembler", "--store-address", store.address, "--group-idle-s", "0.3",
                                           "--shutdown-grace-s", "0.5")  # fmt: skip
-        training_ingest, training_port = start_ingest(module_services, store.address, trainer_vllm.base_url, data / "training-spool.db")
-        users_ingest, users_port = start_ingest(module_services, store.address, users_vllm.base_url, data / "users-spool.db")
+        training_ingest, training_port = start_ingest(
+            module_services, store.address, trainer_vllm.base_url, data / "training-spool.db"
+        )
+        users_ingest, users_port = start_ingest(
+            module_services, store.address, users_vllm.base_url, data / "users-spool.db"
+        )
         trainer = module_services.start(
             "trainer", "--assembler-address", assembler.address, "--ingest-address", training_ingest.address,
             "--replicas", trainer_vllm.base_url, "--serving-replicas", users_vllm.base_url,
@@ -97,7 +105,9 @@ def train(stack: Production, model_dir, steps: int) -> run_pb2.Run:
 
 
 def validate(stack: Production, run_id: str, step: int, pass_at_1: float) -> None:
-    stack.trainer.WriteValidationMetrics(pb.WriteValidationMetricsRequest(run_id=run_id, step=step, values={"pass@1": pass_at_1}))
+    stack.trainer.WriteValidationMetrics(
+        pb.WriteValidationMetricsRequest(run_id=run_id, step=step, values={"pass@1": pass_at_1})
+    )
 
 
 TASKS = [{"id": "t1", "prompt": "Count to three."}, {"id": "t2", "prompt": "Name a colour."}]
@@ -144,10 +154,20 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     run = train(stack, tiny_model_dir, steps=2)
     trained = np.array(stack.candidates.prompt_logprobs(probe))
     assert np.max(np.abs(trained - original)) > 1e-2  # the run moved its own replicas' weights...
-    assert np.array_equal(np.array(stack.served.prompt_logprobs(probe)), original)  # ...and not the users'
+    assert np.array_equal(
+        np.array(stack.served.prompt_logprobs(probe)), original
+    )  # ...and not the users'
     for request, code, field in (
-        (pb.PromotePolicyRequest(run_id=run.run_id, margin=-0.1), grpc.StatusCode.INVALID_ARGUMENT, "margin"),
-        (pb.PromotePolicyRequest(run_id=run.run_id, checkpoint_id="run-other/step-000001"), grpc.StatusCode.NOT_FOUND, "run-other"),
+        (
+            pb.PromotePolicyRequest(run_id=run.run_id, margin=-0.1),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "margin",
+        ),
+        (
+            pb.PromotePolicyRequest(run_id=run.run_id, checkpoint_id="run-other/step-000001"),
+            grpc.StatusCode.NOT_FOUND,
+            "run-other",
+        ),
     ):
         with pytest.raises(grpc.RpcError) as bad:
             stack.trainer.PromotePolicy(request)
@@ -156,30 +176,46 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     # Worse than what serves by more than the margin: kept, not served, the reason recorded.
     validate(stack, run.run_id, 0, 0.40)
     validate(stack, run.run_id, 2, 0.30)
-    refused = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)).promotion
-    assert refused.outcome == promotion_pb2.PROMOTION_OUTCOME_REFUSED and refused.policy_version == 0
+    refused = stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)
+    ).promotion
+    assert (
+        refused.outcome == promotion_pb2.PROMOTION_OUTCOME_REFUSED and refused.policy_version == 0
+    )
     assert refused.checkpoint_id == f"{run.run_id}/step-000002"
-    assert refused.reason == "pass@1 0.3 at step 2 is below the serving model's 0.4 by 0.1, more than the margin 0.05"
-    assert np.array_equal(np.array(stack.served.prompt_logprobs(probe)), original) and users_version(stack) == 0
+    assert (
+        refused.reason
+        == "pass@1 0.3 at step 2 is below the serving model's 0.4 by 0.1, more than the margin 0.05"
+    )
+    assert (
+        np.array_equal(np.array(stack.served.prompt_logprobs(probe)), original)
+        and users_version(stack) == 0
+    )
     assert promote_main(["--address", stack.trainer_address, run.run_id, "--margin", "0.05"]) == 3
     assert "refused checkpoint" in capsys.readouterr().out
 
     # As good as what serves within the margin: loaded into the serving replicas, verified, versioned.
     validate(stack, run.run_id, 2, 0.38)
-    promoted = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)).promotion
+    promoted = stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)
+    ).promotion
     assert promoted.outcome == promotion_pb2.PROMOTION_OUTCOME_PROMOTED, promoted.reason
     assert (promoted.baseline, promoted.candidate, promoted.metric) == (0.40, 0.38, "pass@1")
     # The version the run gave these weights: a call stamped with it came from them, whichever ingest served it.
     assert promoted.policy_version == run.policy_version == users_version(stack)
     assert promoted.max_logprob_diff < 1e-3
     served = np.array(stack.served.prompt_logprobs(probe))
-    assert np.max(np.abs(served - trained)) < 1e-4  # users get exactly what the run's last step made
+    assert (
+        np.max(np.abs(served - trained)) < 1e-4
+    )  # users get exactly what the run's last step made
     chat(stack, "user-after-promotion")
     assert stored_calls(stack, "user-after-promotion")[0].policy_version == promoted.policy_version
 
     # The step-1 checkpoint's validation measured the run's start model, which no longer serves.
     validate(stack, run.run_id, 1, 0.45)
-    stale = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, checkpoint_id=f"{run.run_id}/step-000001")).promotion
+    stale = stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, checkpoint_id=f"{run.run_id}/step-000001")
+    ).promotion
     assert stale.outcome == promotion_pb2.PROMOTION_OUTCOME_REFUSED
     assert f"do not serve the model run {run.run_id} started from" in stale.reason
     assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - trained)) < 1e-4
@@ -195,7 +231,10 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
     assert again.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     listed = stack.trainer.ListPromotions(pb.ListPromotionsRequest(page_size=2))
-    assert [p.promotion_id for p in listed.promotions] == [rolled.promotion_id, stale.promotion_id] and listed.next_page_token
+    assert [p.promotion_id for p in listed.promotions] == [
+        rolled.promotion_id,
+        stale.promotion_id,
+    ] and listed.next_page_token
     assert promotions_main(["--address", stack.trainer_address]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 5 and "rolled back" in lines[0] and "promoted checkpoint" in lines[2]
@@ -203,33 +242,61 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
 
     # A canary: the candidate serves a share of sessions from the trainer's replicas, at its own version; the
     # serving replicas are untouched and no run may change the canary's replicas meanwhile.
-    canary = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.5)).promotion
-    assert canary.outcome == promotion_pb2.PROMOTION_OUTCOME_CANARY and canary.canary_share == 0.5, canary.reason
+    canary = stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.5)
+    ).promotion
+    assert (
+        canary.outcome == promotion_pb2.PROMOTION_OUTCOME_CANARY and canary.canary_share == 0.5
+    ), canary.reason
     assert canary.policy_version == rolled.policy_version + 1
     stats = stack.users_ingest.GetStats(ingest_pb.GetStatsRequest())
-    assert (stats.canary_share, stats.canary_policy_version, stats.policy_version) == (0.5, canary.policy_version, rolled.policy_version)
+    assert (stats.canary_share, stats.canary_policy_version, stats.policy_version) == (
+        0.5,
+        canary.policy_version,
+        rolled.policy_version,
+    )
     assert list(stats.canary_upstreams) == [stack.candidates.base_url]
     assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - original)) < 1e-4
     assert np.max(np.abs(np.array(stack.candidates.prompt_logprobs(probe)) - trained)) < 1e-4
     with pytest.raises(grpc.RpcError) as blocked:
-        stack.trainer.StartRun(pb.StartRunRequest(config=run_pb2.RunConfig(model_path=str(tiny_model_dir), total_steps=1)))
-    assert blocked.value.code() == grpc.StatusCode.FAILED_PRECONDITION and canary.promotion_id in (blocked.value.details() or "")
+        stack.trainer.StartRun(
+            pb.StartRunRequest(
+                config=run_pb2.RunConfig(model_path=str(tiny_model_dir), total_steps=1)
+            )
+        )
+    assert blocked.value.code() == grpc.StatusCode.FAILED_PRECONDITION and canary.promotion_id in (
+        blocked.value.details() or ""
+    )
     sessions = [f"canary-user-{index}" for index in range(8)]
     for session in sessions:
         chat(stack, session)
     versions = {session: stored_calls(stack, session)[0].policy_version for session in sessions}
-    expected = {s: canary.policy_version if in_canary(s, 0.5) else rolled.policy_version for s in sessions}
-    assert versions == expected and len(set(versions.values())) == 2  # every call stamped by the side that served it
+    expected = {
+        s: canary.policy_version if in_canary(s, 0.5) else rolled.policy_version for s in sessions
+    }
+    assert (
+        versions == expected and len(set(versions.values())) == 2
+    )  # every call stamped by the side that served it
 
     # Promoting it without a share serves everyone and ends the canary; a rollback ends a canary and nothing else.
-    full = stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)).promotion
-    assert full.outcome == promotion_pb2.PROMOTION_OUTCOME_PROMOTED and full.policy_version == canary.policy_version
+    full = stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05)
+    ).promotion
+    assert (
+        full.outcome == promotion_pb2.PROMOTION_OUTCOME_PROMOTED
+        and full.policy_version == canary.policy_version
+    )
     assert stack.users_ingest.GetStats(ingest_pb.GetStatsRequest()).canary_share == 0
     assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - trained)) < 1e-4
     stack.trainer.RollbackPolicy(pb.RollbackPolicyRequest())
-    stack.trainer.PromotePolicy(pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.25))
+    stack.trainer.PromotePolicy(
+        pb.PromotePolicyRequest(run_id=run.run_id, margin=0.05, canary_share=0.25)
+    )
     ended = stack.trainer.RollbackPolicy(pb.RollbackPolicyRequest()).promotion
-    assert ended.outcome == promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK and "ended the canary" in ended.reason
+    assert (
+        ended.outcome == promotion_pb2.PROMOTION_OUTCOME_ROLLED_BACK
+        and "ended the canary" in ended.reason
+    )
     stats = stack.users_ingest.GetStats(ingest_pb.GetStatsRequest())
     assert stats.canary_share == 0 and stats.policy_version == ended.policy_version
     assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - original)) < 1e-4
@@ -242,7 +309,17 @@ def test_only_a_candidate_that_passes_the_gate_reaches_users_and_one_call_takes_
         output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "completed", result.error
-    assert result.promotion.startswith("promotion-") and "promoted checkpoint" in result.promotion, result.promotion
+    assert (
+        result.promotion.startswith("promotion-") and "promoted checkpoint" in result.promotion
+    ), result.promotion
     run = stack.trainer.GetRun(pb.GetRunRequest(run_id=result.run_id)).run
     assert run.policy_version > ended.policy_version and users_version(stack) == run.policy_version
-    assert np.max(np.abs(np.array(stack.served.prompt_logprobs(probe)) - np.array(stack.candidates.prompt_logprobs(probe)))) < 1e-4
+    assert (
+        np.max(
+            np.abs(
+                np.array(stack.served.prompt_logprobs(probe))
+                - np.array(stack.candidates.prompt_logprobs(probe))
+            )
+        )
+        < 1e-4
+    )

@@ -32,6 +32,8 @@ def hand_freed_memory_back() -> Iterator[None]:
     gc.collect()
     if os.confstr("CS_GNU_LIBC_VERSION"):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 # The model's own learning rate: at 1e-3 one update moves a trained model so far that the second epoch's
 # ratios (clip fraction near half) amplify rounding past any fixed tolerance.
 LEARNING_RATE = 1e-5
@@ -41,23 +43,44 @@ LEARNING_RATE = 1e-5
 # order them their own way. Measured: metrics within 3e-7 on a Xeon and 5.2e-6 on an EPYC (the loss terms are
 # differences of O(1) values, so their tolerance is absolute), each parameter's gradient within 1e-4 of its norm
 # on a Xeon and 2.8e-4 on an EPYC (LoRA's A matrices, whose gradients are the smallest: 3e-4 and 5.9e-4).
-@pytest.mark.parametrize(("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"])
-def test_sharing_gives_the_unshared_update_on_the_default_model(real_model_dir, settings, grad_rtol) -> None:
+@pytest.mark.parametrize(
+    ("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"]
+)
+def test_sharing_gives_the_unshared_update_on_the_default_model(
+    real_model_dir, settings, grad_rtol
+) -> None:
     batch = sharing_batch(3)
-    shared, unshared = (step(real_model_dir, batch, share, LEARNING_RATE, **settings) for share in (True, False))
-    assert shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
+    shared, unshared = (
+        step(real_model_dir, batch, share, LEARNING_RATE, **settings) for share in (True, False)
+    )
+    assert (
+        shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
+    )
     assert_same_update(shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol)
 
 
-@pytest.mark.parametrize(("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"])
-def test_prefix_trees_give_the_unshared_update_on_the_default_model_in_fsdp(real_model_dir, settings, grad_rtol) -> None:
+@pytest.mark.parametrize(
+    ("settings", "grad_rtol"), [({}, 1e-3), ({"lora_rank": 4}, 2e-3)], ids=["float32", "lora"]
+)
+def test_prefix_trees_give_the_unshared_update_on_the_default_model_in_fsdp(
+    real_model_dir, settings, grad_rtol
+) -> None:
     batch = sharing_batch(3)
-    shared, unshared = (fsdp.step(real_model_dir, batch, share, learning_rate=LEARNING_RATE, **settings) for share in (True, False))
-    assert shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
-    assert_same_update(shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol, compared=fsdp.TOTALS)
+    shared, unshared = (
+        fsdp.step(real_model_dir, batch, share, learning_rate=LEARNING_RATE, **settings)
+        for share in (True, False)
+    )
+    assert (
+        shared[0]["tokens_computed"] < shared[0]["tokens_trained"] == unshared[0]["tokens_computed"]
+    )
+    assert_same_update(
+        shared, unshared, rtol=1e-5, atol=1e-5, grad_rtol=grad_rtol, compared=fsdp.TOTALS
+    )
 
 
-def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise_does(real_model_dir, monkeypatch) -> None:
+def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise_does(
+    real_model_dir, monkeypatch
+) -> None:
     """In bf16 over 30 layers any change of what is computed together moves a gradient by tens of percent (each
     matmul rounds its output to 8 bits of mantissa), so the bound is the unshared path's own: the same rows
     in one micro-batch against one row per micro-batch. Sharing must stay within that."""
@@ -83,4 +106,6 @@ def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise
     # The clip fraction counts tokens: one at the clip's edge may land on either side of it.
     edge = 1 / int(batch.response_mask.sum())
     for key in COMPARED:
-        assert sharing_metrics[key] <= 1.5 * batching_metrics[key] + (edge if key == "clip_fraction" else 1e-6), key
+        assert sharing_metrics[key] <= 1.5 * batching_metrics[key] + (
+            edge if key == "clip_fraction" else 1e-6
+        ), key

@@ -59,7 +59,9 @@ def without_prompt_logprobs(vllm_server) -> Iterator[str]:
     server.shutdown()
 
 
-def test_a_teacher_sharing_the_students_tokenizer_passes_and_scores_exact_ids(vllm_server, tiny_model_dir: Path) -> None:
+def test_a_teacher_sharing_the_students_tokenizer_passes_and_scores_exact_ids(
+    vllm_server, tiny_model_dir: Path
+) -> None:
     teacher = Teacher(vllm_server.base_url)
     teacher.check(tiny_model_dir)
     assert teacher.model == vllm_server.model_name
@@ -69,7 +71,9 @@ def test_a_teacher_sharing_the_students_tokenizer_passes_and_scores_exact_ids(vl
     assert len(scores) == len(ids) and scores[0] == 0.0 and np.all(scores[1:] < 0)
 
 
-def test_a_teacher_with_another_vocabulary_is_refused_before_any_rollout(vllm_server, real_model_dir: Path) -> None:
+def test_a_teacher_with_another_vocabulary_is_refused_before_any_rollout(
+    vllm_server, real_model_dir: Path
+) -> None:
     # The tiny model's generated vocabulary is not SmolLM2's.
     with pytest.raises(TeacherError, match="does not share the student's tokenizer") as refused:
         Teacher(vllm_server.base_url).check(real_model_dir)
@@ -82,15 +86,21 @@ def test_a_teacher_that_does_not_answer_is_refused(tiny_model_dir: Path) -> None
         Teacher(url).check(tiny_model_dir)
 
 
-def test_a_teacher_that_returns_no_prompt_logprobs_is_refused(without_prompt_logprobs: str, tiny_model_dir: Path) -> None:
-    with pytest.raises(TeacherError, match="returns no prompt logprobs for the student's token ids"):
+def test_a_teacher_that_returns_no_prompt_logprobs_is_refused(
+    without_prompt_logprobs: str, tiny_model_dir: Path
+) -> None:
+    with pytest.raises(
+        TeacherError, match="returns no prompt logprobs for the student's token ids"
+    ):
         Teacher(without_prompt_logprobs).check(tiny_model_dir)
 
 
 def test_a_teachers_replicas_share_a_steps_samples_and_the_others_score_what_a_dead_one_cannot(
     vllm_server, tiny_model_dir: Path
 ) -> None:  # fmt: skip
-    samples = [sample_pb2.Sample(token_ids=tokens.pack_token_ids([3, 17, 42, 8, n])) for n in range(16)]
+    samples = [
+        sample_pb2.Sample(token_ids=tokens.pack_token_ids([3, 17, 42, 8, n])) for n in range(16)
+    ]
     direct = Teacher(vllm_server.base_url).score(samples)
     # Two replicas of one teacher: each its own address, in front of the same vLLM.
     with TcpRelay(vllm_server.config.port) as first, TcpRelay(vllm_server.config.port) as second:
@@ -98,18 +108,28 @@ def test_a_teachers_replicas_share_a_steps_samples_and_the_others_score_what_a_d
         teacher = Teacher(urls)
         teacher.check(tiny_model_dir)
         taken = first.accepted, second.accepted
-        assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(teacher.score(samples), direct, strict=True))
-        assert first.accepted > taken[0] and second.accepted > taken[1], "each replica scored some of the samples"
+        assert all(
+            np.allclose(a, b, atol=1e-4)
+            for a, b in zip(teacher.score(samples), direct, strict=True)
+        )
+        assert first.accepted > taken[0] and second.accepted > taken[1], (
+            "each replica scored some of the samples"
+        )
 
         second.cut()
-        assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(teacher.score(samples), direct, strict=True))
+        assert all(
+            np.allclose(a, b, atol=1e-4)
+            for a, b in zip(teacher.score(samples), direct, strict=True)
+        )
         first.cut()
         with pytest.raises(TeacherError, match="failed to score the step's samples") as failed:
             teacher.score(samples)
         assert all(url in str(failed.value) for url in urls), "the reason names every replica"
 
 
-def test_a_replica_that_does_not_answer_refuses_the_whole_teacher_naming_it(vllm_server, tiny_model_dir: Path) -> None:
+def test_a_replica_that_does_not_answer_refuses_the_whole_teacher_naming_it(
+    vllm_server, tiny_model_dir: Path
+) -> None:
     gone = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TeacherError, match=f"at {gone} cannot tokenize"):
         Teacher([vllm_server.base_url, gone]).check(tiny_model_dir)

@@ -51,7 +51,11 @@ def served(request) -> VllmServer:
 
 @pytest.mark.parametrize("name", ["cpu", "fsdp"])
 def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tmp_path) -> None:
-    backend = select_backend(RunSettings(served.config.model_path, 10, groups_per_batch=1, backend=name, learning_rate=1e-2))
+    backend = select_backend(
+        RunSettings(
+            served.config.model_path, 10, groups_per_batch=1, backend=name, learning_rate=1e-2
+        )
+    )
     replica = VllmReplica(served.base_url)
     probe = probe_tokens(1024)
     sync = WeightSync([replica], tmp_path / "weights", probe)
@@ -63,15 +67,21 @@ def test_every_sync_moves_the_served_logprobs_onto_the_trainers(served, name, tm
         result = sync.sync(backend, policy_version=version)
         after = np.array(replica.prompt_logprobs(probe))
         # Verified at the tolerance derived for float32 on both sides, and far inside it (about 1e-6 measured).
-        assert result.verified and result.replicas[0].tolerance == probe_tolerance("float32", "float32")
+        assert result.verified and result.replicas[0].tolerance == probe_tolerance(
+            "float32", "float32"
+        )
         assert result.max_logprob_diff < 1e-4
         # vLLM serves the update itself: its logprobs moved, onto the trainer's.
         assert np.max(np.abs(after - before)) > 1e-2
         assert np.max(np.abs(after - np.array(backend.probe_logprobs(probe)))) < 1e-4
 
 
-def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(trainer_vllm, tmp_path) -> None:
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
+def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(
+    trainer_vllm, tmp_path
+) -> None:
+    backend = CpuBackend(
+        RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2)
+    )
     backend.train_step(rewarded_batch(100, 200))
     replica = VllmReplica(trainer_vllm.base_url)
     sync = WeightSync([replica], tmp_path / "weights", probe_tokens(1024))
@@ -91,7 +101,12 @@ def test_stale_weights_are_refused_unless_the_tolerance_is_set_above_them(traine
     # A replica that failed may have been restarted with other flags: it is asked afresh.
     assert stale_replica.server_info() == info and stale_replica.server_info() is not info
     # An explicit tolerance replaces the derived one.
-    lenient = WeightSync([IgnoresReloads(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024), tolerance=10.0)
+    lenient = WeightSync(
+        [IgnoresReloads(trainer_vllm.base_url)],
+        tmp_path / "weights",
+        probe_tokens(1024),
+        tolerance=10.0,
+    )
     assert lenient.sync(backend, policy_version=2).verified
 
 
@@ -102,7 +117,9 @@ def test_every_ingest_is_paused_versioned_and_resumed_together_and_a_dead_one_fa
     ingests = [start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / f"spool-{n}.db")[0]
                for n in range(2)]  # fmt: skip
     clients = [IngestClient(ingest.address) for ingest in ingests]
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
+    backend = CpuBackend(
+        RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2)
+    )
     # One by address, one by a name resolved at each sync, as a Kubernetes headless Service is.
     port = ingests[0].address.rpartition(":")[2]
     fleet = IngestFleet([f"dns:///127.0.0.1:{port}", ingests[1].address])
@@ -129,8 +146,12 @@ def test_an_ingest_restarting_during_a_sync_rejoins_it_instead_of_failing_the_ru
     trainer_vllm, module_services, tmp_path
 ) -> None:
     store = module_services.start("store", "--url", "memory://")
-    ingest, http_port = start_ingest(module_services, store.address, trainer_vllm.base_url, tmp_path / "spool.db")
-    backend = CpuBackend(RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2))
+    ingest, http_port = start_ingest(
+        module_services, store.address, trainer_vllm.base_url, tmp_path / "spool.db"
+    )
+    backend = CpuBackend(
+        RunSettings(trainer_vllm.config.model_path, 1, groups_per_batch=1, learning_rate=1e-2)
+    )
     sync = WeightSync([VllmReplica(trainer_vllm.base_url)], tmp_path / "weights", probe_tokens(1024),
                       ingests=IngestFleet([ingest.address]), drain_timeout_s=60)  # fmt: skip
     assert sync.sync(backend, policy_version=3).verified

@@ -15,7 +15,9 @@ from typing import Any
 
 def reward(task: dict[str, Any], stdout: str) -> float:
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    (Path(os.environ["CLAUDE_CODE_EVENTS_DIR"]) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(events))
+    (Path(os.environ["CLAUDE_CODE_EVENTS_DIR"]) / f"{uuid.uuid4().hex}.json").write_text(
+        json.dumps(events)
+    )
     said = "".join(
         block.get("text", "") for event in events if event.get("type") == "assistant"
         for block in event["message"]["content"]

@@ -7,7 +7,10 @@ import parity
 
 def speak(task: dict) -> float:
     reply = parity.get_chat_client().chat.completions.create(
-        model=task["model"], max_tokens=task["max_tokens"], temperature=task["temperature"], logprobs=True,
+        model=task["model"],
+        max_tokens=task["max_tokens"],
+        temperature=task["temperature"],
+        logprobs=True,
         messages=[{"role": "user", "content": task["prompt"]}],
     )
     logprobs = reply.choices[0].logprobs

@@ -56,13 +56,21 @@ def stored_calls(start_service, store_db: Path) -> list:
     return calls
 
 
-def test_claude_code_trains_from_parity_train_with_every_call_token_exact(tmp_path, start_service) -> None:
-    model = generate_tiny_model(tmp_path / SERVED, TinyModelSpec(max_position_embeddings=LONG_CONTEXT))
+def test_claude_code_trains_from_parity_train_with_every_call_token_exact(
+    tmp_path, start_service
+) -> None:
+    model = generate_tiny_model(
+        tmp_path / SERVED, TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
+    )
     home, events = tmp_path / "home", tmp_path / "events"
     home.mkdir()
     events.mkdir()
-    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "hello", "prompt": "Say hello."}) + "\n")
-    offline = " ".join(f"{name}={shlex.quote(value)}" for name, value in offline_environment(home).items())
+    (tmp_path / "tasks.jsonl").write_text(
+        json.dumps({"id": "hello", "prompt": "Say hello."}) + "\n"
+    )
+    offline = " ".join(
+        f"{name}={shlex.quote(value)}" for name, value in offline_environment(home).items()
+    )
     # The task arrives on stdin, which `claude -p` reads as context for its prompt. The small model's replies
     # run to CLAUDE_CODE_MAX_OUTPUT_TOKENS; Claude Code retries such a reply three times, then exits 1 with
     # "API Error: ... exceeded the 32 output token maximum", which fails the rollout unless the script carries on.
@@ -105,4 +113,6 @@ def test_claude_code_trains_from_parity_train_with_every_call_token_exact(tmp_pa
     )  # fmt: skip
     with VllmServer(config) as renderer:
         for call in calls:
-            check_token_exact(call, by_text[call.choices[0].text], renderer.base_url, SERVED, tokenizer)
+            check_token_exact(
+                call, by_text[call.choices[0].text], renderer.base_url, SERVED, tokenizer
+            )

@@ -61,7 +61,9 @@ class Attempts:
 ATTEMPTS = Attempts()
 
 
-async def answered(client: openai.AsyncOpenAI, task: dict[str, Any], messages: list[ChatCompletionMessageParam]) -> Any:
+async def answered(
+    client: openai.AsyncOpenAI, task: dict[str, Any], messages: list[ChatCompletionMessageParam]
+) -> Any:
     """An answer, asking again with a fresh nonce when the ingest holding the connection dies under it."""
     for _ in range(20):
         nonce = uuid.uuid4().hex
@@ -87,7 +89,9 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
     shares = []
     for follow_up in ("Say more.", None):
         reply = await answered(client, task, messages)
-        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
+        shares.append(
+            word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])])
+        )
         if follow_up:
             messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                          {"role": "user", "content": follow_up}]  # fmt: skip
@@ -95,7 +99,9 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
 
 
 @pytest.fixture(scope="module")
-def two_replicas(training_vllm: VllmServer, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
+def two_replicas(
+    training_vllm: VllmServer, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[VllmServer]]:
     """The session's training vLLM and one more: the run's first sync puts its weights on both."""
     with serving_model(tiny_model_dir, tmp_path_factory, served_model_name="tiny") as second:
         yield [training_vllm, second]
@@ -162,7 +168,9 @@ def answers_on_the_shared_port(ingest: RunningService, http_port: int, model: st
     """Whether `ingest` takes a share of new agents' connections to the port the fleet shares: each request on a
     connection of its own, for the kernel to hand to any of the fleet's listeners (SO_REUSEPORT)."""
     served = stats(ingest).request_count
-    for attempt in range(60):  # a third of the connections each: 60 all going elsewhere is a chance of 3e-11
+    for attempt in range(
+        60
+    ):  # a third of the connections each: 60 all going elsewhere is a chance of 3e-11
         with httpx.Client(timeout=60) as client:
             reply = client.post(f"http://127.0.0.1:{http_port}/sessions/probe-{attempt}/v1/chat/completions",
                                 json={"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})  # fmt: skip
@@ -185,14 +193,19 @@ def synced_windows(trainer_log: str) -> list[tuple[float, float, int]]:
 
 
 def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losing_a_call(
-    module_services: ServiceLauncher, two_replicas: list[VllmServer], fresh_postgres_url: str, tmp_path: Path
+    module_services: ServiceLauncher,
+    two_replicas: list[VllmServer],
+    fresh_postgres_url: str,
+    tmp_path: Path,
 ) -> None:
     launcher = module_services
     upstreams = ",".join(server.base_url for server in two_replicas)
     store = launcher.start("store", "--url", fresh_postgres_url, "--shutdown-grace-s", "0.5")
     assembler = launcher.start("assembler", "--store-address", store.address, "--group-idle-s", "5",
                                "--shutdown-grace-s", "0.5")  # fmt: skip
-    fleet = Fleet(launcher, store.address, upstreams, free_port(), [free_port() for _ in range(3)], tmp_path)
+    fleet = Fleet(
+        launcher, store.address, upstreams, free_port(), [free_port() for _ in range(3)], tmp_path
+    )
     for n in range(3):
         fleet.start(n)
     http_port = fleet.http_port
@@ -216,7 +229,9 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
         killer.join(60)
     assert result.state == "completed", result.error
     assert result.steps == STEPS
-    assert "restarted" in report, "the ingest was never caught with requests in flight after the second sync"
+    assert "restarted" in report, (
+        "the ingest was never caught with requests in flight after the second sync"
+    )
     assert ATTEMPTS.unanswered, "the kill broke no agent's request"
     assert report["restarted_version"] >= report["killed_at_version"]
 
@@ -239,8 +254,14 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
     by_nonce: dict[str, list[llm_call_pb2.LlmCall]] = {}
     for call in calls:
         by_nonce.setdefault(json.loads(call.request_json)["user"], []).append(call)
-    assert {nonce: len(by_nonce.get(nonce, [])) for nonce in ATTEMPTS.answered} == dict.fromkeys(ATTEMPTS.answered, 1)
-    assert all(call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED for n in ATTEMPTS.answered for call in by_nonce[n])
+    assert {nonce: len(by_nonce.get(nonce, [])) for nonce in ATTEMPTS.answered} == dict.fromkeys(
+        ATTEMPTS.answered, 1
+    )
+    assert all(
+        call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED
+        for n in ATTEMPTS.answered
+        for call in by_nonce[n]
+    )
     assert all(len(by_nonce.get(nonce, [])) <= 1 for nonce in ATTEMPTS.unanswered)
     assert set(by_nonce) <= set(ATTEMPTS.answered) | set(ATTEMPTS.unanswered)
 
@@ -249,12 +270,27 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
     windows = synced_windows(trainer.log())
     assert [version for _, _, version in windows] == list(range(STEPS + 1))
     for call in calls:
-        started, ended = call.timings.start_time.ToNanoseconds() / 1e9, call.timings.end_time.ToNanoseconds() / 1e9
+        started, ended = (
+            call.timings.start_time.ToNanoseconds() / 1e9,
+            call.timings.end_time.ToNanoseconds() / 1e9,
+        )
         lowest = max((version for _, end, version in windows if end <= started), default=0)
         highest = max((version for start, _, version in windows if start <= ended), default=0)
-        assert lowest <= call.policy_version <= highest, (call.call_id, started, call.policy_version, windows)
-    restarted_calls = [call for call in calls if call.timings.start_time.ToNanoseconds() / 1e9 > report["killed_at"]]
-    assert restarted_calls and min(call.policy_version for call in restarted_calls) >= report["killed_at_version"]
+        assert lowest <= call.policy_version <= highest, (
+            call.call_id,
+            started,
+            call.policy_version,
+            windows,
+        )
+    restarted_calls = [
+        call
+        for call in calls
+        if call.timings.start_time.ToNanoseconds() / 1e9 > report["killed_at"]
+    ]
+    assert (
+        restarted_calls
+        and min(call.policy_version for call in restarted_calls) >= report["killed_at_version"]
+    )
 
     # Every closed session was assembled, each with every call it holds.
     assembler_client = AssemblerClient(assembler.address)
@@ -263,7 +299,9 @@ def test_three_ingests_train_through_a_killed_and_restarted_ingest_without_losin
     for session in closed:
         trajectories = assembler_client.list_trajectories(assembler_pb.ListTrajectoriesRequest(
             session_id=session.session_id, view=assembler_pb.TRAJECTORY_VIEW_FULL)).trajectories  # fmt: skip
-        sampled = {call_id for t in trajectories for sample in t.samples for call_id in sample.call_ids}
+        sampled = {
+            call_id for t in trajectories for sample in t.samples for call_id in sample.call_ids
+        }
         held = {call.call_id for call in calls if call.session_id == session.session_id
                 and call.outcome == llm_call_pb2.CALL_OUTCOME_SUCCEEDED}  # fmt: skip
         assert sampled == held, session.session_id

@@ -36,7 +36,9 @@ def node_ports() -> list[str]:
 
 
 @contextlib.contextmanager
-def ray_node(args: list[str], temp_dir: Path, log: Path, environment: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def ray_node(
+    args: list[str], temp_dir: Path, log: Path, environment: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
     """`ray start ... --block`: the node lives while the command does; stopped with its process group (only the
     processes this node started, never `ray stop`, which would stop every Ray node on the machine)."""
     with log.open("ab") as output:
@@ -63,7 +65,11 @@ def ray_nodes_alive(address: str, environment: dict[str, str]) -> int:
          "print(sum(node['Alive'] for node in ray.nodes()))"],
         capture_output=True, text=True, timeout=120, env=environment,
     )  # fmt: skip
-    return int(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 and probe.stdout.strip() else 0
+    return (
+        int(probe.stdout.strip().splitlines()[-1])
+        if probe.returncode == 0 and probe.stdout.strip()
+        else 0
+    )
 
 
 def logged(path: Path, event: str) -> list[dict]:
@@ -71,7 +77,9 @@ def logged(path: Path, event: str) -> list[dict]:
     return [entry for entry in map(json.loads, lines) if entry.get("event") == event]
 
 
-def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
     head_args = ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false",
@@ -85,7 +93,9 @@ def test_parity_train_spreads_fsdp_ranks_over_two_ray_nodes(tmp_path: Path, tiny
         temp_root = Path(cluster.enter_context(tempfile.TemporaryDirectory(prefix="ray-")))
         # The head first; the second node joins it once it is up.
         for name, args in (("head", head_args), ("second", second_args)):
-            cluster.enter_context(ray_node(args, temp_root / name, tmp_path / f"ray-{name}.log", environment))
+            cluster.enter_context(
+                ray_node(args, temp_root / name, tmp_path / f"ray-{name}.log", environment)
+            )
             count = 1 if name == "head" else 2
 
             def joined(count: int = count) -> bool:

@@ -40,7 +40,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TASKS = [{"id": f"t{n}", "prompt": prompt} for n, prompt in enumerate(
     ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."])]  # fmt: skip
-VAL_TASKS = [{"id": "v0", "prompt": "Describe a small box."}, {"id": "v1", "prompt": "Tell me about the team."}]
+VAL_TASKS = [
+    {"id": "v0", "prompt": "Describe a small box."},
+    {"id": "v1", "prompt": "Tell me about the team."},
+]
 
 
 def word_start_share(token_texts: list[str]) -> float:
@@ -58,14 +61,18 @@ async def two_turn_agent(task: dict[str, Any]) -> float:
             model=task["model"], messages=messages, max_tokens=task["max_tokens"], temperature=task["temperature"],
             logprobs=True, extra_headers={"X-Parity-User": f"user-{task['id']}"},
         )  # fmt: skip
-        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
+        shares.append(
+            word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])])
+        )
         if follow_up:
             messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                          {"role": "user", "content": follow_up}]  # fmt: skip
     return sum(shares) / len(shares)
 
 
-def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(deployed_stack, tmp_path) -> None:
+def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(
+    deployed_stack, tmp_path
+) -> None:
     model = deployed_stack.vllm.config.model_path
     result = parity.train(
         two_turn_agent, TASKS, val_tasks=VAL_TASKS, model=model, stack=deployed_stack.addresses, steps=3,
@@ -87,11 +94,15 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     events.Reload()
     assert [e.step for e in events.Scalars("train/reward_mean")] == [1, 2, 3]
     assert [e.step for e in events.Scalars("validation/reward")] == [0, 3]
-    assert list((run_dir / "wandb").glob(f"offline-run-*-{result.run_id}/run-{result.run_id}.wandb"))
+    assert list(
+        (run_dir / "wandb").glob(f"offline-run-*-{result.run_id}/run-{result.run_id}.wandb")
+    )
 
     # Every rollout's two calls are one merged, token-exact sample; validation sessions were never trained on.
     assembler = AssemblerClient(deployed_stack.assembler.address)
-    trained = assembler.list_trajectories(assembler_pb.ListTrajectoriesRequest(page_size=1000)).trajectories
+    trained = assembler.list_trajectories(
+        assembler_pb.ListTrajectoriesRequest(page_size=1000)
+    ).trajectories
     ours = [t for t in trained if t.session_id.startswith(result.run_id)]
     validation = [t for t in ours if "-v0" in t.session_id]
     training = [t for t in ours if "-s0" in t.session_id]
@@ -106,20 +117,34 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     # The run's token accounting: every join of a two-turn rollout merged or split, each split with its reason.
     splits = sum(result.splits.values())
     assert result.merge_rate is not None and 0 < result.merge_rate <= 1
-    assert result.tokens_unique <= result.tokens_trained and (result.tokens_unique < result.tokens_trained) == (splits > 0)
+    assert result.tokens_unique <= result.tokens_trained and (
+        result.tokens_unique < result.tokens_trained
+    ) == (splits > 0)
     assert set(result.splits) <= {"reply_rerendered", "history_changed", "history_cut"}
-    assert result.to_json()["token_repetition"] == round(result.tokens_trained / result.tokens_unique, 4)
+    assert result.to_json()["token_repetition"] == round(
+        result.tokens_trained / result.tokens_unique, 4
+    )
     store = StoreClient(deployed_stack.store.address)
-    session = store.get_session(store_pb.GetSessionRequest(session_id=validation[0].session_id)).session
+    session = store.get_session(
+        store_pb.GetSessionRequest(session_id=validation[0].session_id)
+    ).session
     assert session.metadata["parity.validation"] == "true"
     assert session.end_user_id in {"user-v0", "user-v1"}
 
     # Lineage: the trainer names the steps that trained on an end user's sessions, and only those.
     trainer = TrainerClient(deployed_stack.trainer.address)
-    batches = [trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=s)).batch for s in (1, 2, 3)]
+    batches = [
+        trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=s)).batch
+        for s in (1, 2, 3)
+    ]
     for user in ("user-t0", "user-t1", "user-v0"):
-        expected = {b.step: sorted({x.session_id for x in b.samples if x.end_user_id == user}) for b in batches}
-        found = trainer.list_trained_sessions(trainer_pb.ListTrainedSessionsRequest(end_user_id=user)).steps
+        expected = {
+            b.step: sorted({x.session_id for x in b.samples if x.end_user_id == user})
+            for b in batches
+        }
+        found = trainer.list_trained_sessions(
+            trainer_pb.ListTrainedSessionsRequest(end_user_id=user)
+        ).steps
         assert {s.step: list(s.session_ids) for s in found if s.run_id == result.run_id} == {
             step: ids for step, ids in expected.items() if ids
         }
@@ -141,10 +166,19 @@ def test_a_two_turn_agent_trains_validates_and_exports_through_the_python_api(de
     scored = httpx.post(f"{deployed_stack.vllm.base_url}/v1/completions", json={
         "model": "tiny", "prompt": sequence, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
     }, timeout=60).json()["choices"][0]["prompt_logprobs"]  # fmt: skip
-    served = np.array([entry[str(token)]["logprob"] for token, entry in zip(sequence[1:], scored[1:], strict=True)])
+    served = np.array(
+        [
+            entry[str(token)]["logprob"]
+            for token, entry in zip(sequence[1:], scored[1:], strict=True)
+        ]
+    )
     with torch.no_grad():
-        logits = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)(torch.tensor([sequence])).logits[0, :-1]
-    reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+        logits = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)(
+            torch.tensor([sequence])
+        ).logits[0, :-1]
+    reference = (
+        torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0].numpy()
+    )
     assert np.max(np.abs(served - reference)) < 1e-4
     assert result.serve_command == f"parity vllm serve --model {exported}"
 
@@ -158,7 +192,9 @@ def test_a_run_whose_sync_fails_ends_at_once_with_the_reason_and_its_checkpoint(
         "trainer", "--assembler-address", deployed_stack.assembler.address, "--replicas", dead_replica,
         "--work-dir", str(tmp_path / "trainer"), "--consumer-id", "failing-trainer",
     )  # fmt: skip
-    stack = StackAddresses(deployed_stack.addresses.ingest_url, deployed_stack.assembler.address, trainer.address)
+    stack = StackAddresses(
+        deployed_stack.addresses.ingest_url, deployed_stack.assembler.address, trainer.address
+    )
     with Stopwatch() as run:
         result = parity.train(
             two_turn_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=stack, steps=3,
@@ -183,7 +219,9 @@ def test_an_agent_that_always_fails_ends_the_run_with_its_error(deployed_stack, 
         groups_per_batch=2, rollouts_per_task=2, retries=0, output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "failed" and result.steps == 0
-    assert "the agent failed 4 rollouts in a row; the last: ValueError: no tool for t" in result.error
+    assert (
+        "the agent failed 4 rollouts in a row; the last: ValueError: no tool for t" in result.error
+    )
     assert result.checkpoint == f"{result.run_id}/step-000000"
 
 
@@ -199,7 +237,11 @@ def test_a_step_short_of_varying_groups_trains_on_what_it_has_and_a_run_at_its_t
         await two_turn_agent(task)
         varying[:] = varying or [task["id"]]
         rollouts[task["id"]] += 1
-        return float(rollouts[task["id"]] % 2) if task["id"] == varying[0] and rollouts[task["id"]] <= 2 else 1.0
+        return (
+            float(rollouts[task["id"]] % 2)
+            if task["id"] == varying[0] and rollouts[task["id"]] <= 2
+            else 1.0
+        )
 
     result = parity.train(
         mostly_solved_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses,
@@ -207,8 +249,12 @@ def test_a_step_short_of_varying_groups_trains_on_what_it_has_and_a_run_at_its_t
         progress=False,
     )  # fmt: skip
     assert result.state == "completed", result.error
-    assert result.steps == 1 and result.short_steps == 1, "step 1 trained on the one group that varied"
-    assert "every rollout of step 2's 18 tasks earned the run's top reward (1)" in result.stopped_early
+    assert result.steps == 1 and result.short_steps == 1, (
+        "step 1 trained on the one group that varied"
+    )
+    assert (
+        "every rollout of step 2's 18 tasks earned the run's top reward (1)" in result.stopped_early
+    )
     assert result.exported_model and result.checkpoint.startswith(result.run_id)
 
 
@@ -226,20 +272,26 @@ async def six_turn_agent(task: dict[str, Any]) -> float:
         except openai.BadRequestError as error:
             assert error.type == "session_budget_exceeded", error
             break
-        shares.append(word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])]))
+        shares.append(
+            word_start_share([entry.token for entry in sampled_logprobs(reply.choices[0])])
+        )
         messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                      {"role": "user", "content": "Say more."}]  # fmt: skip
     return sum(shares) / len(shares)
 
 
-def test_a_run_with_a_three_call_cap_stops_every_six_turn_session_at_call_four_and_counts_it(deployed_stack, tmp_path) -> None:
+def test_a_run_with_a_three_call_cap_stops_every_six_turn_session_at_call_four_and_counts_it(
+    deployed_stack, tmp_path
+) -> None:
     result = parity.train(
         six_turn_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=1,
         groups_per_batch=2, rollouts_per_task=2, max_tokens=6, session_max_calls=3, capped_episodes="keep_reward",
         output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "completed", result.error
-    assert result.capped_episodes >= 4, "every episode of the step's batch was cut at the cap, and trained on"
+    assert result.capped_episodes >= 4, (
+        "every episode of the step's batch was cut at the cap, and trained on"
+    )
     store = StoreClient(deployed_stack.store.address)
     request = store_pb.ListSessionsRequest(page_size=1000, metadata={"parity.run_id": result.run_id},
                                            outcome=session_pb2.SESSION_OUTCOME_SUCCEEDED)  # fmt: skip
@@ -247,7 +299,9 @@ def test_a_run_with_a_three_call_cap_stops_every_six_turn_session_at_call_four_a
     assert len(ours) >= 4
     for session_id in ours:
         calls = store.list_calls(store_pb.ListCallsRequest(session_id=session_id)).calls
-        assert [c.outcome for c in calls] == [llm_call_pb2.CALL_OUTCOME_SUCCEEDED] * 3 + [llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED]
+        assert [c.outcome for c in calls] == [llm_call_pb2.CALL_OUTCOME_SUCCEEDED] * 3 + [
+            llm_call_pb2.CALL_OUTCOME_SESSION_CAPPED
+        ]
         assert calls[-1].session_cap == "calls"
 
 
@@ -256,41 +310,63 @@ async def constant_agent(task: dict[str, Any]) -> float:
     return 0.5
 
 
-def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(deployed_stack, tmp_path) -> None:
+def test_rewards_that_never_vary_end_the_run_with_advice_instead_of_spinning(
+    deployed_stack, tmp_path
+) -> None:
     result = parity.train(
         constant_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=2,
         groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
     assert result.state == "failed" and result.steps == 0
-    assert "no batch for step 1 after 8 extra tasks" in result.error and "zero_variance_group" in result.error
+    assert (
+        "no batch for step 1 after 8 extra tasks" in result.error
+        and "zero_variance_group" in result.error
+    )
 
 
-def test_a_distillation_run_trains_on_its_teachers_scores_alone_where_rewards_never_vary(deployed_stack, tmp_path) -> None:
+def test_a_distillation_run_trains_on_its_teachers_scores_alone_where_rewards_never_vary(
+    deployed_stack, tmp_path
+) -> None:
     result = parity.train(
         constant_agent, TASKS, model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, steps=2,
         groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"), progress=False,
         teacher=deployed_stack.vllm.base_url, reward_coef=0.0, learning_rate=3e-3,
     )  # fmt: skip
     assert result.state == "completed" and result.steps == 2, result.error
-    records = [json.loads(line) for line in (tmp_path / "runs" / result.run_id / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / result.run_id / "metrics.jsonl").read_text().splitlines()
+    ]
     train = [r for r in records if r["kind"] == "train"]
-    assert [r["step"] for r in train] == [1, 2] and all("teacher_kl" in r and r["teacher_seconds"] > 0 for r in train)
+    assert [r["step"] for r in train] == [1, 2] and all(
+        "teacher_kl" in r and r["teacher_seconds"] > 0 for r in train
+    )
     trainer = TrainerClient(deployed_stack.trainer.address)
     for step in (1, 2):
-        batch = trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=step)).batch
-        assert batch.samples, "groups whose rewards never vary are kept: the teacher scores every token"
+        batch = trainer.get_step_batch(
+            trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=step)
+        ).batch
+        assert batch.samples, (
+            "groups whose rewards never vary are kept: the teacher scores every token"
+        )
         for sample in batch.samples:
-            teacher, student = (unpack_floats(b) for b in (sample.teacher_logprobs, sample.student_logprobs))
+            teacher, student = (
+                unpack_floats(b) for b in (sample.teacher_logprobs, sample.student_logprobs)
+            )
             # One score per sampled token, none for the prompt, the user's follow-up or the template.
             assert len(teacher) == len(student) == sample.loss_token_count > 0
             assert abs(sample.teacher_gap - float(np.mean(teacher - student))) < 1e-6
             # The teacher serves the weights that sampled the step's batch (the policy's own vLLM, updated after
             # each step): scoring the sampled ids again gives the logprobs vLLM sampled them with.
             assert np.max(np.abs(teacher - student)) < 1e-3
-    assert all(abs(r["teacher_kl"]) < 1e-3 for r in train), "a teacher that is the policy agrees with it"
+    assert all(abs(r["teacher_kl"]) < 1e-3 for r in train), (
+        "a teacher that is the policy agrees with it"
+    )
 
 
-def test_a_teacher_that_stops_answering_ends_the_run_promptly_with_the_reason(deployed_stack, tmp_path) -> None:
+def test_a_teacher_that_stops_answering_ends_the_run_promptly_with_the_reason(
+    deployed_stack, tmp_path
+) -> None:
     with TcpRelay(deployed_stack.vllm.config.port) as relay, parity.Trainer(
         constant_agent, TASKS, model=str(deployed_stack.vllm.config.model_path), stack=deployed_stack.addresses,
         steps=3, groups_per_batch=1, rollouts_per_task=2, max_tokens=4, output_dir=str(tmp_path / "runs"),
@@ -305,10 +381,14 @@ def test_a_teacher_that_stops_answering_ends_the_run_promptly_with_the_reason(de
         assert step.seconds < teacher.TIMEOUT_S, step.seconds
 
 
-def production_session(deployed_stack, user: str, tags: list[str], signals: dict[str, float]) -> str:
+def production_session(
+    deployed_stack, user: str, tags: list[str], signals: dict[str, float]
+) -> str:
     """One session of a deployed agent, attributed to `user`, through ingest; then its late feedback."""
     with parity.session(user=user, tags=tags) as session:
-        client = openai.OpenAI(base_url=parity.session_url(f"http://127.0.0.1:{deployed_stack.http_port}"), api_key="-")
+        client = openai.OpenAI(
+            base_url=parity.session_url(f"http://127.0.0.1:{deployed_stack.http_port}"), api_key="-"
+        )
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": f"Help {user}."}],
                                        max_tokens=4, temperature=1.0)  # fmt: skip
     for name, value in signals.items():
@@ -324,9 +404,13 @@ def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_ne
     rule = {"thumbs_up": 1.0, "resolved": 1.0, "thumbs_down": -1.0}
     expected: dict[str, float] = {}
     for user in ("u0", "u1", "u2"):
-        expected[production_session(deployed_stack, user, ["prod"], {"thumbs_up": 1.0, "resolved": 1.0})] = 2.0
+        expected[
+            production_session(deployed_stack, user, ["prod"], {"thumbs_up": 1.0, "resolved": 1.0})
+        ] = 2.0
         expected[production_session(deployed_stack, user, ["prod"], {"thumbs_down": 1.0})] = -1.0
-    gone = [production_session(deployed_stack, "gone", ["prod"], {"thumbs_up": 1.0}) for _ in range(2)]
+    gone = [
+        production_session(deployed_stack, "gone", ["prod"], {"thumbs_up": 1.0}) for _ in range(2)
+    ]
     production_session(deployed_stack, "quiet", ["prod"], {})
     production_session(deployed_stack, "staging", ["staging"], {"thumbs_up": 1.0})
     # The end user asks for deletion before the run starts.
@@ -344,17 +428,24 @@ def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_ne
     assert result.store_sessions == {"used": 6, "deleted": 0, "skipped_active": 0, "skipped_filtered_out": 0,
                                      "skipped_too_stale": 0, "skipped_awaiting_feedback": 0, "skipped_no_feedback": 1}  # fmt: skip
     trainer = TrainerClient(deployed_stack.trainer.address)
-    batch = trainer.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=1)).batch
+    batch = trainer.get_step_batch(
+        trainer_pb.GetStepBatchRequest(run_id=result.run_id, step=1)
+    ).batch
     # Every sample is a chosen session's, with the reward the rule gave its feedback; none is the deleted user's.
     assert {s.session_id: s.reward for s in batch.samples} == expected
     assert not {s.session_id for s in batch.samples} & set(gone)
     assert {s.end_user_id for s in batch.samples} == {"u0", "u1", "u2"}
-    found = trainer.list_trained_sessions(trainer_pb.ListTrainedSessionsRequest(end_user_id="gone")).steps
+    found = trainer.list_trained_sessions(
+        trainer_pb.ListTrainedSessionsRequest(end_user_id="gone")
+    ).steps
     assert not [s for s in found if s.run_id == result.run_id]
     # Adopted sessions are closed for the run, so another run never trains on them again.
     store = StoreClient(deployed_stack.store.address)
     adopted = store.get_session(store_pb.GetSessionRequest(session_id=next(iter(expected)))).session
-    assert adopted.state == session_pb2.SESSION_STATE_CLOSED and adopted.metadata["parity.run_id"] == result.run_id
+    assert (
+        adopted.state == session_pb2.SESSION_STATE_CLOSED
+        and adopted.metadata["parity.run_id"] == result.run_id
+    )
 
     # Nothing usable is left: the next run ends at once, before its first step, and says why (a run that waited
     # instead would hang: pytest-timeout's to stop).
@@ -376,8 +467,13 @@ def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_ne
         eventually(lambda: control.get_status(trainer_pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
                    what="the continuous run waiting for data")  # fmt: skip
         assert not step.done()
-        arrived = {production_session(deployed_stack, "u3", ["prod"], {"thumbs_up": value}): value for value in (1.0, 0.0)}
+        arrived = {
+            production_session(deployed_stack, "u3", ["prod"], {"thumbs_up": value}): value
+            for value in (1.0, 0.0)
+        }
         assert step.result(timeout=300).values["store_sessions_used"] == 2
-        batch = control.get_step_batch(trainer_pb.GetStepBatchRequest(run_id=waiting.run_id, step=1)).batch
+        batch = control.get_step_batch(
+            trainer_pb.GetStepBatchRequest(run_id=waiting.run_id, step=1)
+        ).batch
         assert {s.session_id: s.reward for s in batch.samples} == arrived
         assert waiting.finish().state == "completed"

@@ -57,7 +57,9 @@ checkpoint_interval = 1
 """
 
 
-def parity_train(*args: str, stderr: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def parity_train(
+    *args: str, stderr: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     with stderr.open("a") as log:
         # Ctrl-C as a terminal sends it, even when the tests run as a background job (which starts with SIGINT
         # ignored, a disposition children inherit).
@@ -69,12 +71,19 @@ def parity_train(*args: str, stderr: Path, env: dict[str, str] | None = None) ->
 def train_steps(metrics: Path) -> list[int]:
     if not metrics.exists():
         return []
-    return [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "train"]
+    return [
+        r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "train"
+    ]
 
 
 def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_path) -> None:
     (tmp_path / "agent.mjs").write_text(NODE_AGENT)
-    prompts = ["Tell me about your day.", "Describe the sea.", "What do you like?", "Say something kind."]
+    prompts = [
+        "Tell me about your day.",
+        "Describe the sea.",
+        "What do you like?",
+        "Say something kind.",
+    ]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps({"id": f"t{n}", "prompt": p}) + "\n"
                                                   for n, p in enumerate(prompts)))  # fmt: skip
     config = tmp_path / "train.toml"
@@ -92,7 +101,12 @@ def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_pa
         return any(held.iterdir())
 
     # Ctrl-C while the run cannot finish its step: it has recorded two steps, and a rollout it needs waits.
-    eventually(a_rollout_held, timeout_s=600, interval_s=0.5, what="a rollout held after two training steps")
+    eventually(
+        a_rollout_held,
+        timeout_s=600,
+        interval_s=0.5,
+        what="a rollout held after two training steps",
+    )
     recorded = train_steps(metrics)
     first.send_signal(signal.SIGINT)
     stdout, _ = first.communicate(timeout=300)
@@ -114,7 +128,9 @@ def test_a_node_agent_trains_from_a_toml_file_stops_on_ctrl_c_and_resumes(tmp_pa
     assert Path(finished["plot"]).exists()
 
 
-def test_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_takes_the_stack_down(tmp_path) -> None:
+def test_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_takes_the_stack_down(
+    tmp_path,
+) -> None:
     # What `kill`, `timeout`, systemd and a Kubernetes pod's end send; a background job ignores SIGINT.
     runs, log = tmp_path / "runs", tmp_path / "stderr.log"
     run = parity_train("--config", str(REPO_ROOT / "examples/speak_in_words/train.toml"), "--checkpoint-interval", "1",
@@ -132,7 +148,9 @@ def test_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_takes_the_st
     assert run.returncode == 143, log.read_text()[-3000:]
     stopped = json.loads(stdout.strip().splitlines()[-1])
     assert stopped["state"] == "stopped" and stopped["error"] == "stopped by SIGTERM", stopped
-    assert stopped["checkpoint"].startswith("termed/step-") and stopped["resume_command"].startswith("parity train")
+    assert stopped["checkpoint"].startswith("termed/step-") and stopped[
+        "resume_command"
+    ].startswith("parity train")
     _, alive = psutil.wait_procs(stack, timeout=30)
     assert not alive, [process.info for process in alive]
 
@@ -168,7 +186,9 @@ def test_an_unusable_model_ends_the_run_with_the_fix_before_any_service_starts(t
     assert not (tmp_path / "runs").exists(), "nothing started"
 
 
-def test_the_langgraph_example_runs_on_the_stack_parity_train_brings_up_whose_ingest_checks_tokens(tmp_path) -> None:
+def test_the_langgraph_example_runs_on_the_stack_parity_train_brings_up_whose_ingest_checks_tokens(
+    tmp_path,
+) -> None:
     # The framework's client sends the key the SDK holds; a literal key is refused (401) by this stack.
     log = tmp_path / "stderr.log"
     run = parity_train("--config", str(REPO_ROOT / "examples/langgraph_tools/train.toml"), "--model", "tiny-test",

@@ -15,7 +15,10 @@ token_lists = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12)
 
 def step(index: int, prompt: list[int], *completions: list[int], version: int = 1) -> StepTokens:
     choices = tuple(
-        ChoiceTokens(tokens.pack_token_ids(c), tokens.pack_floats([-(index + 1) - i / 100 for i in range(len(c))]))
+        ChoiceTokens(
+            tokens.pack_token_ids(c),
+            tokens.pack_floats([-(index + 1) - i / 100 for i in range(len(c))]),
+        )
         for c in completions
     )
     return StepTokens(f"call-{index}", index, tokens.pack_token_ids(prompt), choices, version)
@@ -42,7 +45,11 @@ def conversations(draw: st.DrawFn) -> tuple[list[StepTokens], list[bool], list[i
             prompt = openings[thread]
         elif rewritten:
             # The opening again, then a token no sampled sequence holds.
-            prompt = [*openings[thread], -100 - index, *draw(st.lists(st.integers(0, 1000), max_size=5))]
+            prompt = [
+                *openings[thread],
+                -100 - index,
+                *draw(st.lists(st.integers(0, 1000), max_size=5)),
+            ]
         completion = draw(token_lists)
         steps.append(step(index, prompt, completion, version=draw(st.integers(0, 5))))
         breaks.append(rewritten)
@@ -56,7 +63,9 @@ def sampled(sequence) -> np.ndarray:
 
 @settings(max_examples=300)
 @given(conversations())
-def test_each_thread_merges_on_its_own_keeps_every_sampled_token_and_splits_only_at_its_breaks(conversation) -> None:
+def test_each_thread_merges_on_its_own_keeps_every_sampled_token_and_splits_only_at_its_breaks(
+    conversation,
+) -> None:
     steps, breaks, threads = conversation
     result = merge_steps(steps)
 
@@ -65,7 +74,9 @@ def test_each_thread_merges_on_its_own_keeps_every_sampled_token_and_splits_only
     assert result.splits == sum(breaks)
     assert result.merged_calls == len(steps) - thread_count - sum(breaks)
     assert len(result.sequences) == thread_count + sum(breaks)
-    assert sorted(s.call_ids for s in result.sequences) == sorted(_runs([s.call_id for s in steps], breaks, threads))
+    assert sorted(s.call_ids for s in result.sequences) == sorted(
+        _runs([s.call_id for s in steps], breaks, threads)
+    )
     by_call = {s.call_id: s for s in steps}
     thread_of = {s.call_id: t for s, t in zip(steps, threads, strict=True)}
     for sequence in result.sequences:
@@ -79,21 +90,29 @@ def test_each_thread_merges_on_its_own_keeps_every_sampled_token_and_splits_only
         # The sequence is exactly what the model saw and produced at its last call.
         assert sequence.token_ids == last.prompt + last.choices[0].token_ids
         # Loss mask 1 on exactly the sampled tokens, in order, with their own logprobs.
-        assert sampled(sequence).tolist() == [t for m in members for t in tokens.unpack_token_ids(m.choices[0].token_ids)]
-        expected_logprobs = np.concatenate([tokens.unpack_floats(m.choices[0].logprobs) for m in members])
+        assert sampled(sequence).tolist() == [
+            t for m in members for t in tokens.unpack_token_ids(m.choices[0].token_ids)
+        ]
+        expected_logprobs = np.concatenate(
+            [tokens.unpack_floats(m.choices[0].logprobs) for m in members]
+        )
         assert np.array_equal(logprobs[mask == 1], expected_logprobs)
         assert not logprobs[mask == 0].any()
         assert sequence.prompt_length == len(members[0].prompt) // 4
         assert sequence.policy_version == min(m.policy_version for m in members)
         for end in sequence.steps:
-            assert mask[end.last_token] == 1 and (end.last_token + 1 == len(mask) or end is not sequence.steps[-1])
+            assert mask[end.last_token] == 1 and (
+                end.last_token + 1 == len(mask) or end is not sequence.steps[-1]
+            )
     # Threads are numbered in the order they opened.
     opened = list(dict.fromkeys(threads))
     for sequence in result.sequences:
         assert sequence.thread_index == opened.index(thread_of[sequence.call_ids[0]])
     # What a rewrite repeats is its thread's opening, and only that.
     assert result.repeated_tokens == sum(
-        _opening_length(steps, threads, t) for t, broke in zip(threads, breaks, strict=True) if broke
+        _opening_length(steps, threads, t)
+        for t, broke in zip(threads, breaks, strict=True)
+        if broke
     )
 
 
@@ -124,7 +143,9 @@ def test_the_next_call_continues_the_choice_its_prompt_extends(prompt, first, se
 
 
 def test_missing_logprobs_read_as_zero_and_an_exact_resend_merges() -> None:
-    no_logprobs = StepTokens("a", 0, tokens.pack_token_ids([1, 2]), (ChoiceTokens(tokens.pack_token_ids([3]), b""),), 4)
+    no_logprobs = StepTokens(
+        "a", 0, tokens.pack_token_ids([1, 2]), (ChoiceTokens(tokens.pack_token_ids([3]), b""),), 4
+    )
     again = step(1, [1, 2, 3], [4, 5])
     result = merge_steps([no_logprobs, again])
     (sequence,) = result.sequences
@@ -153,7 +174,9 @@ def test_each_split_is_counted_with_its_reason_and_the_tokens_it_repeats() -> No
     # Each new sequence shares with the one it broke from: 5 (the opening), 5, then 6 (the opening and 99).
     assert merged.repeated_tokens == merged.repeated_by_thread[0] == 5 + 5 + 6
     total = sum(s.token_count for s in merged.sequences)
-    assert total - merged.repeated_tokens == 10 + 4 + 3 + 1  # the first sequence, then what each split added
+    assert (
+        total - merged.repeated_tokens == 10 + 4 + 3 + 1
+    )  # the first sequence, then what each split added
     assert {s.thread_index for s in merged.sequences} == {0}
 
 
@@ -164,7 +187,12 @@ def test_a_call_that_repeats_no_opening_is_a_new_thread_and_the_first_stays_open
     orchestrator_again = step(2, system + [4, 5, 6, 7], [8])
     worker_again = step(3, system + [40, 41, 42], [43])
     merged = merge_steps([orchestrator, worker, orchestrator_again, worker_again])
-    assert (merged.threads, merged.splits, merged.merged_calls, merged.repeated_tokens) == (2, 0, 2, 0)
+    assert (merged.threads, merged.splits, merged.merged_calls, merged.repeated_tokens) == (
+        2,
+        0,
+        2,
+        0,
+    )
     assert [s.call_ids for s in merged.sequences] == [["call-0", "call-2"], ["call-1", "call-3"]]
     assert [s.thread_index for s in merged.sequences] == [0, 1]
 
@@ -172,29 +200,47 @@ def test_a_call_that_repeats_no_opening_is_a_new_thread_and_the_first_stays_open
 def test_the_same_opening_twice_is_two_threads() -> None:
     """Two workers handed the same task: each continues its own sequence, neither rewrites the other's."""
     opening = [1, 2, 3]
-    calls = [step(0, opening, [4]), step(1, opening, [5]), step(2, opening + [4, 9], [6]), step(3, opening + [5, 9], [7])]
+    calls = [
+        step(0, opening, [4]),
+        step(1, opening, [5]),
+        step(2, opening + [4, 9], [6]),
+        step(3, opening + [5, 9], [7]),
+    ]
     merged = merge_steps(calls)
     assert (merged.threads, merged.splits, merged.merged_calls) == (2, 0, 2)
-    assert sorted(s.call_ids for s in merged.sequences) == [["call-0", "call-2"], ["call-1", "call-3"]]
+    assert sorted(s.call_ids for s in merged.sequences) == [
+        ["call-0", "call-2"],
+        ["call-1", "call-3"],
+    ]
 
 
 def test_a_named_thread_joins_only_its_own_name() -> None:
     first = step(0, [1, 2], [3])
-    named = StepTokens("call-1", 1, tokens.pack_token_ids([1, 2, 3, 4]), step(1, [], [5]).choices, 1, "worker")
+    named = StepTokens(
+        "call-1", 1, tokens.pack_token_ids([1, 2, 3, 4]), step(1, [], [5]).choices, 1, "worker"
+    )
     named_again = StepTokens("call-2", 2, tokens.pack_token_ids([1, 2, 3, 4, 5, 6]), step(2, [], [7]).choices, 1,
                              "worker")  # fmt: skip
     merged = merge_steps([first, named, named_again])
     assert (merged.threads, merged.merged_calls, merged.splits) == (2, 1, 0)
-    assert [(s.thread_id, s.call_ids) for s in merged.sequences] == [("", ["call-0"]), ("worker", ["call-1", "call-2"])]
+    assert [(s.thread_id, s.call_ids) for s in merged.sequences] == [
+        ("", ["call-0"]),
+        ("worker", ["call-1", "call-2"]),
+    ]
 
 
 def test_past_the_open_thread_limit_the_least_recently_extended_thread_ends() -> None:
-    calls = [step(i, [100 + i], [i]) for i in range(3)] + [step(3, [101, 1, 7], [8]), step(4, [100, 0, 7], [9])]
+    calls = [step(i, [100 + i], [i]) for i in range(3)] + [
+        step(3, [101, 1, 7], [8]),
+        step(4, [100, 0, 7], [9]),
+    ]
     merged = merge_steps(calls, max_open_threads=2)
     # Thread 0 ended when thread 2 opened; its next call finds it gone and opens a thread of its own.
     assert (merged.threads, merged.threads_ended_at_limit, merged.merged_calls) == (4, 2, 1)
     assert [s.call_ids for s in merged.sequences if len(s.call_ids) == 2] == [["call-1", "call-3"]]
-    assert sorted(c for s in merged.sequences for c in s.call_ids) == [f"call-{i}" for i in range(5)]
+    assert sorted(c for s in merged.sequences for c in s.call_ids) == [
+        f"call-{i}" for i in range(5)
+    ]
 
 
 def test_interleaved_conversations_train_each_token_once() -> None:

@@ -32,9 +32,18 @@ def assembler() -> Assembler:
 @pytest.mark.parametrize(
     ("reward", "message"),
     [
-        (reward_pb2.Reward(session_id="s", value=math.nan), "reward.value must be a finite number, got nan"),
-        (reward_pb2.Reward(session_id="s", value=math.inf), "reward.value must be a finite number, got inf"),
-        (reward_pb2.Reward(session_id="s", value=-math.inf), "reward.value must be a finite number, got -inf"),
+        (
+            reward_pb2.Reward(session_id="s", value=math.nan),
+            "reward.value must be a finite number, got nan",
+        ),
+        (
+            reward_pb2.Reward(session_id="s", value=math.inf),
+            "reward.value must be a finite number, got inf",
+        ),
+        (
+            reward_pb2.Reward(session_id="s", value=-math.inf),
+            "reward.value must be a finite number, got -inf",
+        ),
         (reward_pb2.Reward(value=1.0), "reward.session_id is required"),
     ],
 )
@@ -47,8 +56,16 @@ async def test_report_reward_refuses_a_reward_that_cannot_be_trained_on(
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-async def test_close_session_refuses_a_non_finite_reward_before_closing(assembler: Assembler, value: float) -> None:
+async def test_close_session_refuses_a_non_finite_reward_before_closing(
+    assembler: Assembler, value: float
+) -> None:
     with pytest.raises(InvalidArgument, match="reward must be a finite number"):
         await assembler.tracker.close_session(
-            "s", session_pb2.SESSION_OUTCOME_SUCCEEDED, "", reward=value, group_id="g", episode_id="", group_size=2
+            "s",
+            session_pb2.SESSION_OUTCOME_SUCCEEDED,
+            "",
+            reward=value,
+            group_id="g",
+            episode_id="",
+            group_size=2,
         )

@@ -22,7 +22,9 @@ from tests.call_factory import conversation, make_call
 TRAJECTORY, STEP = reward_pb2.REWARD_LEVEL_TRAJECTORY, reward_pb2.REWARD_LEVEL_STEP
 
 
-def reward(value: float, name: str = "", level: reward_pb2.RewardLevel = TRAJECTORY, **step) -> reward_pb2.Reward:
+def reward(
+    value: float, name: str = "", level: reward_pb2.RewardLevel = TRAJECTORY, **step
+) -> reward_pb2.Reward:
     return reward_pb2.Reward(session_id="s", trajectory_name=name, level=level, value=value, **step)
 
 
@@ -38,20 +40,34 @@ def test_rewards_find_their_trajectories_and_steps() -> None:
 
 
 def test_an_unnamed_reward_scores_every_trajectory_when_none_is_unnamed() -> None:
-    calls = [make_call("a", "s", [1], [[2]], trajectory="a"), make_call("b", "s", [1], [[2]], trajectory="b")]
+    calls = [
+        make_call("a", "s", [1], [[2]], trajectory="a"),
+        make_call("b", "s", [1], [[2]], trajectory="b"),
+    ]
     trajectories, _ = split_trajectories("s", calls, [reward(1.0)])
     assert [t.reward for t in trajectories] == [1.0, 1.0]
 
 
 def test_step_rewards_land_on_each_steps_last_sampled_token() -> None:
     calls = conversation("s", turns=3, prompt_len=4, completion_len=2, user_len=1)
-    (trajectory,), _ = split_trajectories("s", calls, [
-        reward(1.0), reward(0.5, level=STEP, call_id=calls[0].call_id), reward(-1.0, level=STEP, step_index=2)])
+    (trajectory,), _ = split_trajectories(
+        "s",
+        calls,
+        [
+            reward(1.0),
+            reward(0.5, level=STEP, call_id=calls[0].call_id),
+            reward(-1.0, level=STEP, step_index=2),
+        ],
+    )
     (sample,) = build_samples(trajectory, "e", "g", LengthLimit()).samples
     token_rewards = tokens.unpack_floats(sample.token_rewards)
     mask = tokens.unpack_mask(sample.loss_mask)
     assert sample.reward == 1.0 and token_rewards[5] == 0.5 and token_rewards[-1] == -1.0
-    assert token_rewards.sum() == -0.5 and mask[5] == 1 and sample.metadata["parity.final_sample"] == "true"
+    assert (
+        token_rewards.sum() == -0.5
+        and mask[5] == 1
+        and sample.metadata["parity.final_sample"] == "true"
+    )
 
 
 def test_the_length_limit_truncates_or_drops() -> None:
@@ -60,13 +76,19 @@ def test_the_length_limit_truncates_or_drops() -> None:
     truncated = build_samples(trajectory, "e", "g", LengthLimit(20, "truncate"))
     (sample,) = truncated.samples
     assert sample.truncated and len(sample.loss_mask) == 20 and truncated.truncated == 1
-    assert not tokens.unpack_floats(sample.token_rewards).any(), "the cut step's reward goes with it"
+    assert not tokens.unpack_floats(sample.token_rewards).any(), (
+        "the cut step's reward goes with it"
+    )
     assert build_samples(trajectory, "e", "g", LengthLimit(20, "drop")).dropped_overlong == 1
     assert build_samples(trajectory, "e", "g", LengthLimit(8, "truncate")).dropped_overlong == 1
 
 
 def test_group_and_staleness_filters() -> None:
-    assert has_no_variance([1.0, 1.0]) and not has_no_variance([1.0]) and not has_no_variance([0.0, 1.0])
+    assert (
+        has_no_variance([1.0, 1.0])
+        and not has_no_variance([1.0])
+        and not has_no_variance([0.0, 1.0])
+    )
     assert Staleness(10, 2).is_stale(7) and not Staleness(10, 2).is_stale(8)
 
 
@@ -94,7 +116,10 @@ def text(metadata, messages):
 def test_reward_functions_by_import_path() -> None:
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     ok = RewardFunction(f"{__name__}:constant", 5.0)
-    assert asyncio.run(ok.score({"task": "t"}, messages)) == 0.5 and ok.source == f"function:{__name__}:constant"
+    assert (
+        asyncio.run(ok.score({"task": "t"}, messages)) == 0.5
+        and ok.source == f"function:{__name__}:constant"
+    )
     with pytest.raises(ScoringError, match="raised ValueError: no answer"):
         asyncio.run(RewardFunction(f"{__name__}:raises", 5.0).score({}, messages))
     with pytest.raises(ScoringError, match="returned 'great' \\(str\\), not a number"):

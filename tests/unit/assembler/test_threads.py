@@ -23,7 +23,9 @@ from tests.call_factory import make_call
 TRAJECTORY = reward_pb2.REWARD_LEVEL_TRAJECTORY
 
 
-def interleaved(session_id: str, rounds: int, threads: Sequence[str] = ("", ""), named: bool = False) -> list[llm_call_pb2.LlmCall]:
+def interleaved(
+    session_id: str, rounds: int, threads: Sequence[str] = ("", ""), named: bool = False
+) -> list[llm_call_pb2.LlmCall]:
     """Conversations that share a system prompt and alternate call by call, each re-sending its own history."""
     histories = [[1, 2, 3, 100 + t] for t in range(len(threads))]
     calls = []
@@ -50,7 +52,11 @@ def test_interleaved_threads_train_each_token_once_and_each_call_exactly_once() 
         ids, mask = tokens.unpack_token_ids(sample.token_ids), tokens.unpack_mask(sample.loss_mask)
         last = by_id[sample.call_ids[-1]]
         assert sample.token_ids == last.prompt_token_ids + last.choices[0].token_ids
-        sampled = [t for c in sample.call_ids for t in tokens.unpack_token_ids(by_id[c].choices[0].token_ids)]
+        sampled = [
+            t
+            for c in sample.call_ids
+            for t in tokens.unpack_token_ids(by_id[c].choices[0].token_ids)
+        ]
         assert ids[mask == 1].tolist() == sampled
     assert [s.thread_index for s in built.samples] == [0, 1]
     assert sum(built.thread_tokens.values()) == sum(len(s.loss_mask) for s in built.samples)
@@ -61,7 +67,11 @@ def test_a_reward_for_a_thread_reaches_that_threads_samples_only() -> None:
     rewards = [reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=1.0),
                reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=0.5, thread_id="worker")]  # fmt: skip
     (trajectory,), unmatched = split_trajectories("s", calls, rewards)
-    assert unmatched == 0 and trajectory.thread_rewards == {"worker": 0.5} and trajectory.total_return == 1.5
+    assert (
+        unmatched == 0
+        and trajectory.thread_rewards == {"worker": 0.5}
+        and trajectory.total_return == 1.5
+    )
     built = build_samples(trajectory, "e", "g", LengthLimit())
     assert {s.thread_id: s.reward for s in built.samples} == {"orchestrator": 1.0, "worker": 1.5}
 
@@ -78,7 +88,8 @@ def _group(thread_advantage: str) -> list:
         calls = interleaved(session_id, rounds=2, threads=("orchestrator", "worker"), named=True)
         rewards = [reward_pb2.Reward(session_id=session_id, level=TRAJECTORY, value=float(n))]
         sessions[session_id] = store_pb.SessionContents(
-            session=session_pb2.Session(session_id=session_id), calls=calls, rewards=rewards)
+            session=session_pb2.Session(session_id=session_id), calls=calls, rewards=rewards
+        )
         rollouts.append(_rollout(session_id))
     settings = FilterSettings(thread_advantage=thread_advantage)
     build = build_group("g", rollouts, sessions, settings, None, group_filters=True)
@@ -88,7 +99,9 @@ def _group(thread_advantage: str) -> list:
 
 def test_per_role_each_named_thread_is_compared_with_its_namesakes() -> None:
     by_episode = _group("episode")
-    assert {s.advantage_group for s in by_episode} == {""} and {s.group_id for s in by_episode} == {"g"}
+    assert {s.advantage_group for s in by_episode} == {""} and {s.group_id for s in by_episode} == {
+        "g"
+    }
     by_role = _group("role")
     assert sorted({s.advantage_group for s in by_role}) == ["g/orchestrator", "g/worker"]
     assert {s.group_id for s in by_role} == {"g"}
@@ -98,10 +111,17 @@ def test_batch_stats_count_threads_per_session_and_the_worst_threads_repetition(
     calls = interleaved("s", rounds=3)
     # The second thread's template rewrote its last reply: that thread trains its opening again.
     rewritten = make_call("s-rewrite", "s", [1, 2, 3, 101, 99], [[8]])
-    (trajectory,), _ = split_trajectories("s", [*calls, rewritten], [reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=1.0)])
+    (trajectory,), _ = split_trajectories(
+        "s", [*calls, rewritten], [reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=1.0)]
+    )
     rollout = _rollout("s")
-    contents = {"s": store_pb.SessionContents(session=session_pb2.Session(session_id="s"), calls=[*calls, rewritten],
-                                              rewards=[reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=1.0)])}
+    contents = {
+        "s": store_pb.SessionContents(
+            session=session_pb2.Session(session_id="s"),
+            calls=[*calls, rewritten],
+            rewards=[reward_pb2.Reward(session_id="s", level=TRAJECTORY, value=1.0)],
+        )
+    }
     build = build_group("g", [rollout], contents, FilterSettings(), None, group_filters=False)
     stats = summarize(build.samples, 1, build.stats, build.stats.filtered)
     assert (stats.thread_count, stats.threads_per_session, stats.split_count) == (2, 2.0, 1)
@@ -115,4 +135,7 @@ def test_the_thread_settings_are_checked() -> None:
         AssemblerConfig(max_open_threads=0)
     with pytest.raises(InvalidArgument, match="thread_advantage"):
         AssemblerConfig(thread_advantage="per-call")
-    assert AssemblerConfig(thread_advantage="role").assembly_settings().filters.thread_advantage == "role"
+    assert (
+        AssemblerConfig(thread_advantage="role").assembly_settings().filters.thread_advantage
+        == "role"
+    )

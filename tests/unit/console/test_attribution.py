@@ -35,15 +35,25 @@ EVIL = '<script>window.__pwned = 1</script>"><img src=x onerror=alert(1)>'
 
 
 def test_user_and_tags_become_the_store_query_and_a_canonical_link() -> None:
-    filters, problems = SessionFilters.parse({"user": " acct-8812 ", "tag": "prod, checkout,,prod ,"})
+    filters, problems = SessionFilters.parse(
+        {"user": " acct-8812 ", "tag": "prod, checkout,,prod ,"}
+    )
     assert problems == []
-    assert (filters.user, filters.tag, filters.tags) == ("acct-8812", "checkout,prod", ("checkout", "prod"))
+    assert (filters.user, filters.tag, filters.tags) == (
+        "acct-8812",
+        "checkout,prod",
+        ("checkout", "prod"),
+    )
     request = filters.request(50, "")
     assert request.end_user_id == "acct-8812" and list(request.tags) == ["checkout", "prod"]
     assert filters.query() == "user=acct-8812&tag=checkout%2Cprod"
     assert filters.query_with_tag("beta") == "user=acct-8812&tag=beta%2Ccheckout%2Cprod"
-    assert filters.query_with_tag("prod") == filters.query(), "a tag already filtered on adds nothing"
-    assert filters.query(user="acct-9") == "user=acct-9&tag=checkout%2Cprod", "a user link keeps the tags"
+    assert filters.query_with_tag("prod") == filters.query(), (
+        "a tag already filtered on adds nothing"
+    )
+    assert filters.query(user="acct-9") == "user=acct-9&tag=checkout%2Cprod", (
+        "a user link keeps the tags"
+    )
     empty = SessionFilters.parse({})[0].request(5, "")
     assert empty.end_user_id == "" and list(empty.tags) == []
 
@@ -53,7 +63,10 @@ def test_user_and_tags_become_the_store_query_and_a_canonical_link() -> None:
     [
         ({"tag": "x" * (MAX_TAG_LENGTH + 1)}, "tag: tag 'xxxxxxxx"),
         ({"tag": "prod,bad\ttag"}, "tag: tag 'bad\\ttag' must be 1 to 64 characters"),
-        ({"tag": ",".join(f"t{n}" for n in range(MAX_TAGS + 1))}, f"tag holds {MAX_TAGS + 1} tags; at most {MAX_TAGS}"),
+        (
+            {"tag": ",".join(f"t{n}" for n in range(MAX_TAGS + 1))},
+            f"tag holds {MAX_TAGS + 1} tags; at most {MAX_TAGS}",
+        ),
         ({"user": "u" * 257}, "user is 257 characters; at most 256 are allowed"),
         ({"user": "acct\x00"}, "user 'acct\\x00' contains a control character"),
     ],
@@ -80,8 +93,18 @@ def test_a_tag_filter_reads_back_as_the_same_tags(tags: list[str]) -> None:
 
 
 def reward(value: float, **fields: Any) -> reward_pb2.Reward:
-    level = reward_pb2.REWARD_LEVEL_STEP if "call_id" in fields or "step_index" in fields else reward_pb2.REWARD_LEVEL_TRAJECTORY
-    made = reward_pb2.Reward(reward_id=f"r{value}-{fields.get('name', '')}", session_id="s", level=level, value=value, **fields)
+    level = (
+        reward_pb2.REWARD_LEVEL_STEP
+        if "call_id" in fields or "step_index" in fields
+        else reward_pb2.REWARD_LEVEL_TRAJECTORY
+    )
+    made = reward_pb2.Reward(
+        reward_id=f"r{value}-{fields.get('name', '')}",
+        session_id="s",
+        level=level,
+        value=value,
+        **fields,
+    )
     made.create_time.FromSeconds(1_800_000_000)
     return made
 
@@ -93,7 +116,12 @@ UNNAMED = reward(0.5, source="feedback")
 
 
 def test_feedback_is_told_apart_from_the_runs_reward_and_summed_as_the_assembler_sums_it() -> None:
-    assert [is_feedback(r) for r in (RUN_REWARD, THUMBS, ON_CALL, UNNAMED)] == [False, True, True, True]
+    assert [is_feedback(r) for r in (RUN_REWARD, THUMBS, ON_CALL, UNNAMED)] == [
+        False,
+        True,
+        True,
+        True,
+    ]
     # Summed as the assembler sums a trajectory's rewards: feedback counts, though it is listed apart.
     assert trajectory_rewards([RUN_REWARD]) == {"": 0.75}
     assert trajectory_rewards([THUMBS]) == {"": THUMBS.value}
@@ -112,7 +140,9 @@ def call() -> llm_call_pb2.LlmCall:
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     made = llm_call_pb2.LlmCall(call_id="c0", session_id="s", model="m", prompt_token_ids=tokens.pack_token_ids([1, 2]),
                                 request_json=json.dumps(request).encode(), end_user_id="acct-1", tags=["prod"])  # fmt: skip
-    made.choices.add(index=0, token_ids=tokens.pack_token_ids([3]), logprobs=tokens.pack_floats([-0.1]))
+    made.choices.add(
+        index=0, token_ids=tokens.pack_token_ids([3]), logprobs=tokens.pack_floats([-0.1])
+    )
     return made
 
 
@@ -134,13 +164,17 @@ class FakeStore:
         self.asked.append(request)
         return store_pb.ListSessionsResponse(sessions=SESSIONS)
 
-    def batch_get_sessions(self, request: store_pb.BatchGetSessionsRequest) -> store_pb.BatchGetSessionsResponse:
+    def batch_get_sessions(
+        self, request: store_pb.BatchGetSessionsRequest
+    ) -> store_pb.BatchGetSessionsResponse:
         found = {s.session_id: s for s in SESSIONS}
         return store_pb.BatchGetSessionsResponse(sessions=[
             store_pb.SessionContents(session=found[i], rewards=REWARDS.get(i, [])) for i in request.session_ids])  # fmt: skip
 
     def get_session(self, request: store_pb.GetSessionRequest) -> store_pb.GetSessionResponse:
-        return store_pb.GetSessionResponse(session=next(s for s in SESSIONS if s.session_id == request.session_id))
+        return store_pb.GetSessionResponse(
+            session=next(s for s in SESSIONS if s.session_id == request.session_id)
+        )
 
     def list_calls(self, request: store_pb.ListCallsRequest) -> store_pb.ListCallsResponse:
         return store_pb.ListCallsResponse(calls=[call()] if request.session_id == "s" else [])
@@ -174,10 +208,14 @@ def test_the_list_asks_the_store_by_user_and_tags_and_shows_them_as_links() -> N
     row = re.search(r'<a href="/sessions/s">s</a>.*?</tr>', html, re.S)
     assert row is not None
     cells = row.group(0)
-    assert 'href="/sessions?outcome=succeeded&amp;user=acct-1&amp;tag=eu%2Cprod"' in cells, "a user link keeps the filters"
+    assert 'href="/sessions?outcome=succeeded&amp;user=acct-1&amp;tag=eu%2Cprod"' in cells, (
+        "a user link keeps the filters"
+    )
     shown = re.findall(r'<a class="tag" href="/sessions\?([^"]*)"[^>]*>([^<]*)</a>', cells)
     assert [tag for _, tag in shown] == ["beta", "checkout", "eu", "prod"][:SHOWN_TAGS]
-    assert shown[0][0] == "outcome=succeeded&amp;user=acct-1&amp;tag=beta%2Ceu%2Cprod", "a tag link narrows to it too"
+    assert shown[0][0] == "outcome=succeeded&amp;user=acct-1&amp;tag=beta%2Ceu%2Cprod", (
+        "a tag link narrows to it too"
+    )
     assert '<span class="muted" title="zz-canary">+1</span>' in cells
     # The live refresh asks for the same filtered list.
     assert 'hx-get="/sessions?outcome=succeeded&amp;user=acct-1&amp;tag=eu%2Cprod"' in html
@@ -193,7 +231,10 @@ def test_a_bad_tag_is_a_banner_not_an_error_and_the_store_is_asked_without_it() 
 def test_a_user_and_tags_a_user_chose_are_text_in_the_list() -> None:
     html = get(FakeStore(), "/sessions")
     assert "<script>" not in html and "<img" not in html and "onerror=alert" in html
-    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
+    assert (
+        "&lt;script&gt;window.__pwned = 1&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"
+        in html
+    )
 
 
 def test_a_session_page_shows_its_user_tags_and_feedback_apart_from_its_reward() -> None:

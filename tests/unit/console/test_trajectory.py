@@ -42,9 +42,16 @@ def assembled(
 ) -> tuple[trajectory_pb2.Trajectory, int, int]:
     (trajectory,), _ = split_trajectories("s", calls, [])
     built = build_samples(trajectory, "s", "g", LengthLimit(max_tokens))
-    return trajectory_pb2.Trajectory(
-        session_id="s", samples=built.samples, split_count=built.splits, thread_count=built.threads
-    ), built.splits, built.threads
+    return (
+        trajectory_pb2.Trajectory(
+            session_id="s",
+            samples=built.samples,
+            split_count=built.splits,
+            thread_count=built.threads,
+        ),
+        built.splits,
+        built.threads,
+    )
 
 
 @st.composite
@@ -60,7 +67,11 @@ def conversations(draw: st.DrawFn) -> list[llm_call_pb2.LlmCall]:
         if prompt is None:
             prompt = openings[thread]
         elif draw(st.booleans()):
-            prompt = [*openings[thread], 61_000 + index, *draw(st.lists(st.integers(0, 1000), max_size=3))]
+            prompt = [
+                *openings[thread],
+                61_000 + index,
+                *draw(st.lists(st.integers(0, 1000), max_size=3)),
+            ]
         completion = draw(token_lists)
         calls.append(call(index, prompt, completion))
         prompts[thread] = prompt + completion + draw(st.lists(st.integers(0, 1000), max_size=4))
@@ -95,7 +106,10 @@ def test_joins_and_masks_match_the_assemblers_samples(calls: list[llm_call_pb2.L
                             if v.thread == shown.thread)  # fmt: skip
             sequence = tokens.pack_token_ids(np.concatenate([tokens.unpack_token_ids(previous.prompt_token_ids),
                                                              tokens.unpack_token_ids(previous.choices[0].token_ids)]))  # fmt: skip
-            assert current.prompt_token_ids.startswith(sequence) and shown.join.shared == len(sequence) // 4
+            assert (
+                current.prompt_token_ids.startswith(sequence)
+                and shown.join.shared == len(sequence) // 4
+            )
 
 
 def test_a_split_says_where_and_why_the_prefix_broke() -> None:
@@ -151,7 +165,9 @@ def test_the_history_mode_and_an_exact_history_fallback_are_shown() -> None:
     view = build_trajectory("", [first, edited], trajectory, NO_TOKENIZER)
     assert view.history_mode == "exact history"
     assert [c.call.history_fallback for c in view.calls] == ["", "history_changed"]
-    assert build_trajectory("", [call(0, [1], [2])], None, NO_TOKENIZER).history_mode == "as deployed"
+    assert (
+        build_trajectory("", [call(0, [1], [2])], None, NO_TOKENIZER).history_mode == "as deployed"
+    )
 
 
 def test_interleaved_threads_are_joined_each_on_its_own_and_named() -> None:
@@ -169,7 +185,11 @@ def test_interleaved_threads_are_joined_each_on_its_own_and_named() -> None:
     view = build_trajectory("", calls, trajectory, NO_TOKENIZER)
     assert (splits, threads, view.thread_names) == (0, 2, ["", "researcher"])
     assert [(c.join.kind, c.thread, c.join.shared) for c in view.calls] == [
-        ("first", 0, 0), ("thread", 1, 0), ("merged", 0, 4), ("merged", 1, 4)]
+        ("first", 0, 0),
+        ("thread", 1, 0),
+        ("merged", 0, 4),
+        ("merged", 1, 4),
+    ]
     assert "thread 2 'researcher'" in view.calls[3].join.summary
     # Each call lists what its own thread's conversation added, not the other thread's messages.
     assert [m.content for m in view.calls[3].messages] == ["more"]

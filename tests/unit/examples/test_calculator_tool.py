@@ -7,7 +7,12 @@ from examples.calculator.agent import CALCULATOR_CALL, calculate, final_number
 
 @pytest.mark.parametrize(
     ("expression", "answer"),
-    [("37 * 48", "Result: 1776"), ("37 x 48", "Result: 1776"), ("(12 + 3) * 2", "Result: 30"), ("7 / 2", "Result: 3.5")],
+    [
+        ("37 * 48", "Result: 1776"),
+        ("37 x 48", "Result: 1776"),
+        ("(12 + 3) * 2", "Result: 30"),
+        ("7 / 2", "Result: 3.5"),
+    ],
 )
 def test_arithmetic_is_answered(expression, answer) -> None:
     assert calculate(expression) == answer

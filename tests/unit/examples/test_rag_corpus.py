@@ -46,12 +46,19 @@ def test_nothing_to_search_for_says_so() -> None:
 
 def test_tasks_ask_facts_of_towns_in_the_corpus_and_validation_towns_are_held_out() -> None:
     by_name = {t.name: t for t in towns()}
-    rows = {name: [json.loads(line) for line in (RAG / name).read_text().splitlines()] for name in ("tasks.jsonl", "val_tasks.jsonl")}
+    rows = {
+        name: [json.loads(line) for line in (RAG / name).read_text().splitlines()]
+        for name in ("tasks.jsonl", "val_tasks.jsonl")
+    }
     asked: dict[str, set[str]] = {}
     for name, tasks in rows.items():
         asked[name] = set()
         for task in tasks:
-            (town,) = [t for word, t in by_name.items() if word in task["question"].replace("?", " ").split()]
+            (town,) = [
+                t
+                for word, t in by_name.items()
+                if word in task["question"].replace("?", " ").split()
+            ]
             assert task["answer"] in (str(town.founded), str(town.population))
             asked[name].add(town.name)
     assert not asked["tasks.jsonl"] & asked["val_tasks.jsonl"]

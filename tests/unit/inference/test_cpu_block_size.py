@@ -20,4 +20,3 @@ def test_the_cpu_build_gets_small_blocks_and_a_gpu_build_vllms_own(tmp_path: Pat
     assert block_size(command(cpu)) == str(CPU_BLOCK_SIZE)
     assert block_size(command(gpu)) is None
     assert block_size(command(gpu, block_size=64)) == "64"
-

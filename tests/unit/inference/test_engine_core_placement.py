@@ -20,7 +20,13 @@ from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 
 @pytest.mark.parametrize(
     ("spec", "cores"),
-    [("0", {0}), ("0,2", {0, 2}), ("0-3", {0, 1, 2, 3}), ("0-1|4-5", {0, 1, 4, 5}), (" 1 , 3 ", {1, 3})],
+    [
+        ("0", {0}),
+        ("0,2", {0, 2}),
+        ("0-3", {0, 1, 2, 3}),
+        ("0-1|4-5", {0, 1, 4, 5}),
+        (" 1 , 3 ", {1, 3}),
+    ],
 )
 def test_cpu_lists_as_vllm_takes_them(spec: str, cores: set[int]) -> None:
     assert parse_cpu_list(spec) == cores
@@ -52,7 +58,9 @@ def _wait_for_children(pid: int, count: int) -> list[int]:
     raise AssertionError(f"{pid} has {descendants(pid)} below it, not {count}")
 
 
-def test_finds_only_the_engine_core_below_the_server(server_like_tree: subprocess.Popen[bytes]) -> None:
+def test_finds_only_the_engine_core_below_the_server(
+    server_like_tree: subprocess.Popen[bytes],
+) -> None:
     children = _wait_for_children(server_like_tree.pid, 2)
     (engine_core,) = engine_core_pids(server_like_tree.pid)
     (other,) = set(children) - {engine_core}
@@ -72,7 +80,9 @@ def test_placement_moves_every_thread(server_like_tree: subprocess.Popen[bytes])
 
 def _launched(tree: subprocess.Popen[bytes], tmp_path: Path, worker_cpus: str) -> VllmServer:
     """A launcher whose vLLM is `tree`, as it is once vLLM answers."""
-    config = VllmLaunchConfig(model_path=tmp_path, port=1, log_path=tmp_path / "vllm.log", worker_cpus=worker_cpus)
+    config = VllmLaunchConfig(
+        model_path=tmp_path, port=1, log_path=tmp_path / "vllm.log", worker_cpus=worker_cpus
+    )
     server = VllmServer(config)
     server._process = tree
     _wait_for_children(tree.pid, 2)

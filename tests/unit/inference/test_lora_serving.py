@@ -7,7 +7,9 @@ import pytest
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, max_lora_rank
 
 
-def test_a_lora_rank_enables_runtime_adapters_at_the_smallest_max_rank_that_holds_it(tmp_path: Path) -> None:
+def test_a_lora_rank_enables_runtime_adapters_at_the_smallest_max_rank_that_holds_it(
+    tmp_path: Path,
+) -> None:
     config = VllmLaunchConfig(model_path=tmp_path, port=1, python=tmp_path / "python", lora_rank=12)
     command = config.command()
     assert "--enable-lora" in command and command[command.index("--max-lora-rank") + 1] == "16"

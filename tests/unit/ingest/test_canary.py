@@ -18,7 +18,9 @@ def test_a_share_takes_about_that_share_of_sessions_and_a_larger_one_keeps_them(
     assert 0.22 < len(quarter) / len(SESSIONS) < 0.28 and 0.47 < len(half) / len(SESSIONS) < 0.53
     assert quarter < half  # raising the share moves no session out of the canary
     assert not any(in_canary(s, 0.0) for s in SESSIONS) and all(in_canary(s, 1.0) for s in SESSIONS)
-    assert all(in_canary(s, 0.25) == (s in quarter) for s in SESSIONS[:100])  # a session stays on its side
+    assert all(
+        in_canary(s, 0.25) == (s in quarter) for s in SESSIONS[:100]
+    )  # a session stays on its side
 
 
 @pytest.mark.parametrize(
@@ -31,7 +33,9 @@ def test_a_share_takes_about_that_share_of_sessions_and_a_larger_one_keeps_them(
         (["http://a:8000"], 0.5, 2, "policy_version 2 must be above the current 2"),
     ],
 )
-def test_a_canary_that_could_not_serve_is_refused_naming_the_field(upstreams, share, version, message) -> None:
+def test_a_canary_that_could_not_serve_is_refused_naming_the_field(
+    upstreams, share, version, message
+) -> None:
     route = CanaryRoute(health_interval_s=60)
     with pytest.raises(InvalidArgument) as refused:
         asyncio.run(route.set(upstreams, share, version, current_version=2))

@@ -15,8 +15,15 @@ from parity.services.ingest.openai_errors import HttpError
 
 
 def test_a_feedback_body_becomes_a_named_reward_of_source_feedback() -> None:
-    reward = to_reward("s1", b'{"value": 1, "name": "thumbs_up", "feedback_id": "vote-1", "metadata": {"k": "v"}}')
-    assert (reward.reward_id, reward.session_id, reward.value, reward.name) == ("vote-1", "s1", 1.0, "thumbs_up")
+    reward = to_reward(
+        "s1", b'{"value": 1, "name": "thumbs_up", "feedback_id": "vote-1", "metadata": {"k": "v"}}'
+    )
+    assert (reward.reward_id, reward.session_id, reward.value, reward.name) == (
+        "vote-1",
+        "s1",
+        1.0,
+        "thumbs_up",
+    )
     assert reward.source == "feedback" and reward.level == reward_pb2.REWARD_LEVEL_TRAJECTORY
     assert dict(reward.metadata) == {"k": "v"} and reward.create_time.seconds > 0
     step = to_reward("s1", b'{"value": -0.5, "call_id": "c7"}')
@@ -43,7 +50,11 @@ def test_a_feedback_body_becomes_a_named_reward_of_source_feedback() -> None:
 def test_each_bad_field_is_a_400_naming_it(body: bytes, param: str | None, fragment: str) -> None:
     with pytest.raises(HttpError) as refused:
         to_reward("s1", body)
-    assert refused.value.status == 400 and refused.value.param == param and fragment in refused.value.message
+    assert (
+        refused.value.status == 400
+        and refused.value.param == param
+        and fragment in refused.value.message
+    )
 
 
 def test_the_route_keeps_a_percent_encoded_slash_inside_the_session_id() -> None:

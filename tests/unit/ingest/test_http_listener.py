@@ -39,7 +39,9 @@ async def _accept_burst_on_a_busy_loop() -> list[int]:
     listener = HttpListener.bind("127.0.0.1", 0, 1024, lambda: _Counted(turns, made, done))
     clients: list[socket.socket] = []
     connecting = threading.Thread(
-        target=lambda: clients.extend(socket.create_connection(("127.0.0.1", listener.port)) for _ in range(BURST))
+        target=lambda: clients.extend(
+            socket.create_connection(("127.0.0.1", listener.port)) for _ in range(BURST)
+        )
     )
     loop.call_soon(busy_turn)
     connecting.start()

@@ -39,14 +39,19 @@ def test_the_answer_names_the_model_the_agent_asked_for_not_the_adapter() -> Non
     request = CaptureRequest.prepare(CHAT, body, b"", SessionRef("s"), {})
     request.lora_adapter = adapter.route(body)
     request.routed_model = "tiny"
-    answer: dict[str, Any] = {"model": "tiny-lora", "choices": [{"index": 0, "token_ids": [5], "logprobs": {"content": []}}]}
+    answer: dict[str, Any] = {
+        "model": "tiny-lora",
+        "choices": [{"index": 0, "token_ids": [5], "logprobs": {"content": []}}],
+    }
     chunk = {"model": "tiny-lora", "choices": [{"index": 0, "delta": {"content": " a"}}]}
     for response in (answer, chunk):
         request.strip(response)
         assert response["model"] == "tiny"
     assert answer["choices"][0]["token_ids"] is None and answer["choices"][0]["logprobs"] is None
     # Without an adapter the upstream's name is left as it is.
-    plain = CaptureRequest.prepare(CHAT, {"model": "tiny", "messages": []}, b"", SessionRef("s"), {})
+    plain = CaptureRequest.prepare(
+        CHAT, {"model": "tiny", "messages": []}, b"", SessionRef("s"), {}
+    )
     answer = {"model": "tiny", "choices": []}
     plain.strip(answer)
     assert answer["model"] == "tiny"

@@ -55,7 +55,9 @@ async def timed_out_after(deadlines: ReadDeadlines, future: asyncio.Future[None]
 def test_a_wait_that_stalls_times_out_within_a_tick_of_its_deadline() -> None:
     async def stall() -> tuple[float, float]:
         deadlines = ReadDeadlines(0.2)
-        return await timed_out_after(deadlines, asyncio.get_running_loop().create_future()), deadlines.tick_s
+        return await timed_out_after(
+            deadlines, asyncio.get_running_loop().create_future()
+        ), deadlines.tick_s
 
     waited, tick_s = on_virtual_clock(stall())
     assert 0.2 - ROUNDING_S <= waited <= 0.2 + tick_s + ROUNDING_S, waited

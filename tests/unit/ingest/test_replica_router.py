@@ -23,7 +23,9 @@ def first_choices(routing: ReplicaRouter, model: str = "policy") -> dict[str, st
 def test_a_session_always_gets_the_same_replica_and_sessions_spread_evenly() -> None:
     urls = [f"http://10.0.0.{i}:8100" for i in range(1, 5)]
     choices = first_choices(router(*urls))
-    assert choices == first_choices(router(*reversed(urls))), "the order replicas are listed in must not matter"
+    assert choices == first_choices(router(*reversed(urls))), (
+        "the order replicas are listed in must not matter"
+    )
     spread = Counter(choices.values())
     assert len(spread) == 4 and min(spread.values()) > len(SESSIONS) / 4 * 0.6, spread
 
@@ -38,7 +40,9 @@ def test_a_failed_replica_moves_only_its_own_sessions_and_gets_them_back() -> No
         if name == failed.name:
             assert during[session] != failed.name
         else:
-            assert during[session] == name, "a healthy replica's sessions stay where their prefix cache is"
+            assert during[session] == name, (
+                "a healthy replica's sessions stay where their prefix cache is"
+            )
     failed.healthy = True
     assert first_choices(routing) == before
 

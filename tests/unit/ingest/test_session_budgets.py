@@ -12,7 +12,9 @@ from parity.session_slug import SessionRef
 
 
 def recorded(prompt_tokens: int, completion_tokens: int) -> llm_call_pb2.LlmCall:
-    return llm_call_pb2.LlmCall(usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+    return llm_call_pb2.LlmCall(
+        usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    )
 
 
 def test_the_call_past_a_call_cap_is_refused_naming_the_cap_and_the_session() -> None:
@@ -20,13 +22,19 @@ def test_the_call_past_a_call_cap_is_refused_naming_the_cap_and_the_session() ->
     ref = SessionRef("s1", budget=SessionBudget(calls=2))
     budgets.admit(ref)
     budgets.admit(ref)
-    with pytest.raises(SessionCapped, match=r"session 's1' reached its cap of 2 calls \(calls\)") as capped:
+    with pytest.raises(
+        SessionCapped, match=r"session 's1' reached its cap of 2 calls \(calls\)"
+    ) as capped:
         budgets.admit(ref)
     assert capped.value.cap == "calls"
-    assert budgets.admit(SessionRef("s2", budget=SessionBudget(calls=2))) is not None, "each session counts its own"
+    assert budgets.admit(SessionRef("s2", budget=SessionBudget(calls=2))) is not None, (
+        "each session counts its own"
+    )
 
 
-def test_tokens_count_once_recorded_so_the_call_after_the_one_that_crossed_a_token_cap_is_refused() -> None:
+def test_tokens_count_once_recorded_so_the_call_after_the_one_that_crossed_a_token_cap_is_refused() -> (
+    None
+):
     budgets = SessionBudgets(SessionBudget())
     ref = SessionRef("s1", budget=SessionBudget(tokens=100, completion_tokens=30))
     budgets.admit(ref).record(recorded(60, 20))  # type: ignore[union-attr]
@@ -54,7 +62,9 @@ def test_seconds_run_from_the_first_call(monkeypatch: pytest.MonkeyPatch) -> Non
         budgets.admit(ref)
 
 
-def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_session_are_never_capped() -> None:
+def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_session_are_never_capped() -> (
+    None
+):
     budgets = SessionBudgets(SessionBudget(calls=1, tokens=10))
     own = SessionRef("own", budget=SessionBudget(calls=3))
     for _ in range(3):
@@ -66,16 +76,25 @@ def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_s
         budgets.admit(SessionRef("plain"))
     for _ in range(5):
         assert budgets.admit(SessionRef("unassigned")) is None
-    assert SessionBudgets(SessionBudget()).admit(SessionRef("free")) is None, "no budget: not tracked"
+    assert SessionBudgets(SessionBudget()).admit(SessionRef("free")) is None, (
+        "no budget: not tracked"
+    )
 
 
-def test_a_sessions_context_policy_holds_else_the_serving_defaults_and_a_policy_alone_is_not_counted() -> None:
+def test_a_sessions_context_policy_holds_else_the_serving_defaults_and_a_policy_alone_is_not_counted() -> (
+    None
+):
     refusing = SessionBudgets(SessionBudget(context="refuse"))
     assert refusing.context_policy(SessionRef("plain")) == "refuse"
-    assert refusing.context_policy(SessionRef("own", budget=SessionBudget(calls=2, context="clamp"))) == "clamp"
+    assert (
+        refusing.context_policy(SessionRef("own", budget=SessionBudget(calls=2, context="clamp")))
+        == "clamp"
+    )
     assert refusing.context_policy(SessionRef("capped", budget=SessionBudget(calls=2))) == "refuse"
     assert SessionBudgets(SessionBudget()).context_policy(SessionRef("plain")) == "clamp"
-    assert refusing.admit(SessionRef("plain")) is None, "a context policy caps no use: nothing to track"
+    assert refusing.admit(SessionRef("plain")) is None, (
+        "a context policy caps no use: nothing to track"
+    )
 
 
 def test_a_later_call_may_tighten_a_sessions_budget_but_never_loosen_it() -> None:
@@ -86,7 +105,9 @@ def test_a_later_call_may_tighten_a_sessions_budget_but_never_loosen_it() -> Non
         budgets.admit(SessionRef("s1", budget=SessionBudget(calls=9)))
 
 
-def test_the_least_recently_called_session_is_forgotten_past_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_least_recently_called_session_is_forgotten_past_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(session_budgets, "MAX_SESSIONS", 2)
     budgets = SessionBudgets(SessionBudget(calls=1))
     budgets.admit(SessionRef("a"))

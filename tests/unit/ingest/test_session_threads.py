@@ -17,7 +17,9 @@ def test_the_header_names_the_thread_and_overrides_the_slugs() -> None:
     session, _ = resolve(slug, headers, {})
     assert (session.session_id, session.thread_id) == ("episode", "researcher")
     # An empty header is no header.
-    assert resolve("episode", SessionHeaders.read({b"x-parity-thread": b" "}), {})[0].thread_id == ""
+    assert (
+        resolve("episode", SessionHeaders.read({b"x-parity-thread": b" "}), {})[0].thread_id == ""
+    )
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -3,12 +3,19 @@ from hypothesis import strategies as st
 
 from parity.services.ingest.upstream.sse import split_sse_data
 
-payloads = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"").strip()), max_size=8)
+payloads = st.lists(
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"").strip()),
+    max_size=8,
+)
 
 
 @given(payloads, st.sampled_from([b"\n", b"\r\n"]), st.lists(st.integers(0, 400), max_size=10))
-def test_events_come_out_whole_however_the_stream_is_cut(events: list[bytes], newline: bytes, cuts: list[int]) -> None:
-    stream = b"".join(b"data: " + e + newline + newline + b": keep-alive comment" + newline for e in events)
+def test_events_come_out_whole_however_the_stream_is_cut(
+    events: list[bytes], newline: bytes, cuts: list[int]
+) -> None:
+    stream = b"".join(
+        b"data: " + e + newline + newline + b": keep-alive comment" + newline for e in events
+    )
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
     seen, partial = [], b""
     for start, end in zip(bounds, bounds[1:], strict=False):

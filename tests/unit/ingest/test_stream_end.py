@@ -47,11 +47,16 @@ async def _sent_for(events: list[bytes]) -> tuple[list[dict[str, Any]], bool, di
 async def test_a_streams_final_event_goes_out_with_the_end_of_the_response(failed: bool) -> None:
     events = [b"data: 1\n\n", b"data: error\n\n"] if failed else [b"data: 1\n\n"]
     bodies, closed, fields = await _sent_for([*events, FinalEvent(b"data: [DONE]\n\n")])
-    assert [(m["body"], m["more_body"]) for m in bodies] == [(e, True) for e in events] + [(b"data: [DONE]\n\n", False)]
+    assert [(m["body"], m["more_body"]) for m in bodies] == [(e, True) for e in events] + [
+        (b"data: [DONE]\n\n", False)
+    ]
     assert closed and "disconnected" not in fields
 
 
 async def test_a_stream_without_a_final_event_is_ended_by_an_empty_write() -> None:
     bodies, closed, _ = await _sent_for([b"data: 1\n\n"])
-    assert [(m["body"], m.get("more_body", False)) for m in bodies] == [(b"data: 1\n\n", True), (b"", False)]
+    assert [(m["body"], m.get("more_body", False)) for m in bodies] == [
+        (b"data: 1\n\n", True),
+        (b"", False),
+    ]
     assert closed

@@ -55,7 +55,9 @@ EXTRA_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"
 @functools.cache
 def tokenizer() -> Tokenizer:
     tokenizer = train_tokenizer(1024)
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in EXTRA_SPECIAL])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in EXTRA_SPECIAL]
+    )
     return tokenizer
 
 
@@ -63,12 +65,16 @@ class TemplateRenderer:
     """A chat template rendered as transformers renders one, then tokenized as vLLM's render does."""
 
     def __init__(self, template: str) -> None:
-        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True
+        )
         self.template = environment.from_string(template)
         self.calls = 0
 
     def ids(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
-        text = self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, tools=None)
+        text = self.template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, tools=None
+        )
         return tokenizer().encode(text, add_special_tokens=False).ids
 
     async def __call__(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
@@ -110,14 +116,20 @@ async def test_the_close_of_an_assistant_turn_is_derived_from_the_template(style
 
 
 @pytest.mark.parametrize("style", ["chatml", "llama3", "folded-system"])
-@pytest.mark.parametrize("new", [[user("What is 3 plus 4?")], [tool("7")], [tool("7"), user("And 5 times 6?")]])
-async def test_a_splice_is_what_the_template_renders_when_it_keeps_history(style: str, new: list[dict]) -> None:
+@pytest.mark.parametrize(
+    "new", [[user("What is 3 plus 4?")], [tool("7")], [tool("7"), user("And 5 times 6?")]]
+)
+async def test_a_splice_is_what_the_template_renders_when_it_keeps_history(
+    style: str, new: list[dict]
+) -> None:
     template, stop, _ = STYLES[style]
     render = TemplateRenderer(template)
     rules = await derive_turn_rules(render)
     history = [{"role": "system", "content": "Answer in words."}, user("What is 2 plus 2?")]
     reply = "The answer is four."
-    sampled = tokenizer().encode(reply, add_special_tokens=False).ids + [tokenizer().token_to_id(stop)]
+    sampled = tokenizer().encode(reply, add_special_tokens=False).ids + [
+        tokenizer().token_to_id(stop)
+    ]
     expected = render.ids([*history, assistant(reply), *new], True)
     assert await spliced(rules, render, history, sampled, new) == expected
 
@@ -127,7 +139,9 @@ async def test_a_splice_keeps_the_reasoning_a_stripping_template_would_drop() ->
     rules = await derive_turn_rules(stripping)
     history, new = [user("What is 2 plus 2?")], [user("And 3 plus 3?")]
     reply = "<think>two and two</think>four"
-    sampled = tokenizer().encode(reply, add_special_tokens=False).ids + [tokenizer().token_to_id("<|im_end|>")]
+    sampled = tokenizer().encode(reply, add_special_tokens=False).ids + [
+        tokenizer().token_to_id("<|im_end|>")
+    ]
     result = await spliced(rules, stripping, history, sampled, new)
     assert result == keeping.ids([*history, assistant(reply), *new], True)
     assert result != stripping.ids([*history, assistant(reply), *new], True)
@@ -139,7 +153,9 @@ async def test_a_reply_cut_by_length_gets_the_close_the_model_never_sampled() ->
     rules = await derive_turn_rules(render)
     history, new = [user("What is 2 plus 2?")], [user("Go on.")]
     sampled = tokenizer().encode("The answer", add_special_tokens=False).ids
-    assert await spliced(rules, render, history, sampled, new) == render.ids([*history, assistant("The answer"), *new], True)
+    assert await spliced(rules, render, history, sampled, new) == render.ids(
+        [*history, assistant("The answer"), *new], True
+    )
 
 
 async def test_a_render_without_the_stand_in_reply_has_no_tail() -> None:
@@ -150,4 +166,6 @@ async def test_a_render_without_the_stand_in_reply_has_no_tail() -> None:
 
 async def test_a_template_that_drops_assistant_content_is_refused() -> None:
     with pytest.raises(TemplateUnsupported, match="content"):
-        await derive_turn_rules(TemplateRenderer("{%- for m in messages %}{{ m.role }}{% endfor %}"))
+        await derive_turn_rules(
+            TemplateRenderer("{%- for m in messages %}{{ m.role }}{% endfor %}")
+        )

@@ -26,7 +26,9 @@ METHODS = [(s.name, m) for s in SERVICES for m in s.methods]
 READ_PREFIXES = ("Get", "BatchGet", "List", "Watch")
 
 
-def _applicable(rule: str, methods: list[tuple[str, MethodDescriptor]]) -> list[tuple[str, MethodDescriptor]]:
+def _applicable(
+    rule: str, methods: list[tuple[str, MethodDescriptor]]
+) -> list[tuple[str, MethodDescriptor]]:
     """The methods a rule applies to, computed at collection so every test item checks one. pytest
     reports a test parametrized over nothing as skipped, so a rule left with nothing fails collection here."""
     assert methods, f"no RPC for the rule {rule!r} to check: has a rename emptied it?"
@@ -37,8 +39,12 @@ def _ids(methods: list[tuple[str, MethodDescriptor]]) -> list[str]:
     return [f"{service}.{method.name}" for service, method in methods]
 
 
-READS = _applicable("reads are marked", [(s, m) for s, m in METHODS if m.name.startswith(READ_PREFIXES)])
-LISTS = _applicable("List RPCs are paginated", [(s, m) for s, m in METHODS if m.name.startswith("List")])
+READS = _applicable(
+    "reads are marked", [(s, m) for s, m in METHODS if m.name.startswith(READ_PREFIXES)]
+)
+LISTS = _applicable(
+    "List RPCs are paginated", [(s, m) for s, m in METHODS if m.name.startswith("List")]
+)
 
 
 def _idempotency(method: MethodDescriptor) -> int:
@@ -60,7 +66,9 @@ def test_list_rpcs_are_paginated(service: str, method: MethodDescriptor) -> None
     assert method.output_type.fields_by_name["next_page_token"].type == FieldDescriptor.TYPE_STRING
 
 
-@pytest.mark.parametrize(("service", "method"), _applicable("every RPC", METHODS), ids=_ids(METHODS))
+@pytest.mark.parametrize(
+    ("service", "method"), _applicable("every RPC", METHODS), ids=_ids(METHODS)
+)
 def test_each_rpc_has_its_own_request_and_response(service: str, method: MethodDescriptor) -> None:
     assert method.input_type.name == f"{method.name}Request"
     assert method.output_type.name == f"{method.name}Response"
@@ -68,10 +76,30 @@ def test_each_rpc_has_its_own_request_and_response(service: str, method: MethodD
 
 def test_the_required_rpcs_exist() -> None:
     required = {
-        "TokenStoreService": {"WriteCalls", "GetCall", "ListCalls", "WatchCalls", "WriteRewards",
-                              "ListSessions", "CloseSession", "DeleteSessions"},
-        "IngestService": {"GetStats", "ListReplicas", "PauseTraffic", "ResumeTraffic", "SetPolicyVersion"},
-        "AssemblerService": {"ReportReward", "CloseSession", "GetTrajectory", "ListTrajectories", "StreamBatches"},
+        "TokenStoreService": {
+            "WriteCalls",
+            "GetCall",
+            "ListCalls",
+            "WatchCalls",
+            "WriteRewards",
+            "ListSessions",
+            "CloseSession",
+            "DeleteSessions",
+        },
+        "IngestService": {
+            "GetStats",
+            "ListReplicas",
+            "PauseTraffic",
+            "ResumeTraffic",
+            "SetPolicyVersion",
+        },
+        "AssemblerService": {
+            "ReportReward",
+            "CloseSession",
+            "GetTrajectory",
+            "ListTrajectories",
+            "StreamBatches",
+        },
         "TrainerService": {"GetStatus", "StreamMetrics", "SyncWeights", "StartRun", "StopRun"},
     }
     for service in SERVICES:
@@ -87,14 +115,20 @@ def test_token_arrays_travel_as_packed_bytes() -> None:
         llm_call_pb2.LlmCall.DESCRIPTOR.fields_by_name["prompt_token_ids"],
         llm_call_pb2.Choice.DESCRIPTOR.fields_by_name["token_ids"],
         llm_call_pb2.Choice.DESCRIPTOR.fields_by_name["logprobs"],
-        *(sample_pb2.Sample.DESCRIPTOR.fields_by_name[name]
-          for name in ("token_ids", "loss_mask", "rollout_logprobs", "token_rewards")),
+        *(
+            sample_pb2.Sample.DESCRIPTOR.fields_by_name[name]
+            for name in ("token_ids", "loss_mask", "rollout_logprobs", "token_rewards")
+        ),
     ]
     assert all(field.type == FieldDescriptor.TYPE_BYTES for field in packed)
 
 
 def test_buf_lint_passes() -> None:
-    buf = os.environ.get("PARITY_BUF") or shutil.which("buf", path=str(REPO_ROOT / ".tools" / "node_modules" / ".bin"))
-    assert buf, "buf not found: run `make env` (installs @bufbuild/buf into .tools/) or set PARITY_BUF"
+    buf = os.environ.get("PARITY_BUF") or shutil.which(
+        "buf", path=str(REPO_ROOT / ".tools" / "node_modules" / ".bin")
+    )
+    assert buf, (
+        "buf not found: run `make env` (installs @bufbuild/buf into .tools/) or set PARITY_BUF"
+    )
     result = subprocess.run([buf, "lint", "protos"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, f"buf lint failed:\n{result.stdout}{result.stderr}"

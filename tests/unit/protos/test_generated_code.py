@@ -16,14 +16,24 @@ GENERATOR_PYTHON = REPO_ROOT / ".venv-protoc" / "bin" / "python"
 
 
 def _relative_files(root: Path) -> set[Path]:
-    return {p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
     if not GENERATOR_PYTHON.exists():
-        pytest.fail(f"the code generator's environment is missing ({GENERATOR_PYTHON}): run `make env`", pytrace=False)
+        pytest.fail(
+            f"the code generator's environment is missing ({GENERATOR_PYTHON}): run `make env`",
+            pytrace=False,
+        )
     subprocess.run(
-        [str(GENERATOR_PYTHON), str(REPO_ROOT / "scripts" / "generate_protos.py"), "--out", str(tmp_path)],
+        [
+            str(GENERATOR_PYTHON),
+            str(REPO_ROOT / "scripts" / "generate_protos.py"),
+            "--out",
+            str(tmp_path),
+        ],
         check=True,
         capture_output=True,
     )
@@ -35,7 +45,11 @@ def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
             f"missing {sorted(map(str, fresh_files - committed_files))}, "
             f"extra {sorted(map(str, committed_files - fresh_files))}"
         )
-        stale = [str(p) for p in sorted(fresh_files) if not filecmp.cmp(committed / p, fresh / p, shallow=False)]
+        stale = [
+            str(p)
+            for p in sorted(fresh_files)
+            if not filecmp.cmp(committed / p, fresh / p, shallow=False)
+        ]
         assert not stale, f"stale generated code in {package}, run `make protos`: {stale}"
 
 
@@ -47,5 +61,10 @@ def test_every_area_is_importable_from_the_sdk() -> None:
     from parity.api.trainer.v1 import trainer_service_pb2_grpc
 
     assert llm_call_pb2.LlmCall.DESCRIPTOR.full_name == "parity.api.common.v1.LlmCall"
-    for module in (store_service_pb2_grpc, ingest_service_pb2_grpc, assembler_service_pb2_grpc, trainer_service_pb2_grpc):
+    for module in (
+        store_service_pb2_grpc,
+        ingest_service_pb2_grpc,
+        assembler_service_pb2_grpc,
+        trainer_service_pb2_grpc,
+    ):
         assert any(name.endswith("ServiceStub") for name in dir(module))

@@ -6,7 +6,9 @@ import pytest
 
 from parity.services.runtime import allocator
 
-pytestmark = pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="mallopt settings are glibc's")
+pytestmark = pytest.mark.skipif(
+    not os.confstr("CS_GNU_LIBC_VERSION"), reason="mallopt settings are glibc's"
+)
 
 # Prints how many blocks glibc served as mappings of their own while a 24 MB block is
 # held: above the default threshold, below the one keep_freed_memory sets.
@@ -37,5 +39,10 @@ def test_glibc_accepts_every_setting() -> None:
 
 @pytest.mark.parametrize(("mode", "mapped"), [("default", "1"), ("tuned", "0")])
 def test_large_blocks_come_from_the_heap_once_tuned(mode: str, mapped: str) -> None:
-    run = subprocess.run([sys.executable, "-c", _COUNT_MAPPED_BLOCKS, mode], capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", _COUNT_MAPPED_BLOCKS, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert run.stdout.strip() == mapped

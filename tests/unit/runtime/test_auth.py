@@ -21,7 +21,11 @@ def every_service() -> list[str]:
     """Every service of every generated module, whether or not anything imported it yet."""
     modules = [importlib.import_module(m.name) for m in pkgutil.walk_packages(parity.api.__path__, "parity.api.")
                if m.name.endswith("_pb2")]  # fmt: skip
-    return [service.full_name for module in modules for service in module.DESCRIPTOR.services_by_name.values()]
+    return [
+        service.full_name
+        for module in modules
+        for service in module.DESCRIPTOR.services_by_name.values()
+    ]
 
 
 def test_every_rpc_of_every_service_declares_a_role() -> None:
@@ -43,8 +47,14 @@ def test_a_method_without_a_role_cannot_be_served() -> None:
 def test_tokens_map_to_roles_and_unknown_ones_to_none() -> None:
     table = TokenTable.parse(f"# ops\nread {READ}\n\nagent {AGENT}\nadmin {ADMIN}\n")
     assert table.role_of(READ) == auth_pb2.ROLE_READ and table.role_of(ADMIN) == auth_pb2.ROLE_ADMIN
-    assert table.role_of("x" * 20) == auth_pb2.ROLE_UNSPECIFIED and table.role_of("") == auth_pb2.ROLE_UNSPECIFIED
-    assert bearer_token([("authorization", f"Bearer {AGENT}")]) == AGENT and bearer_token([("x", "y")]) == ""
+    assert (
+        table.role_of("x" * 20) == auth_pb2.ROLE_UNSPECIFIED
+        and table.role_of("") == auth_pb2.ROLE_UNSPECIFIED
+    )
+    assert (
+        bearer_token([("authorization", f"Bearer {AGENT}")]) == AGENT
+        and bearer_token([("x", "y")]) == ""
+    )
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

@@ -30,4 +30,7 @@ def test_a_token_is_refused_by_another_query_or_when_malformed() -> None:
         page_of([], 3, "x!", "runs")
     with pytest.raises(InvalidArgument, match="page_size must not be negative"):
         page_of([], -1, "", "runs")
-    assert len(page_of(list(range(MAX_PAGE_SIZE + 5)), MAX_PAGE_SIZE + 5, "", "runs")[0]) == MAX_PAGE_SIZE
+    assert (
+        len(page_of(list(range(MAX_PAGE_SIZE + 5)), MAX_PAGE_SIZE + 5, "", "runs")[0])
+        == MAX_PAGE_SIZE
+    )

@@ -27,7 +27,9 @@ print("stopped", flush=True)
 
 def test_a_burst_of_stop_signals_stops_the_process() -> None:
     for _ in range(5):
-        waiter = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+        )
         assert waiter.stdout is not None and waiter.stdout.readline() == "ready\n"
         try:
             for _ in range(100):

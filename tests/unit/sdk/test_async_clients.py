@@ -25,7 +25,9 @@ calls = st.lists(
 
 
 @given(calls)
-def test_framed_serialized_calls_are_the_request_protobuf_would_build(batch: list[llm_call_pb2.LlmCall]) -> None:
+def test_framed_serialized_calls_are_the_request_protobuf_would_build(
+    batch: list[llm_call_pb2.LlmCall],
+) -> None:
     framed = encode_write_calls([call.SerializeToString() for call in batch])
     assert framed == store_pb.StreamWriteCallsRequest(calls=batch).SerializeToString()
     assert store_pb.WriteCallsRequest.FromString(framed).calls == batch
@@ -48,9 +50,13 @@ def counting_attempts(client, method: str) -> list[tuple[float, float]]:
     return attempts
 
 
-async def test_an_unreachable_service_is_retried_for_the_time_budget_then_named_in_one_error() -> None:
+async def test_an_unreachable_service_is_retried_for_the_time_budget_then_named_in_one_error() -> (
+    None
+):
     budget_s = 0.6
-    client = AsyncStoreClient(f"127.0.0.1:{free_port()}", timeout_s=1.0, retry_for_s=budget_s, backoff_s=0.05)
+    client = AsyncStoreClient(
+        f"127.0.0.1:{free_port()}", timeout_s=1.0, retry_for_s=budget_s, backoff_s=0.05
+    )
     attempts = counting_attempts(client, "GetSession")
     started = time.monotonic()
     with pytest.raises(RPCError) as raised:

@@ -18,25 +18,42 @@ def signal(value: float, name: str, minutes: float, source: str = "feedback") ->
     return reward
 
 
-SIGNALS = [signal(1.0, "thumbs_up", 5), signal(1.0, "resolved", 60), signal(-1.0, "thumbs_down", 30)]
+SIGNALS = [
+    signal(1.0, "thumbs_up", 5),
+    signal(1.0, "resolved", 60),
+    signal(-1.0, "thumbs_down", 30),
+]
 
 
-@pytest.mark.parametrize(("combine", "expected"), [("sum", 1.0), ("mean", 1 / 3), ("min", -1.0), ("max", 1.0), ("last", 1.0)])
+@pytest.mark.parametrize(
+    ("combine", "expected"),
+    [("sum", 1.0), ("mean", 1 / 3), ("min", -1.0), ("max", 1.0), ("last", 1.0)],
+)
 def test_every_signal_counts_with_weight_one_by_default(combine: str, expected: float) -> None:
     decision = FeedbackRule(combine).decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(days=1))
-    assert decision.reward == pytest.approx(expected) and decision.skip == "" and decision.signals == 3
+    assert (
+        decision.reward == pytest.approx(expected) and decision.skip == "" and decision.signals == 3
+    )
 
 
 def test_weights_name_the_signals_that_count() -> None:
     rule = FeedbackRule("sum", parse_weights("resolved=2, thumbs_down = 0.5"))
     assert rule.decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(days=1)).reward == 2.0 - 0.5
     # The latest of the counted ones, by when it arrived, not by where it is listed.
-    assert FeedbackRule("last", {"thumbs_up": 1, "thumbs_down": 1}).decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(days=1)).reward == -1.0
+    assert (
+        FeedbackRule("last", {"thumbs_up": 1, "thumbs_down": 1})
+        .decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(days=1))
+        .reward
+        == -1.0
+    )
 
 
 def test_a_window_waits_for_late_signals_and_ignores_later_ones() -> None:
     rule = FeedbackRule("sum", window=timedelta(minutes=45))
-    assert rule.decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(minutes=40)).skip == "awaiting_feedback"
+    assert (
+        rule.decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(minutes=40)).skip
+        == "awaiting_feedback"
+    )
     closed = rule.decide(SIGNALS, LAST_CALL, LAST_CALL + timedelta(hours=2))
     assert (closed.reward, closed.signals) == (0.0, 2)  # "resolved" came 60 minutes after: too late
 

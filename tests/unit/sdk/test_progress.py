@@ -52,7 +52,9 @@ def test_a_resumed_run_counts_its_rate_from_where_it_resumed() -> None:
 
 def test_a_fast_count_writes_a_line_every_interval_and_its_end() -> None:
     log, clock = io.StringIO(), Clock()
-    progress = ProgressLines(total=100, desc="rollouts", unit="rollout", file=log, every_s=30.0, clock=clock)
+    progress = ProgressLines(
+        total=100, desc="rollouts", unit="rollout", file=log, every_s=30.0, clock=clock
+    )
     for _ in range(100):
         clock.now += 1.0
         progress.update(1)

@@ -17,12 +17,14 @@ refs = st.builds(
     session_id=ids,
     parent_session_ids=st.lists(ids, max_size=4).map(tuple),
     trajectory_name=st.text(id_text, max_size=20),
-    metadata=st.dictionaries(st.text(id_text, min_size=1, max_size=10), st.text(free_text, max_size=20), max_size=4),
+    metadata=st.dictionaries(
+        st.text(id_text, min_size=1, max_size=10), st.text(free_text, max_size=20), max_size=4
+    ),
     end_user_id=st.text(id_text, max_size=20),
     thread_id=st.text(id_text, max_size=20),
-    tags=st.lists(st.from_regex(r"[a-z0-9][a-z0-9 :/._-]{0,10}[a-z0-9]", fullmatch=True), max_size=4).map(
-        lambda tags: tuple(sorted(set(tags)))
-    ),
+    tags=st.lists(
+        st.from_regex(r"[a-z0-9][a-z0-9 :/._-]{0,10}[a-z0-9]", fullmatch=True), max_size=4
+    ).map(lambda tags: tuple(sorted(set(tags)))),
 ).filter(lambda ref: ref.session_id not in ref.parent_session_ids)
 
 
@@ -66,7 +68,10 @@ def _packed(document: dict) -> str:
         (SessionRef("leaf", ("root", "")), "empty"),
         (SessionRef("leaf", ("leaf",)), "cannot be its own ancestor"),
         (SessionRef("leaf", metadata={"k": "a\x00b"}), "metadata 'k' contains a NUL"),
-        (SessionRef("leaf", metadata={"k\nk": "v"}), "metadata key 'k.nk' contains a control character"),
+        (
+            SessionRef("leaf", metadata={"k\nk": "v"}),
+            "metadata key 'k.nk' contains a control character",
+        ),
         (SessionRef("leaf", metadata={"": "v"}), "metadata key '' must be 1 to 256 characters"),
         (SessionRef("leaf", end_user_id="u" * 257), "end_user_id is 257 characters"),
         (SessionRef("leaf", thread_id="w" * 257), "thread_id is 257 characters"),

@@ -72,7 +72,9 @@ def test_threads_see_the_session_when_given_the_context() -> None:
     seen = []
     with parity.session("threaded"):
         context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(lambda: seen.append(current().session_id),))
+        thread = threading.Thread(
+            target=context.run, args=(lambda: seen.append(current().session_id),)
+        )
         thread.start()
         thread.join()
     assert seen == ["threaded"]
@@ -113,7 +115,10 @@ def test_session_url_and_request_routing_carry_the_current_session() -> None:
         _route(request)
         assert request.url.path == f"/sessions/{slug}/v1/chat/completions"
         # Anthropic clients append /v1/messages to the base URL themselves.
-        assert parity.session_url("http://ingest:8000", api="anthropic") == f"http://ingest:8000/sessions/{slug}"
+        assert (
+            parity.session_url("http://ingest:8000", api="anthropic")
+            == f"http://ingest:8000/sessions/{slug}"
+        )
     assert parity.session_url("http://ingest:8000", api="anthropic") == "http://ingest:8000"
     with pytest.raises(ValueError, match="api must be one of openai, anthropic"):
         parity.session_url("http://ingest:8000", api="gemini")
@@ -132,8 +137,15 @@ def test_reward_outside_a_session_is_an_error_not_a_silent_drop() -> None:
 async def test_a_thread_names_the_calls_inside_it_and_keeps_the_session() -> None:
     with parity.session("episode", task="t1") as outer:
         with parity.thread("researcher") as worker:
-            assert (worker.session_id, worker.thread_id, worker.metadata) == ("episode", "researcher", outer.metadata)
-            assert session_slug.decode(parity.session_url("http://ingest").split("/")[-2]).thread_id == "researcher"
+            assert (worker.session_id, worker.thread_id, worker.metadata) == (
+                "episode",
+                "researcher",
+                outer.metadata,
+            )
+            assert (
+                session_slug.decode(parity.session_url("http://ingest").split("/")[-2]).thread_id
+                == "researcher"
+            )
         async with parity.thread("writer") as writer:
             assert writer.thread_id == "writer"
         assert parity.current_session() == outer and outer.thread_id == ""
@@ -141,5 +153,8 @@ async def test_a_thread_names_the_calls_inside_it_and_keeps_the_session() -> Non
         pass
     with pytest.raises(ValueError, match="needs a name"):
         parity.thread("")
-    with parity.session("episode"), pytest.raises(ValueError, match="thread_id 'a.nb' contains a control character"):
+    with (
+        parity.session("episode"),
+        pytest.raises(ValueError, match="thread_id 'a.nb' contains a control character"),
+    ):
         parity.thread("a\nb").__enter__()

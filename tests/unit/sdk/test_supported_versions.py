@@ -17,7 +17,9 @@ from tests.conftest import REPO_ROOT
 
 
 def _declared(name: str) -> str:
-    dependencies = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    dependencies = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
     (found,) = [d for d in dependencies if re.match(rf"{name}\b(?!-)", d)]
     return found.removeprefix(name)
 
@@ -31,7 +33,9 @@ def test_the_lows_are_the_committed_generators() -> None:
     generated = (REPO_ROOT / "sdk/parity/api/common/v1/llm_call_pb2.py").read_text()
     protoc = re.search(r"Protobuf Python Version: (\S+)", generated)
     assert protoc is not None and release(protoc.group(1)) == SUPPORTED["protobuf"][0]
-    tools = re.search(r"^grpcio-tools==(\S+)$", (REPO_ROOT / "requirements/protoc.txt").read_text(), re.M)
+    tools = re.search(
+        r"^grpcio-tools==(\S+)$", (REPO_ROOT / "requirements/protoc.txt").read_text(), re.M
+    )
     assert tools is not None and release(tools.group(1)) == SUPPORTED["grpcio"][0]
 
 
@@ -44,7 +48,9 @@ def test_release_reads_the_numeric_part(version: str, expected: tuple[int, ...])
     assert release(version) == expected
 
 
-def _import_parity_with(tmp_path: Path, name: str, version: str) -> subprocess.CompletedProcess[str]:
+def _import_parity_with(
+    tmp_path: Path, name: str, version: str
+) -> subprocess.CompletedProcess[str]:
     """`import parity` in a fresh interpreter that sees `name` at `version`: a distribution's metadata placed
     ahead of site-packages is what importlib.metadata, and pip, report as installed."""
     info = tmp_path / f"{name}-{version}.dist-info"
@@ -54,7 +60,9 @@ def _import_parity_with(tmp_path: Path, name: str, version: str) -> subprocess.C
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "version"), [("protobuf", "3.20.3"), ("protobuf", "8.0.0"), ("grpcio", "1.60.0")])
+@pytest.mark.parametrize(
+    ("name", "version"), [("protobuf", "3.20.3"), ("protobuf", "8.0.0"), ("grpcio", "1.60.0")]
+)
 def test_an_unsupported_release_is_named_on_import(tmp_path: Path, name: str, version: str) -> None:
     finished = _import_parity_with(tmp_path, name, version)
     assert finished.returncode == 1

@@ -32,12 +32,18 @@ def test_health_is_serving_only_once_the_server_says_so(health_server) -> None:
     assert not HealthClient(address).serving(timeout_s=5)
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     assert HealthClient(address).serving(timeout_s=5)
-    assert not HealthClient(address).serving("parity.api.store.v1.TokenStoreService", timeout_s=5), "unknown service"
+    assert not HealthClient(address).serving(
+        "parity.api.store.v1.TokenStoreService", timeout_s=5
+    ), "unknown service"
     assert not HealthClient(f"127.0.0.1:{free_port()}").serving(timeout_s=1)
 
 
 def test_a_bidirectional_stream_that_cannot_connect_raises_one_rpc_error() -> None:
-    call = AssemblerClient(f"127.0.0.1:{free_port()}").stream_batches(iter([pb.StreamBatchesRequest()]), timeout_s=5)
+    call = AssemblerClient(f"127.0.0.1:{free_port()}").stream_batches(
+        iter([pb.StreamBatchesRequest()]), timeout_s=5
+    )
     with pytest.raises(RPCError) as raised:
         list(call)
-    assert raised.value.code == grpc.StatusCode.UNAVAILABLE and raised.value.method == "StreamBatches"
+    assert (
+        raised.value.code == grpc.StatusCode.UNAVAILABLE and raised.value.method == "StreamBatches"
+    )

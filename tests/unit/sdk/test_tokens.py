@@ -45,13 +45,17 @@ def test_rejects_truncated_buffers() -> None:
 
 
 @given(st.lists(int32s, max_size=300), st.integers(min_value=0, max_value=400))
-def test_counting_and_cutting_packed_tokens_is_counting_and_cutting_the_ids(ids: list[int], count: int) -> None:
+def test_counting_and_cutting_packed_tokens_is_counting_and_cutting_the_ids(
+    ids: list[int], count: int
+) -> None:
     packed = tokens.pack_token_ids(ids)
     assert tokens.token_count(packed) == len(ids)
     assert tokens.unpack_token_ids(tokens.head_tokens(packed, count)).tolist() == ids[:count]
     assert tokens.token_span(len(ids)) == len(packed)
     logprobs = tokens.pack_floats([0.5] * len(ids))
-    assert tokens.token_count(logprobs) == len(ids) and tokens.token_count(tokens.head_tokens(logprobs, count)) == min(count, len(ids))
+    assert tokens.token_count(logprobs) == len(ids) and tokens.token_count(
+        tokens.head_tokens(logprobs, count)
+    ) == min(count, len(ids))
 
 
 @pytest.mark.parametrize("bad", [[1.5], ["7"], [None], [-(2**31) - 1]])
@@ -62,9 +66,17 @@ def test_rejects_ids_that_are_not_int32_integers(bad: list[object]) -> None:
 
 @given(st.lists(int32s, max_size=50))
 def test_lists_tuples_and_arrays_pack_alike(ids: list[int]) -> None:
-    assert tokens.pack_token_ids(ids) == tokens.pack_token_ids(tuple(ids)) == tokens.pack_token_ids(np.array(ids, dtype=np.int64))
+    assert (
+        tokens.pack_token_ids(ids)
+        == tokens.pack_token_ids(tuple(ids))
+        == tokens.pack_token_ids(np.array(ids, dtype=np.int64))
+    )
 
 
 def test_floats_beyond_float32_become_infinities_as_a_cast_does() -> None:
     with np.errstate(over="ignore"):
-        assert tokens.unpack_floats(tokens.pack_floats([-1e300, 1e300, -0.5])).tolist() == [-np.inf, np.inf, -0.5]
+        assert tokens.unpack_floats(tokens.pack_floats([-1e300, 1e300, -0.5])).tolist() == [
+            -np.inf,
+            np.inf,
+            -0.5,
+        ]

@@ -49,10 +49,15 @@ def test_every_run_config_field_is_an_update_setting_of_the_same_name_and_type()
         expected = PROTO_TYPES[proto.type]
         if proto.is_repeated:
             expected = str  # lora.target_modules: the settings' comma-separated names
-        assert kind is expected, f"{name}: RunConfig has {expected.__name__}, the settings {kind.__name__}"
+        assert kind is expected, (
+            f"{name}: RunConfig has {expected.__name__}, the settings {kind.__name__}"
+        )
         if proto.enum_type is not None:
             prefix = proto.enum_type.values_by_number[0].name.removesuffix("UNSPECIFIED")
-            named = {v.name.removeprefix(prefix).lower().replace("_", "-") for v in proto.enum_type.values[1:]}
+            named = {
+                v.name.removeprefix(prefix).lower().replace("_", "-")
+                for v in proto.enum_type.values[1:]
+            }
             choices = {choice.replace("_", "-") for choice in settings[name].metadata["choices"]}
             # Unspecified means the default; only a default may go without a value of its own.
             assert named <= choices and choices - named <= {settings[name].default}, name
@@ -67,7 +72,9 @@ def test_a_setting_whose_default_is_not_zero_has_presence_on_the_wire() -> None:
         has_presence = proto.containing_oneof is not None
         # Without presence an explicit zero cannot be told from unset: zero must then be the default.
         assert has_presence or default == 0, f"{proto.name}: default {default} needs `optional`"
-        assert not has_presence or default != 0 or default is None, f"{proto.name}: `optional` with a zero default"
+        assert not has_presence or default != 0 or default is None, (
+            f"{proto.name}: `optional` with a zero default"
+        )
 
 
 @pytest.mark.parametrize("cls", [TrainSettings, RunSettings])
@@ -78,9 +85,13 @@ def test_neither_side_redefines_a_shared_setting(cls: type) -> None:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name, field in shared.items():
         assert name in fields, f"{cls.__name__} lacks {name}"
-        assert hints[name] == base_hints[name], f"{cls.__name__}.{name}: type {hints[name]} != {base_hints[name]}"
+        assert hints[name] == base_hints[name], (
+            f"{cls.__name__}.{name}: type {hints[name]} != {base_hints[name]}"
+        )
         assert fields[name].default == field.default, f"{cls.__name__}.{name}: default differs"
-        assert fields[name].metadata == field.metadata, f"{cls.__name__}.{name}: help or choices differ"
+        assert fields[name].metadata == field.metadata, (
+            f"{cls.__name__}.{name}: help or choices differ"
+        )
 
 
 def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_path: Path) -> None:
@@ -93,13 +104,19 @@ def test_every_setting_parity_train_sends_arrives_at_the_trainer_unchanged(tmp_p
         "lora_rank": 8, "lora_alpha": 4, "lora_target_modules": "q_proj,v_proj", "lora_dropout": 0.1,
         "teacher": "http://10.0.0.5:8000,http://10.0.0.6:8000", "teacher_model": "big", "teacher_coef": 0.5, "reward_coef": 0.0,
     }  # fmt: skip
-    assert sorted(changed) == sorted(update_fields()), "a setting is missing from this test's values"
+    assert sorted(changed) == sorted(update_fields()), (
+        "a setting is missing from this test's values"
+    )
     assert all(value != update_fields()[name].default for name, value in changed.items())
     sent = TrainSettings(**changed)
     config = to_run_config(sent, model_path=str(tmp_path), total_steps=5)
     received = RunSettings.from_proto(config)
     assert received.update_values() == sent.update_values()
     # Unset on the wire takes the one default, on both sides.
-    assert RunSettings.from_proto(to_run_config(TrainSettings(), model_path=str(tmp_path), total_steps=1)).update_values() == {
-        **TrainSettings().update_values(), "learning_rate": 1e-5, "dtype": "float32",
+    assert RunSettings.from_proto(
+        to_run_config(TrainSettings(), model_path=str(tmp_path), total_steps=1)
+    ).update_values() == {
+        **TrainSettings().update_values(),
+        "learning_rate": 1e-5,
+        "dtype": "float32",
     }

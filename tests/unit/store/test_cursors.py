@@ -38,7 +38,10 @@ def test_a_page_token_from_another_query_is_refused() -> None:
 
 @given(st.text(max_size=60))
 def test_garbage_is_invalid_argument_never_a_crash(garbage: str) -> None:
-    for decode in (lambda t: cursors.decode_cursor(t, "s"), lambda t: page_tokens.decode_page_token(t, "q")):
+    for decode in (
+        lambda t: cursors.decode_cursor(t, "s"),
+        lambda t: page_tokens.decode_page_token(t, "q"),
+    ):
         with contextlib.suppress(InvalidArgument):
             decode(garbage)
 

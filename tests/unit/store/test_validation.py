@@ -21,7 +21,9 @@ from parity.services.store import validation
 
 
 def call(call_id: str = "c", session_id: str = "s", **fields) -> llm_call_pb2.LlmCall:
-    made = llm_call_pb2.LlmCall(call_id=call_id, session_id=session_id, **({"prompt_token_ids": bytes(8)} | fields))
+    made = llm_call_pb2.LlmCall(
+        call_id=call_id, session_id=session_id, **({"prompt_token_ids": bytes(8)} | fields)
+    )
     made.choices.add(index=0, token_ids=bytes(8), logprobs=bytes(8))
     return made
 
@@ -50,12 +52,15 @@ REFUSED = {
     "calls[1].prompt_token_ids must be packed int32": call(prompt_token_ids=bytes(6)),
     "calls[1].choices[1]: duplicate choice index": with_choices({"index": 1}, {"index": 1}),
     "calls[1].choices[0].token_ids must be packed int32": with_choices({"token_ids": bytes(5)}),
-    "calls[1].choices[0]: 1 logprobs for 2 tokens": with_choices({"token_ids": bytes(8), "logprobs": bytes(4)}),
+    "calls[1].choices[0]: 1 logprobs for 2 tokens": with_choices(
+        {"token_ids": bytes(8), "logprobs": bytes(4)}
+    ),
     "calls[1].prompt_token_ids[2] is -1; token ids are never negative": call(
         prompt_token_ids=tokens.pack_token_ids([5, 0, -1, 7, -3])
     ),
     "calls[1].choices[1].token_ids[0] is -2147483648": with_choices(
-        {"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": tokens.pack_token_ids([-(2**31), 3])}
+        {"index": 0, "token_ids": bytes(4)},
+        {"index": 1, "token_ids": tokens.pack_token_ids([-(2**31), 3])},
     ),
     "calls[1].choices[0].logprobs[1] is NaN; a logprob is finite or -inf": with_choices(
         {"token_ids": bytes(12), "logprobs": tokens.pack_floats([-0.5, math.nan, math.inf])}
@@ -68,8 +73,12 @@ REFUSED = {
     "calls[1].tags[1]: tag 'a,b' must be 1 to 64 characters": call(tags=["a", "a,b"]),
     "calls[1].tags[0]: tag 'prod '": call(tags=["prod "]),
     "calls[1].tags holds 33 tags; at most 32": call(tags=[f"t{n:02d}" for n in range(33)]),
-    "calls[1].tags must be sorted, without repeats, got ['prod', 'beta']": call(tags=["prod", "beta"]),
-    "calls[1].tags must be sorted, without repeats, got ['beta', 'beta']": call(tags=["beta", "beta"]),
+    "calls[1].tags must be sorted, without repeats, got ['prod', 'beta']": call(
+        tags=["prod", "beta"]
+    ),
+    "calls[1].tags must be sorted, without repeats, got ['beta', 'beta']": call(
+        tags=["beta", "beta"]
+    ),
 }
 
 
@@ -84,21 +93,29 @@ def test_a_good_batch_passes() -> None:
     batch = [
         call("a", "unassigned", metadata={"note": "line\nbreak"}),
         call("b", "child", parent_session_ids=["root"], trajectory_name="solver"),
-        with_choices({"index": 0, "token_ids": bytes(4)}, {"index": 1, "token_ids": bytes(8), "logprobs": bytes(8)}),
+        with_choices(
+            {"index": 0, "token_ids": bytes(4)},
+            {"index": 1, "token_ids": bytes(8), "logprobs": bytes(8)},
+        ),
         call("x" * 256, "y" * 256),
         call("attributed", end_user_id="u" * 256, tags=["checkout flow", "prod"]),
         call("attributed-2", end_user_id="user-8812", tags=[f"t{n:02d}" for n in range(32)]),
         # A token the sampler could never pick has a logprob of -inf; int32's largest id is
         # kept, since the store does not know the model's vocabulary.
         with_choices(
-            {"token_ids": tokens.pack_token_ids([0, 2**31 - 1]), "logprobs": tokens.pack_floats([-math.inf, -1e30])}
+            {
+                "token_ids": tokens.pack_token_ids([0, 2**31 - 1]),
+                "logprobs": tokens.pack_floats([-math.inf, -1e30]),
+            }
         ),
     ]
     validation.check_calls(batch)
 
 
 # Bit patterns cover every NaN payload and both infinities, which generated floats rarely reach.
-float32_bits = st.lists(st.integers(0, 2**32 - 1), max_size=12).map(lambda bits: np.array(bits, np.uint32).view("<f4"))
+float32_bits = st.lists(st.integers(0, 2**32 - 1), max_size=12).map(
+    lambda bits: np.array(bits, np.uint32).view("<f4")
+)
 
 
 @given(
@@ -110,14 +127,18 @@ def test_ids_and_logprobs_are_refused_exactly_when_one_is_out_of_range(
     prompt: list[int], completion: list[int], logprobs: np.ndarray
 ) -> None:
     logprobs = np.resize(logprobs, len(completion)) if len(logprobs) else np.zeros(0, np.float32)
-    bad = with_choices({"token_ids": tokens.pack_token_ids(completion), "logprobs": logprobs.tobytes()})
+    bad = with_choices(
+        {"token_ids": tokens.pack_token_ids(completion), "logprobs": logprobs.tobytes()}
+    )
     bad.prompt_token_ids = tokens.pack_token_ids(prompt)
     negative_prompt = [i for i, token in enumerate(prompt) if token < 0]
     negative_completion = [i for i, token in enumerate(completion) if token < 0]
     not_below_inf = [i for i, value in enumerate(logprobs) if not value < math.inf]
     batch = [call("good"), bad]
     if negative_prompt:
-        expected = f"calls[1].prompt_token_ids[{negative_prompt[0]}] is {prompt[negative_prompt[0]]};"
+        expected = (
+            f"calls[1].prompt_token_ids[{negative_prompt[0]}] is {prompt[negative_prompt[0]]};"
+        )
     elif negative_completion:
         expected = f"calls[1].choices[0].token_ids[{negative_completion[0]}] is {completion[negative_completion[0]]};"
     elif not_below_inf:

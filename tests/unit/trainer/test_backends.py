@@ -43,7 +43,9 @@ def head_and_embeddings(directory: Path) -> tuple[torch.Tensor | None, torch.Ten
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_training_moves_probability_towards_rewarded_tokens(name, model_dir) -> None:
-    backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2))
+    backend = select_backend(
+        RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2)
+    )
     good, bad = 100, 200
     # The first answer token after the prompt, where the batch rewards `good` and penalises `bad`.
     probes = ([1, 2, 3, 4, good], [1, 2, 3, 4, bad])
@@ -52,11 +54,19 @@ def test_training_moves_probability_towards_rewarded_tokens(name, model_dir) -> 
         metrics = backend.train_step(rewarded_batch(good, bad))
     after = [backend.probe_logprobs(probe)[-1] for probe in probes]
     assert after[0] > before[0] + 0.5 and after[1] < before[1]
-    assert {"policy_loss", "entropy", "grad_norm", "clip_fraction", "tokens_per_s"} <= metrics.keys()
+    assert {
+        "policy_loss",
+        "entropy",
+        "grad_norm",
+        "clip_fraction",
+        "tokens_per_s",
+    } <= metrics.keys()
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_saved_weights_load_in_transformers_and_state_resumes_exactly(name, model_dir, tmp_path) -> None:
+def test_saved_weights_load_in_transformers_and_state_resumes_exactly(
+    name, model_dir, tmp_path
+) -> None:
     from transformers import AutoModelForCausalLM
 
     settings = RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2)
@@ -84,11 +94,19 @@ def test_saved_weights_load_in_transformers_and_state_resumes_exactly(name, mode
 
 def ragged_batch() -> TrainingBatch:
     """Rows of different lengths, right-padded, with a multi-turn mask: padding and masks must line up in every backend."""
-    rows = [[1, 2, 3, 100, 100, 7, 8, 100], [1, 2, 3, 100, 100], [1, 2, 3, 200, 200, 7, 8, 200], [1, 2, 3, 200]]
+    rows = [
+        [1, 2, 3, 100, 100, 7, 8, 100],
+        [1, 2, 3, 100, 100],
+        [1, 2, 3, 200, 200, 7, 8, 200],
+        [1, 2, 3, 200],
+    ]
     sampled = [[3, 4, 7], [3, 4], [3, 4, 7], [3]]  # positions t whose next token the policy sampled
     length = max(map(len, rows))
     batch = rewarded_batch(100, 200)
-    ids, attention = torch.zeros(4, length, dtype=torch.long), torch.zeros(4, length, dtype=torch.long)
+    ids, attention = (
+        torch.zeros(4, length, dtype=torch.long),
+        torch.zeros(4, length, dtype=torch.long),
+    )
     mask, rewards = torch.zeros(4, length - 1), torch.zeros(4, length - 1)
     for row, (tokens, picks) in enumerate(zip(rows, sampled, strict=True)):
         ids[row, : len(tokens)] = torch.tensor(tokens)
@@ -109,7 +127,9 @@ AGREEMENT = {"float32": (1e-3, 1e-6, 1e-4), "bfloat16": (5e-2, 2e-2, 0.15)}
 
 
 # The head's layout and the dtype are independent: bfloat16 runs on one layout.
-@pytest.mark.parametrize(("layout", "dtype"), [("untied", "float32"), ("tied", "float32"), ("untied", "bfloat16")])
+@pytest.mark.parametrize(
+    ("layout", "dtype"), [("untied", "float32"), ("tied", "float32"), ("untied", "bfloat16")]
+)
 def test_every_backend_applies_the_same_update(request, layout, dtype) -> None:
     # Same loss, same optimizer: from the same weights, one step on the same ragged batch must agree.
     # An 8-token budget gives fsdp one micro-batch per row, so its loss is summed from normalised shares.
@@ -129,7 +149,11 @@ def test_every_backend_applies_the_same_update(request, layout, dtype) -> None:
     # The loss terms are batch totals; clip fraction and entropy are means that fsdp, like verl, averages per micro-batch.
     for key in ("policy_loss", "kl", "grad_norm", "loss"):
         assert np.isclose(cpu_metrics[key], fsdp_metrics[key], rtol=rtol, atol=atol), key
-    assert cpu_metrics["clip_fraction"] > 0 and fsdp_metrics["clip_fraction"] > 0 and cpu_metrics["kl"] > 0
+    assert (
+        cpu_metrics["clip_fraction"] > 0
+        and fsdp_metrics["clip_fraction"] > 0
+        and cpu_metrics["kl"] > 0
+    )
     assert np.allclose(cpu_probe, fsdp_probe, atol=probe_atol)
 
 
@@ -157,10 +181,26 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
 
     model_dir = tied_model_dir
     workers = torch.cuda.device_count() or 2
-    settings: dict[str, Any] = dict(learning_rate=1e-2, ppo_epochs=2, kl_coef=0.1, micro_batch_tokens=8, ray_workers_per_node=workers)
+    settings: dict[str, Any] = dict(
+        learning_rate=1e-2,
+        ppo_epochs=2,
+        kl_coef=0.1,
+        micro_batch_tokens=8,
+        ray_workers_per_node=workers,
+    )
     probe = [1, 2, 3, 100, 100, 7, 8, 200]
-    single = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", **{**settings, "ray_workers_per_node": 0}))
-    ranks = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings))
+    single = select_backend(
+        RunSettings(
+            model_dir,
+            10,
+            groups_per_batch=1,
+            backend="cpu",
+            **{**settings, "ray_workers_per_node": 0},
+        )
+    )
+    ranks = select_backend(
+        RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings)
+    )
     try:
         assert isinstance(ranks, FsdpBackend) and ranks.ranks == workers
         expected, metrics = single.train_step(ragged_batch()), ranks.train_step(ragged_batch())
@@ -173,7 +213,9 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
         assert head is not None and torch.equal(head, embeddings)
         ranks.close()
         # The actors and their placement are gone: the same ranks can be placed again.
-        again = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings))
+        again = select_backend(
+            RunSettings(model_dir, 10, groups_per_batch=1, backend="fsdp", **settings)
+        )
         again.close()
     finally:
         import ray
@@ -181,20 +223,28 @@ def test_fsdp_ranks_on_ray_workers_apply_the_same_update(tied_model_dir, tmp_pat
         ray.shutdown()
 
 
-def test_the_cpu_loop_computes_the_head_only_where_tokens_were_sampled_with_the_same_numbers(model_dir) -> None:
-    backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2))
+def test_the_cpu_loop_computes_the_head_only_where_tokens_were_sampled_with_the_same_numbers(
+    model_dir,
+) -> None:
+    backend = select_backend(
+        RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2)
+    )
     assert isinstance(backend, CpuBackend)
     batch = rewarded_batch(100, 200)
     sampled = batch.response_mask.bool()
     with torch.no_grad():
         everywhere = backend._forward(backend.model, batch.input_ids, batch.attention_mask)
-        where_sampled = backend._forward(backend.model, batch.input_ids, batch.attention_mask, batch.response_mask)
+        where_sampled = backend._forward(
+            backend.model, batch.input_ids, batch.attention_mask, batch.response_mask
+        )
     for full, sliced in zip(everywhere, where_sampled, strict=True):
         assert sliced.shape == full.shape
         torch.testing.assert_close(sliced[sampled], full[sampled], rtol=1e-5, atol=1e-5)
 
 
-def test_the_cpu_loop_trains_in_micro_batches_to_the_same_weights_as_one_batch(model_dir, monkeypatch) -> None:
+def test_the_cpu_loop_trains_in_micro_batches_to_the_same_weights_as_one_batch(
+    model_dir, monkeypatch
+) -> None:
     from parity.services.trainer.backends import cpu
 
     batch = rewarded_batch(100, 200)
@@ -202,7 +252,9 @@ def test_the_cpu_loop_trains_in_micro_batches_to_the_same_weights_as_one_batch(m
     results = []
     for budget in (1_000_000, 1):  # the whole batch at once; then every row its own micro-batch
         monkeypatch.setattr(cpu, "MICRO_BATCH_TOKENS", budget)
-        backend = select_backend(RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2))
+        backend = select_backend(
+            RunSettings(model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-2)
+        )
         metrics = backend.train_step(batch)
         results.append((metrics, backend.probe_logprobs(probe)))
     (whole, whole_probe), (pieces, pieces_probe) = results

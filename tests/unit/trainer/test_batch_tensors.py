@@ -10,7 +10,9 @@ from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.batch_tensors import to_training_batch
 
 
-def make_sample(ids, mask, logprobs=None, reward=0.0, group="g", step_rewards=None) -> sample_pb2.Sample:
+def make_sample(
+    ids, mask, logprobs=None, reward=0.0, group="g", step_rewards=None
+) -> sample_pb2.Sample:
     sample = sample_pb2.Sample(
         sample_id=f"s{len(ids)}", group_id=group, token_ids=tokens.pack_token_ids(ids), loss_mask=tokens.pack_mask(mask),
         rollout_logprobs=tokens.pack_floats(logprobs if logprobs is not None else [-1.0 * m for m in mask]), reward=reward,
@@ -21,7 +23,9 @@ def make_sample(ids, mask, logprobs=None, reward=0.0, group="g", step_rewards=No
 
 
 def test_shifts_by_one_so_position_t_scores_token_t_plus_1() -> None:
-    batch = to_training_batch([make_sample([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25], reward=2.0)])
+    batch = to_training_batch(
+        [make_sample([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25], reward=2.0)]
+    )
     assert batch.input_ids.tolist() == [[5, 6, 7, 8]]
     assert batch.response_mask.tolist() == [[0, 1, 1]]
     assert batch.rollout_logprobs.tolist() == [[0, -0.5, -0.25]]
@@ -45,7 +49,9 @@ def test_pads_right_and_keeps_groups_and_returns() -> None:
     "sample",
     [
         make_sample([1, 2, 3], [0, 0, 0]),
-        sample_pb2.Sample(sample_id="x", token_ids=tokens.pack_token_ids([1, 2]), loss_mask=tokens.pack_mask([0])),
+        sample_pb2.Sample(
+            sample_id="x", token_ids=tokens.pack_token_ids([1, 2]), loss_mask=tokens.pack_mask([0])
+        ),
     ],
 )
 def test_refuses_samples_with_nothing_to_learn_or_mismatched_arrays(sample) -> None:
@@ -58,7 +64,11 @@ def test_refuses_an_empty_batch() -> None:
         to_training_batch([])
 
 
-@given(st.lists(st.tuples(st.integers(0, 1023), st.booleans()), min_size=2, max_size=40).filter(lambda r: any(m for _, m in r[1:])))
+@given(
+    st.lists(st.tuples(st.integers(0, 1023), st.booleans()), min_size=2, max_size=40).filter(
+        lambda r: any(m for _, m in r[1:])
+    )
+)
 def test_every_sampled_token_is_scored_exactly_once(rows) -> None:
     ids = [i for i, _ in rows]
     mask = [int(m) for _, m in rows]

@@ -26,7 +26,10 @@ def test_lists_newest_first_per_run_and_skips_unfinished_writes(tmp_path) -> Non
     unfinished.mkdir()
     checkpoints.write_manifest(unfinished, "run-a", 3, 10, SETTINGS)
     listed = checkpoints.list_checkpoints(tmp_path, "run-a")
-    assert [(c.checkpoint_id, c.policy_version) for c in listed] == [("run-a/step-000002", 9), ("run-a/step-000001", 8)]
+    assert [(c.checkpoint_id, c.policy_version) for c in listed] == [
+        ("run-a/step-000002", 9),
+        ("run-a/step-000001", 8),
+    ]
     assert len(checkpoints.list_checkpoints(tmp_path)) == 3
     assert listed[0].settings == SETTINGS
 

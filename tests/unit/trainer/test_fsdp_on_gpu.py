@@ -19,13 +19,20 @@ from parity.services.trainer.backends.fsdp import FsdpBackend
 from parity.services.trainer.run_settings import RunSettings
 from tests.training_batch_factory import rewarded_batch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 PROBE = [1, 2, 3, 4, 100, 200, 7, 9]
 
 
-def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loop(tiny_model_dir) -> None:
-    settings = RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", learning_rate=1e-2)
+def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loop(
+    tiny_model_dir,
+) -> None:
+    settings = RunSettings(
+        tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", learning_rate=1e-2
+    )
     assert settings.dtype == "bfloat16"
     engine = select_backend(settings)
     assert isinstance(engine, FsdpBackend)
@@ -33,7 +40,10 @@ def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loo
     plain = select_backend(replace(settings, backend="cpu"))
     assert np.allclose(engine.probe_logprobs(PROBE), plain.probe_logprobs(PROBE), atol=0.1)
     for _ in range(2):
-        engine_metrics, plain_metrics = engine.train_step(rewarded_batch(100, 200)), plain.train_step(rewarded_batch(100, 200))
+        engine_metrics, plain_metrics = (
+            engine.train_step(rewarded_batch(100, 200)),
+            plain.train_step(rewarded_batch(100, 200)),
+        )
         assert engine_metrics["grad_norm"] == pytest.approx(plain_metrics["grad_norm"], rel=0.05)
     assert np.allclose(engine.probe_logprobs(PROBE), plain.probe_logprobs(PROBE), atol=0.15)
 
@@ -41,7 +51,16 @@ def test_auto_trains_in_bfloat16_without_checkpointing_and_matches_the_plain_loo
 def test_tf32_in_training_passes_and_a_strict_float32_probe(tiny_model_dir, tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
-    backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="fsdp", dtype="float32", learning_rate=1e-2))
+    backend = select_backend(
+        RunSettings(
+            tiny_model_dir,
+            10,
+            groups_per_batch=1,
+            backend="fsdp",
+            dtype="float32",
+            learning_rate=1e-2,
+        )
+    )
     assert isinstance(backend, FsdpBackend)
     seen: list[tuple[bool, bool]] = []
     backend.policy.engine.module.register_forward_pre_hook(

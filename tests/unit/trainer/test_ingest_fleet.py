@@ -9,7 +9,12 @@ from parity.services.trainer.ingest_fleet import IngestFleet
 
 
 def test_a_name_is_every_address_it_resolves_to_now_beside_fixed_addresses() -> None:
-    answers = {"ingest.parity.svc": [["10.0.0.5:50052", "10.0.0.6:50052"], ["10.0.0.6:50052", "10.0.0.7:50052"]]}
+    answers = {
+        "ingest.parity.svc": [
+            ["10.0.0.5:50052", "10.0.0.6:50052"],
+            ["10.0.0.6:50052", "10.0.0.7:50052"],
+        ]
+    }
 
     def resolve(host: str, port: int) -> list[str]:
         assert port == 50052
@@ -18,7 +23,12 @@ def test_a_name_is_every_address_it_resolves_to_now_beside_fixed_addresses() -> 
     fleet = IngestFleet(["dns:///ingest.parity.svc:50052", "10.0.0.5:50052", "edge:50052"], resolve)
     assert fleet.addresses() == ["10.0.0.5:50052", "10.0.0.6:50052", "edge:50052"]
     # Scaled between syncs: the next use sees the new set.
-    assert [c.address for c in fleet.members()] == ["10.0.0.6:50052", "10.0.0.7:50052", "10.0.0.5:50052", "edge:50052"]
+    assert [c.address for c in fleet.members()] == [
+        "10.0.0.6:50052",
+        "10.0.0.7:50052",
+        "10.0.0.5:50052",
+        "edge:50052",
+    ]
 
 
 def test_a_name_that_resolves_to_nothing_is_named() -> None:

@@ -18,16 +18,26 @@ def _batch(run_id: str, step: int, samples: list[tuple[str, str]]) -> pb.StepBat
 
 
 def _train(history: RunHistory, run: RunStatus, step: int, samples: list[tuple[str, str]]) -> None:
-    history.record_step(StepRecord(run.run_id, step, 1000.0 * step, {}), _batch(run.run_id, step, samples))
+    history.record_step(
+        StepRecord(run.run_id, step, 1000.0 * step, {}), _batch(run.run_id, step, samples)
+    )
 
 
-def _found(history: RunHistory, user: str = "", sessions: tuple[str, ...] = ()) -> list[tuple[str, int, list[str]]]:
-    return [(s.run_id, s.step, list(s.session_ids)) for s in history.trained_sessions(user, list(sessions))]
+def _found(
+    history: RunHistory, user: str = "", sessions: tuple[str, ...] = ()
+) -> list[tuple[str, int, list[str]]]:
+    return [
+        (s.run_id, s.step, list(s.session_ids))
+        for s in history.trained_sessions(user, list(sessions))
+    ]
 
 
 def test_steps_are_found_by_end_user_and_by_session_across_runs(tmp_path: Path) -> None:
     history = RunHistory(tmp_path / "runs")
-    first, second = (RunStatus(run_id, RunSettings(Path("/m"), 5, groups_per_batch=1, learning_rate=1e-5)) for run_id in ("run-a", "run-b"))
+    first, second = (
+        RunStatus(run_id, RunSettings(Path("/m"), 5, groups_per_batch=1, learning_rate=1e-5))
+        for run_id in ("run-a", "run-b")
+    )
     for run in (first, second):
         history.start(run, [])
     _train(history, first, 1, [("s1", "ann"), ("s2", "bob"), ("s1", "ann")])

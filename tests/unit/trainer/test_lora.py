@@ -25,18 +25,26 @@ def model_dir(request) -> Path:
 
 
 def config(**lora: Any) -> run_pb2.RunConfig:
-    return run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1, lora=run_pb2.LoraConfig(**lora))
+    return run_pb2.RunConfig(
+        model_path="/m", total_steps=1, groups_per_batch=1, lora=run_pb2.LoraConfig(**lora)
+    )
 
 
 def test_a_lora_config_defaults_to_every_linear_layer_at_twice_the_rank_and_round_trips() -> None:
     settings = RunSettings.from_proto(config(rank=8))
-    assert (settings.lora_rank, settings.lora_alpha, settings.lora_target_modules) == (8, 16, "all-linear")
+    assert (settings.lora_rank, settings.lora_alpha, settings.lora_target_modules) == (
+        8,
+        16,
+        "all-linear",
+    )
     custom = RunSettings(Path("/m"), 1, groups_per_batch=1, lora_rank=4, lora_alpha=4, lora_target_modules="q_proj,v_proj",
                          lora_dropout=0.1)  # fmt: skip
     assert RunSettings.from_proto(custom.to_proto()) == custom
     assert RunSettings.from_json(custom.to_json()) == custom
     # No lora: the whole model is trained.
-    assert not RunSettings.from_proto(run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1)).lora_rank
+    assert not RunSettings.from_proto(
+        run_pb2.RunConfig(model_path="/m", total_steps=1, groups_per_batch=1)
+    ).lora_rank
 
 
 @pytest.mark.parametrize(
@@ -58,8 +66,19 @@ def test_a_bad_lora_config_is_refused_naming_the_field(lora, field) -> None:
 def test_target_modules_that_match_nothing_in_the_model_are_refused(tiny_model_dir) -> None:
     check_run(RunSettings(tiny_model_dir, 1, groups_per_batch=1, lora_rank=8, lora_target_modules="q_proj,model.layers.1.mlp.up_proj"),
               "cpu")  # fmt: skip
-    with pytest.raises(InvalidArgument, match=r"lora.target_modules \['qproj'\] match no layer.*'q_proj'"):
-        check_run(RunSettings(tiny_model_dir, 1, groups_per_batch=1, lora_rank=8, lora_target_modules="qproj,v_proj"), "cpu")
+    with pytest.raises(
+        InvalidArgument, match=r"lora.target_modules \['qproj'\] match no layer.*'q_proj'"
+    ):
+        check_run(
+            RunSettings(
+                tiny_model_dir,
+                1,
+                groups_per_batch=1,
+                lora_rank=8,
+                lora_target_modules="qproj,v_proj",
+            ),
+            "cpu",
+        )
 
 
 def test_fsdp_refuses_adapter_dropout_it_cannot_apply(tiny_model_dir) -> None:
@@ -74,7 +93,9 @@ def adapter_logprobs(base: Path, adapter: Path) -> np.ndarray:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter).eval()
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
+    ).eval()
     with torch.no_grad():
         logits = model(torch.tensor([PROBE])).logits[0, :-1]
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(PROBE[1:])[:, None])[:, 0].numpy()
@@ -82,13 +103,17 @@ def adapter_logprobs(base: Path, adapter: Path) -> np.ndarray:
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_lora_trains_the_adapter_alone_and_resumes_exactly(name, model_dir, tmp_path) -> None:
-    settings = RunSettings(model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, lora_rank=8)
+    settings = RunSettings(
+        model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, lora_rank=8
+    )
     backend = select_backend(settings)
     before = backend.probe_logprobs(PROBE)
     for _ in range(2):
         backend.train_step(rewarded_batch(100, 200))
     backend.save_state(tmp_path / "state")
-    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (tmp_path / "state").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {
+        p.name for p in (tmp_path / "state").iterdir()
+    }
     assert not list((tmp_path / "state").glob("model*.safetensors"))
     # The saved adapter on the original weights is the trained policy: nothing else moved.
     trained = np.array(backend.probe_logprobs(PROBE))
@@ -107,7 +132,16 @@ def test_both_backends_apply_the_same_lora_update(tiny_model_dir) -> None:
         backend = select_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend=name, learning_rate=1e-2, lora_rank=4,
                                              lora_target_modules="q_proj,v_proj,down_proj"))  # fmt: skip
         metrics = backend.train_step(rewarded_batch(100, 200))
-        results[name] = (metrics["grad_norm"], metrics["policy_loss"], backend.probe_logprobs(PROBE))
-    (cpu_norm, cpu_loss, cpu_probe), (fsdp_norm, fsdp_loss, fsdp_probe) = results["cpu"], results["fsdp"]
-    assert np.isclose(cpu_norm, fsdp_norm, rtol=1e-4) and np.isclose(cpu_loss, fsdp_loss, rtol=1e-4, atol=1e-6)
+        results[name] = (
+            metrics["grad_norm"],
+            metrics["policy_loss"],
+            backend.probe_logprobs(PROBE),
+        )
+    (cpu_norm, cpu_loss, cpu_probe), (fsdp_norm, fsdp_loss, fsdp_probe) = (
+        results["cpu"],
+        results["fsdp"],
+    )
+    assert np.isclose(cpu_norm, fsdp_norm, rtol=1e-4) and np.isclose(
+        cpu_loss, fsdp_loss, rtol=1e-4, atol=1e-6
+    )
     assert np.allclose(cpu_probe, fsdp_probe, atol=1e-5)

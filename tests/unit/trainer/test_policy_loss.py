@@ -18,7 +18,9 @@ def batch_of(rewards, groups, rollout_logprobs=None) -> TrainingBatch:
     mask = torch.ones(size, length - 1)
     token_rewards = torch.zeros(size, length - 1)
     token_rewards[:, -1] = torch.tensor(rewards)
-    rollout = rollout_logprobs if rollout_logprobs is not None else torch.full((size, length - 1), -1.0)
+    rollout = (
+        rollout_logprobs if rollout_logprobs is not None else torch.full((size, length - 1), -1.0)
+    )
     return TrainingBatch(
         input_ids=torch.ones(size, length, dtype=torch.long), attention_mask=torch.ones(size, length, dtype=torch.long),
         response_mask=mask, rollout_logprobs=rollout, token_rewards=token_rewards,
@@ -48,7 +50,9 @@ def test_rloo_and_reinforce_plus_plus_are_available() -> None:
 def test_gradient_raises_the_logprob_of_positive_advantage_tokens() -> None:
     batch = batch_of([1.0, 0.0], ["a", "a"])
     logprobs = torch.full((2, 3), -1.0, requires_grad=True)
-    loss, metrics = policy_loss(logprobs, logprobs.detach(), compute_advantages(batch, "grpo"), *tokens_of(batch), SETTINGS)
+    loss, metrics = policy_loss(
+        logprobs, logprobs.detach(), compute_advantages(batch, "grpo"), *tokens_of(batch), SETTINGS
+    )
     loss.backward()
     assert logprobs.grad is not None
     assert (logprobs.grad[0] < 0).all() and (logprobs.grad[1] > 0).all()
@@ -61,8 +65,12 @@ def test_truncated_importance_weights_cap_stale_tokens() -> None:
     logprobs = torch.full((2, 3), -1.0, requires_grad=True)
     fresh = batch_of([1.0, 0.0], ["a", "a"])
     advantages = compute_advantages(batch, "grpo")
-    capped, metrics = policy_loss(logprobs, logprobs.detach(), advantages, *tokens_of(batch), SETTINGS)
-    uncorrected, _ = policy_loss(logprobs, logprobs.detach(), advantages, *tokens_of(fresh), SETTINGS)
+    capped, metrics = policy_loss(
+        logprobs, logprobs.detach(), advantages, *tokens_of(batch), SETTINGS
+    )
+    uncorrected, _ = policy_loss(
+        logprobs, logprobs.detach(), advantages, *tokens_of(fresh), SETTINGS
+    )
     assert metrics["tis_weight_mean"] == SETTINGS.tis_cap
     assert torch.isclose(capped, uncorrected * SETTINGS.tis_cap)
 
@@ -72,7 +80,9 @@ def test_kl_penalty_is_added_against_the_reference() -> None:
     logprobs = torch.full((2, 3), -1.0)
     settings = LossSettings(0.2, 2.0, 0.5, "token-mean")
     advantages = compute_advantages(batch, "grpo")
-    loss, metrics = policy_loss(logprobs, logprobs, advantages, *tokens_of(batch), settings, logprobs - 0.5)
+    loss, metrics = policy_loss(
+        logprobs, logprobs, advantages, *tokens_of(batch), settings, logprobs - 0.5
+    )
     assert metrics["kl"] > 0
     assert torch.isclose(loss, torch.tensor(metrics["policy_loss"] + 0.5 * metrics["kl"]))
 
@@ -97,7 +107,9 @@ def test_global_batch_info_normalises_a_micro_batch_by_the_whole_batch() -> None
 def test_a_teacher_adds_its_logprob_minus_the_students_to_each_sampled_token() -> None:
     batch = batch_of([1.0, 0.0], ["a", "a"])
     batch.response_mask[1, 0] = 0.0  # a tool result's token: no signal of any kind
-    batch.teacher_logprobs = torch.tensor([[-0.5, -1.0, -3.0], [-2.0, -0.2, -1.0]]) * batch.response_mask
+    batch.teacher_logprobs = (
+        torch.tensor([[-0.5, -1.0, -3.0], [-2.0, -0.2, -1.0]]) * batch.response_mask
+    )
     rewarded = compute_advantages(batch, "grpo")
     both = compute_advantages(batch, "grpo", SignalWeights(reward=1.0, teacher=0.5))
     gap = batch.teacher_logprobs - batch.rollout_logprobs
@@ -106,10 +118,15 @@ def test_a_teacher_adds_its_logprob_minus_the_students_to_each_sampled_token() -
     assert torch.allclose(alone, gap * batch.response_mask)
     assert alone[1, 0] == 0.0 and alone[0, 0] == 0.5 and alone[0, 2] == -2.0
     # The sampled reverse KL: student minus teacher, over sampled tokens only.
-    expected = float(((batch.rollout_logprobs - batch.teacher_logprobs) * batch.response_mask).sum() / 5)
+    expected = float(
+        ((batch.rollout_logprobs - batch.teacher_logprobs) * batch.response_mask).sum() / 5
+    )
     assert abs(teacher_kl(batch) - expected) < 1e-6
 
 
 def test_without_teacher_scores_the_teacher_weight_changes_nothing() -> None:
     batch = batch_of([1.0, 0.0, 3.0], ["a", "a", "a"])
-    assert torch.equal(compute_advantages(batch, "grpo", SignalWeights(teacher=1.0)), compute_advantages(batch, "grpo"))
+    assert torch.equal(
+        compute_advantages(batch, "grpo", SignalWeights(teacher=1.0)),
+        compute_advantages(batch, "grpo"),
+    )

@@ -21,7 +21,10 @@ MIN_SHARED = 4
 
 def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     length = max(map(len, rows))
-    ids, attention = torch.zeros(len(rows), length, dtype=torch.long), torch.zeros(len(rows), length, dtype=torch.long)
+    ids, attention = (
+        torch.zeros(len(rows), length, dtype=torch.long),
+        torch.zeros(len(rows), length, dtype=torch.long),
+    )
     for row, tokens in enumerate(rows):
         ids[row, : len(tokens)] = torch.tensor(tokens)
         attention[row, : len(tokens)] = 1
@@ -32,8 +35,14 @@ def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 # across tasks), each continued by several rows, some of which extend another (a session's turns).
 stems = st.lists(st.integers(1, 3), min_size=0, max_size=12)
 batches = st.lists(
-    st.tuples(st.integers(0, 2), stems, st.lists(stems, min_size=1, max_size=4)), min_size=1, max_size=5
-).map(lambda groups: [[9] * (3 * system) + stem + tail for system, stem, tails in groups for tail in tails])
+    st.tuples(st.integers(0, 2), stems, st.lists(stems, min_size=1, max_size=4)),
+    min_size=1,
+    max_size=5,
+).map(
+    lambda groups: [
+        [9] * (3 * system) + stem + tail for system, stem, tails in groups for tail in tails
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,7 +57,10 @@ def test_clusters_are_disjoint_real_and_maximal_common_prefixes(rows: list[list[
     for cluster in clusters:
         assert len(cluster.rows) >= 2 and cluster.prefix_length >= MIN_SHARED
         tokens = [rows[row] for row in cluster.rows]
-        assert all(list(cluster.prefix) == t[: cluster.prefix_length] and len(t) > cluster.prefix_length for t in tokens)
+        assert all(
+            list(cluster.prefix) == t[: cluster.prefix_length] and len(t) > cluster.prefix_length
+            for t in tokens
+        )
         # Maximal: one token more is not shared by every row, or would leave a row nothing past the prefix.
         longest = min(len(t) for t in tokens) - 1
         common = min(common_prefix_length(*row_ids(*padded([tokens[0], t]))) for t in tokens)
@@ -74,20 +86,29 @@ def test_groups_sessions_and_tasks_are_found_from_ids_alone() -> None:
             [8] * 70 + [1], [8] * 70 + [1, 2, 3]]  # fmt: skip
     clusters = shared_prefix_clusters(*padded(rows), min_shared=64)
     # Both tasks under their system prompt; the session's first turn is the start of its second.
-    assert [(c.rows, c.prefix_length) for c in clusters] == [((0, 1), 70), ((2, 3), 70), ((4, 5), 70)]
+    assert [(c.rows, c.prefix_length) for c in clusters] == [
+        ((0, 1), 70),
+        ((2, 3), 70),
+        ((4, 5), 70),
+    ]
     assert shared_prefix_clusters(*padded(rows), min_shared=71) == []
 
 
 @pytest.mark.parametrize(
     ("cluster", "message"),
     [
-        (PrefixCluster((0, 1), (1, 2, 3)), "row 1 differs from its cluster's prefix at token 2: id 9, prefix 3"),
+        (
+            PrefixCluster((0, 1), (1, 2, 3)),
+            "row 1 differs from its cluster's prefix at token 2: id 9, prefix 3",
+        ),
         (PrefixCluster((0, 2), (1, 2, 3)), "row 2 has 3 tokens, none past its 3-token prefix"),
         (PrefixCluster((0,), (1, 2)), "a cluster needs two rows"),
         (PrefixCluster((0, 5), (1, 2)), "cluster row 5 is not in the batch"),
     ],
 )
-def test_a_tree_that_disagrees_with_the_rows_is_refused(cluster: PrefixCluster, message: str) -> None:
+def test_a_tree_that_disagrees_with_the_rows_is_refused(
+    cluster: PrefixCluster, message: str
+) -> None:
     ids, attention = padded([[1, 2, 3, 4], [1, 2, 9, 4], [1, 2, 3]])
     with pytest.raises(PrefixTreeMismatch, match=message):
         check_prefix_tree(ids, attention, [cluster])
@@ -96,4 +117,6 @@ def test_a_tree_that_disagrees_with_the_rows_is_refused(cluster: PrefixCluster, 
 def test_a_row_in_two_clusters_is_refused() -> None:
     ids, attention = padded([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 6]])
     with pytest.raises(PrefixTreeMismatch, match="row 1 is in two clusters"):
-        check_prefix_tree(ids, attention, [PrefixCluster((0, 1), (1, 2)), PrefixCluster((1, 2), (1, 2, 3))])
+        check_prefix_tree(
+            ids, attention, [PrefixCluster((0, 1), (1, 2)), PrefixCluster((1, 2), (1, 2, 3))]
+        )

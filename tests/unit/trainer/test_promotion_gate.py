@@ -11,7 +11,10 @@ from parity.services.trainer.step_metrics import StepRecord
 
 
 def validations(*steps: tuple[int, float]) -> list[StepRecord]:
-    return [StepRecord("run-1", step, 0.0, {"pass@1": value, "reward": value / 2}) for step, value in steps]
+    return [
+        StepRecord("run-1", step, 0.0, {"pass@1": value, "reward": value / 2})
+        for step, value in steps
+    ]
 
 
 def test_a_candidate_at_least_as_good_passes() -> None:
@@ -20,12 +23,19 @@ def test_a_candidate_at_least_as_good_passes() -> None:
     assert (result.baseline, result.candidate) == (0.25, 0.25)
 
 
-@pytest.mark.parametrize(("candidate", "margin", "passed"), [(0.20, 0.05, True), (0.19, 0.05, False), (0.5, 0.0, True)])
-def test_the_margin_is_how_far_below_the_serving_model_a_candidate_may_be(candidate: float, margin: float, passed: bool) -> None:
+@pytest.mark.parametrize(
+    ("candidate", "margin", "passed"), [(0.20, 0.05, True), (0.19, 0.05, False), (0.5, 0.0, True)]
+)
+def test_the_margin_is_how_far_below_the_serving_model_a_candidate_may_be(
+    candidate: float, margin: float, passed: bool
+) -> None:
     result = judge(validations((0, 0.25), (6, candidate)), 6, "pass@1", margin)
     assert result.passed is passed
     if not passed:
-        assert result.reason == "pass@1 0.19 at step 6 is below the serving model's 0.25 by 0.06, more than the margin 0.05"
+        assert (
+            result.reason
+            == "pass@1 0.19 at step 6 is below the serving model's 0.25 by 0.06, more than the margin 0.05"
+        )
 
 
 def test_a_worse_candidate_is_refused_on_the_metric_asked_for() -> None:

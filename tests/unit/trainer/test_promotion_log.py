@@ -15,7 +15,9 @@ from parity.services.trainer.promotion_log import (
 
 
 def served(name: str) -> ServedPolicy:
-    return ServedPolicy("run-1", name, f"/serving/{name}", False, [1, 2, 3], [-1.5, -2.25], "float32")
+    return ServedPolicy(
+        "run-1", name, f"/serving/{name}", False, [1, 2, 3], [-1.5, -2.25], "float32"
+    )
 
 
 def record(log: PromotionLog, outcome: str, version: int, name: str = "") -> PromotionRecord:
@@ -32,7 +34,11 @@ def test_records_survive_a_restart_exactly(tmp_path) -> None:
     again = PromotionLog(tmp_path).records()
     assert [r.promotion_id for r in again] == ["promotion-000001", "promotion-000002"]
     assert again[0].to_json() == first.to_json() and again[0].served == served("a")
-    assert again[1].served is None and math.isnan(again[1].candidate) and again[1].promotion_id == refusal.promotion_id
+    assert (
+        again[1].served is None
+        and math.isnan(again[1].candidate)
+        and again[1].promotion_id == refusal.promotion_id
+    )
 
 
 def test_rollbacks_pop_the_standing_promotions_in_turn(tmp_path) -> None:
@@ -47,4 +53,7 @@ def test_rollbacks_pop_the_standing_promotions_in_turn(tmp_path) -> None:
     record(log, ROLLED_BACK, 7, "before-a")
     assert log.standing() == []
     assert log.highest_policy_version() == 7
-    assert served("a").pushed().folder is not None and ServedPolicy("r", "", "", False, [], [], "float32").pushed().folder is None
+    assert (
+        served("a").pushed().folder is not None
+        and ServedPolicy("r", "", "", False, [], [], "float32").pushed().folder is None
+    )

@@ -8,9 +8,16 @@ from parity.services.trainer.backends.ray_placement import nodes_with_room
 from parity.training.settings import SettingsError, TrainSettings
 
 
-def node(node_id: str, cpus: float, alive: bool = True, gpus: float = 0, address: str = "10.0.0.1") -> dict:
+def node(
+    node_id: str, cpus: float, alive: bool = True, gpus: float = 0, address: str = "10.0.0.1"
+) -> dict:
     resources = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
-    return {"NodeID": node_id, "Alive": alive, "Resources": resources, "NodeManagerAddress": address}
+    return {
+        "NodeID": node_id,
+        "Alive": alive,
+        "Resources": resources,
+        "NodeManagerAddress": address,
+    }
 
 
 def test_only_live_nodes_with_room_for_every_rank_qualify_the_trainers_first() -> None:
@@ -25,7 +32,9 @@ def test_only_live_nodes_with_room_for_every_rank_qualify_the_trainers_first() -
 
 def test_ray_nodes_needs_ranks_to_spread_and_a_backend_that_places_them() -> None:
     assert TrainSettings(ray_workers_per_node=2, ray_nodes=2).ray_nodes == 2
-    with pytest.raises(SettingsError, match="ray_nodes: spreads Ray ranks over nodes; set ray_workers_per_node"):
+    with pytest.raises(
+        SettingsError, match="ray_nodes: spreads Ray ranks over nodes; set ray_workers_per_node"
+    ):
         TrainSettings(ray_nodes=2)
     with pytest.raises(SettingsError, match="ray_nodes: must be at least 1, got 0"):
         TrainSettings(ray_nodes=0)

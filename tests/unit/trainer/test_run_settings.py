@@ -10,8 +10,14 @@ from parity.services.trainer.run_settings import RunSettings
 
 
 def test_proto_defaults_are_grpo_sync_auto() -> None:
-    settings = RunSettings.from_proto(run_pb2.RunConfig(model_path="/m", total_steps=3, groups_per_batch=2), Path("/ck"))
-    assert (settings.advantage_estimator, settings.rollout_mode, settings.backend) == ("grpo", "sync", "auto")
+    settings = RunSettings.from_proto(
+        run_pb2.RunConfig(model_path="/m", total_steps=3, groups_per_batch=2), Path("/ck")
+    )
+    assert (settings.advantage_estimator, settings.rollout_mode, settings.backend) == (
+        "grpo",
+        "sync",
+        "auto",
+    )
     assert settings.checkpoint_dir == Path("/ck")
     assert settings.clip_ratio == 0.2 and settings.tis_cap == 2.0
 
@@ -24,7 +30,9 @@ def test_round_trips_through_proto_and_json() -> None:
 
 
 def config(**fields) -> run_pb2.RunConfig:
-    return run_pb2.RunConfig(**{"model_path": "/m", "total_steps": 1, "groups_per_batch": 1, **fields})
+    return run_pb2.RunConfig(
+        **{"model_path": "/m", "total_steps": 1, "groups_per_batch": 1, **fields}
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,13 +56,27 @@ def config(**fields) -> run_pb2.RunConfig:
         (config(learning_rate=float("nan")), "learning_rate"),
         (config(lora=run_pb2.LoraConfig(rank=0)), "lora.rank"),
         (config(lora=run_pb2.LoraConfig(rank=4, dropout=1.0)), "lora.dropout"),
-        (config(lora=run_pb2.LoraConfig(rank=4, target_modules=["all-linear", "q_proj"])), "lora.target_modules"),
+        (
+            config(lora=run_pb2.LoraConfig(rank=4, target_modules=["all-linear", "q_proj"])),
+            "lora.target_modules",
+        ),
         (config(teacher=run_pb2.TeacherConfig(model="m")), "teacher.url"),
         (config(teacher=run_pb2.TeacherConfig(url="smollm2-135m-instruct")), "teacher.url"),
-        (config(teacher=run_pb2.TeacherConfig(url="http://t:8000", replica_urls=["t2:8000"])), "teacher.replica_urls"),
+        (
+            config(teacher=run_pb2.TeacherConfig(url="http://t:8000", replica_urls=["t2:8000"])),
+            "teacher.replica_urls",
+        ),
         (config(reward_coef=0), "reward_coef"),
-        (config(teacher_coef=-1, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),
-        (config(teacher_coef=0, reward_coef=0, teacher=run_pb2.TeacherConfig(url="http://t:8000")), "teacher_coef"),
+        (
+            config(teacher_coef=-1, teacher=run_pb2.TeacherConfig(url="http://t:8000")),
+            "teacher_coef",
+        ),
+        (
+            config(
+                teacher_coef=0, reward_coef=0, teacher=run_pb2.TeacherConfig(url="http://t:8000")
+            ),
+            "teacher_coef",
+        ),
     ],
 )
 def test_refuses_bad_configs_naming_the_field(bad, named) -> None:
@@ -76,19 +98,27 @@ def test_an_unset_learning_rate_follows_the_model(tmp_path) -> None:
     )
 
     (tmp_path / TEST_MODEL_MARKER).write_text("")
-    assert RunSettings.from_proto(config(model_path=str(tmp_path))).learning_rate == TEST_MODEL_LEARNING_RATE
+    assert (
+        RunSettings.from_proto(config(model_path=str(tmp_path))).learning_rate
+        == TEST_MODEL_LEARNING_RATE
+    )
 
 
 def test_ray_workers_choose_the_engine_and_refuse_the_plain_loop(tmp_path) -> None:
     from parity.services.trainer.backends import backend_name
 
-    assert backend_name(RunSettings(tmp_path, 10, groups_per_batch=1, ray_workers_per_node=2)) == "fsdp"
+    assert (
+        backend_name(RunSettings(tmp_path, 10, groups_per_batch=1, ray_workers_per_node=2))
+        == "fsdp"
+    )
     assert backend_name(RunSettings(tmp_path, 10, groups_per_batch=1, backend="fsdp")) == "fsdp"
     with pytest.raises(InvalidArgument, match="ray_workers_per_node"):
         RunSettings(tmp_path, 10, groups_per_batch=1, backend="cpu", ray_workers_per_node=2)
     with pytest.raises(InvalidArgument):
         RunSettings(tmp_path, 10, groups_per_batch=1, backend="fsdp", ray_workers_per_node=-1)
-    wire = RunSettings(tmp_path, 10, groups_per_batch=1, ray_workers_per_node=2, micro_batch_tokens=4096).to_proto()
+    wire = RunSettings(
+        tmp_path, 10, groups_per_batch=1, ray_workers_per_node=2, micro_batch_tokens=4096
+    ).to_proto()
     assert RunSettings.from_proto(wire).ray_workers_per_node == 2
     assert RunSettings.from_proto(wire).micro_batch_tokens == 4096
 
@@ -103,8 +133,15 @@ def test_dtype_defaults_to_auto() -> None:
 
 
 def test_a_teacher_travels_as_its_own_message_and_reward_coef_zero_is_kept_beside_it() -> None:
-    settings = RunSettings(Path("/m"), 2, teacher="http://10.0.0.5:8000", teacher_model="big", reward_coef=0.0)
+    settings = RunSettings(
+        Path("/m"), 2, teacher="http://10.0.0.5:8000", teacher_model="big", reward_coef=0.0
+    )
     proto = settings.to_proto()
-    assert (proto.teacher.url, proto.teacher.model, proto.reward_coef, proto.teacher_coef) == ("http://10.0.0.5:8000", "big", 0.0, 1.0)
+    assert (proto.teacher.url, proto.teacher.model, proto.reward_coef, proto.teacher_coef) == (
+        "http://10.0.0.5:8000",
+        "big",
+        0.0,
+        1.0,
+    )
     assert RunSettings.from_proto(proto) == settings
     assert not RunSettings.from_proto(config()).teacher and not config().HasField("teacher")

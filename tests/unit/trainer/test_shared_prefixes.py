@@ -17,7 +17,17 @@ from parity.services.trainer.prefix_tree import MIN_SHARED_TOKENS, PrefixCluster
 from parity.services.trainer.run_settings import RunSettings
 
 # Every loss term and mean the step reports; each must be the unshared computation's.
-COMPARED = ("policy_loss", "kl", "loss", "entropy", "clip_fraction", "ppo_kl", "tis_weight_mean", "rollout_logprob_diff", "grad_norm")
+COMPARED = (
+    "policy_loss",
+    "kl",
+    "loss",
+    "entropy",
+    "clip_fraction",
+    "ppo_kl",
+    "tis_weight_mean",
+    "rollout_logprob_diff",
+    "grad_norm",
+)
 
 
 def sharing_batch(seed: int = 0) -> TrainingBatch:
@@ -28,8 +38,14 @@ def sharing_batch(seed: int = 0) -> TrainingBatch:
     def tokens(n: int) -> list[int]:
         return torch.randint(5, 250, (n,), generator=generator).tolist()
 
-    prompt, turn_prompt, turn_reply = tokens(MIN_SHARED_TOKENS + 6), tokens(MIN_SHARED_TOKENS), tokens(5)
-    rows: list[tuple[list[int], list[int]]] = []  # ids, and the positions t whose next token was sampled
+    prompt, turn_prompt, turn_reply = (
+        tokens(MIN_SHARED_TOKENS + 6),
+        tokens(MIN_SHARED_TOKENS),
+        tokens(5),
+    )
+    rows: list[
+        tuple[list[int], list[int]]
+    ] = []  # ids, and the positions t whose next token was sampled
     for length in (3, 7, 9, 5):
         reply = tokens(length)
         rows.append((prompt + reply, list(range(len(prompt) - 1, len(prompt) + length - 1))))
@@ -41,7 +57,10 @@ def sharing_batch(seed: int = 0) -> TrainingBatch:
     rows.append((tokens(20), list(range(9, 19))))
     length = max(len(ids) for ids, _ in rows)
     size = len(rows)
-    ids, attention = torch.zeros(size, length, dtype=torch.long), torch.zeros(size, length, dtype=torch.long)
+    ids, attention = (
+        torch.zeros(size, length, dtype=torch.long),
+        torch.zeros(size, length, dtype=torch.long),
+    )
     mask, token_rewards = torch.zeros(size, length - 1), torch.zeros(size, length - 1)
     returns = np.array([1.0, 0.0, 1.0, 0.0, 0.5, 1.0, 0.0])
     for row, (row_ids, sampled) in enumerate(rows):
@@ -72,11 +91,18 @@ def step(
     ))  # fmt: skip
     metrics = backend.train_step(batch)
     # The second epoch's gradients: after one update, so the PPO ratio and the clip are in play.
-    return metrics, {name: p.grad.clone() for name, p in backend.model.named_parameters() if p.grad is not None}
+    return metrics, {
+        name: p.grad.clone() for name, p in backend.model.named_parameters() if p.grad is not None
+    }
 
 
 def assert_same_update(
-    shared, unshared, rtol: float, atol: float, grad_rtol: float | None = None, compared: tuple[str, ...] = COMPARED
+    shared,
+    unshared,
+    rtol: float,
+    atol: float,
+    grad_rtol: float | None = None,
+    compared: tuple[str, ...] = COMPARED,
 ) -> None:
     (metrics, grads), (expected_metrics, expected_grads) = shared, unshared
     grad_rtol = rtol if grad_rtol is None else grad_rtol
@@ -90,7 +116,9 @@ def assert_same_update(
 
 
 @pytest.mark.parametrize("budget", [cpu.MICRO_BATCH_TOKENS, 24])
-def test_sharing_gives_the_unshared_loss_metrics_and_gradients_in_float32(tiny_model_dir, monkeypatch, budget) -> None:
+def test_sharing_gives_the_unshared_loss_metrics_and_gradients_in_float32(
+    tiny_model_dir, monkeypatch, budget
+) -> None:
     # A 24-position budget splits a cluster's branches over micro-batches, which share the prefix's one forward.
     monkeypatch.setattr(cpu, "MICRO_BATCH_TOKENS", budget)
     batch = sharing_batch()
@@ -105,7 +133,9 @@ def test_sharing_gives_the_unshared_loss_metrics_and_gradients_in_float32(tiny_m
 
 def test_sharing_gives_the_unshared_update_in_bfloat16_and_on_a_tied_head(tied_model_dir) -> None:
     batch = sharing_batch(1)
-    shared, unshared = (step(tied_model_dir, batch, share, dtype="bfloat16") for share in (True, False))
+    shared, unshared = (
+        step(tied_model_dir, batch, share, dtype="bfloat16") for share in (True, False)
+    )
     # bf16 rounds each matmul's output to 8 bits of mantissa; the two paths round different but equal
     # sums (the prefix computed alone against inside each row), so they agree to a few of its steps.
     eps = torch.finfo(torch.bfloat16).eps
@@ -127,17 +157,24 @@ def test_a_batch_sharing_nothing_runs_the_unshared_path(tiny_model_dir, monkeypa
     assert metrics["tokens_computed"] == metrics["tokens_trained"] == alone.token_count
 
 
-def test_a_prefix_tree_that_disagrees_with_the_samples_is_refused(tiny_model_dir, monkeypatch) -> None:
+def test_a_prefix_tree_that_disagrees_with_the_samples_is_refused(
+    tiny_model_dir, monkeypatch
+) -> None:
     batch = sharing_batch()
     prompt = tuple(batch.input_ids[0, : MIN_SHARED_TOKENS + 6].tolist())
-    wrong = PrefixCluster((0, 1, 5), prompt)  # row 5 is a session turn, which does not start with the prompt
+    wrong = PrefixCluster(
+        (0, 1, 5), prompt
+    )  # row 5 is a session turn, which does not start with the prompt
     monkeypatch.setattr(cpu, "shared_prefix_clusters", lambda *_: [wrong])
-    backend = cpu_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-3))
+    backend = cpu_backend(
+        RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", learning_rate=1e-3)
+    )
     before = [p.detach().clone() for p in backend.model.parameters()]
-    with pytest.raises(PrefixTreeMismatch, match="row 5 differs from its cluster's prefix at token 0"):
+    with pytest.raises(
+        PrefixTreeMismatch, match="row 5 differs from its cluster's prefix at token 0"
+    ):
         backend.train_step(batch)
     assert all(torch.equal(a, b) for a, b in zip(before, backend.model.parameters(), strict=True))
-
 
 
 def test_sharing_is_off_where_it_would_not_be_exact(tiny_model_dir) -> None:
@@ -146,7 +183,9 @@ def test_sharing_is_off_where_it_would_not_be_exact(tiny_model_dir) -> None:
     assert shares_exactly(MistralConfig(num_hidden_layers=2, sliding_window=None))
 
     def backend(**settings: Any) -> cpu.CpuBackend:
-        return cpu_backend(RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", **settings))
+        return cpu_backend(
+            RunSettings(tiny_model_dir, 10, groups_per_batch=1, backend="cpu", **settings)
+        )
 
     assert backend().shares_prefixes and not backend(share_prefixes=False).shares_prefixes
     # Dropout draws a mask per row; a prefix computed once would share one.

@@ -27,7 +27,10 @@ def test_an_import_path_names_a_function_or_a_method() -> None:
         ("json", "expected pkg.module:function"),
         ("json:nothing_here", "'json' has no attribute 'nothing_here'"),
         ("json:__doc__", "is a str, not a function"),
-        ("no_such_module_anywhere:f", "cannot import 'no_such_module_anywhere': ModuleNotFoundError"),
+        (
+            "no_such_module_anywhere:f",
+            "cannot import 'no_such_module_anywhere': ModuleNotFoundError",
+        ),
     ],
 )
 def test_an_unusable_agent_is_refused_with_the_reason(path: str, message: str) -> None:
@@ -48,7 +51,9 @@ def test_commands_are_found_before_anything_starts(tmp_path) -> None:
 
 
 def test_the_reward_is_the_last_json_line_with_a_reward() -> None:
-    assert reward_from_output('{"reward": 0.1}\nthinking...\n{"reward": 0.7}\n{"other": 1}\n') == 0.7
+    assert (
+        reward_from_output('{"reward": 0.1}\nthinking...\n{"reward": 0.7}\n{"other": 1}\n') == 0.7
+    )
     assert reward_from_output("no json at all\n") is None
     assert reward_from_output('{"reward": null}') is None
     with pytest.raises(CommandFailed, match="must be a number"):
@@ -57,8 +62,13 @@ def test_the_reward_is_the_last_json_line_with_a_reward() -> None:
 
 async def test_a_failed_command_says_why_from_its_stderr_or_else_its_stdout() -> None:
     with pytest.raises(CommandFailed, match=r"exited with 2: broken pipe to nowhere$"):
-        await CommandAgent(["sh", "-c", "echo progress; echo 'broken pipe to nowhere' >&2; exit 2"])({})
+        await CommandAgent(
+            ["sh", "-c", "echo progress; echo 'broken pipe to nowhere' >&2; exit 2"]
+        )({})
     # A CLI agent such as Claude Code reports its API errors in its stdout's result, with nothing on stderr.
     result = '{"type": "result", "is_error": true, "result": "API Error: response exceeded the 32 output token maximum"}'
-    with pytest.raises(CommandFailed, match=r"exited with 1: \(no stderr\); the end of its stdout: .*exceeded the 32"):
+    with pytest.raises(
+        CommandFailed,
+        match=r"exited with 1: \(no stderr\); the end of its stdout: .*exceeded the 32",
+    ):
         await CommandAgent(["sh", "-c", f"echo '{result}'; exit 1"])({})

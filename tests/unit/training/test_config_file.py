@@ -27,17 +27,25 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_file_and_flags_make_one_settings_object_with_flags_winning(tmp_path) -> None:
-    path = write(tmp_path, 'agent = "pkg.mod:fn"\ntasks = "data/tasks.jsonl"\nsteps = 12\nlearning-rate = 1e-5\n')
+    path = write(
+        tmp_path,
+        'agent = "pkg.mod:fn"\ntasks = "data/tasks.jsonl"\nsteps = 12\nlearning-rate = 1e-5\n',
+    )
     values, sources = load_file(path)
     settings = build_settings(values, {"steps": 40}, sources)
-    assert settings.steps == 40 and settings.learning_rate == 1e-5 and settings.agent == "pkg.mod:fn"
+    assert (
+        settings.steps == 40 and settings.learning_rate == 1e-5 and settings.agent == "pkg.mod:fn"
+    )
     # Input paths in a file are relative to the file, not to where the command runs.
     assert settings.tasks == str((tmp_path / "data" / "tasks.jsonl").resolve())
 
 
 def test_an_unknown_key_names_the_file_line_and_a_close_match(tmp_path) -> None:
     path = write(tmp_path, 'agent = "pkg.mod:fn"\n\nlerning_rate = 0.1\n')
-    with pytest.raises(ConfigError, match=r"train\.toml:3: lerning_rate: unknown key \(did you mean 'learning_rate'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.toml:3: lerning_rate: unknown key \(did you mean 'learning_rate'\?\)",
+    ):
         load_file(path)
 
 
@@ -49,14 +57,18 @@ def test_a_renamed_key_says_its_new_name(tmp_path) -> None:
 
 def test_a_wrong_type_names_the_file_line_and_key(tmp_path) -> None:
     path = write(tmp_path, 'agent = "pkg.mod:fn"\nsteps = "ten"\n')
-    with pytest.raises(ConfigError, match=r"train\.toml:2: steps: must be an integer, got 'ten' \(string\)"):
+    with pytest.raises(
+        ConfigError, match=r"train\.toml:2: steps: must be an integer, got 'ten' \(string\)"
+    ):
         load_file(path)
 
 
 def test_an_out_of_range_value_from_the_file_names_its_line(tmp_path) -> None:
     path = write(tmp_path, 'agent = "pkg.mod:fn"\ntemperature = 0.5\nrollouts_per_task = 0\n')
     values, sources = load_file(path)
-    with pytest.raises(ConfigError, match=r"train\.toml:3: rollouts_per_task: must be at least 1, got 0"):
+    with pytest.raises(
+        ConfigError, match=r"train\.toml:3: rollouts_per_task: must be at least 1, got 0"
+    ):
         build_settings(values, {}, sources)
 
 
@@ -72,10 +84,15 @@ def test_invalid_toml_is_refused_with_its_position(tmp_path) -> None:
 
 
 def test_the_stack_table_is_checked_key_by_key(tmp_path) -> None:
-    good = write(tmp_path, '[stack]\ningest = "http://h:8000"\nassembler = "h:50053"\ntrainer = "h:50054"\n')
+    good = write(
+        tmp_path, '[stack]\ningest = "http://h:8000"\nassembler = "h:50053"\ntrainer = "h:50054"\n'
+    )
     assert load_file(good)[0]["stack"] == StackAddresses("http://h:8000", "h:50053", "h:50054")
     bad = write(tmp_path, '[stack]\ningest_url = "http://h:8000"\nasembler = "h:50053"\n')
-    with pytest.raises(ConfigError, match=r"train\.toml:3: stack\.asembler: unknown key \(did you mean 'assembler'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.toml:3: stack\.asembler: unknown key \(did you mean 'assembler'\?\)",
+    ):
         load_file(bad)
     missing = write(tmp_path, '[stack]\ningest_url = "http://h:8000"\n')
     with pytest.raises(ConfigError, match=r"stack\.assembler: is required"):
@@ -120,7 +137,9 @@ def test_every_setting_is_a_flag_of_the_same_name() -> None:
 
 
 def test_settings_round_trip_through_json() -> None:
-    settings = TrainSettings(agent="a.b:c", steps=3, stack=StackAddresses("http://h:1", "h:2", "h:3"))
+    settings = TrainSettings(
+        agent="a.b:c", steps=3, stack=StackAddresses("http://h:1", "h:2", "h:3")
+    )
     assert TrainSettings.from_json(settings.to_json()) == settings
 
 
@@ -134,9 +153,13 @@ def test_key_line_finds_keys_in_their_table() -> None:
 def test_the_cli_refuses_bad_input_before_starting_anything(tmp_path, capsys) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "a", "q": 1}\n{"q": 2}\n')
-    code = main(["--agent", "json:dumps", "--tasks", str(tasks), "--output-dir", str(tmp_path / "runs")])
+    code = main(
+        ["--agent", "json:dumps", "--tasks", str(tasks), "--output-dir", str(tmp_path / "runs")]
+    )
     assert code == 2
-    assert f"{tasks}:2: every task needs a non-empty string or integer 'id'" in capsys.readouterr().err
+    assert (
+        f"{tasks}:2: every task needs a non-empty string or integer 'id'" in capsys.readouterr().err
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -144,7 +167,10 @@ def test_the_cli_names_an_agent_that_cannot_be_imported(tmp_path, capsys) -> Non
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "a"}\n')
     assert main(["--agent", "no_such_module_here:solve", "--tasks", str(tasks)]) == 2
-    assert "agent 'no_such_module_here:solve': cannot import 'no_such_module_here'" in capsys.readouterr().err
+    assert (
+        "agent 'no_such_module_here:solve': cannot import 'no_such_module_here'"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_cli_names_a_command_that_is_not_found(tmp_path, capsys) -> None:
@@ -168,7 +194,9 @@ def test_sources_point_at_the_flag_when_a_flag_set_the_key(tmp_path) -> None:
     assert sources.where("steps") == f"{tmp_path / 't.toml'}:1: steps"
 
 
-def test_a_model_name_in_a_file_stays_a_name_and_a_model_folder_is_relative_to_the_file(tmp_path) -> None:
+def test_a_model_name_in_a_file_stays_a_name_and_a_model_folder_is_relative_to_the_file(
+    tmp_path,
+) -> None:
     named = write(tmp_path, 'agent = "pkg.mod:fn"\ntasks = "t.jsonl"\nmodel = "tiny-test"\n')
     assert load_file(named)[0]["model"] == "tiny-test"
     folder = write(tmp_path, 'agent = "pkg.mod:fn"\ntasks = "t.jsonl"\nmodel = "models/mine"\n')
@@ -180,6 +208,10 @@ def test_a_distillation_example_needs_its_teacher_and_says_so(example: str) -> N
     path = Path(__file__).parents[3] / "examples" / example / "distill.toml"
     values, sources = load_file(path)
     settings = build_settings(values, {"teacher": "runs/demo/model"}, sources)
-    assert (settings.teacher, settings.reward_coef, settings.teacher_coef) == ("runs/demo/model", 0.0, 1.0)
+    assert (settings.teacher, settings.reward_coef, settings.teacher_coef) == (
+        "runs/demo/model",
+        0.0,
+        1.0,
+    )
     with pytest.raises((SettingsError, ConfigError), match="set teacher"):
         build_settings(values, {}, sources)

@@ -19,13 +19,18 @@ NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 STACK = StackAddresses("http://i:8000", "a:1", "t:2", "s:3")
 
 
-def stored(idle: timedelta, versions: list[int], feedback: Sequence[float] = (1.0,)) -> store_pb.SessionContents:
+def stored(
+    idle: timedelta, versions: list[int], feedback: Sequence[float] = (1.0,)
+) -> store_pb.SessionContents:
     session = session_pb2.Session(session_id="s", state=session_pb2.SESSION_STATE_OPEN)
     session.update_time.FromDatetime(NOW - idle)
     calls = [make_call(f"c{n}", "s", [1], [[2]]) for n in range(len(versions))]
     for call, version in zip(calls, versions, strict=True):
         call.policy_version = version
-    rewards = [reward_pb2.Reward(session_id="s", value=v, name="thumbs_up", source="feedback") for v in feedback]
+    rewards = [
+        reward_pb2.Reward(session_id="s", value=v, name="thumbs_up", source="feedback")
+        for v in feedback
+    ]
     for reward in rewards:
         reward.create_time.FromDatetime(NOW - idle + timedelta(minutes=1))
     return store_pb.SessionContents(session=session, calls=calls, rewards=rewards)
@@ -40,13 +45,18 @@ def stored(idle: timedelta, versions: list[int], feedback: Sequence[float] = (1.
     (stored(timedelta(hours=1), [1, 5]), StoreFilters(max_policy_lag=3), (None, "too_stale")),
     (stored(timedelta(hours=1), [3], feedback=[]), StoreFilters(), (None, "no_feedback")),
 ])  # fmt: skip
-def test_each_session_is_usable_with_its_reward_or_skipped_for_one_reason(contents, filters, expected) -> None:
+def test_each_session_is_usable_with_its_reward_or_skipped_for_one_reason(
+    contents, filters, expected
+) -> None:
     assert classify(contents, FeedbackRule(), filters, policy_version=5, now=NOW) == expected
 
 
 def test_a_window_still_open_waits_for_feedback() -> None:
     rule = FeedbackRule(window=timedelta(hours=2))
-    assert classify(stored(timedelta(hours=1), [0]), rule, StoreFilters(), 0, NOW) == (None, "awaiting_feedback")
+    assert classify(stored(timedelta(hours=1), [0]), rule, StoreFilters(), 0, NOW) == (
+        None,
+        "awaiting_feedback",
+    )
 
 
 def test_from_store_settings_are_checked_and_name_the_setting() -> None:
@@ -54,7 +64,9 @@ def test_from_store_settings_are_checked_and_name_the_setting() -> None:
                              feedback_weights="thumbs_up=1,thumbs_down=-1", feedback_window_hours=24, feedback_default=0)  # fmt: skip
     assert settings.store_tag_list == ("checkout", "prod")
     assert StoreFilters.of(settings).tags == ("checkout", "prod")
-    assert settings.feedback == FeedbackRule("sum", {"thumbs_up": 1.0, "thumbs_down": -1.0}, timedelta(hours=24), 0.0)
+    assert settings.feedback == FeedbackRule(
+        "sum", {"thumbs_up": 1.0, "thumbs_down": -1.0}, timedelta(hours=24), 0.0
+    )
     refused_settings: list[tuple[dict[str, Any], str]] = [
         ({"from_store": True, "steps": 3}, "from_store"),
         ({"from_store": True, "stack": StackAddresses("http://i:8000", "a:1", "t:2"), "steps": 3}, "from_store"),
@@ -84,5 +96,7 @@ def test_promote_needs_validation_tasks_for_its_gate() -> None:
     with pytest.raises(SettingsError) as refused:
         resolve_inputs(agent, [{"id": "a"}], None, TrainSettings(promote=True))
     assert refused.value.key == "promote"
-    _, _, validation = resolve_inputs(agent, [{"id": "a"}], [{"id": "b"}], TrainSettings(promote=True))
+    _, _, validation = resolve_inputs(
+        agent, [{"id": "a"}], [{"id": "b"}], TrainSettings(promote=True)
+    )
     assert len(validation) == 1

@@ -10,7 +10,9 @@ from parity.training.task_order import MIN_KEEP, TaskOrder
 TASKS = [{"id": f"t{n}"} for n in range(6)]
 
 
-def group(task_id: str, rewards: list[float | None], outcome: str = "succeeded", group_id: str = "") -> list[RolloutResult]:
+def group(
+    task_id: str, rewards: list[float | None], outcome: str = "succeeded", group_id: str = ""
+) -> list[RolloutResult]:
     return [RolloutResult(task_id, group_id or f"s1-{task_id}", n, 0, f"{task_id}-{n}", outcome, reward, "", 0.1)  # type: ignore[arg-type]
             for n, reward in enumerate(rewards)]  # fmt: skip
 
@@ -20,7 +22,9 @@ def ids(tasks: list[dict[str, str]]) -> list[str]:
 
 
 def test_with_nothing_observed_selection_takes_the_uniform_order() -> None:
-    assert ids(TaskOrder(TASKS, seed=3, by_signal=True).take(20)) == ids(TaskOrder(TASKS, seed=3).take(20))
+    assert ids(TaskOrder(TASKS, seed=3, by_signal=True).take(20)) == ids(
+        TaskOrder(TASKS, seed=3).take(20)
+    )
 
 
 def test_tasks_whose_groups_stay_flat_are_passed_over_but_never_for_good() -> None:

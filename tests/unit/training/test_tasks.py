@@ -9,8 +9,14 @@ import pytest
 
 from parity.training.tasks import TaskFileError, load_tasks, tasks_from_objects
 
-ROWS: list[dict[str, Any]] = [{"id": "t1", "question": "1+1", "answer": "2"}, {"id": 7, "question": "2+2", "answer": "4"}]
-EXPECTED = [{"id": "t1", "question": "1+1", "answer": "2"}, {"id": "7", "question": "2+2", "answer": "4"}]
+ROWS: list[dict[str, Any]] = [
+    {"id": "t1", "question": "1+1", "answer": "2"},
+    {"id": 7, "question": "2+2", "answer": "4"},
+]
+EXPECTED = [
+    {"id": "t1", "question": "1+1", "answer": "2"},
+    {"id": "7", "question": "2+2", "answer": "4"},
+]
 
 
 def test_jsonl_parquet_and_a_datasets_folder_load_the_same_tasks(tmp_path) -> None:

@@ -11,8 +11,20 @@ from parity.engine import RolloutResult
 from parity.training.validation import pass_at_k, summarize, trajectory_score
 
 
-def result(task: str, rollout: int, reward: float | None, outcome: str = "succeeded", attempt: int = 0) -> RolloutResult:
-    return RolloutResult(task, f"g-{task}", rollout, attempt, f"s-{task}-{rollout}-{attempt}", outcome, reward, "", 0.1)  # type: ignore[arg-type]
+def result(
+    task: str, rollout: int, reward: float | None, outcome: str = "succeeded", attempt: int = 0
+) -> RolloutResult:
+    return RolloutResult(
+        task,
+        f"g-{task}",
+        rollout,
+        attempt,
+        f"s-{task}-{rollout}-{attempt}",
+        outcome,  # type: ignore[arg-type]
+        reward,
+        "",
+        0.1,
+    )
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(4, 0, 1), (4, 1, 1), (4, 2, 2), (4, 4, 4), (10, 3, 5)])
@@ -39,5 +51,7 @@ def test_a_trajectory_scores_by_its_reward_else_by_its_last_rewarded_step() -> N
     steps = [trajectory_pb2.Step(step_index=0, reward=1.0, has_reward=True),
              trajectory_pb2.Step(step_index=1, reward=0.0, has_reward=True), trajectory_pb2.Step(step_index=2)]  # fmt: skip
     assert trajectory_score(trajectory_pb2.Trajectory(steps=steps)) == 0.0
-    assert trajectory_score(trajectory_pb2.Trajectory(steps=steps, reward=0.5, has_reward=True)) == 0.5
+    assert (
+        trajectory_score(trajectory_pb2.Trajectory(steps=steps, reward=0.5, has_reward=True)) == 0.5
+    )
     assert trajectory_score(trajectory_pb2.Trajectory(steps=steps[2:])) is None

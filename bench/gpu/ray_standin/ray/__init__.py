@@ -39,7 +39,9 @@ class _RemoteStandIn:
         if name.startswith("__"):
             raise AttributeError(name)
         _note(f"ray.remote({self._target!r}).{name} used -> raising")
-        raise RayShimError(f"ray.remote({self._target!r}).{name} used, but ray is only an import shim")
+        raise RayShimError(
+            f"ray.remote({self._target!r}).{name} used, but ray is only an import shim"
+        )
 
     def __call__(self, *args, **kwargs):
         _note(f"ray.remote({self._target!r}) called -> raising")
@@ -63,8 +65,19 @@ class ObjectRef:  # only for isinstance checks and annotations
         raise RayShimError("ray.ObjectRef created, but ray is only an import shim")
 
 
-for _name in ("init", "get", "put", "wait", "kill", "nodes", "get_actor", "get_runtime_context",
-              "available_resources", "cluster_resources", "shutdown"):
+for _name in (
+    "init",
+    "get",
+    "put",
+    "wait",
+    "kill",
+    "nodes",
+    "get_actor",
+    "get_runtime_context",
+    "available_resources",
+    "cluster_resources",
+    "shutdown",
+):
     globals()[_name] = _unavailable(_name)
 
 from . import actor, experimental, util  # noqa: E402,F401

@@ -35,7 +35,9 @@ def usage(chat_usage: dict[str, Any] | None) -> dict[str, int]:
     return {"input_tokens": max(0, input_tokens), **result}
 
 
-def stop_reason(finish_reason: str | None, matched: Any, tool_used: bool, tool_complete: bool) -> tuple[str | None, str | None]:
+def stop_reason(
+    finish_reason: str | None, matched: Any, tool_used: bool, tool_complete: bool
+) -> tuple[str | None, str | None]:
     """Anthropic's (stop_reason, stop_sequence). max_tokens always wins; a matched stop string wins unless the
     tool calls are complete, since a call it cut short must not run."""
     if finish_reason == "length":
@@ -57,13 +59,17 @@ def to_message(chat: dict[str, Any]) -> dict[str, Any]:
     tool_calls = message.get("tool_calls") or []
     content: list[dict[str, Any]] = []
     if message.get("reasoning"):
-        content.append({"type": "thinking", "thinking": message["reasoning"], "signature": uuid.uuid4().hex})
+        content.append(
+            {"type": "thinking", "thinking": message["reasoning"], "signature": uuid.uuid4().hex}
+        )
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
     for call in tool_calls:
         content.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
                         "input": _arguments(call["function"].get("arguments"))})  # fmt: skip
-    reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"), bool(tool_calls), bool(tool_calls))
+    reason, sequence = stop_reason(
+        choice.get("finish_reason"), choice.get("stop_reason"), bool(tool_calls), bool(tool_calls)
+    )
     answer = {"id": chat["id"], "type": "message", "role": "assistant", "content": content or [{"type": "text", "text": ""}],
               "model": chat["model"], "stop_reason": reason, "stop_sequence": sequence, "usage": usage(chat.get("usage"))}  # fmt: skip
     # As vLLM serializes it: fields without a value are left out.
@@ -155,22 +161,34 @@ class MessageStream:
                 events += self._close_block()
                 self.tool_used = True
                 self.tool_arguments = []
-                events.append(self._start({"type": "tool_use", "id": call_id, "name": function["name"], "input": {}}))
+                events.append(
+                    self._start(
+                        {"type": "tool_use", "id": call_id, "name": function["name"], "input": {}}
+                    )
+                )
         else:
             call_id = self.tool_ids.get(call.get("index", 0))
         if call_id is not None and function.get("arguments") and self.tool_use_id == call_id:
             self.tool_arguments.append(function["arguments"])
-            events.append(self._delta({"type": "input_json_delta", "partial_json": function["arguments"]}))
+            events.append(
+                self._delta({"type": "input_json_delta", "partial_json": function["arguments"]})
+            )
         return events
 
     def _start(self, block: dict[str, Any]) -> bytes:
         self.block = block["type"]
         self.signature = uuid.uuid4().hex if self.block == "thinking" else None
         self.tool_use_id = block.get("id") if self.block == "tool_use" else None
-        return event("content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block})
+        return event(
+            "content_block_start",
+            {"type": "content_block_start", "index": self.index, "content_block": block},
+        )
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+        return event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self.index, "delta": delta},
+        )
 
     def _close_block(self) -> list[bytes]:
         """Close the open block; text held back during a tool use follows as a block of its own."""
@@ -188,7 +206,9 @@ class MessageStream:
         events = []
         if self.signature is not None:
             events.append(self._delta({"type": "signature_delta", "signature": self.signature}))
-        events.append(event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        events.append(
+            event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        )
         self.block, self.signature, self.tool_use_id = None, None, None
         self.index += 1
         return events

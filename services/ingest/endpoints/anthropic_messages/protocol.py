@@ -49,7 +49,9 @@ def bad(message: str, param: str) -> openai_errors.HttpError:
     return openai_errors.bad_request(message, param)
 
 
-def to_chat_request(request: Mapping[str, Any], *, merge_inline_system: bool, counting: bool = False) -> dict[str, Any]:
+def to_chat_request(
+    request: Mapping[str, Any], *, merge_inline_system: bool, counting: bool = False
+) -> dict[str, Any]:
     """The chat completion body for `request`. `counting`: a count_tokens request (no sampling fields)."""
     model = request.get("model")
     if not isinstance(model, str) or not model:
@@ -67,7 +69,9 @@ def to_chat_request(request: Mapping[str, Any], *, merge_inline_system: bool, co
         chat_messages.append({"role": "system", "content": "".join(system)})
     tool_use_ids: set[str] = set()
     for index, message in enumerate(messages):
-        _convert_message(message, f"messages.{index}", chat_messages, tool_use_ids, merge_inline_system)
+        _convert_message(
+            message, f"messages.{index}", chat_messages, tool_use_ids, merge_inline_system
+        )
     chat: dict[str, Any] = {"model": model, "messages": chat_messages}
     if not counting:
         _sampling(request, chat)
@@ -111,7 +115,11 @@ def _system_parts(system: Any, param: str) -> list[str]:
         raise bad("must be a string or an array of text blocks", param)
     parts = []
     for index, block in enumerate(system):
-        if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+        if (
+            not isinstance(block, Mapping)
+            or block.get("type") != "text"
+            or not isinstance(block.get("text"), str)
+        ):
             raise bad("system blocks must be text blocks with a string `text`", f"{param}.{index}")
         if block["text"] and not block["text"].startswith(BILLING_HEADER):
             parts.append(block["text"])
@@ -119,7 +127,11 @@ def _system_parts(system: Any, param: str) -> list[str]:
 
 
 def _convert_message(
-    message: Any, param: str, chat_messages: list[dict[str, Any]], tool_use_ids: set[str], merge_inline_system: bool
+    message: Any,
+    param: str,
+    chat_messages: list[dict[str, Any]],
+    tool_use_ids: set[str],
+    merge_inline_system: bool,
 ) -> None:
     if not isinstance(message, Mapping):
         raise bad("a message must be an object with role and content", param)
@@ -157,7 +169,10 @@ def _convert_blocks(
         if kind in UNSUPPORTED_BLOCKS:
             raise bad(UNSUPPORTED_BLOCKS[str(kind)], where)
         if kind not in KNOWN_BLOCKS:
-            raise bad(f"unknown content block type {kind!r}; expected one of {', '.join(KNOWN_BLOCKS)}", f"{where}.type")
+            raise bad(
+                f"unknown content block type {kind!r}; expected one of {', '.join(KNOWN_BLOCKS)}",
+                f"{where}.type",
+            )
         if kind == "text":
             text = _string(block, "text", where)
             if text:
@@ -186,7 +201,11 @@ def _tool_call(block: Mapping[str, Any], where: str, tool_use_ids: set[str]) -> 
     if not isinstance(arguments, Mapping):
         raise bad("input must be an object", f"{where}.input")
     tool_use_ids.add(call_id)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments or {})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments or {})},
+    }
 
 
 def _tool_result(
@@ -200,7 +219,10 @@ def _tool_result(
         return
     tool_use_id = block.get("tool_use_id")
     if not isinstance(tool_use_id, str) or tool_use_id not in tool_use_ids:
-        raise bad(f"tool_result refers to tool_use_id {tool_use_id!r}, which no earlier tool_use block has", f"{where}.tool_use_id")
+        raise bad(
+            f"tool_result refers to tool_use_id {tool_use_id!r}, which no earlier tool_use block has",
+            f"{where}.tool_use_id",
+        )
     if content is None or isinstance(content, str):
         text = content or ""
     elif isinstance(content, list):
@@ -212,7 +234,10 @@ def _tool_result(
             elif kind in UNSUPPORTED_BLOCKS:
                 raise bad(UNSUPPORTED_BLOCKS[str(kind)], f"{where}.content.{index}")
             else:
-                raise bad(f"a tool result holds text blocks, got {kind!r}", f"{where}.content.{index}.type")
+                raise bad(
+                    f"a tool result holds text blocks, got {kind!r}",
+                    f"{where}.content.{index}.type",
+                )
         text = "\n".join(texts)
     else:
         raise bad("content must be a string or an array of text blocks", f"{where}.content")
@@ -227,7 +252,10 @@ def _output_config(config: Any, chat: dict[str, Any]) -> None:
     output_format = config.get("format")
     if isinstance(output_format, Mapping) and output_format.get("schema") is not None:
         kind = output_format.get("type", "json_schema")
-        chat["response_format"] = {"type": kind, "json_schema": {"schema": output_format["schema"], "name": kind}}
+        chat["response_format"] = {
+            "type": kind,
+            "json_schema": {"schema": output_format["schema"], "name": kind},
+        }
     effort = config.get("effort")
     if effort is not None:
         if effort not in EFFORTS:
@@ -247,7 +275,9 @@ def _thinking(thinking: Any, max_tokens: Any, chat: dict[str, Any]) -> None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1024:
             raise bad("budget_tokens must be an integer of at least 1024", "thinking.budget_tokens")
         if isinstance(max_tokens, int) and budget >= max_tokens:
-            raise bad("thinking.budget_tokens must be less than max_tokens", "thinking.budget_tokens")
+            raise bad(
+                "thinking.budget_tokens must be less than max_tokens", "thinking.budget_tokens"
+            )
         chat["thinking_token_budget"] = budget
 
 
@@ -273,17 +303,30 @@ def _tools(tools: Any, chat: dict[str, Any]) -> None:
     converted = []
     for index, tool in enumerate(tools):
         where = f"tools.{index}"
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str) or not tool["name"]:
+        if (
+            not isinstance(tool, Mapping)
+            or not isinstance(tool.get("name"), str)
+            or not tool["name"]
+        ):
             raise bad("a tool needs a non-empty name", f"{where}.name")
         if tool.get("type") not in (None, "custom"):
-            raise bad(f"server tools ({tool['type']}) are not supported: declare them as client tools", f"{where}.type")
+            raise bad(
+                f"server tools ({tool['type']}) are not supported: declare them as client tools",
+                f"{where}.type",
+            )
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise bad("input_schema is required and must be an object", f"{where}.input_schema")
         # As vLLM's own translation does: the schema's own key order (the template renders it), "type" last if absent.
         parameters = dict(schema) | ({} if "type" in schema else {"type": "object"})
-        function = {"name": tool["name"], "description": tool.get("description"), "parameters": parameters}
-        function |= {key: tool[key] for key in ("strict", "defer_loading") if tool.get(key) is not None}
+        function = {
+            "name": tool["name"],
+            "description": tool.get("description"),
+            "parameters": parameters,
+        }
+        function |= {
+            key: tool[key] for key in ("strict", "defer_loading") if tool.get(key) is not None
+        }
         converted.append({"type": "function", "function": function})
     if not converted:
         # Anthropic's API takes `tools: []` (Claude Code with `--tools ''` sends it) and vLLM's own /v1/messages

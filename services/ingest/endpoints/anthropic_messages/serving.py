@@ -30,27 +30,44 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 class AnthropicMessagesServing:
-    def __init__(self, backend: ChatBackend, aliases: ModelAliases, templates: TemplateFacts) -> None:
+    def __init__(
+        self, backend: ChatBackend, aliases: ModelAliases, templates: TemplateFacts
+    ) -> None:
         self.backend = backend
         self.aliases = aliases
         self.templates = templates
 
-    async def create(self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
+    async def create(
+        self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders
+    ) -> Reply:
         log: dict[str, Any] = {}
         try:
             request, model, served, session, metadata, log = request_start.start(
                 raw_body, path_slug, headers, self.aliases, user_field=ANTHROPIC_USER
             )
-            merge = await self.templates.merge_inline_system(served) if self.backend.router.knows(served) else False
+            merge = (
+                await self.templates.merge_inline_system(served)
+                if self.backend.router.knows(served)
+                else False
+            )
             chat = protocol.to_chat_request(request, merge_inline_system=merge)
             chat["model"] = served
-            forwarded = await self.backend.forward(ChatCall(MESSAGES, chat, raw_body, session, metadata, model, served))
+            forwarded = await self.backend.forward(
+                ChatCall(MESSAGES, chat, raw_body, session, metadata, model, served)
+            )
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.anthropic_body(), log | {"error": error.message})
         if forwarded.stream is not None:
-            return StreamReply(self._events(forwarded, model), forwarded.capture, forwarded.abandon, log)
+            return StreamReply(
+                self._events(forwarded, model), forwarded.capture, forwarded.abandon, log
+            )
         if forwarded.response is None:
-            return JsonReply(forwarded.status, _anthropic_error(forwarded.status, forwarded.error_body), log, forwarded.capture)
+            return JsonReply(
+                forwarded.status,
+                _anthropic_error(forwarded.status, forwarded.error_body),
+                log,
+                forwarded.capture,
+            )
         message = answers.to_message(forwarded.response)
         message["model"] = model
         return JsonReply(200, orjson.dumps(message), log, forwarded.capture)
@@ -62,7 +79,9 @@ class AnthropicMessagesServing:
             # Checked here too, so a request vLLM would take but /v1/messages refuses is refused alike.
             protocol.to_chat_request(request, merge_inline_system=False, counting=True)
             request["model"] = self.aliases.resolve(model)
-            status, payload = await self.backend.ask_replica(request["model"], COUNT_TOKENS_PATH, orjson.dumps(request))
+            status, payload = await self.backend.ask_replica(
+                request["model"], COUNT_TOKENS_PATH, orjson.dumps(request)
+            )
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.anthropic_body(), {"error": error.message})
         return JsonReply(status, payload if status == 200 else _anthropic_error(status, payload))
@@ -80,7 +99,9 @@ class AnthropicMessagesServing:
                 async for data in events:
                     yield data
             except StreamFailed as failure:
-                yield FinalEvent(answers.error_event({"type": "api_error", "message": str(failure)}))
+                yield FinalEvent(
+                    answers.error_event({"type": "api_error", "message": str(failure)})
+                )
                 return
         yield FinalEvent(b"".join(stream.finish()))
 
@@ -94,5 +115,7 @@ def _anthropic_error(status: int, payload: bytes) -> bytes:
     if isinstance(body, dict) and body.get("type") == "error":
         return payload
     error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else payload[:500].decode(errors="replace")
+    message = (
+        error.get("message") if isinstance(error, dict) else payload[:500].decode(errors="replace")
+    )
     return openai_errors.HttpError(status, str(message), "upstream_error").anthropic_body()

@@ -33,11 +33,15 @@ class TemplateFacts:
         """Whether `model`'s template needs system messages merged into the leading one."""
         task = self._merge_inline_system.get(model)
         if task is None or (task.done() and task.exception() is not None):
-            task = self._merge_inline_system[model] = asyncio.ensure_future(self._probe_inline_system(model))
+            task = self._merge_inline_system[model] = asyncio.ensure_future(
+                self._probe_inline_system(model)
+            )
         return await asyncio.shield(task)
 
     async def _probe_inline_system(self, model: str) -> bool:
-        body = orjson.dumps({"model": model, "messages": INLINE_SYSTEM_PROBE, "add_generation_prompt": False})
+        body = orjson.dumps(
+            {"model": model, "messages": INLINE_SYSTEM_PROBE, "add_generation_prompt": False}
+        )
         status, _ = await self.backend.ask_replica(model, "/tokenize", body)
         merge = status == 400
         log.info("template_probed", model=model, merge_inline_system=merge)

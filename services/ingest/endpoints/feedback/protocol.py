@@ -53,7 +53,9 @@ def session_id_of(segment: str) -> str:
     try:
         session_id = unquote(segment, errors="strict")
     except UnicodeDecodeError:
-        raise openai_errors.bad_request("the session id in the URL is not percent-encoded UTF-8", "session_id") from None
+        raise openai_errors.bad_request(
+            "the session id in the URL is not percent-encoded UTF-8", "session_id"
+        ) from None
     return _check_id(session_id, "session_id")
 
 
@@ -64,7 +66,8 @@ def to_reward(session_id: str, raw_body: bytes) -> reward_pb2.Reward:
     unknown = sorted(body.keys() - set(FIELDS))
     if unknown:
         raise openai_errors.bad_request(
-            f"unknown field(s) {', '.join(map(repr, unknown))}; a feedback body holds {', '.join(FIELDS)}", unknown[0]
+            f"unknown field(s) {', '.join(map(repr, unknown))}; a feedback body holds {', '.join(FIELDS)}",
+            unknown[0],
         )
     reward = reward_pb2.Reward(
         reward_id=_optional_id(body, "feedback_id") or new_id(),
@@ -98,18 +101,26 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
 
 def _value(value: Any) -> float:
     if value is None:
-        raise openai_errors.bad_request("value is required: the feedback's score, a finite number", "value")
+        raise openai_errors.bad_request(
+            "value is required: the feedback's score, a finite number", "value"
+        )
     if isinstance(value, _NonFinite):
-        raise openai_errors.bad_request(f"value must be a finite number, got {value.literal}", "value")
+        raise openai_errors.bad_request(
+            f"value must be a finite number, got {value.literal}", "value"
+        )
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise openai_errors.bad_request(f"value must be a finite number, got {type(value).__name__}", "value")
+        raise openai_errors.bad_request(
+            f"value must be a finite number, got {type(value).__name__}", "value"
+        )
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
         # 1e400 parses as infinity; an integer too large for a double overflows.
-        raise openai_errors.bad_request("value must be a finite number; it is out of a double's range", "value")
+        raise openai_errors.bad_request(
+            "value must be a finite number; it is out of a double's range", "value"
+        )
     return number
 
 
@@ -128,7 +139,9 @@ def _check_id(value: Any, field: str, *, empty_allowed: bool = False) -> str:
     if not value and not empty_allowed:
         raise openai_errors.bad_request(f"{field} must not be empty; leave it out instead", field)
     if len(value) > MAX_ID_LENGTH:
-        raise openai_errors.bad_request(f"{field} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed", field)
+        raise openai_errors.bad_request(
+            f"{field} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed", field
+        )
     if _CONTROL.search(value):
         raise openai_errors.bad_request(f"{field} contains a control character", field)
     return value
@@ -138,9 +151,13 @@ def _name(name: Any) -> str:
     if name is None:
         return ""
     if not isinstance(name, str):
-        raise openai_errors.bad_request("name must be a string: what the signal is, e.g. thumbs_up", "name")
+        raise openai_errors.bad_request(
+            "name must be a string: what the signal is, e.g. thumbs_up", "name"
+        )
     if len(name) > MAX_NAME_LENGTH:
-        raise openai_errors.bad_request(f"name is {len(name)} characters; at most {MAX_NAME_LENGTH} are allowed", "name")
+        raise openai_errors.bad_request(
+            f"name is {len(name)} characters; at most {MAX_NAME_LENGTH} are allowed", "name"
+        )
     if _CONTROL.search(name):
         raise openai_errors.bad_request("name contains a control character", "name")
     return name
@@ -150,7 +167,9 @@ def _metadata(metadata: Any) -> dict[str, str]:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise openai_errors.bad_request("metadata must be an object whose values are strings", "metadata")
+        raise openai_errors.bad_request(
+            "metadata must be an object whose values are strings", "metadata"
+        )
     try:
         check_metadata(metadata)
     except ValueError as error:

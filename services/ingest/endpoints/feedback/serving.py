@@ -56,5 +56,10 @@ def _http_error(refusal: FeedbackRefused, reward: reward_pb2.Reward) -> openai_e
             409, f"feedback_id {reward.reward_id!r} already holds another feedback: {refusal.message}", "conflict_error",
             "feedback_id",
         )  # fmt: skip
-    log.warning("store_refused_feedback", session_id=reward.session_id, feedback_id=reward.reward_id, reason=str(refusal))
+    log.warning(
+        "store_refused_feedback",
+        session_id=reward.session_id,
+        feedback_id=reward.reward_id,
+        reason=str(refusal),
+    )
     return openai_errors.bad_request(f"the token store refused the feedback: {refusal.message}")

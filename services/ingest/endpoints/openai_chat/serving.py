@@ -29,18 +29,28 @@ class OpenAIChatServing:
         self.backend = backend
         self.aliases = aliases
 
-    async def handle(self, endpoint: llm_call_pb2.CallEndpoint, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
+    async def handle(
+        self,
+        endpoint: llm_call_pb2.CallEndpoint,
+        raw_body: bytes,
+        path_slug: str | None,
+        headers: SessionHeaders,
+    ) -> Reply:
         log: dict[str, Any] = {}
         try:
             body, model, served, session, metadata, log = request_start.start(
                 raw_body, path_slug, headers, self.aliases, _REQUIRED_INPUT.get(endpoint)
             )
             body["model"] = served
-            forwarded = await self.backend.forward(ChatCall(endpoint, body, raw_body, session, metadata, model, served))
+            forwarded = await self.backend.forward(
+                ChatCall(endpoint, body, raw_body, session, metadata, model, served)
+            )
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.body(), log | {"error": error.message})
         if forwarded.stream is not None:
-            return StreamReply(self._relay(forwarded, model), forwarded.capture, forwarded.abandon, log)
+            return StreamReply(
+                self._relay(forwarded, model), forwarded.capture, forwarded.abandon, log
+            )
         if forwarded.response is None:
             return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
         if forwarded.capture.served_model != model and "model" in forwarded.response:
@@ -70,12 +80,16 @@ class OpenAIChatServing:
 
 def _require_messages(body: dict[str, Any]) -> None:
     if not isinstance(body.get("messages"), list) or not body["messages"]:
-        raise openai_errors.bad_request("messages is required and must be a non-empty array", "messages")
+        raise openai_errors.bad_request(
+            "messages is required and must be a non-empty array", "messages"
+        )
 
 
 def _require_prompt(body: dict[str, Any]) -> None:
     if not isinstance(body.get("prompt"), str | list):
-        raise openai_errors.bad_request("prompt is required and must be a string or an array", "prompt")
+        raise openai_errors.bad_request(
+            "prompt is required and must be a string or an array", "prompt"
+        )
 
 
 _REQUIRED_INPUT = {CHAT: _require_messages, COMPLETIONS: _require_prompt}

@@ -46,7 +46,9 @@ class ResponseShell:
     max_output_tokens: int | None
     created_at: int = field(default_factory=lambda: int(time.time()))
 
-    def render(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+    def render(
+        self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
         request = self.request
         return {
             "id": self.id, "created_at": self.created_at,
@@ -88,7 +90,10 @@ def _echoed_tool(tool: Any) -> Any:
 def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not chat_usage:
         return None
-    prompt, completion = chat_usage.get("prompt_tokens") or 0, chat_usage.get("completion_tokens") or 0
+    prompt, completion = (
+        chat_usage.get("prompt_tokens") or 0,
+        chat_usage.get("completion_tokens") or 0,
+    )
     cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     # One generation, no built-in tools: vLLM's per-turn lists stay empty for such a request, as here.
     return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
@@ -119,7 +124,14 @@ def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = (
         [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}] if text else []
     )
-    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message", "phase": None}
+    return {
+        "id": item_id,
+        "content": content,
+        "role": "assistant",
+        "status": status,
+        "type": "message",
+        "phase": None,
+    }
 
 
 def _reasoning_item(item_id: str, text: str, status: str | None) -> dict[str, Any]:
@@ -127,7 +139,9 @@ def _reasoning_item(item_id: str, text: str, status: str | None) -> dict[str, An
             "encrypted_content": None, "status": status}  # fmt: skip
 
 
-def _function_call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+def _function_call(
+    item_id: str, call_id: str, name: str, arguments: str, status: str
+) -> dict[str, Any]:
     return {"arguments": arguments, "call_id": call_id, "name": name, "type": "function_call", "id": item_id,
             "namespace": None, "status": status}  # fmt: skip
 
@@ -173,10 +187,14 @@ class ResponseStream:
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta") or {}
         events: list[bytes] = []
-        tool_calls = [call for call in delta.get("tool_calls") or () if call.get("function") is not None]
+        tool_calls = [
+            call for call in delta.get("tool_calls") or () if call.get("function") is not None
+        ]
         if tool_calls:
             call = tool_calls[0]
-            if self.state != "tool" or (call.get("index") is not None and call.get("index") != self.tool.get("index")):
+            if self.state != "tool" or (
+                call.get("index") is not None and call.get("index") != self.tool.get("index")
+            ):
                 events += self._close()
                 events += self._open_tool(call)
             arguments = "".join(c["function"].get("arguments") or "" for c in tool_calls)
@@ -234,13 +252,28 @@ class ResponseStream:
         self.state, self.item_id, self.text = "tool", f"fc_{uuid.uuid4().hex}", ""
         self.tool = {"index": call.get("index"), "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
                      "name": call["function"].get("name") or ""}  # fmt: skip
-        item = _function_call(self.item_id, self.tool["call_id"], self.tool["name"], "", "in_progress")
-        return [self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": item})]
+        item = _function_call(
+            self.item_id, self.tool["call_id"], self.tool["name"], "", "in_progress"
+        )
+        return [
+            self._event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": self.output_index,
+                    "item": item,
+                }
+            )
+        ]
 
     def _close(self) -> list[bytes]:
         index, item_id = self.output_index, self.item_id
         if self.state == "content":
-            part: dict[str, Any] = {"annotations": [], "text": self.text, "type": "output_text", "logprobs": None}
+            part: dict[str, Any] = {
+                "annotations": [],
+                "text": self.text,
+                "type": "output_text",
+                "logprobs": None,
+            }
             item = _message_item(item_id, self.text, "completed")
             events = [
                 self._event({"type": "response.output_text.done", "output_index": index, "content_index": 0,
@@ -258,12 +291,16 @@ class ResponseStream:
                              "content_index": 0, "part": part}),
             ]  # fmt: skip
         elif self.state == "tool":
-            item = _function_call(item_id, self.tool["call_id"], self.tool["name"], self.text, "completed")
+            item = _function_call(
+                item_id, self.tool["call_id"], self.tool["name"], self.text, "completed"
+            )
             events = [self._event({"type": "response.function_call_arguments.done", "output_index": index,
                                    "item_id": item_id, "arguments": self.text, "name": self.tool["name"]})]  # fmt: skip
         else:
             return []
-        events.append(self._event({"type": "response.output_item.done", "output_index": index, "item": item}))
+        events.append(
+            self._event({"type": "response.output_item.done", "output_index": index, "item": item})
+        )
         self.output.append(item)
         self.output_index += 1
         self.state = None

@@ -27,7 +27,9 @@ STORE_TIMEOUT_S = 10.0
 
 
 def not_found(response_id: str, why: str) -> openai_errors.HttpError:
-    error = openai_errors.not_found(f"Previous response with id '{response_id}' not found{why}.", "previous_response_id")
+    error = openai_errors.not_found(
+        f"Previous response with id '{response_id}' not found{why}.", "previous_response_id"
+    )
     return error
 
 
@@ -69,7 +71,9 @@ class ResponseChains:
             raise not_found(response_id, ": it was created with store=false")
         previous = request.get("previous_response_id")
         earlier = await self.history(previous) if previous else []
-        conversation = without_system(protocol.input_messages(request, earlier)) + [assistant_message(call)]
+        conversation = without_system(protocol.input_messages(request, earlier)) + [
+            assistant_message(call)
+        ]
         self.remember(response_id, conversation)
         return [dict(message) for message in conversation]
 
@@ -81,11 +85,15 @@ class ResponseChains:
         if not call_id:
             raise not_found(response_id, "")
         try:
-            response = await self._store.get_call(store_pb.GetCallRequest(call_id=call_id, view=store_pb.CALL_VIEW_FULL))
+            response = await self._store.get_call(
+                store_pb.GetCallRequest(call_id=call_id, view=store_pb.CALL_VIEW_FULL)
+            )
         except RPCError as error:
             if error.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise not_found(response_id, "") from None
-            raise openai_errors.unavailable(f"the token store cannot be read for {response_id}: {error.message}") from None
+            raise openai_errors.unavailable(
+                f"the token store cannot be read for {response_id}: {error.message}"
+            ) from None
         call = response.call
         if call.endpoint != llm_call_pb2.CALL_ENDPOINT_RESPONSES:
             raise not_found(response_id, "")

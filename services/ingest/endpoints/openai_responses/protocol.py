@@ -46,7 +46,10 @@ def check_request(request: Mapping[str, Any]) -> None:
         if request.get(name) is not None and not isinstance(request[name], bool):
             raise bad(f"{name} must be a boolean", name)
     if request.get("background"):
-        raise bad("background responses are not supported: ingest answers while the agent waits", "background")
+        raise bad(
+            "background responses are not supported: ingest answers while the agent waits",
+            "background",
+        )
     tool_choice_of(request)
 
 
@@ -57,10 +60,15 @@ def tool_choice_of(request: Mapping[str, Any]) -> Any:
         return choice
     if choice in ("auto", "none", None):
         return "none"
-    raise bad("tool_choice names a tool, or requires one, but the request declares no tools", "tool_choice")
+    raise bad(
+        "tool_choice names a tool, or requires one, but the request declares no tools",
+        "tool_choice",
+    )
 
 
-def input_messages(request: Mapping[str, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def input_messages(
+    request: Mapping[str, Any], history: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The chat messages of the request: its instructions, the previous conversation, its input."""
     messages: list[dict[str, Any]] = []
     instructions = request.get("instructions")
@@ -76,7 +84,9 @@ def input_messages(request: Mapping[str, Any], history: list[dict[str, Any]]) ->
     call_ids = {call["id"] for message in messages for call in message.get("tool_calls") or ()}
     converted: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        message = _convert_item(item, f"input.{index}", converted[-1] if converted else None, call_ids)
+        message = _convert_item(
+            item, f"input.{index}", converted[-1] if converted else None, call_ids
+        )
         if message is not None:
             converted.append(message)
     return messages + converted
@@ -92,7 +102,9 @@ PASSED_THROUGH = (
 )  # fmt: skip
 
 
-def to_chat_request(request: Mapping[str, Any], messages: list[dict[str, Any]], served_model: str) -> dict[str, Any]:
+def to_chat_request(
+    request: Mapping[str, Any], messages: list[dict[str, Any]], served_model: str
+) -> dict[str, Any]:
     chat: dict[str, Any] = {"model": served_model, "messages": messages}
     max_output = request.get("max_output_tokens")
     if max_output is not None:
@@ -133,7 +145,11 @@ def _convert_item(
         if not isinstance(arguments, str):
             raise bad("arguments must be a JSON string", f"{where}.arguments")
         call_ids.add(call_id)
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        call = {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
         if assistant is not None:
             assistant.setdefault("tool_calls", []).append(call)
             return None
@@ -181,7 +197,10 @@ def _message_text(content: Any, where: str) -> str | list[dict[str, str]]:
         if kind in UNSUPPORTED_PARTS:
             raise bad(UNSUPPORTED_PARTS[str(kind)], f"{where}.{index}")
         if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise bad(f"unknown content part type {kind!r}; expected input_text or output_text", f"{where}.{index}.type")
+            raise bad(
+                f"unknown content part type {kind!r}; expected input_text or output_text",
+                f"{where}.{index}.type",
+            )
         parts.append({"type": "text", "text": part["text"]})
     return parts[0]["text"] if len(parts) == 1 else parts
 
@@ -196,10 +215,15 @@ def _tools(tools: Any, chat: dict[str, Any]) -> None:
         where = f"tools.{index}"
         if not isinstance(tool, Mapping) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, Mapping) else None
-            raise bad(f"tool type {kind!r} is not supported: only function tools reach the policy", f"{where}.type")
+            raise bad(
+                f"tool type {kind!r} is not supported: only function tools reach the policy",
+                f"{where}.type",
+            )
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise bad("a function tool needs a name", f"{where}.name")
-        function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
+        function = {
+            key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool
+        }
         converted.append({"type": "function", "function": function})
     if converted:
         chat["tools"] = converted
@@ -210,11 +234,20 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
         return
     if isinstance(choice, str):
         if choice not in TOOL_CHOICES:
-            raise bad(f"tool_choice must be one of {', '.join(TOOL_CHOICES)} or a function", "tool_choice")
+            raise bad(
+                f"tool_choice must be one of {', '.join(TOOL_CHOICES)} or a function", "tool_choice"
+            )
         chat["tool_choice"] = choice
         return
-    if not isinstance(choice, Mapping) or choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-        raise bad('tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}', "tool_choice")
+    if (
+        not isinstance(choice, Mapping)
+        or choice.get("type") != "function"
+        or not isinstance(choice.get("name"), str)
+    ):
+        raise bad(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+            "tool_choice",
+        )
     chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
 
 
@@ -223,7 +256,11 @@ def _text_format(text: Any, chat: dict[str, Any]) -> None:
         return
     output_format = text["format"]
     if output_format.get("type") == "json_schema":
-        schema = {key: output_format[key] for key in ("name", "schema", "strict", "description") if key in output_format}
+        schema = {
+            key: output_format[key]
+            for key in ("name", "schema", "strict", "description")
+            if key in output_format
+        }
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     elif output_format.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}

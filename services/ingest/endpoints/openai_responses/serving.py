@@ -38,7 +38,9 @@ class ResponsesServing:
         self.aliases = aliases
         self.chains = chains
 
-    async def create(self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders) -> Reply:
+    async def create(
+        self, raw_body: bytes, path_slug: str | None, headers: SessionHeaders
+    ) -> Reply:
         log: dict[str, Any] = {}
         try:
             request, model, served, session, metadata, log = request_start.start(
@@ -48,31 +50,46 @@ class ResponsesServing:
             history = await self.chains.history(previous) if previous else []
             messages = protocol.input_messages(request, history)
             chat = protocol.to_chat_request(request, messages, served)
-            forwarded = await self.backend.forward(ChatCall(RESPONSES, chat, raw_body, session, metadata, model, served))
+            forwarded = await self.backend.forward(
+                ChatCall(RESPONSES, chat, raw_body, session, metadata, model, served)
+            )
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.body(), log | {"error": error.message})
         remember = self._remembering(request, messages, forwarded)
         shell = self._shell(request, model, served, forwarded)
         if forwarded.stream is not None:
-            return StreamReply(self._events(forwarded, shell, remember), forwarded.capture, forwarded.abandon, log)
+            return StreamReply(
+                self._events(forwarded, shell, remember), forwarded.capture, forwarded.abandon, log
+            )
         if forwarded.response is None:
             return JsonReply(forwarded.status, forwarded.error_body, log, forwarded.capture)
         remember()
         prompt = (forwarded.response.get("usage") or {}).get("prompt_tokens", 0)
-        return JsonReply(200, orjson.dumps(answers.to_response(shell(prompt), forwarded.response)), log, forwarded.capture)
+        return JsonReply(
+            200,
+            orjson.dumps(answers.to_response(shell(prompt), forwarded.response)),
+            log,
+            forwarded.capture,
+        )
 
-    def _shell(self, request: Mapping[str, Any], model: str, served: str, forwarded: Forwarded) -> Callable[[int], answers.ResponseShell]:
+    def _shell(
+        self, request: Mapping[str, Any], model: str, served: str, forwarded: Forwarded
+    ) -> Callable[[int], answers.ResponseShell]:
         """The response's fixed part, once the prompt's length is known (it bounds the default max_output_tokens)."""
 
         def make(prompt_tokens: int) -> answers.ResponseShell:
             limit = request.get("max_output_tokens")
             if limit is None and (context := self.backend.router.max_model_len(served)):
                 limit = context - prompt_tokens
-            return answers.ResponseShell(answers.response_id(forwarded.capture.call_id), model, request, limit)
+            return answers.ResponseShell(
+                answers.response_id(forwarded.capture.call_id), model, request, limit
+            )
 
         return make
 
-    def _remembering(self, request: Mapping[str, Any], messages: list[dict[str, Any]], forwarded: Forwarded) -> Callable[[], None]:
+    def _remembering(
+        self, request: Mapping[str, Any], messages: list[dict[str, Any]], forwarded: Forwarded
+    ) -> Callable[[], None]:
         def remember() -> None:
             call = forwarded.capture.call
             if request.get("store") is False or call is None:
@@ -83,7 +100,10 @@ class ResponsesServing:
         return remember
 
     async def _events(
-        self, forwarded: Forwarded, shell: Callable[[int], answers.ResponseShell], remember: Callable[[], None]
+        self,
+        forwarded: Forwarded,
+        shell: Callable[[int], answers.ResponseShell],
+        remember: Callable[[], None],
     ) -> AsyncGenerator[bytes, None]:
         assert forwarded.stream is not None
         stream: answers.ResponseStream | None = None
@@ -92,7 +112,9 @@ class ResponsesServing:
             nonlocal stream
             if stream is None:
                 # The prompt's length is recorded from the first chunk, before capture drops its ids from it.
-                stream = answers.ResponseStream(shell(len(forwarded.capture.recorder.prompt_token_ids or ())))
+                stream = answers.ResponseStream(
+                    shell(len(forwarded.capture.recorder.prompt_token_ids or ()))
+                )
                 return b"".join([*stream.start(), *stream.feed(chunk)])
             return b"".join(stream.feed(chunk))
 

@@ -17,10 +17,15 @@ MODEL_INFO = {"vision": False, "function_calling": False, "json_output": False, 
 async def main(session_id: str) -> None:
     with parity.session(session_id):  # Parity
         client = OpenAIChatCompletionClient(
-            model=os.environ["AGENT_MODEL"], base_url=parity.session_url(), api_key="unused",  # Parity
-            model_info=MODEL_INFO, max_tokens=16,
+            model=os.environ["AGENT_MODEL"],
+            base_url=parity.session_url(),
+            api_key="unused",  # Parity
+            model_info=MODEL_INFO,
+            max_tokens=16,
         )
-        agent = AssistantAgent("assistant", model_client=client, system_message="Answer in one word.")
+        agent = AssistantAgent(
+            "assistant", model_client=client, system_message="Answer in one word."
+        )
         result = await agent.run(task="Say hello.")
         await client.close()
     print(json.dumps({"answer": result.messages[-1].content}))

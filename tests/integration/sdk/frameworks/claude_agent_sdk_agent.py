@@ -17,12 +17,17 @@ OFFLINE = {
 async def main(session_id: str) -> None:
     answer, replies, stopped = None, [], None
     with parity.session(session_id):  # Parity
-        env = {"ANTHROPIC_BASE_URL": parity.session_url(api="anthropic"), "ANTHROPIC_API_KEY": "unused"}  # Parity
+        env = {
+            "ANTHROPIC_BASE_URL": parity.session_url(api="anthropic"),
+            "ANTHROPIC_API_KEY": "unused",
+        }  # Parity
         options = ClaudeAgentOptions(max_turns=1, env=env | OFFLINE)
         try:
             async for message in query(prompt="Say hello.", options=options):
                 if isinstance(message, AssistantMessage) and message.model != "<synthetic>":
-                    replies.append("".join(b.text for b in message.content if isinstance(b, TextBlock)))
+                    replies.append(
+                        "".join(b.text for b in message.content if isinstance(b, TextBlock))
+                    )
                 if isinstance(message, ResultMessage):
                     answer = message.result
         except Exception as error:  # noqa: BLE001 - the test judges which stops are the model's doing

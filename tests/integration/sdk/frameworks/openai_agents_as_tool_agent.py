@@ -35,7 +35,10 @@ def main(session_id: str) -> None:
             model_settings=ModelSettings(max_tokens=160, tool_choice="ask_researcher"),
         )  # fmt: skip
         try:
-            answer, stopped = Runner.run_sync(orchestrator, "What is two plus two?", max_turns=3).final_output, None
+            answer, stopped = (
+                Runner.run_sync(orchestrator, "What is two plus two?", max_turns=3).final_output,
+                None,
+            )
         except Exception as error:  # noqa: BLE001 - the test judges which stops are the model's doing
             answer, stopped = None, f"{type(error).__name__}: {error}"
     print(json.dumps({"answer": answer, "stopped": stopped}))
