@@ -61,7 +61,48 @@ def session_url(ingest_url: str | None = None, *, api: str = "openai") -> str:
     return f"{base}/v1" if api == "openai" else base
 
 
-class session:  # noqa: N801 - used like a function: `with parity.session(task="t1"):`
+class _Scope:
+    """A `with` block (or `async with`) whose calls belong to the SessionRef it makes when entered."""
+
+    _token: contextvars.Token[SessionRef | None] | None
+
+    def _scoped_ref(self) -> SessionRef:
+        raise NotImplementedError
+
+    def _open(self) -> SessionRef:
+        ref = self._scoped_ref()
+        self._token = _current.set(ref)
+        return ref
+
+    def _close(self) -> None:
+        assert self._token is not None, f"{type(self).__name__} exited without being entered"
+        _current.reset(self._token)
+        self._token = None
+
+    def __enter__(self) -> SessionRef:
+        return self._open()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._close()
+
+    async def __aenter__(self) -> SessionRef:
+        return self._open()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._close()
+
+
+class session(_Scope):  # noqa: N801 - used like a function: `with parity.session(task="t1"):`
     """Open a (nested) session for the calls made inside it.
 
         with parity.session(task="add-2-3") as s:       # or `async with`
@@ -94,9 +135,9 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
         self.tags = normalize_tags(tags)
         self.metadata = {key: str(value) for key, value in metadata.items()}
         self.ref: SessionRef | None = None
-        self._token: contextvars.Token[SessionRef | None] | None = None
+        self._token = None
 
-    def _open(self) -> SessionRef:
+    def _scoped_ref(self) -> SessionRef:
         parent = current_session()
         self.ref = SessionRef(
             session_id=self.session_id or new_id(),
@@ -114,38 +155,10 @@ class session:  # noqa: N801 - used like a function: `with parity.session(task="
             else (parent.end_user_id if parent else ""),
             tags=normalize_tags((*(parent.tags if parent else ()), *self.tags)),
         )
-        self._token = _current.set(self.ref)
         return self.ref
 
-    def _close(self) -> None:
-        assert self._token is not None, "session exited without being entered"
-        _current.reset(self._token)
-        self._token = None
 
-    def __enter__(self) -> SessionRef:
-        return self._open()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._close()
-
-    async def __aenter__(self) -> SessionRef:
-        return self._open()
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._close()
-
-
-class thread:  # noqa: N801 - used like a function: `with parity.thread("researcher"):`
+class thread(_Scope):  # noqa: N801 - used like a function: `with parity.thread("researcher"):`
     """Name the thread of the current session that the calls made inside belong to: an orchestrator's, or one
     of the subagents it runs in the same episode.
 
@@ -162,9 +175,9 @@ class thread:  # noqa: N801 - used like a function: `with parity.thread("researc
         if not name:
             raise ValueError("a thread needs a name")
         self.name = name
-        self._token: contextvars.Token[SessionRef | None] | None = None
+        self._token = None
 
-    def _open(self) -> SessionRef:
+    def _scoped_ref(self) -> SessionRef:
         parent = current_session()
         if parent is None:
             raise RuntimeError(
@@ -172,35 +185,7 @@ class thread:  # noqa: N801 - used like a function: `with parity.thread("researc
             )
         ref = dataclasses.replace(parent, thread_id=self.name)
         session_slug.check(ref)
-        self._token = _current.set(ref)
         return ref
-
-    def _close(self) -> None:
-        assert self._token is not None, "thread exited without being entered"
-        _current.reset(self._token)
-        self._token = None
-
-    def __enter__(self) -> SessionRef:
-        return self._open()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._close()
-
-    async def __aenter__(self) -> SessionRef:
-        return self._open()
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._close()
 
 
 @dataclass(frozen=True)

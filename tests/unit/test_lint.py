@@ -1,48 +1,20 @@
-"""ruff's lint and format over the hand-written code; generated code (sdk/parity/api, sdk/parity/clients/generated) is excluded in pyproject.toml."""
+"""ruff's lint and format over the hand-written code; generated code (sdk/parity/api, sdk/parity/clients/generated) is
+excluded in pyproject.toml. `make format` rewrites the code as ruff formats it."""
 
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 
+TREES = ["sdk", "services", "tests", "scripts", "bench", "examples"]
 
-def test_ruff_check_passes() -> None:
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["lint", "format"])
+def test_ruff_passes(command: list[str]) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "check",
-            "sdk",
-            "services",
-            "tests",
-            "scripts",
-            "bench",
-            "examples",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_ruff_format_leaves_the_code_as_it_is() -> None:
-    """The hand-written code is as `ruff format` writes it (`make format` rewrites it so)."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "format",
-            "--check",
-            "sdk",
-            "services",
-            "tests",
-            "scripts",
-            "bench",
-            "examples",
-        ],
+        [sys.executable, "-m", "ruff", *command, *TREES],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
