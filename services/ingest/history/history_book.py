@@ -75,7 +75,8 @@ class HistoryBook:
     def __init__(self, budget_tokens: int, max_conversations: int = MAX_CONVERSATIONS) -> None:
         self.budget_tokens = budget_tokens
         self.max_conversations = max_conversations
-        # Each trajectory's conversations, least recently used first, in both orders.
+        # Each trajectory's conversations, the least recently continued first;
+        # the trajectories, the least recently used first.
         self._calls: OrderedDict[TrajectoryKey, list[LastCall]] = OrderedDict()
         self._tokens = 0
 
