@@ -65,11 +65,12 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
         completion_tokens = (
             sum(token_count(c.token_ids) for c in call.choices) or call.usage.completion_tokens
         )
+        thread_index, thread_id = threads.get(call.call_id, (0, ""))
         steps.append(trajectory_pb2.Step(
             call_id=call.call_id, step_index=index, prompt_token_count=prompt_tokens,
             completion_token_count=completion_tokens, reward=trajectory.step_rewards.get(index, 0.0),
             has_reward=index in trajectory.step_rewards,
-            thread_index=threads.get(call.call_id, (0, ""))[0], thread_id=threads.get(call.call_id, (0, ""))[1],
+            thread_index=thread_index, thread_id=thread_id,
         ))  # fmt: skip
     return trajectory_pb2.Trajectory(
         session_id=trajectory.session_id,
