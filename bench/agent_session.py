@@ -15,8 +15,8 @@ import json
 import numpy as np
 from tokenizers import Tokenizer
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import tokens
 
 WORDS = (
     "the",

@@ -30,12 +30,12 @@ import grpc
 import numpy as np
 from scratch import scratch_dir
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as apb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as apb_grpc
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.api.store.v1 import store_service_pb2 as spb
 from parity.api.store.v1 import store_service_pb2_grpc as spb_grpc
+from parity.core import tokens
 
 VOCAB = 50_000
 GROUP_SIZE = 4

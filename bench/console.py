@@ -42,11 +42,11 @@ from scratch import scratch_dir
 from store import StoreProcess, drive_grpc, free_port
 from tokenizers import Tokenizer
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import AssemblerClient, StoreClient
+from parity.core import tokens
 from parity.services.inference.tiny_model import generate_tiny_model
 
 CHROMIUM = "/usr/bin/chromium"

@@ -3,7 +3,7 @@
     .venv/bin/python bench/id_order.py [--quick] [--stored N]
 
 Every call id and session id is a key of a unique index in the store. Parity makes
-them UUIDv7 (`parity.ids.new_id`); the baseline is what it made before and what
+them UUIDv7 (`parity.core.ids.new_id`); the baseline is what it made before and what
 most tools make, uuid4. Each side gets a fresh SQLite store (`parity store serve`,
 written through its gRPC API) and fills it with N small single-call sessions, in
 requests of 1,000 calls (the most one may hold). Then it writes full-size calls
@@ -31,7 +31,7 @@ from store import VOCAB, StoreProcess, drive_grpc, llm_call
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
-from parity.ids import new_id
+from parity.core.ids import new_id
 
 FILL_REQUEST_CALLS = 1000
 FILL_WRITERS = 8

@@ -45,10 +45,10 @@ import grpc
 import numpy as np
 from scratch import scratch_dir
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.api.store.v1 import store_service_pb2_grpc as pb_grpc
+from parity.core import tokens
 
 WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/WriteCalls"
 STREAM_WRITE_CALLS = "/parity.api.store.v1.TokenStoreService/StreamWriteCalls"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import tokens
 
 
 def make_call(

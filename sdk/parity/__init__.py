@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from parity.supported_versions import check_installed as _check_installed
+from parity.core.supported_versions import check_installed as _check_installed
 
 # Before anything imports the generated code: a protobuf or grpcio outside its range gets one
 # error naming both versions instead of a traceback from deep inside protobuf's import.
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
     from parity.chat_client import get_async_chat_client, get_chat_client
     from parity.clients import RPCError
     from parity.config import configure, current_config
+    from parity.core.session_budget import SessionBudget
+    from parity.core.session_slug import SessionRef
     from parity.feedback import FeedbackError, FeedbackReceipt, afeedback, feedback
     from parity.flushing import FlushError, aflush, flush
     from parity.promotion import Promotion, promote, rollback
     from parity.rewards import areward, reward
-    from parity.session_budget import SessionBudget
-    from parity.session_slug import SessionRef
     from parity.sessions import (
         TrajectoryView,
         current_session,
@@ -63,8 +63,8 @@ _EXPORTS = {
     "rollback": "parity.promotion",
     "areward": "parity.rewards",
     "reward": "parity.rewards",
-    "SessionBudget": "parity.session_budget",
-    "SessionRef": "parity.session_slug",
+    "SessionBudget": "parity.core.session_budget",
+    "SessionRef": "parity.core.session_slug",
     "TrajectoryView": "parity.sessions",
     "current_session": "parity.sessions",
     "session": "parity.sessions",

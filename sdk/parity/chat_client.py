@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import openai
 
-from parity import session_slug
 from parity.config import current_config
+from parity.core import session_slug
 from parity.sessions import current_session
 
 

@@ -18,8 +18,8 @@ from typing import Literal
 from urllib.parse import quote
 
 from parity.config import current_config
+from parity.core.ids import new_id
 from parity.flushing import ingest_http_client
-from parity.ids import new_id
 from parity.sessions import current_session
 
 FEEDBACK_PATH = "/sessions/{session_id}/feedback"

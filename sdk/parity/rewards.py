@@ -9,8 +9,8 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import reward_pb2
 from parity.clients import AssemblerClient
 from parity.config import current_config
+from parity.core.ids import new_id
 from parity.flushing import flush
-from parity.ids import new_id
 from parity.sessions import current_session
 
 
@@ -73,14 +73,3 @@ async def areward(value: float, step: int | str | None = None, **options: object
     """`reward()` for async code, without blocking the event loop."""
     # to_thread copies the context, so the current session goes with it.
     return await asyncio.to_thread(reward, value, step, **options)  # type: ignore[arg-type]
-
-
-# Returns closer than this are equal: float32 token rewards round, and a group
-# whose returns differ by less gives GRPO nothing to learn from.
-_EQUAL_RETURNS = 1e-6
-
-
-def has_no_variance(returns: list[float]) -> bool:
-    """Two or more returns, all equal (the assembler drops such a group). A single rollout's variance is
-    undefined, not zero."""
-    return len(returns) >= 2 and max(returns) - min(returns) <= _EQUAL_RETURNS

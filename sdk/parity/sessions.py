@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from parity import session_slug
-from parity.attribution import check_end_user_id, normalize_tags
 from parity.config import current_config
-from parity.ids import new_id
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef
+from parity.core import session_slug
+from parity.core.attribution import check_end_user_id, normalize_tags
+from parity.core.ids import new_id
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.attribution import check_end_user_id, normalize_tags
 from parity.clients import RPCError, StoreClient, TrainerClient
 from parity.config import current_config
+from parity.core.attribution import check_end_user_id, normalize_tags
 
 DEFAULT_TRAINER_ADDRESS = "127.0.0.1:50054"
 

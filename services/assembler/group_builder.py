@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, sample_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.feedback_rule import is_feedback
-from parity.rewards import has_no_variance
+from parity.core.feedback_rule import is_feedback
+from parity.core.group_returns import has_no_variance
 from parity.services.assembler.filters import FilterSettings, Staleness
 from parity.services.assembler.rollouts import Rollout
 from parity.services.assembler.samples import TrajectorySamples, build_samples

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from parity import tokens
+from parity.core import tokens
 
 _ZERO_FLOAT = b"\x00\x00\x00\x00"
 # Open sequences a trajectory keeps before the least recently extended one ends.

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from parity import tokens
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.clients import AsyncStoreClient
+from parity.core import tokens
 from parity.services.assembler.samples import LengthLimit, build_samples
 from parity.services.assembler.store_client import rebuild_prompts
 from parity.services.assembler.trajectories import split_trajectories

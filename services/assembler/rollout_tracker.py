@@ -19,7 +19,7 @@ import structlog
 
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.ids import new_id
+from parity.core.ids import new_id
 from parity.services.assembler import session_marks
 from parity.services.assembler.batches import ConsumerLedgers
 from parity.services.assembler.changes import Changes

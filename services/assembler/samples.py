@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from parity.api.common.v1 import llm_call_pb2, sample_pb2
+from parity.core.tokens import head_tokens, token_span
 from parity.services.assembler.prefix_merge import (
     DEFAULT_MAX_OPEN_THREADS,
     ChoiceTokens,
@@ -32,7 +33,6 @@ from parity.services.assembler.prefix_merge import (
     merge_steps,
 )
 from parity.services.assembler.trajectories import Trajectory
-from parity.tokens import head_tokens, token_span
 
 OVERLONG_POLICIES = ("truncate", "drop")
 _FINAL = {"parity.final_sample": "true"}

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from parity.api.assembler.v1 import assembler_service_pb2, assembler_service_pb2_grpc
+from parity.core.settings_fields import setting
 from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.filters import THREAD_ADVANTAGES, FilterSettings
 from parity.services.assembler.llm_judge import DEFAULT_INSTRUCTIONS, JudgeSettings, LlmJudge
@@ -20,7 +21,6 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
-from parity.settings_fields import setting
 
 FULL_NAME = assembler_service_pb2.DESCRIPTOR.services_by_name["AssemblerService"].full_name
 DEFAULT_PORT = 50053

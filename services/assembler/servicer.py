@@ -13,6 +13,7 @@ from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from parity.api.assembler.v1 import batch_pb2, trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2
+from parity.core.tokens import token_count
 from parity.services.assembler import trajectory_views
 from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
@@ -20,7 +21,6 @@ from parity.services.assembler.batches import Batch
 from parity.services.assembler.samples import history_mode
 from parity.services.assembler.trajectory_views import TrajectoryView
 from parity.services.runtime.errors import InvalidArgument, ParityError
-from parity.tokens import token_count
 
 
 def batch_to_proto(batch: Batch) -> batch_pb2.Batch:

@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from parity import splice_delta
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as pb
 from parity.clients import AsyncStoreClient, RPCError
+from parity.core import splice_delta
+from parity.core.splice_delta import token_splice
 from parity.services.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -28,7 +29,6 @@ from parity.services.runtime.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from parity.splice_delta import token_splice
 
 log = structlog.get_logger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parity.core.settings_fields import setting
 from parity.services.runtime.auth import is_loopback
 from parity.services.runtime.config import ListenerConfig
 from parity.services.runtime.errors import InvalidArgument
-from parity.settings_fields import setting
 
 DEFAULT_PORT = 8200
 TOKEN_ENV = "PARITY_CONSOLE_TOKEN"

@@ -6,7 +6,7 @@ ends the episode as surely as a session budget does, so it is recorded the same 
 call with outcome CALL_OUTCOME_SESSION_CAPPED and `session_cap` "context", which the
 assembler treats as a truncated episode. The agent hears it as OpenAI says it
 (`context_length_exceeded`), which frameworks that trim their history look for. A session
-whose context policy is "refuse" (parity/session_budget.py) has the cut reply refused
+whose context policy is "refuse" (parity/core/session_budget.py) has the cut reply refused
 the same way, before anything is sampled.
 """
 

@@ -19,6 +19,9 @@ import structlog
 import uvicorn
 
 from parity.api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from parity.core.session_budget import CONTEXT_POLICIES, SessionBudget
+from parity.core.session_slug import HISTORY_MODES
+from parity.core.settings_fields import setting
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.feedback_sink import FeedbackSink
 from parity.services.ingest.capture.policy_record import PolicyRecord
@@ -52,9 +55,6 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument, Unavailable
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
-from parity.session_budget import CONTEXT_POLICIES, SessionBudget
-from parity.session_slug import HISTORY_MODES
-from parity.settings_fields import setting
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Each capped session's use of the policy, and the refusal of its calls past a cap.
 
 A session's budget is the tighter of its slug's and its header's caps, else ingest's
-serving default (parity/session_budget.py). Calls count when admitted, so calls a session
+serving default (parity/core/session_budget.py). Calls count when admitted, so calls a session
 makes at once cannot all slip past a call cap; tokens count when a call is recorded, so
 a token cap stops the call after the one that crossed it. Sessions with no budget are not
 tracked at all, nor are calls that named no session: they are every such agent's at once. Usage lives in memory, the least recently called session forgotten first
@@ -16,9 +16,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef
 from parity.services.ingest.endpoints.session_resolution import UNASSIGNED
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef
 
 MAX_SESSIONS = 200_000
 _UNITS = {

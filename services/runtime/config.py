@@ -14,9 +14,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from parity.core.settings_fields import setting
 from parity.services.runtime.auth import TokenTable, is_loopback
 from parity.services.runtime.errors import InvalidArgument
-from parity.settings_fields import setting
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "json", "console")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from parity import splice_delta
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import splice_delta
+from parity.core.splice_delta import Splice
+from parity.core.tokens import TOKEN_BYTES
 from parity.services.store.records import MAX_REF_DEPTH, CallRow
-from parity.splice_delta import Splice
-from parity.tokens import TOKEN_BYTES
 
 # A reference must save at least this many bytes of prompt tokens to be worth a
 # chain hop on every read.

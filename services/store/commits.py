@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
-from parity.ids import new_id
+from parity.core.ids import new_id
 from parity.services.runtime.errors import (
     AlreadyExists,
     FailedPrecondition,

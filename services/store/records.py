@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from parity.splice_delta import Splice
+from parity.core.splice_delta import Splice
 
 MAX_REF_DEPTH = 32
 

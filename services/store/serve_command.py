@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parity.api.store.v1 import store_service_pb2, store_service_pb2_grpc
+from parity.core.settings_fields import setting
 from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
@@ -12,7 +13,6 @@ from parity.services.runtime.service_definition import ServiceDefinition
 from parity.services.store.backends import SCHEMES, open_backend
 from parity.services.store.servicer import TokenStoreServicer
 from parity.services.store.token_store import TokenStore
-from parity.settings_fields import setting
 
 FULL_NAME = store_service_pb2.DESCRIPTOR.services_by_name["TokenStoreService"].full_name
 DEFAULT_PORT = 50051

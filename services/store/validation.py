@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from parity import attribution
 from parity.api.common.v1 import llm_call_pb2, reward_pb2
+from parity.core import attribution
+from parity.core.tokens import token_count
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store.records import MetadataUpdate
 from parity.services.store.reward_conflicts import describe, reward_content
-from parity.tokens import token_count
 
 MAX_BATCH = 1000
 # Metadata updates are small; a batch feed marks every rollout of a batch in one request.
@@ -64,7 +64,7 @@ def check_text(value: str, what: str) -> None:
 
 
 def check_end_user_id(value: str, what: str) -> None:
-    """At most 256 characters, none of them a control character (parity.attribution's rules)."""
+    """At most 256 characters, none of them a control character (parity.core.attribution's rules)."""
     try:
         attribution.check_end_user_id(value, what)
     except ValueError as error:

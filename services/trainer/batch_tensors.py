@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parity import tokens
 from parity.api.common.v1 import sample_pb2
+from parity.core import tokens
 from parity.services.runtime.errors import InvalidArgument
 
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from parity.core.update_settings import ALL_LINEAR
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.run_settings import RunSettings
-from parity.update_settings import ALL_LINEAR
 
 if TYPE_CHECKING:
     from peft import LoraConfig

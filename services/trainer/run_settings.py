@@ -1,6 +1,6 @@
 """A training run's settings: the domain side of `RunConfig`, validated once, at StartRun.
 
-Every update setting, its default and its range come from `parity.update_settings`, the
+Every update setting, its default and its range come from `parity.core.update_settings`, the
 definition `parity train` shares; this adds what only the trainer knows: the model's
 folder, the step budget, where checkpoints go, and the values `auto` and unset resolve
 to on this machine.
@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from parity.api.trainer.v1 import run_pb2
-from parity.services.inference.packaged_models import folder_learning_rate
-from parity.services.runtime.errors import InvalidArgument
-from parity.services.trainer.compute_defaults import resolve_dtype
-from parity.settings_fields import SettingsError
-from parity.update_settings import (
+from parity.core.settings_fields import SettingsError
+from parity.core.update_settings import (
     UpdateSettings,
     from_run_config,
     is_url,
     proto_path,
     to_run_config,
 )
+from parity.services.inference.packaged_models import folder_learning_rate
+from parity.services.runtime.errors import InvalidArgument
+from parity.services.trainer.compute_defaults import resolve_dtype
 
 
 @dataclass(frozen=True)

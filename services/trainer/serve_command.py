@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.api.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+from parity.core.settings_fields import setting
 from parity.services.runtime.addresses import parse_address_list
 from parity.services.runtime.auth import read_secret
 from parity.services.runtime.config import ServerConfig
@@ -16,7 +17,6 @@ from parity.services.trainer.deployment import TrainerDeployment
 from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.servicer import TrainerServicer
 from parity.services.trainer.trainer import Trainer
-from parity.settings_fields import setting
 
 FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 DEFAULT_PORT = 50054

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from parity import tokens
 from parity.api.common.v1 import sample_pb2
+from parity.core import tokens
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.attribution import check_end_user_id
+from parity.core.attribution import check_end_user_id
 from parity.services.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,

@@ -32,9 +32,9 @@ from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import session_pb2
 from parity.clients import AssemblerClient, RPCError
 from parity.config import current_config
+from parity.core.progress import show_progress
+from parity.core.session_budget import REFUSAL_TYPE, SessionBudget
 from parity.flushing import flush
-from parity.progress import show_progress
-from parity.session_budget import REFUSAL_TYPE, SessionBudget
 from parity.sessions import session
 
 log = structlog.get_logger(__name__)

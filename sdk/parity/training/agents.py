@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parity import session_slug
 from parity.config import current_config
+from parity.core import session_slug
 from parity.sessions import current_session, session_url
 
 # What a failed command's error keeps of its stderr (or of its stdout, when stderr is empty).

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.clients import AssemblerClient
+from parity.core.session_budget import SessionBudget
 from parity.engine import AgentEngine, EngineConfig, RolloutResult
 from parity.engine.runner import Agent
-from parity.session_budget import SessionBudget
 
 
 @dataclass(frozen=True)

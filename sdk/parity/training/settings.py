@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from parity.attribution import normalize_tags
-from parity.feedback_rule import COMBINE, FeedbackRule, parse_weights
+from parity.core.attribution import normalize_tags
+from parity.core.feedback_rule import COMBINE, FeedbackRule, parse_weights
+from parity.core.session_budget import CONTEXT_POLICIES, SessionBudget
+from parity.core.session_slug import HISTORY_MODES
+from parity.core.settings_fields import SettingsError, setting
+from parity.core.update_settings import UpdateSettings, is_url
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
-from parity.session_budget import CONTEXT_POLICIES, SessionBudget
-from parity.session_slug import HISTORY_MODES
-from parity.settings_fields import SettingsError, setting
 from parity.training.task_order import TASK_SELECTIONS
-from parity.update_settings import UpdateSettings, is_url
 
 __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
 
@@ -74,7 +74,7 @@ class StackAddresses:
 
 @dataclass(frozen=True)
 class TrainSettings(UpdateSettings):
-    """Everything `parity train` takes: the update's settings (parity.update_settings, shared with the trainer) and the run's."""
+    """Everything `parity train` takes: the update's settings (parity.core.update_settings, shared with the trainer) and the run's."""
 
     # What to train.
     agent: str = setting(

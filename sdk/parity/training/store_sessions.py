@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from parity.api.common.v1 import session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import StoreClient
-from parity.feedback_rule import FeedbackRule
+from parity.core.feedback_rule import FeedbackRule
 from parity.training.settings import TrainSettings
 
 SKIP_REASONS = ("active", "filtered_out", "too_stale", "awaiting_feedback", "no_feedback")

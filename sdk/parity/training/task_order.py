@@ -14,8 +14,8 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from parity.core.group_returns import has_no_variance
 from parity.engine import RolloutResult
-from parity.rewards import has_no_variance
 from parity.training.tasks import TASK_ID_KEY
 
 TASK_SELECTIONS = ("signal", "uniform")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 
+from parity.core.update_settings import is_url
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import resolve_model
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer
 from parity.training.settings import SettingsError
-from parity.update_settings import is_url
 
 # The model name the teacher is served under; the trainer asks for it.
 SERVED_NAME = "teacher"

@@ -35,8 +35,9 @@ import parity
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, RPCError, StoreClient, TrainerClient, transport
+from parity.core.progress import Progress, show_progress
+from parity.core.update_settings import to_run_config
 from parity.engine.runner import Agent
-from parity.progress import Progress, show_progress
 from parity.services.inference.packaged_models import is_model_name
 from parity.training import tracking
 from parity.training.batch_supply import BatchSupply, rollout_results
@@ -64,7 +65,6 @@ from parity.training.store_supply import StoreExhausted, StoreSupply
 from parity.training.task_order import TaskOrder
 from parity.training.teacher_server import SERVED_NAME
 from parity.training.validation import RolloutScorer, ValidationResult, summarize
-from parity.update_settings import to_run_config
 
 log = structlog.get_logger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import tokens
 from parity.services.console.views.token_text import TokenTexts
 
 

@@ -19,7 +19,7 @@ from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.feedback_rule import is_feedback
+from parity.core.feedback_rule import is_feedback
 from parity.services.console.upstream import Missing, ServiceDown, Services
 from parity.services.console.views.format import enum_label, timestamp_text
 from parity.services.console.views.sessions import RUN_KEY, trajectory_rewards

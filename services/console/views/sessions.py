@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.attribution import check_end_user_id, normalize_tags
+from parity.core.attribution import check_end_user_id, normalize_tags
 from parity.services.console.upstream import Services
 from parity.services.console.views.format import enum_label, timestamp_text
 

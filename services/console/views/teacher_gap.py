@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from parity import tokens
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from parity.core import tokens
 from parity.services.console.views.trajectory import CallView, ChoiceView, TrajectoryView
 
 DEPARTURE_GAP = -1.0

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from parity import tokens
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, sample_pb2
+from parity.core import tokens
 from parity.services.console.views.call_joins import CallJoins, JoinView
 from parity.services.console.views.format import enum_label, seconds, timestamp_text
 from parity.services.console.views.token_text import TokenTexts

@@ -5,7 +5,7 @@ serving one, so this page is the comparison a canary runs for; after a promotion
 compares the versions before and after. It reads the newest production sessions (those
 of no training run), filtered by end user and tags, up to `SCAN_LIMIT`, with their calls
 and rewards but no token arrays. A session counts under the policy version of its last
-policy call; its feedback is its named signals (`parity.feedback_rule.is_feedback`).
+policy call; its feedback is its named signals (`parity.core.feedback_rule.is_feedback`).
 Versions are labelled from the trainer's promotions when it answers.
 """
 
@@ -18,7 +18,7 @@ from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import promotion_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.feedback_rule import is_feedback
+from parity.core.feedback_rule import is_feedback
 from parity.services.console.upstream import Missing, Refused, ServiceDown, Services
 from parity.services.console.views.sessions import RUN_KEY, SessionFilters
 

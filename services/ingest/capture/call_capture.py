@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parity.api.common.v1 import llm_call_pb2
-from parity.ids import new_id
+from parity.core.ids import new_id
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CallRecorder, CaptureRequest
 

@@ -16,9 +16,9 @@ import orjson
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from parity.api.common.v1 import llm_call_pb2
-from parity.ids import new_id
-from parity.session_slug import SessionRef
-from parity.tokens import pack_floats, pack_token_ids
+from parity.core.ids import new_id
+from parity.core.session_slug import SessionRef
+from parity.core.tokens import pack_floats, pack_token_ids
 
 CHAT = llm_call_pb2.CALL_ENDPOINT_CHAT_COMPLETIONS
 COMPLETIONS = llm_call_pb2.CALL_ENDPOINT_COMPLETIONS

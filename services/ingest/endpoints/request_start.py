@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from parity.core.session_slug import SessionRef
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints import session_resolution
 from parity.services.ingest.endpoints.session_resolution import (
@@ -20,7 +21,6 @@ from parity.services.ingest.endpoints.session_resolution import (
     UserField,
 )
 from parity.services.ingest.model_aliases import ModelAliases
-from parity.session_slug import SessionRef
 
 Started = tuple[dict[str, Any], str, str, SessionRef, dict[str, str], dict[str, Any]]
 """The request, the model it asks for, the model serving it, its session, the call's metadata, and what the

@@ -16,17 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parity.attribution import (
+from parity.core.attribution import (
     TAGS_HEADER,
     USER_HEADER,
     check_end_user_id,
     normalize_tags,
     parse_tags_header,
 )
+from parity.core.session_budget import HEADER as BUDGET_HEADER
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef, check, check_metadata, decode
 from parity.services.ingest import openai_errors
-from parity.session_budget import HEADER as BUDGET_HEADER
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef, check, check_metadata, decode
 
 UNASSIGNED = SessionRef("unassigned")
 THREAD_HEADER = "X-Parity-Thread"

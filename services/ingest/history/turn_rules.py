@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from parity.tokens import common_prefix
+from parity.core.tokens import common_prefix
 
 Message = dict[str, Any]
 Render = Callable[[list[Message], bool], Awaitable[list[int]]]

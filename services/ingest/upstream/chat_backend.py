@@ -18,6 +18,7 @@ from functools import partial
 
 import orjson
 
+from parity.core.session_budget import REFUSAL_TYPE, SessionBudget
 from parity.services.ingest import context_limit, openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.capture.capture_sink import CaptureSink
@@ -39,7 +40,6 @@ from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, Upstrea
 from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
 from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.upstream.sse import split_sse_data
-from parity.session_budget import REFUSAL_TYPE, SessionBudget
 
 UPSTREAM_PATHS = {COMPLETIONS: "/v1/completions"}
 CHAT_PATH = "/v1/chat/completions"

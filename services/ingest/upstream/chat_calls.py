@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.core.session_slug import SessionRef
 from parity.services.ingest.capture.call_capture import CallCapture
-from parity.session_slug import SessionRef
 
 
 @dataclass

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from parity.core.splice_delta import Splice
 from parity.services.store.records import CallRow, RewardRow, SessionRow
-from parity.splice_delta import Splice
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.core import tokens
 from tests.call_factory import conversation, make_call
 from tests.integration.assembler.conftest import Trainer
 from tests.waiting import eventually

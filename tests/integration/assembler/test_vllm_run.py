@@ -14,12 +14,12 @@ import pytest
 from openai import OpenAI
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.core import tokens
 from parity.services.inference.vllm_launcher import VllmServer
 from tests.integration.openai_api import sampled_logprobs, vllm_field
 from tests.waiting import eventually

@@ -16,12 +16,12 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 import parity
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, StoreClient, TrainerClient
+from parity.core import tokens
 from parity.services.console.views.format import number
 from tests.call_factory import make_call
 from tests.conftest import free_port

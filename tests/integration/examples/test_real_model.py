@@ -22,9 +22,9 @@ from parity.api.common.v1 import sample_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, StoreClient, TrainerClient
+from parity.core.tokens import pack_floats, pack_mask, pack_token_ids, unpack_token_ids
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.teacher import Teacher
-from parity.tokens import pack_floats, pack_mask, pack_token_ids, unpack_token_ids
 from parity.training.config_file import load_file
 from parity.training.result import TrainResult
 from tests.conftest import REPO_ROOT

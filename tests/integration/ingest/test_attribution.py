@@ -15,8 +15,8 @@ from anthropic.types import MessageParam
 from openai.types.chat import ChatCompletionMessageParam
 
 import parity
-from parity.attribution import TAGS_HEADER, USER_HEADER
-from parity.session_slug import SessionRef, encode
+from parity.core.attribution import TAGS_HEADER, USER_HEADER
+from parity.core.session_slug import SessionRef, encode
 from tests.conftest import free_port
 from tests.integration.stack_fixtures import IngestStack, start_ingest
 

@@ -14,8 +14,8 @@ import pytest
 from openai.types.shared_params import ResponseFormatJSONSchema
 from transformers import AutoTokenizer
 
-from parity import tokens
-from parity.session_slug import SessionRef, encode
+from parity.core import tokens
+from parity.core.session_slug import SessionRef, encode
 from tests.integration.openai_api import as_messages, as_tools, sampled_logprobs, vllm_field
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]

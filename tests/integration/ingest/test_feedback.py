@@ -15,8 +15,8 @@ import pytest
 from parity.api.common.v1 import reward_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
+from parity.core.session_slug import SessionRef, encode
 from parity.services.ingest.capture.spool import Spool
-from parity.session_slug import SessionRef, encode
 from tests.conftest import free_port
 from tests.integration.service_fixtures import RunningService
 from tests.integration.stack_fixtures import IngestStack, start_ingest

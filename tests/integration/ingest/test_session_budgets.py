@@ -11,10 +11,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from parity import session_slug
 from parity.api.common.v1 import llm_call_pb2
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef
+from parity.core import session_slug
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef
 from tests.integration.stack_fixtures import start_ingest
 from tests.time_bounds import Stopwatch, bound_s
 

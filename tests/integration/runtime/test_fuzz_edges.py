@@ -29,7 +29,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import assembler_service_pb2_grpc as assembler_grpc
 from parity.api.common.v1 import reward_pb2
@@ -37,6 +36,7 @@ from parity.api.ingest.v1 import ingest_service_pb2  # noqa: F401  (registers In
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import trainer_service_pb2  # noqa: F401  (registers TrainerService's descriptor)
+from parity.core import tokens
 from tests.call_factory import make_call
 from tests.conftest import free_port
 from tests.integration.runtime.message_strategies import messages

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.supported_versions import SUPPORTED, release
+from parity.core.supported_versions import SUPPORTED, release
 from tests.integration.sdk.isolated_envs import base_dependencies, build_wheel, cached_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

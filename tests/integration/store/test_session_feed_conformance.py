@@ -7,13 +7,13 @@ import asyncio
 
 import pytest
 
-from parity import splice_delta
 from parity.api.common.v1 import reward_pb2
+from parity.core import splice_delta
+from parity.core.splice_delta import Splice
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from parity.services.store.commits import WriteResult
 from parity.services.store.records import MetadataUpdate, SessionRow
 from parity.services.store.token_store import TokenStore
-from parity.splice_delta import Splice
 from tests.call_factory import conversation, make_call
 from tests.integration.store.store_requests import FAILED, SUCCEEDED, reward, wire, write
 

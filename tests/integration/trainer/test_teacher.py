@@ -15,8 +15,8 @@ import httpx
 import numpy as np
 import pytest
 
-from parity import tokens
 from parity.api.common.v1 import sample_pb2
+from parity.core import tokens
 from parity.services.trainer.teacher import Teacher, TeacherError
 from tests.conftest import free_port
 from tests.integration.tcp_relay import TcpRelay

@@ -25,9 +25,9 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, StoreClient, TrainerClient
+from parity.core.tokens import unpack_floats
 from parity.services.trainer import teacher
 from parity.services.trainer.replicas import VllmReplica
-from parity.tokens import unpack_floats
 from parity.training import StackAddresses, batch_supply
 from parity.training.run_control import RunEnded
 from tests.conftest import free_port

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity import tokens
+from parity.core import tokens
 from parity.services.assembler.prefix_merge import ChoiceTokens, StepTokens, merge_steps
 
 token_lists = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12)

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from parity import tokens
 from parity.api.common.v1 import reward_pb2
-from parity.rewards import has_no_variance
+from parity.core import tokens
+from parity.core.group_returns import has_no_variance
 from parity.services.assembler.filters import Staleness
 from parity.services.assembler.reward_function import RewardFunction, as_reward, load
 from parity.services.assembler.samples import LengthLimit, build_samples

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
+from parity.core import tokens
 from parity.services.assembler.batches import summarize
 from parity.services.assembler.filters import FilterSettings
 from parity.services.assembler.group_builder import build_group

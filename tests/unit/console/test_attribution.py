@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.attribution import MAX_TAG_LENGTH, MAX_TAGS
 from parity.clients import RPCError
-from parity.feedback_rule import is_feedback
+from parity.core import tokens
+from parity.core.attribution import MAX_TAG_LENGTH, MAX_TAGS
+from parity.core.feedback_rule import is_feedback
 from parity.services.console.app import create_app
 from parity.services.console.settings import ConsoleConfig
 from parity.services.console.upstream import Services, Upstream

@@ -12,7 +12,6 @@ import grpc
 import pytest
 from starlette.testclient import TestClient
 
-from parity import tokens
 from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2, session_pb2
@@ -20,6 +19,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError
+from parity.core import tokens
 from parity.services.assembler.samples import LengthLimit, build_samples
 from parity.services.assembler.trajectories import split_trajectories
 from parity.services.console.app import create_app

@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity import tokens
 from parity.api.assembler.v1 import trajectory_pb2
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import tokens
 from parity.services.assembler.samples import LengthLimit, build_samples
 from parity.services.assembler.trajectories import split_trajectories
 from parity.services.console.views.token_text import TokenTexts

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
+from parity.core.session_slug import SessionRef
 from parity.services.ingest.capture.recorder import CHAT, CaptureRequest
 from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
 from parity.services.runtime.errors import InvalidArgument
-from parity.session_slug import SessionRef
 
 
 def test_requests_for_the_policy_model_go_to_its_adapter_and_others_are_left_alone() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from parity.api.common.v1 import llm_call_pb2
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef
 from parity.services.ingest import session_budgets
 from parity.services.ingest.session_budgets import SessionBudgets, SessionCapped
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef
 
 
 def recorded(prompt_tokens: int, completion_tokens: int) -> llm_call_pb2.LlmCall:

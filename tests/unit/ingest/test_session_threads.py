@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from parity.core.session_slug import SessionRef, encode
 from parity.services.ingest.endpoints.session_resolution import SessionHeaders, resolve
 from parity.services.ingest.openai_errors import HttpError
-from parity.session_slug import SessionRef, encode
 
 
 def test_the_header_names_the_thread_and_overrides_the_slugs() -> None:

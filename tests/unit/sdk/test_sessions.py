@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 import parity
-from parity import session_slug
 from parity.chat_client import _route
-from parity.session_slug import SessionRef
+from parity.core import session_slug
+from parity.core.session_slug import SessionRef
 
 
 def current() -> SessionRef:

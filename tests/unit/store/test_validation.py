@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import attribution, tokens
 from parity.api.common.v1 import llm_call_pb2
+from parity.core import attribution, tokens
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.store import validation
 

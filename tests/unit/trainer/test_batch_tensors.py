@@ -4,8 +4,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import tokens
 from parity.api.common.v1 import sample_pb2
+from parity.core import tokens
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.batch_tensors import to_training_batch
 

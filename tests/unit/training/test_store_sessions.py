@@ -10,7 +10,7 @@ import pytest
 
 from parity.api.common.v1 import reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
-from parity.feedback_rule import FeedbackRule
+from parity.core.feedback_rule import FeedbackRule
 from parity.training.settings import SettingsError, StackAddresses, TrainSettings
 from parity.training.store_sessions import StoreFilters, classify
 from tests.call_factory import make_call

@@ -21,10 +21,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from parity.api.common.v1 import reward_pb2
-from parity.feedback_rule import FEEDBACK_SOURCE
-from parity.ids import new_id
+from parity.core.feedback_rule import FEEDBACK_SOURCE
+from parity.core.ids import new_id
+from parity.core.session_slug import MAX_ID_LENGTH, check_metadata
 from parity.services.ingest import openai_errors
-from parity.session_slug import MAX_ID_LENGTH, check_metadata
 
 # The store's limit on a reward's name.
 MAX_NAME_LENGTH = 64

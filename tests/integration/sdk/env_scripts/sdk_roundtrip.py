@@ -10,10 +10,10 @@ import sys
 import google.protobuf
 import grpc
 
-from parity import tokens
 from parity.api.common.v1 import llm_call_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.clients import StoreClient
+from parity.core import tokens
 
 address, session_id = sys.argv[1], sys.argv[2]
 call = llm_call_pb2.LlmCall(

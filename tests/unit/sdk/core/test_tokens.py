@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import tokens
+from parity.core import tokens
 
 int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity.session_slug import SessionRef, decode, encode
+from parity.core.session_slug import SessionRef, decode, encode
 
 # Any text the store accepts: no control characters in ids, no NUL in metadata.
 id_text = st.characters(exclude_categories=["Cc", "Cs"])

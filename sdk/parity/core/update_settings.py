@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from google._upb._message import EnumDescriptor as UpbEnumDescriptor
 
 from parity.api.trainer.v1 import run_pb2
-from parity.settings_fields import SettingsError, setting
+from parity.core.settings_fields import SettingsError, setting
 
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
 BACKENDS = ("auto", "cpu", "fsdp")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from parity import session_slug
-from parity.session_budget import SessionBudget
-from parity.session_slug import SessionRef
+from parity.core import session_slug
+from parity.core.session_budget import SessionBudget
+from parity.core.session_slug import SessionRef
 from parity.sessions import current_session, session
 
 

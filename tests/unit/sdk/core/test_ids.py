@@ -1,7 +1,7 @@
 import time
 import uuid
 
-from parity import ids
+from parity.core import ids
 
 
 def test_ids_are_uuid7_hex_carrying_the_time_they_were_made() -> None:

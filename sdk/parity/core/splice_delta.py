@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parity.tokens import token_span
+from parity.core.tokens import token_span
 
 
 # A tuple, not a frozen dataclass: the writer makes two per stored call, and a frozen

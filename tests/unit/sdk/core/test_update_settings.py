@@ -11,9 +11,9 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 from parity.api.trainer.v1 import run_pb2
+from parity.core.update_settings import LORA_FIELDS, TEACHER_FIELDS, UpdateSettings, to_run_config
 from parity.services.trainer.run_settings import RunSettings
 from parity.training.settings import TrainSettings
-from parity.update_settings import LORA_FIELDS, TEACHER_FIELDS, UpdateSettings, to_run_config
 
 # RunConfig fields that are the run's own, not settings of the update, and the messages settings travel in.
 RUN_FIELDS = {"model_path", "total_steps", "checkpoint_dir", "lora", "teacher"}

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import splice_delta
-from parity.tokens import TOKEN_BYTES, pack_token_ids, unpack_token_ids
+from parity.core import splice_delta
+from parity.core.tokens import TOKEN_BYTES, pack_token_ids, unpack_token_ids
 
 
 @given(st.binary(max_size=200), st.binary(max_size=200))

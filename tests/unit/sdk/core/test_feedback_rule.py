@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from parity.api.common.v1 import reward_pb2
-from parity.feedback_rule import FeedbackRule, is_feedback, parse_weights
+from parity.core.feedback_rule import FeedbackRule, is_feedback, parse_weights
 
 LAST_CALL = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import os
 
 from tqdm.auto import tqdm
 
-from parity.progress import ProgressLines, show_progress
+from parity.core.progress import ProgressLines, show_progress
 
 
 class Clock:

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from parity.attribution import check_end_user_id, normalize_tags
-from parity.session_budget import SessionBudget
+from parity.core.attribution import check_end_user_id, normalize_tags
+from parity.core.session_budget import SessionBudget
 
 PREFIX = "p1."
 MAX_SLUG_LENGTH = 8192
@@ -39,9 +39,9 @@ class SessionRef:
     history_mode: str = ""
     """One of HISTORY_MODES, or empty for the mode ingest runs with."""
     budget: SessionBudget | None = None
-    """Caps ingest enforces on the session (parity/session_budget.py); None: ingest's serving default."""
+    """Caps ingest enforces on the session (parity/core/session_budget.py); None: ingest's serving default."""
     end_user_id: str = ""
-    """The end user the session serves (parity/attribution.py); empty: none given."""
+    """The end user the session serves (parity/core/attribution.py); empty: none given."""
     tags: tuple[str, ...] = ()
     """Labels of the session, sorted, without repeats."""
     thread_id: str = ""
@@ -170,7 +170,7 @@ def check(ref: SessionRef) -> None:
     check_end_user_id(ref.end_user_id)
     if ref.tags != normalize_tags(ref.tags):
         raise ValueError(
-            "tags must be sorted and without repeats (parity.attribution.normalize_tags)"
+            "tags must be sorted and without repeats (parity.core.attribution.normalize_tags)"
         )
     if ref.history_mode and ref.history_mode not in HISTORY_MODES:
         raise ValueError(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.supported_versions import SUPPORTED, release, specifier
+from parity.core.supported_versions import SUPPORTED, release, specifier
 from tests.conftest import REPO_ROOT
 
 
@@ -67,7 +67,7 @@ def test_an_unsupported_release_is_named_on_import(tmp_path: Path, name: str, ve
     finished = _import_parity_with(tmp_path, name, version)
     assert finished.returncode == 1
     last = finished.stderr.strip().splitlines()[-1]
-    assert last.startswith("parity.supported_versions.UnsupportedDependencyError: ")
+    assert last.startswith("parity.core.supported_versions.UnsupportedDependencyError: ")
     assert f"{name} {version} is installed (supported: {name}{specifier(name)})" in last
     assert "google/protobuf" not in finished.stderr and "_pb2" not in finished.stderr
 
