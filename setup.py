@@ -13,5 +13,8 @@ SERVICE_PACKAGES = ["parity.services"] + [
 setup(
     packages=find_packages("sdk") + SERVICE_PACKAGES,
     package_dir={"parity": "sdk/parity", "parity.services": "services"},
-    package_data={"parity": ["py.typed", "api/**/*.pyi"], "parity.services.console": ["templates/*.html", "static/*"]},
+    package_data={
+        "parity": ["py.typed", "api/**/*.pyi"],
+        "parity.services.console": ["templates/*.html", "static/*"],
+    },
 )
