@@ -34,7 +34,7 @@ from parity.services.inference.vllm_launcher import (
     VllmServer,
     vllm_python,
 )
-from parity.training.local_stack import free_port
+from parity.services.stack import free_port
 
 LAYOUTS = {"one process": "0", "vLLM's default": "1"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

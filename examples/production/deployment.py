@@ -20,8 +20,7 @@ from pathlib import Path
 
 from parity.services.inference.packaged_models import resolve_model
 from parity.services.inference.vllm_launcher import VllmLaunchConfig, VllmServer, vllm_python
-from parity.services.stack.up import ServiceProcess
-from parity.training.local_stack import free_port
+from parity.services.stack import ServiceProcess, free_port
 from parity.training.settings import StackAddresses
 
 SERVED_NAME = "assistant"

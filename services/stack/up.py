@@ -9,30 +9,20 @@ all, in dependency order, on Ctrl-C, SIGTERM, or the first unexpected exit.
 from __future__ import annotations
 
 import argparse
-import datetime
-import functools
 import os
-import secrets
-import signal
-import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import structlog
 
-from parity.clients.health import HealthClient
 from parity.clients.transport import ChannelSecurity, set_process_security
 from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
-from parity.services.inference.parent_death import die_with_parent
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,
@@ -41,10 +31,21 @@ from parity.services.inference.vllm_launcher import (
     lora_rank_arg,
 )
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
-from parity.services.runtime.auth import ROLES, is_loopback
+from parity.services.runtime.auth import is_loopback
 from parity.services.runtime.stop_signals import stop_on_signals
 from parity.services.runtime.structured_logging import configure_logging
-from parity.services.stack.local_ca import LocalCertificateAuthority
+from parity.services.stack.mesh_security import (
+    StackCertificates,
+    mesh_tokens,
+    service_environment,
+    stack_certificates,
+)
+from parity.services.stack.service_process import (
+    ConsoleProcess,
+    ServiceProcess,
+    StackError,
+    StartupInterrupted,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -58,130 +59,6 @@ DEFAULT_VLLM_PORT = 8100
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_CONSOLE_PORT = 8200
 DEFAULT_MAX_MODEL_LEN = 2048
-# The role each process calls the others with: the least its calls need. The store calls nobody.
-CLIENT_ROLES = {"ingest": "service", "assembler": "service", "trainer": "admin", "console": "read"}
-VLLM_KEY_SETTINGS = {"ingest": "UPSTREAM_API_KEY_FILE", "trainer": "REPLICA_API_KEY_FILE"}
-
-
-@dataclass
-class ServiceProcess:
-    name: str
-    address: str
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    service: str = ""
-    """The `parity SERVICE serve` it runs; `name` when empty (several ingests are ingest-0, ingest-1, ...)."""
-
-    @property
-    def kind(self) -> str:
-        return self.service or self.name
-
-    @property
-    def url(self) -> str:
-        return f"grpc://{self.address}"
-
-    def start(
-        self, extra_args: list[str], environment: dict[str, str], cpus: frozenset[int] | None = None
-    ) -> None:
-        """`cpus`: the cores it may run on; every core when None."""
-        host, port = self.address.rsplit(":", 1)
-        command = [
-            sys.executable,
-            "-m",
-            "parity.cli",
-            self.kind,
-            "serve",
-            "--host",
-            host,
-            "--port",
-            port,
-        ]
-        with self.log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(
-                [*command, "--log-format", "json", *extra_args],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                # Own session, so Ctrl-C reaches only the supervisor, which stops
-                # services in order; the death signal stops them if it is killed.
-                start_new_session=True,
-                preexec_fn=functools.partial(_prepare_child, cpus),
-                env=os.environ | environment,
-            )
-
-    def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
-        health = HealthClient(self.address)
-        while not stop_requested.is_set():
-            self.raise_if_exited()
-            if health.serving(timeout_s=1.0):
-                return
-            if time.monotonic() > deadline:
-                raise StackError(
-                    f"{self.name} did not become healthy at {self.address}; see {self.log_path}"
-                )
-            time.sleep(0.2)
-        raise StartupInterrupted
-
-    def raise_if_exited(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise StackError(
-                f"{self.name} exited with code {self.process.returncode}; last log lines:\n{_tail(self.log_path)}"
-            )
-
-    def stop(self, grace_s: float) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning("service_killed", service=self.name, after_s=grace_s)
-            self.process.kill()
-            self.process.wait()
-
-
-class ConsoleProcess(ServiceProcess):
-    """The web console: HTTP, so its health is its /healthz page."""
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    def wait_healthy(self, deadline: float, stop_requested: threading.Event) -> None:
-        while not stop_requested.is_set():
-            self.raise_if_exited()
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise StackError(
-                    f"{self.name} did not answer at {self.url}/healthz; see {self.log_path}"
-                )
-            time.sleep(0.2)
-        raise StartupInterrupted
-
-
-class StackError(RuntimeError):
-    """A process of the stack failed to start or died."""
-
-
-class StartupInterrupted(Exception):
-    """Ctrl-C or SIGTERM arrived before the stack was up."""
-
-
-def _prepare_child(cpus: frozenset[int] | None) -> None:
-    """In the child before it runs: die with its parent, and keep to `cpus`."""
-    die_with_parent()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,74 +314,6 @@ def _wait_for_agent_endpoint(
             raise StackError(f"ingest lists no model at {models_url}; is vLLM reachable from it?")
         time.sleep(0.2)
     raise StartupInterrupted
-
-
-def mesh_tokens(data_dir: Path) -> Path:
-    """One random token per role, DATA_DIR/tokens/ROLE.token, and the table every service checks them against,
-    DATA_DIR/tokens/table, and vLLM's API key, DATA_DIR/tokens/vllm.key; all mode 0600. Kept across restarts,
-    so clients holding one stay valid."""
-    folder = data_dir / "tokens"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    for name in (*(f"{role}.token" for role in ROLES), "vllm.key"):
-        path = folder / name
-        if not path.exists():
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_urlsafe(32) + "\n")
-    lines = [f"{role} {(folder / f'{role}.token').read_text().strip()}\n" for role in ROLES]
-    table = folder / "table"
-    table.touch(mode=0o600)
-    table.write_text("".join(lines))
-    return folder
-
-
-@dataclass(frozen=True)
-class StackCertificates:
-    ca_file: str
-    cert_file: str
-    key_file: str
-
-
-def stack_certificates(data_dir: Path, host: str) -> StackCertificates:
-    """Off loopback: a local CA, DATA_DIR/tls/ca.crt, and one certificate every service serves, valid for `host`,
-    this machine's name and loopback. Made on the first start, kept after; clients trust ca.crt."""
-    folder = data_dir / "tls"
-    certificate = StackCertificates(
-        str(folder / "ca.crt"), str(folder / "stack.crt"), str(folder / "stack.key")
-    )
-    if not all(
-        Path(path).exists()
-        for path in (certificate.ca_file, certificate.cert_file, certificate.key_file)
-    ):
-        authority = LocalCertificateAuthority(folder, valid_for=datetime.timedelta(days=365))
-        authority.issue("stack", hosts=(host, socket.gethostname(), "localhost", "127.0.0.1"))
-    return certificate
-
-
-def service_environment(
-    name: str, tokens: Path, tls: StackCertificates | None = None
-) -> dict[str, str]:
-    """What a process of the stack gets: the table it checks callers against, the one token it calls others with,
-    and, off loopback, the certificate it serves and the CA it trusts."""
-    environment = (
-        {}
-        if name == "console"
-        else {f"PARITY_{name.upper()}_AUTH_TOKENS_FILE": str(tokens / "table")}
-    )
-    if tls is not None:
-        environment["PARITY_TLS_CA_FILE"] = tls.ca_file
-        if name != "console":
-            environment |= {f"PARITY_{name.upper()}_TLS_CERT_FILE": tls.cert_file,
-                            f"PARITY_{name.upper()}_TLS_KEY_FILE": tls.key_file}  # fmt: skip
-    # Only ingest and the trainer talk to vLLM.
-    if name in VLLM_KEY_SETTINGS:
-        environment[f"PARITY_{name.upper()}_{VLLM_KEY_SETTINGS[name]}"] = str(tokens / "vllm.key")
-    if name in CLIENT_ROLES:
-        # A PARITY_TOKEN of the caller's own shell would win over the file.
-        environment |= {
-            "PARITY_TOKEN": "",
-            "PARITY_TOKEN_FILE": str(tokens / f"{CLIENT_ROLES[name]}.token"),
-        }
-    return environment
 
 
 def _print_addresses(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import structlog
 
 from parity.services.inference.parent_death import die_with_parent
 from parity.services.inference.vllm_launcher import VllmExitedError, VllmServer
+from parity.services.stack import StackError, free_port
 from parity.services.trainer.compute_defaults import dtype_reason, resolve_dtype
 from parity.training.settings import StackAddresses, TrainSettings
 from parity.training.teacher_server import teacher_server, warm_up
@@ -35,16 +35,6 @@ READY_LINE = "Press Ctrl-C"
 STOP_GRACE_S = 120.0
 
 log = structlog.get_logger()
-
-
-class StackError(RuntimeError):
-    """The local stack did not come up, or went down."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

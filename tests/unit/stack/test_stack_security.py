@@ -8,7 +8,11 @@ from pathlib import Path
 
 from cryptography import x509
 
-from parity.services.stack.up import mesh_tokens, service_environment, stack_certificates
+from parity.services.stack.mesh_security import (
+    mesh_tokens,
+    service_environment,
+    stack_certificates,
+)
 
 
 def test_each_process_gets_only_the_files_its_role_needs(tmp_path) -> None:
