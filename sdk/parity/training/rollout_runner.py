@@ -19,6 +19,7 @@ from parity.clients import AssemblerClient
 from parity.core.session_budget import SessionBudget
 from parity.engine import AgentEngine, EngineConfig, RolloutResult
 from parity.engine.runner import Agent
+from parity.training.settings import TrainSettings
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ class RolloutRunner:
         )
         self._thread.start()
         self._running: set[concurrent.futures.Future[list[RolloutResult]]] = set()
+
+    @classmethod
+    def for_run(
+        cls, agent: Agent, assembler: AssemblerClient, run_id: str, settings: TrainSettings
+    ) -> RolloutRunner:
+        return cls(
+            agent, assembler, run_id=run_id, concurrency=settings.rollout_concurrency, timeout_s=settings.rollout_timeout_s,
+            retries=settings.retries, history_mode=settings.history_mode, budget=settings.session_budget,
+            capped_episodes=settings.capped_episodes, teacher_scored=bool(settings.teacher),
+        )  # fmt: skip
 
     def submit(
         self, tasks: Sequence[dict[str, Any]], *, prefix: str, rollouts_per_task: int, sampling: Sampling,

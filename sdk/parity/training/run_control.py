@@ -22,6 +22,8 @@ POLL_S = 0.2
 METRICS_TIMEOUT_S = 30.0
 # StartRun checks a LoRA run's replicas and a distillation run's teacher over HTTP, a cold server's first answer included.
 START_RUN_TIMEOUT_S = 300.0
+# Writing a model folder: the weights gathered and saved, and a LoRA run's adapter merged first when asked.
+EXPORT_TIMEOUT_S = 600.0
 # How long the trainer may go without answering a status poll in time before the run fails on it.
 STATUS_PATIENCE_S = 300.0
 TERMINAL = {
@@ -102,6 +104,12 @@ class RunControl:
             time.sleep(POLL_S)
         self.raise_if_ended(status, [])
 
+    def wait_for(self, future: concurrent.futures.Future[Any]) -> None:
+        """Until `future` is done; RunEnded if the run fails or is stopped first (one that completed goes on)."""
+        while not future.done():
+            self.raise_if_ended(self.status(), [future], expect_complete=True)
+            time.sleep(POLL_S)
+
     def wait_for_end(self) -> None:
         """After the last step: until the trainer has saved the final checkpoint and the plot."""
         while True:
@@ -131,6 +139,15 @@ class RunControl:
             self.trainer.write_validation_metrics(request)
         except RPCError as error:
             log.warning("validation_not_recorded", run_id=self.run_id, step=step, error=str(error))
+
+    def export(self, output_dir: str, merge_lora: bool) -> str:
+        """Have the trainer write the latest checkpoint's policy to `output_dir`; returns the folder it wrote (the
+        merged model's, when a LoRA run's adapter is merged)."""
+        request = trainer_pb.ExportPolicyRequest(output_dir=output_dir, merge_lora=merge_lora)
+        response = self.trainer.export_policy(request, timeout_s=EXPORT_TIMEOUT_S)
+        log.info("policy_exported", path=response.path, merged=response.merged_path,
+                 checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip
+        return response.merged_path or response.path
 
     def latest_checkpoint(self) -> run_pb2.Checkpoint | None:
         """The run's newest checkpoint the trainer knows of; None if it has none."""

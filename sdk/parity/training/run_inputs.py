@@ -37,6 +37,20 @@ def resolve_settings(settings: TrainSettings | None, values: dict[str, Any]) -> 
     )
 
 
+def named_inputs(
+    agent: Agent | str | None, tasks: Tasks | None, val_tasks: Tasks | None
+) -> dict[str, str]:
+    """The settings an agent named by its import path, and tasks named by their file, stand for."""
+    named = {"agent": agent} if isinstance(agent, str) else {}
+    for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
+        # An empty string is "none" (no validation), not the current directory.
+        if isinstance(given, Path) or (isinstance(given, str) and given):
+            named[name] = str(Path(given).resolve())
+        elif given == "":
+            named[name] = ""
+    return named
+
+
 def resolve_inputs(
     agent: Callable[..., Any] | None, tasks: Tasks | None, val_tasks: Tasks | None, settings: TrainSettings
 ) -> tuple[Agent | None, list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
@@ -91,6 +105,30 @@ def resolve_tasks(
             "is required: a .jsonl or .parquet file, a datasets folder, or a list of task dicts",
         )
     return []
+
+
+def keep_given_tasks(
+    settings: TrainSettings, run_dir: Path, tasks: list[dict[str, Any]], val_tasks: list[dict[str, Any]]
+) -> TrainSettings:  # fmt: skip
+    """Tasks handed over as objects are written into the run folder, so a resume finds them; the settings returned
+    name those files."""
+    for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
+        if given and not getattr(settings, name):
+            path = run_dir / f"{name}.jsonl"
+            path.write_text("".join(json.dumps(task, default=str) + "\n" for task in given))
+            settings = settings.replace(**{name: str(path)})
+    return settings
+
+
+def run_folder(settings: TrainSettings) -> tuple[str, Path]:
+    """The run's id and folder: a resumed run's own, or a new run's, which may not hold another run already."""
+    run_id = settings.resume or settings.run_id or new_run_id()
+    run_dir = Path(settings.output_dir).resolve() / run_id
+    if not settings.resume and (run_dir / SETTINGS_FILE).exists():
+        raise SettingsError(
+            "run_id", f"{run_dir} already holds run {run_id}; resume it or name another"
+        )
+    return run_id, run_dir
 
 
 def new_run_id() -> str:

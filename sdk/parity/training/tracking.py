@@ -150,6 +150,19 @@ class Tracker:
                 log.error("metrics_sink_close_failed", sink=type(sink).__name__, error=str(error))
 
 
+def open_tracker(
+    run_dir: Path, run_id: str, keep_through_step: int | None, wandb_project: str, wandb_mode: str,
+    config: dict[str, Any],
+) -> Tracker:  # fmt: skip
+    """A run's tracker: RUN_DIR/metrics.jsonl (a resumed run's kept through `keep_through_step`), TensorBoard, and
+    W&B when a project is named, with `config` as the run's settings there."""
+    jsonl = JsonlSink(run_dir / METRICS_FILE, keep_through_step)
+    others: list[MetricSink] = [TensorBoardSink(run_dir / TENSORBOARD_DIR)]
+    if wandb_project:
+        others.append(WandbSink(wandb_project, run_id, run_dir, wandb_mode, config))
+    return Tracker(jsonl, others)
+
+
 def read_metrics(path: Path) -> list[MetricRecord]:
     if not path.exists():
         return []

@@ -34,14 +34,15 @@ import structlog
 import parity
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from parity.clients import AssemblerClient, RPCError, StoreClient, TrainerClient, transport
+from parity.clients import AssemblerClient, RPCError, StoreClient, TrainerClient
 from parity.core.progress import Progress, show_progress
 from parity.core.update_settings import to_run_config
 from parity.engine.runner import Agent
 from parity.services.inference.packaged_models import is_model_name
+from parity.services.stack import StackError
 from parity.training import tracking
 from parity.training.batch_supply import BatchSupply, rollout_results
-from parity.training.local_stack import LocalStack, StackError, served_model
+from parity.training.local_stack import served_model
 from parity.training.model_choice import choose_model
 from parity.training.result import StepResult, TrainResult
 from parity.training.rollout_runner import RolloutRunner, Sampling
@@ -55,12 +56,15 @@ from parity.training.run_control import POLL_S, RewardsSaturated, RunControl, Ru
 from parity.training.run_inputs import (
     SETTINGS_FILE,
     Tasks,
-    new_run_id,
+    keep_given_tasks,
+    named_inputs,
     resolve_inputs,
     resolve_settings,
+    run_folder,
 )
 from parity.training.run_report import RunOutcome, progress_postfix, train_result
-from parity.training.settings import SettingsError, StackAddresses, TrainSettings
+from parity.training.run_stack import RunStack
+from parity.training.settings import SettingsError, TrainSettings
 from parity.training.store_supply import StoreExhausted, StoreSupply
 from parity.training.task_order import TaskOrder
 from parity.training.teacher_server import SERVED_NAME
@@ -81,24 +85,10 @@ class Trainer:
     ) -> None:
         """Check everything before anything starts: settings, tasks, the agent. `values` are
         TrainSettings fields over `settings`; with `resume`, over the run's saved settings."""
-        if isinstance(agent, str):
-            values["agent"] = agent
-        for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
-            # An empty string is "none" (no validation), not the current directory.
-            if isinstance(given, Path) or (isinstance(given, str) and given):
-                values[name] = str(Path(given).resolve())
-            elif given == "":
-                values[name] = ""
-        self.settings = resolve_settings(settings, values)
+        self.settings = resolve_settings(settings, values | named_inputs(agent, tasks, val_tasks))
         self.agent, self.tasks, self.val_tasks = resolve_inputs(agent if callable(agent) else None, tasks, val_tasks,
                                                                 self.settings)  # fmt: skip
-        self.run_id = self.settings.resume or self.settings.run_id or new_run_id()
-        self.run_dir = Path(self.settings.output_dir).resolve() / self.run_id
-        if not self.settings.resume and (self.run_dir / SETTINGS_FILE).exists():
-            raise SettingsError(
-                "run_id",
-                f"{self.run_dir} already holds run {self.run_id}; resume it or name another",
-            )
+        self.run_id, self.run_dir = run_folder(self.settings)
         self.model = choose_model(self.settings)
         self.settings = self.settings.replace(
             learning_rate=self.model.learning_rate, max_tokens=self.model.max_tokens
@@ -108,14 +98,12 @@ class Trainer:
         self.started_step = 0
         self.validations: list[ValidationResult] = []
         self.steps: list[StepResult] = []
-        self._stack: LocalStack | None = None
+        self._stack = RunStack()
         self._runner: RolloutRunner | None = None
         self._supply: BatchSupply | StoreSupply | None = None
         self._tracker: tracking.Tracker | None = None
         self._control: RunControl | None = None
         self._assembler: AssemblerClient | None = None
-        self._previous_config = parity.current_config()
-        self._previous_security = transport.process_security()
         self._task_order = TaskOrder(
             self.tasks, self.settings.seed, by_signal=self.settings.task_selection == "signal"
         )
@@ -144,20 +132,14 @@ class Trainer:
     def start(self) -> None:
         """Bring up (or reach) the stack and start, or resume, the trainer's run."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        addresses = self._bring_up_stack()
-        # The local stack authenticates every call: the driver starts runs (admin), its agents call as agents.
-        credentials = (
-            {"token": self._stack.token("admin"), "api_key": self._stack.token("agent")}
-            if self._stack
-            else {}
+        addresses = self._stack.open(
+            self.settings, self.run_dir, self.model.folder, self.model.teacher
         )
-        parity.configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
-                         **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
-        self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack)
+        self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack.local)
         self._assembler = AssemblerClient(addresses.assembler)
         self._served_model = served_model(addresses.ingest_url, parity.current_config().api_key)
         resume_from = (
-            resume_checkpoint(self._control, self.run_dir, self.run_id, embedded=self._stack is not None)
+            resume_checkpoint(self._control, self.run_dir, self.run_id, embedded=self._stack.embedded)
             if self.settings.resume else None
         )  # fmt: skip
         self.started_step = self.step_index = resume_from.step if resume_from else 0
@@ -166,13 +148,11 @@ class Trainer:
                 "steps",
                 f"run {self.run_id} is at step {self.step_index}; raise steps above it to resume",
             )
-        self._keep_given_tasks()
-        (self.run_dir / SETTINGS_FILE).write_text(
-            json.dumps(self._saved_settings(), indent=2) + "\n"
-        )
-        self._tracker = self._open_tracker(
-            keep_through_step=self.step_index if resume_from else None
-        )
+        self.settings = keep_given_tasks(self.settings, self.run_dir, self.tasks, self.val_tasks)
+        saved = self._saved_settings()
+        (self.run_dir / SETTINGS_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+        self._tracker = tracking.open_tracker(self.run_dir, self.run_id, self.step_index if resume_from else None,
+                                              self.settings.wandb, self.settings.wandb_mode, saved)  # fmt: skip
         # A resumed run continues the task order where its checkpoint left it.
         if self.tasks:
             self._task_order.skip(self.step_index * self.settings.groups_per_batch)
@@ -184,12 +164,9 @@ class Trainer:
         with self._noting_the_end():
             self._control.start(request)
         if self.agent is not None:
-            self._runner = RolloutRunner(
-                self.agent, self._assembler, run_id=self.run_id, concurrency=self.settings.rollout_concurrency,
-                timeout_s=self.settings.rollout_timeout_s, retries=self.settings.retries,
-                history_mode=self.settings.history_mode, budget=self.settings.session_budget,
-                capped_episodes=self.settings.capped_episodes, teacher_scored=bool(self.settings.teacher),
-            )  # fmt: skip
+            self._runner = RolloutRunner.for_run(
+                self.agent, self._assembler, self.run_id, self.settings
+            )
         if self.settings.from_store:
             control = self._control
             self._supply = StoreSupply(StoreClient(addresses.store), self._assembler, self.settings, self.run_id,
@@ -258,10 +235,8 @@ class Trainer:
         future = runner.submit(self.val_tasks, prefix=f"{self.run_id}-v{self.step_index:05d}",
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
         assert self._control is not None
-        while not future.done():
-            with self._noting_the_end():
-                self._control.raise_if_ended(self._control.status(), [future], expect_complete=True)
-            time.sleep(POLL_S)
+        with self._noting_the_end():
+            self._control.wait_for(future)
         assert self._assembler is not None
         scorer = RolloutScorer(self._assembler, self.settings.val_trajectory)
         result = summarize(self.step_index, future.result(), self.settings.val_pass_threshold,
@@ -321,15 +296,9 @@ class Trainer:
         target = (
             str(output_dir)
             if output_dir
-            else default_export_dir(self._control, self.run_dir, self._stack is not None)
+            else default_export_dir(self._control, self.run_dir, self._stack.embedded)
         )
-        request = trainer_pb.ExportPolicyRequest(
-            output_dir=target, merge_lora=self.settings.lora_merge
-        )
-        response = self._control.trainer.export_policy(request, timeout_s=600)
-        log.info("policy_exported", path=response.path, merged=response.merged_path,
-                 checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip
-        return response.merged_path or response.path
+        return self._control.export(target, self.settings.lora_merge)
 
     def stop(self) -> None:
         """Stop the run now, checkpointed and resumable (what Ctrl-C does)."""
@@ -367,32 +336,9 @@ class Trainer:
         if self._tracker is not None:
             self._tracker.close()
             self._tracker = None
-        if self._stack is not None:
-            self._stack.stop()
-            self._stack = None
-        previous = self._previous_config
-        parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address,
-                         store_address=previous.store_address, api_key=previous.api_key)  # fmt: skip
-        transport.set_process_security(self._previous_security)
+        self._stack.close()
 
     # ----- the stack and the run
-
-    def _bring_up_stack(self) -> StackAddresses:
-        if self.settings.stack is not None:
-            return self.settings.stack
-        self._stack = LocalStack.for_run(
-            self.run_dir / "stack", self.settings, self.model.folder, self.model.teacher
-        )
-        print(
-            f"starting the local stack (logs in {self._stack.log_dir})", file=sys.stderr, flush=True
-        )
-        self._stack.start(self.settings.startup_timeout_s)
-        print(
-            f"console: {self._stack.console_url} (the run, its batches, every trajectory)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return self._stack.addresses
 
     @property
     def model_path(self) -> str:
@@ -400,13 +346,12 @@ class Trainer:
 
     def _run_config(self) -> run_pb2.RunConfig:
         # Embedded, checkpoints live in the run folder; a deployed trainer keeps them in its work dir.
-        checkpoint_dir = str(self.run_dir / CHECKPOINTS_DIR) if self._stack is not None else ""
+        checkpoint_dir = str(self.run_dir / CHECKPOINTS_DIR) if self._stack.embedded else ""
         config = to_run_config(self.settings, model_path=self.model_path, total_steps=self.total_steps,
                                checkpoint_dir=checkpoint_dir)  # fmt: skip
-        if self._stack is not None and self._stack.teacher is not None:
-            config.teacher.CopyFrom(
-                run_pb2.TeacherConfig(url=self._stack.teacher_url, model=SERVED_NAME)
-            )
+        local = self._stack.local
+        if local is not None and local.teacher is not None:
+            config.teacher.CopyFrom(run_pb2.TeacherConfig(url=local.teacher_url, model=SERVED_NAME))
         return config
 
     @contextlib.contextmanager
@@ -428,25 +373,7 @@ class Trainer:
         with self._noting_the_end():
             self._control.wait_for_end()
 
-    def _keep_given_tasks(self) -> None:
-        """Tasks handed over as objects are written into the run folder, so a resume finds them."""
-        for name, tasks in (("tasks", self.tasks), ("val_tasks", self.val_tasks)):
-            if tasks and not getattr(self.settings, name):
-                path = self.run_dir / f"{name}.jsonl"
-                path.write_text("".join(json.dumps(task, default=str) + "\n" for task in tasks))
-                self.settings = self.settings.replace(**{name: str(path)})
-
     # ----- output
-
-    def _open_tracker(self, keep_through_step: int | None) -> tracking.Tracker:
-        jsonl = tracking.JsonlSink(self.run_dir / tracking.METRICS_FILE, keep_through_step)
-        others: list[tracking.MetricSink] = [
-            tracking.TensorBoardSink(self.run_dir / tracking.TENSORBOARD_DIR)
-        ]
-        if self.settings.wandb:
-            others.append(tracking.WandbSink(self.settings.wandb, self.run_id, self.run_dir, self.settings.wandb_mode,
-                                             self._saved_settings()))  # fmt: skip
-        return tracking.Tracker(jsonl, others)
 
     def _track(self, kind: str, step: int, values: dict[str, float]) -> None:
         if self._tracker is not None:
