@@ -46,7 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Modules that start a Ray cluster of their own on this machine: one worker runs them, one after the other.
 RAY_MODULES = {
-    "tests/unit/trainer/test_backends.py",
+    "tests/unit/trainer/backends/test_backends.py",
     "tests/integration/training/test_ray_nodes.py",
 }
 

@@ -62,7 +62,7 @@ fi
 if want tests; then
   timeout 170 "$PY" -m pytest -q -p no:cacheprovider -o addopts="--strict-markers" \
     tests/unit/trainer/test_fsdp_on_gpu.py tests/unit/trainer/test_compute_defaults.py \
-    tests/unit/trainer/test_fsdp_shared_prefixes.py > "$OUT/tests.log" 2>&1
+    tests/unit/trainer/backends/test_fsdp_shared_prefixes.py > "$OUT/tests.log" 2>&1
   note "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 fi
 

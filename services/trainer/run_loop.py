@@ -24,9 +24,8 @@ from parity.services.trainer.backends import TrainingBackend, select_backend
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.deployment import TrainerDeployment
-from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.live_policy import LivePolicy
+from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.policy_loss import teacher_kl
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_status import RunState, RunStatus

@@ -13,10 +13,9 @@ from parity.services.runtime.config import ServerConfig
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.runtime.server import ServiceBinding
 from parity.services.runtime.service_definition import ServiceDefinition
-from parity.services.trainer.deployment import TrainerDeployment
-from parity.services.trainer.ingest_fleet import IngestFleet
+from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.servicer import TrainerServicer
-from parity.services.trainer.trainer import Trainer
+from parity.services.trainer.training_runs import TrainingRuns
 
 FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 DEFAULT_PORT = 50054
@@ -112,15 +111,13 @@ def _urls(text: str) -> tuple[str, ...]:
 
 
 def build_bindings(config: TrainerConfig) -> list[ServiceBinding]:
-    trainer = Trainer(config.deployment())
+    runs = TrainingRuns(config.deployment())
 
     async def stop() -> None:
-        trainer.close()
+        runs.close()
 
     def add(server: object) -> None:
-        trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(
-            TrainerServicer(trainer), server
-        )
+        trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(TrainerServicer(runs), server)
 
     return [ServiceBinding(FULL_NAME, add, on_stop=stop)]
 

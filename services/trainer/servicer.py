@@ -1,4 +1,4 @@
-"""TrainerService over gRPC: converts protos to calls on the Trainer and back."""
+"""TrainerService over gRPC: converts protos to calls on TrainingRuns and back."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from parity.services.runtime import page_tokens
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.promotion_log import (
+from parity.services.trainer.promotion.log import (
     CANARY,
     PROMOTED,
     REFUSED,
@@ -24,7 +24,7 @@ from parity.services.trainer.promotion_log import (
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_metrics import StepRecord
-from parity.services.trainer.trainer import Trainer
+from parity.services.trainer.training_runs import TrainingRuns
 from parity.services.trainer.weight_sync import SyncResult
 
 _STATES = {
@@ -116,13 +116,13 @@ def promotion_to_proto(record: PromotionRecord) -> promotion_pb2.Promotion:
 
 
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, runs: TrainingRuns) -> None:
+        self.runs = runs
 
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetStatusResponse:
-        run, last_sync = self.trainer.status()
+        run, last_sync = self.runs.status()
         response = pb.GetStatusResponse()
         if run is not None:
             response.run.CopyFrom(run_to_proto(run))
@@ -135,7 +135,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     ) -> AsyncIterator[pb.StreamMetricsResponse]:
         index = 0
         while True:
-            records = await asyncio.to_thread(self.trainer.metrics.since, index, _METRICS_POLL_S)
+            records = await asyncio.to_thread(self.runs.metrics.since, index, _METRICS_POLL_S)
             index += len(records)
             for record in records:
                 if record.step >= request.from_step:
@@ -145,33 +145,33 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.SyncWeightsRequest, context: grpc.aio.ServicerContext
     ) -> pb.SyncWeightsResponse:
         return sync_to_proto(
-            await asyncio.to_thread(self.trainer.sync_weights, not request.skip_verification)
+            await asyncio.to_thread(self.runs.sync_weights, not request.skip_verification)
         )
 
     async def StartRun(
         self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartRunResponse:
-        settings = (RunSettings.from_proto(request.config, self.trainer.default_checkpoint_dir)
+        settings = (RunSettings.from_proto(request.config, self.runs.default_checkpoint_dir)
                     if request.HasField("config") else None)  # fmt: skip
         run = await asyncio.to_thread(
-            self.trainer.start_run, settings, request.resume_checkpoint_id, request.run_id
+            self.runs.start_run, settings, request.resume_checkpoint_id, request.run_id
         )
         return pb.StartRunResponse(run=run_to_proto(run))
 
     async def PauseRun(
         self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.PauseRunResponse:
-        return pb.PauseRunResponse(run=run_to_proto(self.trainer.pause()))
+        return pb.PauseRunResponse(run=run_to_proto(self.runs.pause()))
 
     async def ResumeRun(
         self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeRunResponse:
-        return pb.ResumeRunResponse(run=run_to_proto(self.trainer.resume()))
+        return pb.ResumeRunResponse(run=run_to_proto(self.runs.resume()))
 
     async def StopRun(
         self, request: pb.StopRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopRunResponse:
-        run, checkpoint = await asyncio.to_thread(self.trainer.stop)
+        run, checkpoint = await asyncio.to_thread(self.runs.stop)
         response = pb.StopRunResponse(run=run_to_proto(run))
         if checkpoint is not None:
             response.checkpoint.CopyFrom(checkpoint_to_proto(checkpoint))
@@ -180,13 +180,13 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def SaveCheckpoint(
         self, request: pb.SaveCheckpointRequest, context: grpc.aio.ServicerContext
     ) -> pb.SaveCheckpointResponse:
-        checkpoint = await asyncio.to_thread(self.trainer.save_checkpoint)
+        checkpoint = await asyncio.to_thread(self.runs.save_checkpoint)
         return pb.SaveCheckpointResponse(checkpoint=checkpoint_to_proto(checkpoint))
 
     async def ListCheckpoints(
         self, request: pb.ListCheckpointsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCheckpointsResponse:
-        found = self.trainer.list_checkpoints(request.run_id)
+        found = self.runs.list_checkpoints(request.run_id)
         page, token = page_tokens.page_of(
             found, request.page_size, request.page_token, f"checkpoints:{request.run_id}"
         )
@@ -197,7 +197,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def ListRuns(
         self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRunsResponse:
-        runs = await asyncio.to_thread(self.trainer.list_runs)
+        runs = await asyncio.to_thread(self.runs.list_runs)
         page, token = page_tokens.page_of(runs, request.page_size, request.page_token, "runs")
         return pb.ListRunsResponse(runs=[run_to_proto(r) for r in page], next_page_token=token)
 
@@ -205,7 +205,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRunResponse:
         return pb.GetRunResponse(
-            run=run_to_proto(await asyncio.to_thread(self.trainer.get_run, request.run_id))
+            run=run_to_proto(await asyncio.to_thread(self.runs.get_run, request.run_id))
         )
 
     async def ListRunMetrics(
@@ -213,7 +213,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     ) -> pb.ListRunMetricsResponse:
         kind = request.kind or pb.METRICS_KIND_TRAINING
         validation = kind == pb.METRICS_KIND_VALIDATION
-        records = await asyncio.to_thread(self.trainer.run_metrics, request.run_id, validation)
+        records = await asyncio.to_thread(self.runs.run_metrics, request.run_id, validation)
         page, token = page_tokens.page_of(
             records, request.page_size, request.page_token, f"metrics:{request.run_id}:{kind}"
         )
@@ -225,7 +225,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.GetStepBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetStepBatchResponse:
         return pb.GetStepBatchResponse(
-            batch=await asyncio.to_thread(self.trainer.step_batch, request.run_id, request.step)
+            batch=await asyncio.to_thread(self.runs.step_batch, request.run_id, request.step)
         )
 
     async def ListTrainedSessions(
@@ -233,7 +233,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     ) -> pb.ListTrainedSessionsResponse:
         session_ids = list(request.session_ids)
         steps = await asyncio.to_thread(
-            self.trainer.trained_sessions, request.end_user_id, session_ids
+            self.runs.trained_sessions, request.end_user_id, session_ids
         )
         # A token is bound to its query; the query's ids can be 1,000 of 256 characters, so by their digest.
         query = hashlib.sha256(
@@ -248,7 +248,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.WriteValidationMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteValidationMetricsResponse:
         record = await asyncio.to_thread(
-            self.trainer.write_validation, request.run_id, request.step, dict(request.values)
+            self.runs.write_validation, request.run_id, request.step, dict(request.values)
         )
         return pb.WriteValidationMetricsResponse(
             metrics=metrics_to_proto(record, pb.METRICS_KIND_VALIDATION)
@@ -258,7 +258,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.ExportPolicyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExportPolicyResponse:
         path, merged, checkpoint = await asyncio.to_thread(
-            self.trainer.export_policy,
+            self.runs.export_policy,
             request.output_dir,
             request.checkpoint_id,
             request.merge_lora,
@@ -273,7 +273,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.PromotePolicyRequest, context: grpc.aio.ServicerContext
     ) -> pb.PromotePolicyResponse:
         record = await asyncio.to_thread(
-            self.trainer.promote,
+            self.runs.promote,
             request.run_id,
             request.checkpoint_id,
             request.metric,
@@ -286,13 +286,13 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.RollbackPolicyRequest, context: grpc.aio.ServicerContext
     ) -> pb.RollbackPolicyResponse:
         return pb.RollbackPolicyResponse(
-            promotion=promotion_to_proto(await asyncio.to_thread(self.trainer.promotions.rollback))
+            promotion=promotion_to_proto(await asyncio.to_thread(self.runs.promotions.rollback))
         )
 
     async def ListPromotions(
         self, request: pb.ListPromotionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPromotionsResponse:
-        records = await asyncio.to_thread(self.trainer.promotions.decisions)
+        records = await asyncio.to_thread(self.runs.promotions.decisions)
         page, token = page_tokens.page_of(
             records, request.page_size, request.page_token, "promotions"
         )

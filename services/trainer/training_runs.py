@@ -1,4 +1,4 @@
-"""The trainer: one run at a time, fed by the assembler, synced into vLLM after every update.
+"""The trainer service's runs: one at a time, fed by the assembler, synced into vLLM after every update.
 
 This is the domain object the servicer calls: it starts, lists, pauses, resumes and stops
 runs, and saves, lists and exports their checkpoints. Each run trains in a `RunLoop` of its
@@ -25,14 +25,13 @@ from parity.services.runtime.errors import (
 from parity.services.trainer import checkpoints
 from parity.services.trainer.backends import backend_name
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.deployment import TrainerDeployment
-from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.live_policy import LivePolicy
 from parity.services.trainer.lora import check_run
+from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.policy_export import export_policy
-from parity.services.trainer.promotion_gate import DEFAULT_METRIC
-from parity.services.trainer.promotion_log import PromotionRecord
-from parity.services.trainer.promotions import Promotions
+from parity.services.trainer.promotion.gate import DEFAULT_METRIC
+from parity.services.trainer.promotion.log import PromotionRecord
+from parity.services.trainer.promotion.serving import Promotions
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_ids import is_run_id, new_run_id
@@ -47,7 +46,7 @@ log = structlog.get_logger(__name__)
 MAX_LINEAGE_SESSIONS = 1000
 
 
-class Trainer:
+class TrainingRuns:
     def __init__(self, deployment: TrainerDeployment) -> None:
         self.deployment = deployment
         self.metrics = MetricsLog()

@@ -33,8 +33,8 @@ from parity.clients import IngestClient, RPCError
 from parity.services.runtime.addresses import UnresolvedAddress
 from parity.services.runtime.errors import FailedPrecondition
 from parity.services.trainer.backends.base import TrainingBackend
-from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.lora import adapter_name
+from parity.services.trainer.peers import IngestFleet
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
 

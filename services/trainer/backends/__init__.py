@@ -1,4 +1,8 @@
-"""Where an update runs: one module per backend, chosen by a short name (see `select_backend`)."""
+"""Where an update runs: one module per backend, chosen by a short name (see `select_backend`).
+
+Both compute a prefix that a step's rows share once: `prefix_tree` finds the clusters, `shared_prefix`
+runs them in the cpu loop, `prefix_packing` packs them as trees for fsdp's engine.
+"""
 
 from __future__ import annotations
 

@@ -34,6 +34,11 @@ from torch.func import functional_call
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.backends.prefix_tree import (
+    PrefixCluster,
+    check_prefix_tree,
+    shared_prefix_clusters,
+)
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights
 from parity.services.trainer.backends.shared_prefix import (
     ModelCall,
@@ -44,11 +49,6 @@ from parity.services.trainer.backends.shared_prefix import (
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config
 from parity.services.trainer.policy_loss import compute_advantages, policy_loss, token_logprobs
-from parity.services.trainer.prefix_tree import (
-    PrefixCluster,
-    check_prefix_tree,
-    shared_prefix_clusters,
-)
 from parity.services.trainer.run_settings import RunSettings
 
 if TYPE_CHECKING:

@@ -48,13 +48,17 @@ import torch
 import torch.distributed as dist
 
 from parity.services.trainer.backends.base import TrainingBackend
+from parity.services.trainer.backends.prefix_packing import (
+    PackedTrees,
+    pack_prefix_trees,
+    sampling_limits,
+)
+from parity.services.trainer.backends.prefix_tree import shared_prefix_clusters
 from parity.services.trainer.backends.shared_prefix import shares_exactly
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.compute_defaults import attention_layout, needs_gradient_checkpointing
 from parity.services.trainer.lora import peft_targets
 from parity.services.trainer.policy_loss import LossSettings, compute_advantages, policy_loss
-from parity.services.trainer.prefix_packing import PackedTrees, pack_prefix_trees, sampling_limits
-from parity.services.trainer.prefix_tree import shared_prefix_clusters
 from parity.services.trainer.run_settings import RunSettings
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parity.services.trainer.prefix_tree import (
+from parity.services.trainer.backends.prefix_tree import (
     PrefixCluster,
     PrefixTreeMismatch,
     check_prefix_tree,

@@ -34,9 +34,9 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngine, FSDPEngineWith
 from verl.workers.engine_workers import TrainingWorker  # noqa: E402
 
 from parity.services.trainer.backends import engine_logprobs  # noqa: E402
+from parity.services.trainer.backends.prefix_packing import tree_attention_mask  # noqa: E402
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights  # noqa: E402
 from parity.services.trainer.compute_defaults import tf32_matmuls  # noqa: E402
-from parity.services.trainer.prefix_packing import tree_attention_mask  # noqa: E402
 
 engine_logprobs.install()
 

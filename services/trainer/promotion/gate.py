@@ -4,7 +4,7 @@ Both numbers come from the run's own validations, which the driver measured with
 same agent, eval tasks and reward: step 0 scored the model the run started from, a later
 step scored the policy after that many updates. The gate reads them; it never runs an
 evaluation itself. That step 0 measured what serves is checked separately, by the probe
-(see `promotions`).
+(see `serving`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ receive every update of a run: they serve its rollouts and validations, never us
 The serving ones (`--serving-replicas`, behind the users' ingests, `--serving-ingest-address`)
 change only here:
 
-1. The gate (`promotion_gate.judge`) compares the run's validation at the checkpoint's
+1. The gate (`gate.judge`) compares the run's validation at the checkpoint's
    step with its validation at step 0.
 2. Step 0 measured the model the run started from; the serving replicas must serve that
    model, or the comparison says nothing about them. Their probe logprobs are compared
@@ -39,12 +39,11 @@ from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.clients import RPCError
 from parity.services.runtime.errors import FailedPrecondition, InvalidArgument, Unavailable
 from parity.services.trainer.checkpoints import CheckpointInfo
-from parity.services.trainer.deployment import TrainerDeployment
-from parity.services.trainer.ingest_fleet import IngestFleet
 from parity.services.trainer.lora import ADAPTER_WEIGHTS
+from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.policy_export import export_policy
-from parity.services.trainer.promotion_gate import GateResult, judge
-from parity.services.trainer.promotion_log import (
+from parity.services.trainer.promotion.gate import GateResult, judge
+from parity.services.trainer.promotion.log import (
     CANARY,
     PROMOTED,
     REFUSED,

@@ -94,7 +94,7 @@ def start_stack(start_service, tmp_path: Path) -> Iterator:
         channel.close()
 
 
-class Trainer:
+class BatchConsumer:
     """A StreamBatches client: subscribe, read batches, acknowledge them."""
 
     def __init__(

@@ -11,7 +11,7 @@ from parity.api.common.v1 import llm_call_pb2, reward_pb2, session_pb2
 from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.core import tokens
 from tests.call_factory import conversation, make_call
-from tests.integration.assembler.conftest import Trainer
+from tests.integration.assembler.conftest import BatchConsumer
 from tests.waiting import eventually
 
 
@@ -29,7 +29,7 @@ def test_a_group_becomes_one_batch_of_merged_exact_samples(start_stack) -> None:
     stack = start_stack()
     rollout(stack, "a", "task-1", 1.0, seed=1)
     rollout(stack, "b", "task-1", 0.0, seed=2)
-    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     batch = trainer.next()
     assert (batch.batch_id, batch.sequence, list(batch.group_ids), batch.redelivered) == (
         "trainer/1",
@@ -56,7 +56,7 @@ def test_credit_limits_unacknowledged_batches(start_stack) -> None:
     for g in range(3):
         rollout(stack, f"g{g}-a", f"g{g}", 1.0, seed=g)
         rollout(stack, f"g{g}-b", f"g{g}", 0.0, seed=10 + g)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1, max_unacked_batches=2)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1, max_unacked_batches=2)
     first, second = trainer.next(), trainer.next()
     assert trainer.nothing_within(1.0), "a third batch before any ack exceeds the credit"
     trainer.ack(first.batch_id)
@@ -80,7 +80,7 @@ def test_filters_are_applied_and_counted(start_stack) -> None:
         reward=0.0,
     )
     rollout(stack, "zero", "mixed", 0.0, seed=6, size=3)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1)
     batch = trainer.next()
     assert list(batch.group_ids) == ["mixed"]
     assert sorted(s.session_id for s in batch.samples) == ["ok", "zero"]
@@ -122,7 +122,7 @@ def test_groups_dropped_while_a_batch_is_short_are_reported_with_the_next_batch(
     rollout(stack, "flat-2", "flat", 1.0, seed=3)
     rollout(stack, "a-1", "a", 1.0, seed=4)
     rollout(stack, "a-2", "a", 0.0, seed=5)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=2)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=2)
     # Two groups are ready, one is dropped: the batch waits for a replacement.
     assert trainer.nothing_within(1.0)
     rollout(stack, "b-1", "b", 1.0, seed=6)
@@ -156,7 +156,7 @@ def test_rewards_from_the_sdk_reach_samples_as_token_rewards(start_stack) -> Non
         )
     )
     stack.close("s", reward=1.0)
-    batch = Trainer(stack.stub, "t", groups_per_batch=1).next()
+    batch = BatchConsumer(stack.stub, "t", groups_per_batch=1).next()
     (sample,) = batch.samples
     assert sample.reward == 3.0, "SDK 2.0 plus engine 1.0"
     rewards = tokens.unpack_floats(sample.token_rewards)
@@ -194,7 +194,7 @@ def test_bad_input_gets_a_clear_error_and_the_rest_keeps_working(start_stack) ->
         store_pb.CloseSessionRequest(session_id="malformed", metadata={"parity.group_size": "many"})
     )
     rollout(stack, "fine", "fine", 1.0, size=1)
-    batch = Trainer(stack.stub, "t", groups_per_batch=1).next()
+    batch = BatchConsumer(stack.stub, "t", groups_per_batch=1).next()
     assert [s.session_id for s in batch.samples] == ["fine"]
     stats = stack.stub.GetStats(pb.GetStatsRequest())
     assert (
@@ -218,7 +218,7 @@ def test_validation_rollouts_are_kept_and_never_batched(start_stack) -> None:
         stack.close(name, group_id="val-task", group_size=2, reward=reward, validation=True)
     rollout(stack, "train-a", "train-task", 1.0, seed=1)
     rollout(stack, "train-b", "train-task", 0.0, seed=2)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1)
     batch = trainer.next()
     assert list(batch.group_ids) == ["train-task"]
     assert trainer.nothing_within(1.0), "validation rollouts never make a batch"
@@ -241,7 +241,7 @@ def test_a_released_run_takes_one_short_batch_of_its_groups_with_signal_and_then
                                       ("a-1", "a", 1.0, 3), ("a-2", "a", 0.0, 4)):  # fmt: skip
         stack.write(conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed))
         stack.close(name, group_id=group, group_size=2, reward=reward, run_id="run")
-    trainer = Trainer(stack.stub, "t", groups_per_batch=3, run_id="run")
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=3, run_id="run")
     assert trainer.nothing_within(1.0), "a full batch waits for three groups"
     released = stack.stub.ReleaseBatch(pb.ReleaseBatchRequest(run_id="run"))
     assert released.pending_group_count == 2, "both groups pend: the filters run as the batch forms"
@@ -291,7 +291,7 @@ def test_an_episode_cut_at_a_session_cap_trains_as_its_close_says(
         stack, "capped", "g", 1.0, policy, seed=1, failed=policy == pb.CAPPED_EPISODES_ZERO_REWARD
     )
     rollout(stack, "whole", "g", 0.5, turns=2, seed=2)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1)
     batch = trainer.next()
     assert sorted((s.session_id, s.reward) for s in batch.samples) == rewards
     assert (
@@ -309,7 +309,7 @@ def test_an_episode_cut_at_a_session_cap_is_dropped_by_default_and_counted(start
     stack = start_stack()
     capped_rollout(stack, "capped", "g", 1.0, pb.CAPPED_EPISODES_UNSPECIFIED, seed=1)
     rollout(stack, "a", "g", 0.0, seed=2, size=2)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1)
     batch = trainer.next()
     assert [s.session_id for s in batch.samples] == ["a"] and batch.stats.filtered_counts[
         "capped_episode"
@@ -332,7 +332,7 @@ def test_a_feed_for_one_run_leaves_another_runs_groups_alone(start_stack) -> Non
                 conversation(name, turns=1, prompt_len=10, completion_len=4, seed=seed + offset)
             )
             stack.close(name, group_id=group, group_size=2, reward=reward, run_id=run)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=2, run_id="run-new")
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=2, run_id="run-new")
     batch = trainer.next()
     assert sorted(batch.group_ids) == ["any-task", "run-new-task"]
     assert stack.stub.GetStats(pb.GetStatsRequest()).pending_group_count == 1
@@ -348,7 +348,7 @@ def test_a_retried_failure_closed_after_its_group_is_batched_is_a_failed_rollout
     stack = start_stack()
     rollout(stack, "a-a1", "task-1", 1.0, seed=1)
     rollout(stack, "b-a0", "task-1", 0.0, seed=2)
-    trainer = Trainer(stack.stub, "t", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=1)
     assert sorted(s.session_id for s in trainer.next().samples) == ["a-a1", "b-a0"]
     # The engine closes a retried episode's superseded attempt after the attempt that counts.
     stack.write(conversation("a-a0", turns=2, prompt_len=20, completion_len=5, seed=3))
@@ -394,7 +394,7 @@ def test_a_teacher_scored_group_trains_without_reward_variance_or_rewards(start_
             teacher_scored=True,
             **({"reward": reward} if reward else {}),
         )
-    trainer = Trainer(stack.stub, "t", groups_per_batch=2)
+    trainer = BatchConsumer(stack.stub, "t", groups_per_batch=2)
     batch = trainer.next()
     assert sorted(batch.group_ids) == ["none", "same"] and not batch.dropped_group_ids
     assert sorted((s.session_id, s.reward) for s in batch.samples) == [

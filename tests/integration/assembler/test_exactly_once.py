@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from parity.api.assembler.v1 import assembler_service_pb2 as pb
-from tests.integration.assembler.conftest import Trainer
+from tests.integration.assembler.conftest import BatchConsumer
 from tests.integration.assembler.test_batches import rollout
 from tests.waiting import eventually
 
@@ -32,7 +32,7 @@ def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_on
 ) -> None:
     stack = start_stack()
     groups(stack, 3)
-    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     first = trainer.next()
     trainer.ack(first.batch_id)
     second = trainer.next()
@@ -42,7 +42,7 @@ def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_on
         stack.assembler.process.wait()
     stack.restart_assembler()
 
-    again = Trainer(stack.stub, "trainer", groups_per_batch=1, max_unacked_batches=2)
+    again = BatchConsumer(stack.stub, "trainer", groups_per_batch=1, max_unacked_batches=2)
     redelivered = again.next()
     assert redelivered.redelivered and same_batch(redelivered, second)
     third = again.next()
@@ -57,7 +57,7 @@ def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_on
 
     stack.restart_assembler()
     groups(stack, 1, start=3)
-    last = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    last = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     fourth = last.next()
     assert (fourth.sequence, list(fourth.group_ids), fourth.redelivered) == (4, ["g3"], False)
     assert last.nothing_within(1.0)
@@ -67,10 +67,10 @@ def test_unacknowledged_batches_survive_an_assembler_restart_and_acknowledged_on
 def test_a_trainer_that_reconnects_gets_its_unacknowledged_batches_again(start_stack) -> None:
     stack = start_stack()
     groups(stack, 2)
-    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     first = trainer.next()
     trainer.stop()
-    again = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    again = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     redelivered = again.next()
     assert redelivered.redelivered and same_batch(redelivered, first)
     again.ack(first.batch_id)
@@ -85,15 +85,15 @@ def test_a_new_run_under_the_same_consumer_never_gets_a_batch_an_earlier_run_lef
     for run, seed in (("run-old", 1), ("run-new", 5)):
         rollout(stack, f"{run}-a", f"{run}-g", 1.0, seed=seed, run_id=run)
         rollout(stack, f"{run}-b", f"{run}-g", 0.0, seed=seed + 1, run_id=run)
-    old = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
+    old = BatchConsumer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
     left = old.next()
     old.stop()
-    new = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-new")
+    new = BatchConsumer(stack.stub, "trainer", groups_per_batch=1, run_id="run-new")
     batch = new.next()
     assert not batch.redelivered and list(batch.group_ids) == ["run-new-g"]
     new.ack(batch.batch_id)
     new.stop()
-    resumed = Trainer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
+    resumed = BatchConsumer(stack.stub, "trainer", groups_per_batch=1, run_id="run-old")
     again = resumed.next()
     assert again.redelivered and same_batch(again, left), "the run it belongs to still gets it"
     resumed.stop()
@@ -102,9 +102,9 @@ def test_a_new_run_under_the_same_consumer_never_gets_a_batch_an_earlier_run_lef
 def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack) -> None:
     stack = start_stack()
     groups(stack, 1)
-    old = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    old = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     batch = old.next()
-    new = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    new = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     assert new.next().batch_id == batch.batch_id
     with pytest.raises(grpc.RpcError) as caught:
         old.next()
@@ -120,7 +120,7 @@ def test_a_newer_subscription_takes_over_and_bad_acks_end_the_stream(start_stack
 def test_the_assembler_rides_out_a_store_outage(start_stack, tmp_path) -> None:
     stack = start_stack("--store-retry-s", "1")
     groups(stack, 1)
-    trainer = Trainer(stack.stub, "trainer", groups_per_batch=1)
+    trainer = BatchConsumer(stack.stub, "trainer", groups_per_batch=1)
     trainer.ack(trainer.next().batch_id)
     eventually(lambda: stack.stub.GetStats(pb.GetStatsRequest()).acknowledged_batch_count == 1, timeout_s=10,
                what="the batch to be acknowledged")  # fmt: skip

@@ -13,8 +13,8 @@ import torch
 
 from parity.services.trainer.backends import cpu
 from parity.services.trainer.compute_defaults import CPU_BF16_ENV, cpu_bf16_units
-from tests.unit.trainer import test_fsdp_shared_prefixes as fsdp
-from tests.unit.trainer.test_shared_prefixes import (
+from tests.unit.trainer.backends import test_fsdp_shared_prefixes as fsdp
+from tests.unit.trainer.backends.test_shared_prefixes import (
     COMPARED,
     assert_same_update,
     sharing_batch,
@@ -87,7 +87,7 @@ def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise
     monkeypatch.delenv(CPU_BF16_ENV)  # the suite's pin: here the CPU's own flags decide
     if not cpu_bf16_units() and not torch.cuda.is_available():
         # Emulated, bf16 runs at a quarter of float32's speed: these three steps took 9 minutes on 2 cores.
-        # The tiny model's bf16 test (tests/unit/trainer/test_shared_prefixes.py) checks the arithmetic here.
+        # The tiny model's bf16 test (tests/unit/trainer/backends/test_shared_prefixes.py) checks the arithmetic here.
         pytest.skip("this CPU has no bfloat16 units")
     batch = sharing_batch(3)
     shared = step(real_model_dir, batch, True, LEARNING_RATE, dtype="bfloat16")

@@ -17,7 +17,7 @@ from parity.clients import IngestClient
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.backends.cpu import CpuBackend
-from parity.services.trainer.ingest_fleet import IngestFleet
+from parity.services.trainer.peers import IngestFleet
 from parity.services.trainer.probe_tolerance import probe_tolerance
 from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings

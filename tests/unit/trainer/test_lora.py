@@ -14,7 +14,7 @@ from parity.services.trainer.backends import select_backend
 from parity.services.trainer.lora import check_run
 from parity.services.trainer.run_settings import RunSettings
 from tests.training_batch_factory import rewarded_batch
-from tests.unit.trainer.test_backends import BACKENDS, generated_model
+from tests.unit.trainer.backends.test_backends import BACKENDS, generated_model
 
 PROBE = [1, 2, 3, 4, 100, 200]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parity.services.runtime.addresses import UnresolvedAddress
-from parity.services.trainer.ingest_fleet import IngestFleet
+from parity.services.trainer.peers import IngestFleet
 
 
 def test_a_name_is_every_address_it_resolves_to_now_beside_fixed_addresses() -> None:

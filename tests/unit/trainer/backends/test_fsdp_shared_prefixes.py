@@ -12,11 +12,15 @@ from transformers import AutoConfig, BloomConfig
 
 from parity.services.trainer.backends import fsdp, select_backend
 from parity.services.trainer.backends.fsdp import FsdpBackend
+from parity.services.trainer.backends.prefix_tree import MIN_SHARED_TOKENS
 from parity.services.trainer.batch_tensors import TrainingBatch
 from parity.services.trainer.compute_defaults import AttentionLayout, attention_layout
-from parity.services.trainer.prefix_tree import MIN_SHARED_TOKENS
 from parity.services.trainer.run_settings import RunSettings
-from tests.unit.trainer.test_shared_prefixes import COMPARED, assert_same_update, sharing_batch
+from tests.unit.trainer.backends.test_shared_prefixes import (
+    COMPARED,
+    assert_same_update,
+    sharing_batch,
+)
 
 pytestmark = pytest.mark.skipif(
     attention_layout(torch.cuda.is_available()).padding_free,

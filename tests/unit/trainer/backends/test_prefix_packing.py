@@ -8,19 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
-from parity.services.trainer.prefix_packing import (
+from parity.services.trainer.backends.prefix_packing import (
     PREFIX_SEGMENT,
     pack_prefix_trees,
     sampling_limits,
     tree_attention_mask,
 )
-from parity.services.trainer.prefix_tree import (
+from parity.services.trainer.backends.prefix_tree import (
     PrefixCluster,
     PrefixTreeMismatch,
     shared_prefix_clusters,
 )
-from tests.unit.trainer.test_prefix_tree import padded
-from tests.unit.trainer.test_shared_prefixes import sharing_batch
+from tests.unit.trainer.backends.test_prefix_tree import padded
+from tests.unit.trainer.backends.test_shared_prefixes import sharing_batch
 
 MIN_SHARED = 4
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity.services.trainer.prefix_tree import (
+from parity.services.trainer.backends.prefix_tree import (
     PrefixCluster,
     PrefixTreeMismatch,
     check_prefix_tree,

@@ -11,9 +11,13 @@ import torch
 from transformers import MistralConfig
 
 from parity.services.trainer.backends import cpu, select_backend
+from parity.services.trainer.backends.prefix_tree import (
+    MIN_SHARED_TOKENS,
+    PrefixCluster,
+    PrefixTreeMismatch,
+)
 from parity.services.trainer.backends.shared_prefix import shares_exactly
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.prefix_tree import MIN_SHARED_TOKENS, PrefixCluster, PrefixTreeMismatch
 from parity.services.trainer.run_settings import RunSettings
 
 # Every loss term and mean the step reports; each must be the unshared computation's.

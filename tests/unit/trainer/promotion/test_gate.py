@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parity.services.trainer.promotion_gate import judge
+from parity.services.trainer.promotion.gate import judge
 from parity.services.trainer.step_metrics import StepRecord
 
 

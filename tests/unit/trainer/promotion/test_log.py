@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from parity.services.trainer.promotion_log import (
+from parity.services.trainer.promotion.log import (
     PROMOTED,
     REFUSED,
     ROLLED_BACK,
