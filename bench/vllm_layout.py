@@ -25,9 +25,10 @@ from pathlib import Path
 import httpx
 from scratch import scratch_dir
 
+from parity.core.model_defaults import DEFAULT_MODEL
 from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.engine_core_placement import descendants
-from parity.services.inference.packaged_models import DEFAULT_MODEL, resolve_model
+from parity.services.inference.packaged_models import resolve_model
 from parity.services.inference.tiny_model import generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     VllmLaunchConfig,

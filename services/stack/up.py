@@ -19,10 +19,11 @@ import httpx
 import structlog
 
 from parity.clients.transport import ChannelSecurity, set_process_security
+from parity.core.model_defaults import DEFAULT_MODEL, TEST_MODEL
 from parity.services.console.settings import TOKEN_ENV
 from parity.services.inference.cpu_build import cpu_layout
 from parity.services.inference.gguf_import import ModelPreparationError
-from parity.services.inference.packaged_models import DEFAULT_MODEL, TEST_MODEL, resolve_model
+from parity.services.inference.packaged_models import resolve_model
 from parity.services.inference.vllm_launcher import (
     SERVED_DTYPES,
     VllmExitedError,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.api.trainer.v1 import run_pb2
+from parity.core.model_defaults import folder_learning_rate
 from parity.core.settings_fields import SettingsError
 from parity.core.update_settings import (
     UpdateSettings,
@@ -22,7 +23,6 @@ from parity.core.update_settings import (
     proto_path,
     to_run_config,
 )
-from parity.services.inference.packaged_models import folder_learning_rate
 from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.compute_defaults import resolve_dtype
 

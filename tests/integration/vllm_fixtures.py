@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from parity.services.inference.packaged_models import DEFAULT_MODEL, resolve_model
+from parity.core.model_defaults import DEFAULT_MODEL
+from parity.services.inference.packaged_models import resolve_model
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import (
     REPO_VLLM_PYTHON,

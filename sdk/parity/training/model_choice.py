@@ -1,4 +1,4 @@
-"""Which model a run trains, and the learning rate and max_tokens that suit it when none is set.
+"""Which model a run trains, with the learning rate and max_tokens `parity.core.model_defaults` gives it when none is set.
 
 A local run takes a model folder or a name (`parity model list`) and prepares a named
 model before anything starts, so a missing package or an unusable folder ends the run
@@ -11,18 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.core import model_defaults
 from parity.services.inference.gguf_import import ModelPreparationError
-from parity.services.inference.packaged_models import (
-    default_learning_rate,
-    default_max_tokens,
-    is_model_name,
-    resolve_model,
-)
-from parity.training.settings import DEFAULT_MAX_TOKENS, SettingsError, TrainSettings
+from parity.services.inference.packaged_models import is_model_name, resolve_model
+from parity.training.settings import SettingsError, TrainSettings
 from parity.training.teacher_server import teacher_folder
-
-# A deployed trainer's model folder may not exist here to be measured: the rate for models of a few billion parameters.
-UNSEEN_MODEL_LEARNING_RATE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -43,19 +36,18 @@ def choose_model(settings: TrainSettings) -> ChosenModel:
                 "(`parity model prepare NAME` there prints a named model's folder)",
             )  # fmt: skip
         folder = Path(settings.model)
-        rate = (
-            default_learning_rate(settings.model, folder)
-            if folder.is_dir()
-            else UNSEEN_MODEL_LEARNING_RATE
-        )
-        return ChosenModel(folder, settings.learning_rate or rate, _max_tokens(settings))
+        return ChosenModel(folder, _learning_rate(settings, folder), _max_tokens(settings))
     try:
         folder = resolve_model(settings.model)
     except ModelPreparationError as error:
         raise SettingsError("model", str(error)) from None
-    return ChosenModel(folder.resolve(), settings.learning_rate or default_learning_rate(settings.model, folder),
-                       _max_tokens(settings), teacher_folder(settings.teacher))  # fmt: skip
+    return ChosenModel(folder.resolve(), _learning_rate(settings, folder), _max_tokens(settings),
+                       teacher_folder(settings.teacher))  # fmt: skip
+
+
+def _learning_rate(settings: TrainSettings, folder: Path) -> float:
+    return settings.learning_rate or model_defaults.learning_rate(settings.model, folder)
 
 
 def _max_tokens(settings: TrainSettings) -> int:
-    return settings.max_tokens or default_max_tokens(settings.model) or DEFAULT_MAX_TOKENS
+    return settings.max_tokens or model_defaults.max_tokens(settings.model)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parity.services.inference.packaged_models import DEFAULT_MODEL
+from parity.core.model_defaults import DEFAULT_MODEL
 from parity.services.trainer.run_plot import plot_rewards
 from parity.training import tracking
 from parity.training.plateau import flat_reward_warning

@@ -21,6 +21,7 @@ from typing import Any
 
 from parity.core.attribution import normalize_tags
 from parity.core.feedback_rule import COMBINE, FeedbackRule, parse_weights
+from parity.core.model_defaults import DEFAULT_MAX_TOKENS
 from parity.core.session_budget import CONTEXT_POLICIES, SessionBudget
 from parity.core.session_slug import HISTORY_MODES
 from parity.core.settings_fields import SettingsError, setting
@@ -32,8 +33,6 @@ __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
 
 WANDB_MODES = ("auto", "online", "offline")
 CAPPED_EPISODES = ("drop", "zero_reward", "keep_reward")
-# max_tokens for a model that names none of its own.
-DEFAULT_MAX_TOKENS = 256
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

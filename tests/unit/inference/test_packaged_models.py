@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from parity.services.inference import packaged_models
+from parity.core.model_defaults import DEFAULT_MODEL, KNOWN_MODELS, TEST_MODEL, parameter_count
 from parity.services.inference.gguf_import import ModelPreparationError, read_summary
-from parity.services.inference.packaged_models import (
-    DEFAULT_MODEL,
-    PACKAGED_MODELS,
-    TEST_MODEL,
-    default_learning_rate,
-    learning_rate_for_size,
-    resolve_model,
-)
+from parity.services.inference.packaged_models import PACKAGED_MODELS, known_names, resolve_model
 
 SMOLLM = PACKAGED_MODELS[DEFAULT_MODEL]
 
@@ -51,7 +43,7 @@ def test_the_default_model_is_prepared_from_its_package_once_and_chats_in_its_ow
     assert tokenizer.tokenize(" 127") == ["Ġ", "1", "2", "7"], (
         "digits are single tokens, as SmolLM2 was trained"
     )
-    assert packaged_models.parameter_count(folder) == 134_515_008
+    assert parameter_count(folder) == 134_515_008
     modified = (folder / "model.safetensors").stat().st_mtime_ns
     assert resolve_model(DEFAULT_MODEL, model_cache) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == modified, (
@@ -136,27 +128,5 @@ def test_an_unknown_name_lists_the_known_ones(tmp_path) -> None:
         resolve_model("llama-9000", tmp_path)
 
 
-def test_learning_rates_follow_the_model(tmp_path, tiny_model_dir) -> None:
-    assert default_learning_rate("", tmp_path) == SMOLLM.learning_rate == 1e-5
-    assert default_learning_rate(TEST_MODEL, tmp_path) == 1e-3
-    # A folder of the generated model is still the test model; a folder of a real one goes by its size.
-    assert default_learning_rate(str(tiny_model_dir), tiny_model_dir) == 1e-3
-    assert [learning_rate_for_size(n) for n in (135_000_000, 500_000_000, 7_000_000_000)] == [
-        1e-5,
-        1e-6,
-        5e-7,
-    ]
-    header = json.dumps(
-        {"w": {"dtype": "F32", "shape": [1000, 1000], "data_offsets": [0, 4_000_000]}}
-    ).encode()
-    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    assert default_learning_rate(str(tmp_path), tmp_path) == 1e-5
-
-
-def test_max_tokens_follow_the_named_model() -> None:
-    assert (
-        packaged_models.default_max_tokens("")
-        == packaged_models.default_max_tokens(DEFAULT_MODEL)
-        == 64
-    )
-    assert packaged_models.default_max_tokens(TEST_MODEL) is None
+def test_every_name_the_model_flag_takes_has_training_defaults() -> None:
+    assert sorted(known_names()) == sorted(KNOWN_MODELS)

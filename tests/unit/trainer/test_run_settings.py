@@ -92,15 +92,12 @@ def test_an_explicit_zero_is_kept_where_zero_means_something() -> None:
 
 
 def test_an_unset_learning_rate_follows_the_model(tmp_path) -> None:
-    from parity.services.inference.packaged_models import (
-        TEST_MODEL_LEARNING_RATE,
-        TEST_MODEL_MARKER,
-    )
+    from parity.core.model_defaults import KNOWN_MODELS, TEST_MODEL, TEST_MODEL_MARKER
 
     (tmp_path / TEST_MODEL_MARKER).write_text("")
     assert (
         RunSettings.from_proto(config(model_path=str(tmp_path))).learning_rate
-        == TEST_MODEL_LEARNING_RATE
+        == KNOWN_MODELS[TEST_MODEL].learning_rate
     )
 
 
