@@ -16,17 +16,15 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from parity.core.attribution import normalize_tags
-from parity.core.feedback_rule import COMBINE, FeedbackRule, parse_weights
 from parity.core.model_defaults import DEFAULT_MAX_TOKENS
 from parity.core.session_budget import CONTEXT_POLICIES, SessionBudget
 from parity.core.session_slug import HISTORY_MODES
 from parity.core.settings_fields import SettingsError, setting
 from parity.core.update_settings import UpdateSettings, is_url
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
+from parity.training.production_settings import ProductionSettings
 from parity.training.task_order import TASK_SELECTIONS
 
 __all__ = ["SettingsError", "StackAddresses", "TrainSettings", "setting"]
@@ -72,8 +70,9 @@ class StackAddresses:
 
 
 @dataclass(frozen=True)
-class TrainSettings(UpdateSettings):
-    """Everything `parity train` takes: the update's settings (parity.core.update_settings, shared with the trainer) and the run's."""
+class TrainSettings(ProductionSettings, UpdateSettings):
+    """Everything `parity train` takes: the update's settings (parity.core.update_settings, shared with the trainer),
+    training from production sessions (production_settings), and the run's."""
 
     # What to train.
     agent: str = setting(
@@ -211,81 +210,6 @@ class TrainSettings(UpdateSettings):
         choices=CAPPED_EPISODES,
         group="budgets",
     )
-    # Training from stored production sessions.
-    from_store: bool = setting(
-        False,
-        "train on stored production sessions (their calls and late feedback) instead of rolling out tasks; needs a deployed stack that names its store (docs/production.md)",
-        group="production",
-    )
-    store_tags: str = setting(
-        "",
-        "from_store: only sessions carrying every one of these comma-separated tags",
-        group="production",
-    )
-    store_min_policy_version: int | None = setting(
-        None,
-        "from_store: only sessions whose every call was sampled by this policy version or a later one",
-        group="production",
-    )
-    store_max_age_hours: float | None = setting(
-        None,
-        "from_store: only sessions whose last call is at most this many hours old (older ones are skipped as too stale); none: any age",
-        group="production",
-    )
-    store_max_policy_lag: int | None = setting(
-        None,
-        "from_store: skip sessions sampled more than this many policy versions behind the trainer's (too stale); none: any",
-        group="production",
-    )
-    store_idle_minutes: float = setting(
-        10.0,
-        "from_store: a session counts as ended once it had no call for this long",
-        group="production",
-    )
-    feedback_rule: str = setting(
-        "sum",
-        "from_store: how a session's counted feedback signals combine into its reward: sum, mean, min, max, or last",
-        choices=COMBINE,
-        group="production",
-    )
-    feedback_weights: str = setting(
-        "",
-        "from_store: NAME=WEIGHT pairs (thumbs_up=1,thumbs_down=-1): only these signals count, each times its weight; empty: every signal, weight 1",
-        group="production",
-    )
-    feedback_window_hours: float | None = setting(
-        None,
-        "from_store: wait this long after a session's last call for its feedback and ignore later signals; none: a session is ready once it has feedback",
-        group="production",
-    )
-    feedback_default: float | None = setting(
-        None,
-        "from_store: the reward of a session whose feedback window closed with no signal; none: leave it out",
-        group="production",
-    )
-    continuous: bool = setting(
-        False,
-        "from_store: when the store has too few sessions for the next step, wait for new ones instead of ending",
-        group="production",
-    )
-    store_poll_s: float = setting(
-        30.0, "from_store with continuous: how often to look for new sessions", group="production"
-    )
-    promote: bool = setting(
-        False,
-        "after the run, serve its last checkpoint to users if it passes the trainer's gate (its last validation no worse than step 0's, less promote_margin); needs val_tasks and a trainer with serving replicas (docs/production.md)",
-        group="production",
-    )
-    promote_metric: str = setting(
-        "pass@1",
-        "promote: the validation metric the gate compares (reward, pass@1, pass@k)",
-        group="production",
-    )
-    promote_margin: float = setting(
-        0.0,
-        "promote: how far below the serving model's value the candidate may fall and still pass",
-        group="production",
-    )
     # Output.
     output_dir: str = setting(
         "runs",
@@ -376,41 +300,10 @@ class TrainSettings(UpdateSettings):
                     key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}"
                 )
         self._check_production()
+        if self.from_store:
+            self._check_from_store()
 
-    def _check_production(self) -> None:
-        for key in ("store_min_policy_version", "store_max_policy_lag", "store_idle_minutes"):
-            value = getattr(self, key)
-            if value is not None and value < 0:
-                raise SettingsError(key, f"must not be negative, got {value}")
-        for key in ("store_max_age_hours", "feedback_window_hours", "store_poll_s"):
-            value = getattr(self, key)
-            if value is not None and not value > 0:
-                raise SettingsError(key, f"must be greater than 0, got {value}")
-        try:
-            self.store_tag_list  # noqa: B018 (the property checks each tag)
-        except ValueError as error:
-            raise SettingsError("store_tags", str(error)) from None
-        try:
-            parse_weights(self.feedback_weights)
-        except ValueError as error:
-            raise SettingsError("feedback_weights", str(error)) from None
-        if self.feedback_default is not None and not math.isfinite(self.feedback_default):
-            raise SettingsError(
-                "feedback_default", f"must be a finite number, got {self.feedback_default}"
-            )
-        if self.feedback_default is not None and self.feedback_window_hours is None:
-            raise SettingsError(
-                "feedback_default",
-                "applies once a session's feedback window closes; set feedback_window_hours too",
-            )
-        if not math.isfinite(self.promote_margin) or self.promote_margin < 0:
-            raise SettingsError(
-                "promote_margin", f"must be a finite number >= 0, got {self.promote_margin}"
-            )
-        if self.continuous and not self.from_store:
-            raise SettingsError("continuous", "waits for new stored sessions; it needs from_store")
-        if not self.from_store:
-            return
+    def _check_from_store(self) -> None:
         if self.stack is None or not self.stack.store:
             raise SettingsError(
                 "from_store",
@@ -437,23 +330,6 @@ class TrainSettings(UpdateSettings):
         budget = SessionBudget(self.session_max_calls, self.session_max_tokens, self.session_max_completion_tokens,
                                self.session_max_seconds, self.session_context)  # fmt: skip
         return budget or None
-
-    @property
-    def store_tag_list(self) -> tuple[str, ...]:
-        """store_tags as the store filters by them: sorted, without repeats (ValueError for a bad tag)."""
-        return normalize_tags(tag.strip() for tag in self.store_tags.split(",") if tag.strip())
-
-    @property
-    def feedback(self) -> FeedbackRule:
-        """The rule that turns a stored session's feedback into its reward (from_store)."""
-        window = (
-            timedelta(hours=self.feedback_window_hours)
-            if self.feedback_window_hours is not None
-            else None
-        )
-        return FeedbackRule(
-            self.feedback_rule, parse_weights(self.feedback_weights), window, self.feedback_default
-        )
 
     @property
     def validation_max_tokens(self) -> int:
