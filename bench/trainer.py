@@ -21,32 +21,23 @@ The last line printed is one JSON object with every row.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from torch.optim.optimizer import (
-    register_optimizer_step_post_hook,
-    register_optimizer_step_pre_hook,
-)
+from plain_loop import PlainLoop
+from prefix_rows import prefix_rows, print_prefix_rows
+from step_timing import PROFILE_KEYS, policy_module, profile_step, timed_steps
 
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.trainer.backends import select_backend
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.compute_defaults import resolve_dtype, tf32_matmuls
-from parity.services.trainer.policy_loss import (
-    LossSettings,
-    compute_advantages,
-    policy_loss,
-    token_logprobs,
-)
+from parity.services.trainer.compute_defaults import resolve_dtype
 from parity.services.trainer.run_settings import RunSettings
 
 # Dense bf16 peak of one card, FLOP/s, by a word of its name; MFU is 6 · parameters · tokens/s over it.
@@ -58,8 +49,6 @@ PEAK_BF16_FLOPS = {
     "L4": 121e12,
     "A10": 125e12,
 }
-# The step profile's figures (milliseconds, and aten ops dispatched).
-PROFILE_KEYS = ("forward_ms", "backward_ms", "optimizer_ms", "other_ms", "aten_ops")
 
 
 def ragged_batch(rows: int, length: int, vocab: int, seed: int = 0) -> TrainingBatch:
@@ -84,266 +73,6 @@ def ragged_batch(rows: int, length: int, vocab: int, seed: int = 0) -> TrainingB
         group_index=np.array([str(row // 8) for row in range(rows)], dtype=object), rewards=returns,
         policy_versions=np.zeros(rows, dtype=np.int64),
     )  # fmt: skip
-
-
-class PlainLoop:
-    """The baseline: one Hugging Face model on the device, AdamW, and `policy_loss`; nothing else.
-
-    Float32 weights and optimizer state; forward and backward under autocast in the run's
-    dtype (as FSDP's mixed precision computes); rows sorted by length into micro-batches of
-    at most `micro_batch_tokens` padded positions; the old log-probs are the first pass's own
-    (one PPO epoch), as the `cpu` backend takes them.
-    """
-
-    name = "plain"
-
-    def __init__(self, settings: RunSettings, device: torch.device) -> None:
-        from transformers import AutoModelForCausalLM
-
-        torch.manual_seed(settings.seed)
-        self.settings, self.device = settings, device
-        self.dtype = getattr(torch, resolve_dtype(settings.dtype))
-        # transformers types PreTrainedModel.to as a wrapper of nn.Module.to whose first argument is the model.
-        self.model = AutoModelForCausalLM.from_pretrained(
-            settings.model_path, dtype=torch.float32, attn_implementation="sdpa"
-        ).to(device)  # type: ignore[arg-type]
-        fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=settings.lr, weight_decay=0.0, **fused
-        )
-        self.loss_settings = LossSettings(
-            settings.clip_ratio, settings.tis_cap, 0.0, settings.loss_agg_mode
-        )
-
-    def micro_batches(self, batch: TrainingBatch) -> list[torch.Tensor]:
-        lengths = batch.attention_mask.sum(dim=1)
-        groups: list[list[int]] = []
-        for row in torch.argsort(lengths, descending=True).tolist():
-            if (
-                groups
-                and int(lengths[groups[-1][0]]) * (len(groups[-1]) + 1)
-                <= self.settings.micro_batch_tokens
-            ):
-                groups[-1].append(row)
-            else:
-                groups.append([row])
-        return [torch.tensor(group) for group in groups]
-
-    def train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        # float32 matmuls on TF32 tensor cores on CUDA, as the engine's training passes run them.
-        with tf32_matmuls() if self.device.type == "cuda" else contextlib.nullcontext():
-            return self._train_step(batch)
-
-    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        self.model.train()
-        advantages = compute_advantages(batch, self.settings.advantage_estimator)
-        whole: dict[str, float] = {
-            "dp_size": 1,
-            "batch_num_tokens": int(batch.response_mask.sum()),
-            "global_batch_size": batch.size,
-        }
-        for rows in self.micro_batches(batch):
-            length = int(batch.attention_mask[rows].sum(dim=1).max())
-            ids, attention = (
-                t[rows, :length].to(self.device) for t in (batch.input_ids, batch.attention_mask)
-            )
-            mask, rollout, adv = (
-                t[rows, : length - 1].to(self.device)
-                for t in (batch.response_mask, batch.rollout_logprobs, advantages)
-            )
-            with torch.autocast(
-                self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32
-            ):
-                logits = self.model(input_ids=ids, attention_mask=attention).logits
-            logprobs, _entropy = token_logprobs(logits, ids)
-            loss, _ = policy_loss(
-                logprobs, logprobs.detach(), adv, mask, rollout, self.loss_settings, None, whole
-            )
-            loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.settings.max_grad_norm
-        )
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"grad_norm": float(grad_norm)}
-
-    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
-        ids = torch.tensor([token_ids], device=self.device)
-        with (
-            torch.no_grad(),
-            torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32),
-        ):
-            logprobs, _ = token_logprobs(self.model(ids).logits, ids)
-        return logprobs[0].double().tolist()
-
-    def save_weights(self, directory: Path) -> None:
-        self.model.save_pretrained(directory)
-
-    def close(self) -> None:
-        """Nothing outlives the loop."""
-
-
-def prefix_batch(
-    groups: int,
-    group_size: int,
-    prompt: int,
-    reply: int,
-    vocab: int,
-    seed: int = 0,
-    shared: bool = True,
-) -> TrainingBatch:
-    """GRPO groups: `group_size` rows per group share a prompt of `prompt` tokens (each its own unless
-    `shared`), each with a reply of its own."""
-    generator = torch.Generator().manual_seed(seed)
-    rows, length = groups * group_size, prompt + reply
-    ids = torch.randint(5, vocab - 1, (rows, length), generator=generator)
-    for group in range(groups if shared else 0):
-        ids[group * group_size : (group + 1) * group_size, :prompt] = ids[
-            group * group_size, :prompt
-        ]
-    mask, rewards = torch.zeros(rows, length - 1), torch.zeros(rows, length - 1)
-    mask[:, prompt - 1 :] = 1
-    returns = (torch.arange(rows) % 2).double().numpy()
-    rewards[:, -1] = torch.from_numpy(returns).float()
-    return TrainingBatch(
-        input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=mask,
-        rollout_logprobs=-torch.rand(rows, length - 1, generator=generator) * mask, token_rewards=rewards,
-        group_index=np.array([str(row // group_size) for row in range(rows)], dtype=object), rewards=returns,
-        policy_versions=np.zeros(rows, dtype=np.int64),
-    )  # fmt: skip
-
-
-def prefix_rows(
-    model: Path, vocab: int, backend: str, dtype: str, args: argparse.Namespace
-) -> list[dict[str, object]]:
-    """A backend's step with shared prefixes against without, per group size and prompt:reply ratio; ratio 0 is
-    10:1 with every row's prompt its own, where the setting finds nothing to share."""
-    rows: list[dict[str, object]] = []
-    for group_size in (8, 16):
-        for ratio in (0, 1, 10, 50):
-            prompt = (ratio or 10) * args.reply
-            batch = prefix_batch(
-                args.prefix_groups, group_size, prompt, args.reply, vocab, shared=ratio > 0
-            )
-            timings = {}
-            for share in (False, True):
-                settings = RunSettings(
-                    model, 10, groups_per_batch=1, backend=backend, learning_rate=1e-5, share_prefixes=share, dtype=dtype,
-                    micro_batch_tokens=args.micro_batch_tokens,
-                )  # fmt: skip
-                seconds, cpu_seconds, metrics = timed_steps(select_backend(settings), batch, args)
-                timings[share] = (
-                    statistics.median(seconds),
-                    statistics.median(cpu_seconds),
-                    metrics,
-                )
-                gc.collect()
-            (step, cpu, plain_metrics), (shared_step, shared_cpu, metrics) = (
-                timings[False],
-                timings[True],
-            )
-            rows.append({
-                "backend": backend, "dtype": dtype, "group_size": group_size, "prompt_to_reply": f"{ratio}:1" if ratio else "none",
-                "tokens": batch.token_count,
-                "tokens_computed": int(metrics["tokens_computed"]), "unshared_ms": round(step * 1000, 1),
-                "shared_ms": round(shared_step * 1000, 1), "speedup": round(step / shared_step, 2),
-                "cpu_speedup": round(cpu / shared_cpu, 2),
-                "loss_diff": abs(metrics["policy_loss"] - plain_metrics["policy_loss"]),
-            })  # fmt: skip
-    return rows
-
-
-def print_prefix_rows(rows: list[dict[str, object]]) -> None:
-    print(
-        f"{'backend':<8} {'dtype':<9} {'G':>3} {'P:R':>5} {'tokens':>7} {'computed':>9} {'unshared ms':>12} {'shared ms':>10} {'speedup':>8} {'CPU speedup':>12}"
-    )
-    for row in rows:
-        print(
-            f"{row['backend']:<8} {row['dtype']:<9} {row['group_size']:>3} {row['prompt_to_reply']:>5} {row['tokens']:>7} {row['tokens_computed']:>9} "
-            f"{row['unshared_ms']:>12} {row['shared_ms']:>10} {row['speedup']:>7}x {row['cpu_speedup']:>11}x"
-        )
-
-
-def timed_steps(
-    backend, batch: TrainingBatch, args: argparse.Namespace
-) -> tuple[list[float], list[float], dict[str, float]]:
-    """Wall and process CPU seconds of each timed step after the warm-up ones, and the last step's metrics."""
-    for _ in range(args.warmup):
-        backend.train_step(batch)
-    seconds, cpu_seconds = [], []
-    metrics: dict[str, float] = {}
-    for _ in range(args.steps):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        started, cpu_started = time.perf_counter(), time.process_time()
-        metrics = backend.train_step(batch)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - started)
-        cpu_seconds.append(time.process_time() - cpu_started)
-    return seconds, cpu_seconds, metrics
-
-
-def policy_module(backend) -> torch.nn.Module:
-    """The model whose forward the profile times: the engine's FSDP module, or the loop's model."""
-    if backend.name == "fsdp":
-        return backend.policy.engine.module
-    return backend.model
-
-
-def profile_step(backend, batch: TrainingBatch) -> dict[str, float]:
-    """One step, split into the model's forward, autograd's backward, the optimizer, and the rest.
-
-    `other_ms` is everything a step spends outside those three: turning the batch into the
-    engine's layout, micro-batch planning, log-probs and entropy from the logits, the loss,
-    metrics and their device syncs. On a GPU every aten op is at least one kernel launch from
-    the host, so `aten_ops` counts the host's work independently of the device.
-    """
-    spent = {"forward_ms": 0.0, "backward_ms": 0.0, "optimizer_ms": 0.0}
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    starts: dict[str, float] = {}
-
-    def begin(key: str) -> None:
-        sync()
-        starts[key] = time.perf_counter()
-
-    def end(key: str) -> None:
-        sync()
-        spent[key] += (time.perf_counter() - starts.pop(key)) * 1000
-
-    module = policy_module(backend)
-    hooks = [
-        module.register_forward_pre_hook(lambda *_: begin("forward_ms")),
-        module.register_forward_hook(lambda *_: end("forward_ms")),
-        register_optimizer_step_pre_hook(lambda *_: begin("optimizer_ms")),
-        register_optimizer_step_post_hook(lambda *_: end("optimizer_ms")),
-    ]
-    autograd_backward = torch.autograd.backward
-
-    def timed_backward(*args, **kwargs):
-        begin("backward_ms")
-        try:
-            return autograd_backward(*args, **kwargs)
-        finally:
-            end("backward_ms")
-
-    torch.autograd.backward = timed_backward
-    try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-            sync()
-            started = time.perf_counter()
-            backend.train_step(batch)
-            sync()
-            step_ms = (time.perf_counter() - started) * 1000
-    finally:
-        torch.autograd.backward = autograd_backward
-        for hook in hooks:
-            hook.remove()
-    aten_ops = sum(
-        event.count for event in profiler.key_averages() if event.key.startswith("aten::")
-    )
-    spent["other_ms"] = step_ms - sum(spent.values())
-    return {key: round(value, 1) for key, value in spent.items()} | {"aten_ops": aten_ops}
 
 
 def probe_gap(backend, directory: Path, probe: list[int]) -> tuple[float, float]:

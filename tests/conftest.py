@@ -49,17 +49,24 @@ RAY_MODULES = {
     "tests/unit/trainer/backends/test_backends.py",
     "tests/integration/training/test_ray_nodes.py",
 }
+# Packages whose modules share package-scoped fixtures (one stack, one training run): one worker runs each whole,
+# so those start once.
+SHARED_FIXTURE_PACKAGES = {"tests/integration/console/", "tests/integration/training/train_api/"}
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's types load with xdist only)
     """`make test` spreads the suite over workers (`--dist loadscope`) a module at a time, so a module's fixtures
-    (its vLLM, its stack) start once, and the Ray modules run on one worker."""
+    (its vLLM, its stack) start once, the Ray modules run on one worker, and so does each package whose modules
+    share its fixtures."""
     if config.getvalue("dist") != "loadscope":
         return None
     from tests.module_scheduling import ModuleScheduling
 
-    return ModuleScheduling(config, log, together={module: "ray" for module in RAY_MODULES})
+    together = {module: "ray" for module in RAY_MODULES} | {
+        package: package for package in SHARED_FIXTURE_PACKAGES
+    }
+    return ModuleScheduling(config, log, together=together)
 
 
 def free_port() -> int:

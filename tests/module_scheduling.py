@@ -16,7 +16,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 
 class ModuleScheduling(LoadScopeScheduling):
-    """A worker takes a whole module at a time; modules named in `together` share one unit and so one worker."""
+    """A worker takes a whole module at a time; modules named in `together`, or in a package folder named there
+    (`tests/integration/console/`), share one unit and so one worker."""
 
     def __init__(self, config: pytest.Config, log: Producer | None = None, *,
                  together: Mapping[str, str] | None = None) -> None:  # fmt: skip
@@ -25,4 +26,5 @@ class ModuleScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         module = nodeid.split("::", 1)[0]
-        return self.together.get(module, module)
+        package = module.rsplit("/", 1)[0] + "/"
+        return self.together.get(module) or self.together.get(package, module)

@@ -39,7 +39,16 @@ if TYPE_CHECKING:
         thread,
         trajectory,
     )
-    from parity.training import StackAddresses, Trainer, TrainResult, TrainSettings, train
+    from parity.training import (
+        StackAddresses,
+        StepResult,
+        Trainer,
+        TrainResult,
+        TrainSettings,
+        ValidationResult,
+        train,
+    )
+    from parity.training.run_control import RunEnded
     from parity.user_data import Deletion, delete_user_data
 
 # Imported on first use: the services live under `parity.services`, and importing
@@ -71,11 +80,14 @@ _EXPORTS = {
     "thread": "parity.sessions",
     "session_url": "parity.sessions",
     "trajectory": "parity.sessions",
+    "RunEnded": "parity.training.run_control",
     "StackAddresses": "parity.training.settings",
+    "StepResult": "parity.training.result",
     "Trainer": "parity.training.trainer",
     "TrainResult": "parity.training.result",
     "TrainSettings": "parity.training.settings",
     "train": "parity.training.trainer",
+    "ValidationResult": "parity.training.validation",
     "Deletion": "parity.user_data",
     "delete_user_data": "parity.user_data",
 }
@@ -101,13 +113,16 @@ __all__ = [
     "FlushError",
     "Promotion",
     "RPCError",
+    "RunEnded",
     "SessionBudget",
     "SessionRef",
     "StackAddresses",
+    "StepResult",
     "TrainResult",
     "TrainSettings",
     "Trainer",
     "TrajectoryView",
+    "ValidationResult",
     "afeedback",
     "aflush",
     "areward",

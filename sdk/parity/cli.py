@@ -129,10 +129,14 @@ def build_parser(service: str | None = None) -> argparse.ArgumentParser:
     service_actions = _add_service_commands(subparsers, service)
     # Listed for --help only: main() hands these to their module before argparse sees them.
     for words, (_, help_text) in DELEGATED_COMMANDS.items():
-        if words[0] in service_actions:
-            service_actions[words[0]].add_parser(words[1], help=help_text)
-        else:
-            subparsers.add_parser(words[0], help=f"{' '.join(words)}: {help_text}")
+        if len(words) == 1:
+            subparsers.add_parser(words[0], help=f"{words[0]}: {help_text}")
+            continue
+        if words[0] not in service_actions:
+            # A command of its own whose actions are all delegated (`parity console serve`): its --help lists them.
+            group = subparsers.add_parser(words[0], help=f"{' '.join(words)}: {help_text}")
+            service_actions[words[0]] = group.add_subparsers(dest="action", required=True)
+        service_actions[words[0]].add_parser(words[1], help=help_text)
     return parser
 
 

@@ -128,7 +128,8 @@ def promote_main(argv: list[str]) -> int:
         "--margin",
         type=float,
         default=0.0,
-        help="how far below the serving model's value the candidate may be",
+        help="how far the candidate's value may be below the run's step-0 validation (the model it started from, "
+        "which the trainer checks is what serves)",
     )
     parser.add_argument("--canary-share", type=float, default=0.0,
                         help="first serve the candidate to this share of sessions (0..1) from the trainer's replicas")  # fmt: skip

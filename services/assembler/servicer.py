@@ -19,7 +19,7 @@ from parity.services.assembler.assembler import Assembler
 from parity.services.assembler.batch_feed import BatchFeed, Subscription
 from parity.services.assembler.batches import Batch
 from parity.services.assembler.samples import history_mode
-from parity.services.assembler.trajectory_views import TrajectoryView
+from parity.services.assembler.trajectory_views import AssembledTrajectory
 from parity.services.runtime.errors import InvalidArgument, ParityError
 
 
@@ -54,10 +54,12 @@ def batch_to_proto(batch: Batch) -> batch_pb2.Batch:
     )
 
 
-def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
-    trajectory = view.trajectory
+def trajectory_to_proto(assembled: AssembledTrajectory) -> trajectory_pb2.Trajectory:
+    trajectory = assembled.trajectory
     threads = {
-        call_id: (s.thread_index, s.thread_id) for s in view.built.samples for call_id in s.call_ids
+        call_id: (s.thread_index, s.thread_id)
+        for s in assembled.built.samples
+        for call_id in s.call_ids
     }
     steps = []
     for index, call in enumerate(trajectory.calls):
@@ -75,22 +77,22 @@ def trajectory_to_proto(view: TrajectoryView) -> trajectory_pb2.Trajectory:
     return trajectory_pb2.Trajectory(
         session_id=trajectory.session_id,
         trajectory_name=trajectory.name,
-        episode_id=view.episode_id,
-        group_id=view.group_id,
-        state=view.state,
+        episode_id=assembled.episode_id,
+        group_id=assembled.group_id,
+        state=assembled.state,
         steps=steps,
         reward=trajectory.reward,
         has_reward=trajectory.has_reward,
         rewards=trajectory.rewards,
-        samples=view.samples,
-        filter_reason=view.filter_reason,
-        split_count=view.split_count,
-        outcome=view.outcome,
-        split_reasons=view.split_reasons,
-        token_count=view.token_count,
-        unique_token_count=view.unique_token_count,
-        merged_call_count=view.merged_call_count,
-        thread_count=view.built.threads,
+        samples=assembled.samples,
+        filter_reason=assembled.filter_reason,
+        split_count=assembled.split_count,
+        outcome=assembled.outcome,
+        split_reasons=assembled.split_reasons,
+        token_count=assembled.token_count,
+        unique_token_count=assembled.unique_token_count,
+        merged_call_count=assembled.merged_call_count,
+        thread_count=assembled.built.threads,
         history_mode=history_mode(trajectory.calls[0].history_mode)
         if trajectory.calls
         else llm_call_pb2.HISTORY_MODE_UNSPECIFIED,
@@ -136,24 +138,24 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
         self, request: pb.GetTrajectoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTrajectoryResponse:
         structlog.contextvars.bind_contextvars(session_id=request.session_id)
-        view = await trajectory_views.get_trajectory(
+        assembled = await trajectory_views.get_trajectory(
             self.assembler.tracker,
             request.session_id,
             request.trajectory_name,
             request.view == pb.TRAJECTORY_VIEW_FULL,
         )
-        return pb.GetTrajectoryResponse(trajectory=trajectory_to_proto(view))
+        return pb.GetTrajectoryResponse(trajectory=trajectory_to_proto(assembled))
 
     async def ListTrajectories(
         self, request: pb.ListTrajectoriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTrajectoriesResponse:
-        views, token = await trajectory_views.list_trajectories(
+        trajectories, token = await trajectory_views.list_trajectories(
             self.assembler.tracker, session_id=request.session_id, group_id=request.group_id, state=request.state,
             page_size=request.page_size, page_token=request.page_token,
             with_samples=request.view == pb.TRAJECTORY_VIEW_FULL,
         )  # fmt: skip
         return pb.ListTrajectoriesResponse(
-            trajectories=[trajectory_to_proto(v) for v in views], next_page_token=token
+            trajectories=[trajectory_to_proto(t) for t in trajectories], next_page_token=token
         )
 
     async def StreamBatches(

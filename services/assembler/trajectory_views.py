@@ -25,7 +25,11 @@ _STATE = trajectory_pb2.TrajectoryState
 
 
 @dataclass(slots=True)
-class TrajectoryView:
+class AssembledTrajectory:
+    """One trajectory as the assembler holds it: its calls, its episode and group, its state here (and why it was
+    filtered), its session's outcome, and the samples built from it. GetTrajectory and ListTrajectories answer
+    with it (servicer.trajectory_to_proto)."""
+
     trajectory: Trajectory
     episode_id: str
     group_id: str
@@ -83,7 +87,7 @@ def rollout_state(
 
 def views_of(
     tracker: RolloutTracker, contents: store_pb.SessionContents, with_samples: bool
-) -> list[TrajectoryView]:
+) -> list[AssembledTrajectory]:
     session = contents.session
     rollout = tracker.rollouts.get(session.session_id)
     if rollout is None and session.state == session_pb2.SESSION_STATE_CLOSED:
@@ -99,7 +103,7 @@ def views_of(
         filters = tracker.settings.filters
         built = build_samples(trajectory, episode, group, filters.length, filters.max_open_threads)
         views.append(
-            TrajectoryView(
+            AssembledTrajectory(
                 trajectory, episode, group, state, reason, built, session.outcome, with_samples
             )
         )
@@ -108,7 +112,7 @@ def views_of(
 
 async def get_trajectory(
     tracker: RolloutTracker, session_id: str, name: str, with_samples: bool
-) -> TrajectoryView:
+) -> AssembledTrajectory:
     if not session_id:
         raise InvalidArgument("session_id is required")
     contents = (await tracker.store.read_sessions([session_id])).get(session_id)
@@ -123,7 +127,7 @@ async def get_trajectory(
 async def list_trajectories(
     tracker: RolloutTracker, *, session_id: str, group_id: str, state: int, page_size: int, page_token: str,
     with_samples: bool,
-) -> tuple[list[TrajectoryView], str]:  # fmt: skip
+) -> tuple[list[AssembledTrajectory], str]:  # fmt: skip
     scope = f"trajectories:{session_id}:{group_id}:{state}"
     position = page_tokens.decode_page_token(page_token, scope)
     limit = page_tokens.page_size(page_size)
@@ -137,7 +141,7 @@ async def list_trajectories(
             if (not session_id or r.session_id == session_id) and (not group_id or r.group_id == group_id)
             and (not state or rollout_state(tracker, r)[0] == state)
         ]  # fmt: skip
-    views: list[TrajectoryView] = []
+    views: list[AssembledTrajectory] = []
     next_token = ""
     # Each session holds at least one trajectory, so `limit` sessions fill a page.
     window = candidates[: limit + 1]

@@ -280,7 +280,9 @@ def generate_tiny_model(out_dir: Path, spec: TinyModelSpec = TinyModelSpec()) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="parity model generate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model to")
     parser.add_argument("--seed", type=int, default=0, help="seed for the weights")
     parser.add_argument(

@@ -369,8 +369,9 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog="parity vllm serve",
         description="Serve a model with vLLM until SIGINT or SIGTERM. "
-        "Arguments not listed here are passed to vLLM unchanged."
+        "Arguments not listed here are passed to vLLM unchanged.",
     )
     parser.add_argument("--model", type=Path, required=True, help="model directory")
     parser.add_argument("--port", type=int, default=8100)

@@ -34,7 +34,7 @@ from parity.services.ingest.endpoints.feedback.serving import FeedbackServing
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.openai_responses.serving import ResponsesServing
 from parity.services.ingest.endpoints.request_start import parse_json_object
-from parity.services.ingest.endpoints.session_resolution import SessionHeaders
+from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
@@ -55,6 +55,12 @@ ANTHROPIC_PATHS = frozenset({MESSAGES, COUNT_TOKENS})
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
 MAX_FLUSH_TIMEOUT_S = 600.0
 WEBSOCKET_POLICY_VIOLATION = 1008
+UPGRADE_REQUIRED = 426
+WEBSOCKET_REFUSAL = openai_errors.HttpError(
+    UPGRADE_REQUIRED,
+    "WebSocket transport is not supported: send requests over HTTP",
+    "invalid_request_error",
+)
 # Metric labels: every other path is "other", so a client cannot grow the label set.
 ROUTES = frozenset(
     {*INFERENCE_PATHS, COUNT_TOKENS, FLUSH, FEEDBACK, "/v1/models", "/health", "/metrics"}
@@ -109,9 +115,7 @@ class IngestHttpApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            # Clients that try a WebSocket transport first (Codex CLI's Responses API) fall
-            # back to HTTP when the handshake is refused.
-            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+            await refuse_websocket(scope, send)
             return
         if scope["type"] != "http":
             return
@@ -310,3 +314,18 @@ def flush_timeout(body: bytes) -> float:
             "timeout_s",
         )
     return float(timeout_s)
+
+
+async def refuse_websocket(scope: Scope, send: Send) -> None:
+    """Refuse a WebSocket handshake so that a client falls back to HTTP at once. Codex CLI tries the Responses API
+    over a WebSocket first: a 426 (Upgrade Required) answer makes it use HTTP after that one handshake, while a 403
+    (a plain close) or a 404 has it retry the handshake 6 times with backoff first, about 6.6 s of every run."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+        return
+    body = WEBSOCKET_REFUSAL.body()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "websocket.http.response.start", "status": UPGRADE_REQUIRED, "headers": headers}
+    )
+    await send({"type": "websocket.http.response.body", "body": body})

@@ -41,7 +41,7 @@ from parity.services.ingest.http_listener import HttpListener
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.model_aliases import AliasRule, ModelAliases
 from parity.services.ingest.servicer import IngestServicer
-from parity.services.ingest.session_budgets import SessionBudgets
+from parity.services.ingest.session_caps.budget_ledger import BudgetLedger
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream.canary import CanaryRoute
 from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
@@ -267,7 +267,7 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     external = ExternalModels(config.external_models)
     exact = ExactHistory(router, upstream, HistoryBook(config.exact_history_budget_tokens))
     backend = ChatBackend(router, upstream, sink, policy, external, exact, config.history_mode,
-                          SessionBudgets(config.session_budget))  # fmt: skip
+                          BudgetLedger(config.session_budget))  # fmt: skip
     aliases = ModelAliases(config.model_alias, backend.served, router.policy_model)
     chains = ResponseChains(config.store, config.max_message_bytes)
     endpoints = Endpoints(

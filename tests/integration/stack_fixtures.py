@@ -161,6 +161,18 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
     return TrainingStack(vllm, store, assembler, ingest, trainer, http_port)
 
 
+def own_training_stack(
+    tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer
+) -> Iterator[TrainingStack]:
+    """A deployed stack with a launcher of its own, for a package whose modules share one stack: a fixture of
+    package scope cannot use the module's launcher."""
+    launcher = ServiceLauncher(tmp_path_factory.mktemp("services"))
+    try:
+        yield start_training_stack(launcher, vllm, tmp_path_factory.mktemp("deployed-stack"))
+    finally:
+        launcher.stop_all()
+
+
 @pytest.fixture(scope="module")
 def deployed_stack(
     module_services: ServiceLauncher, training_vllm, tmp_path_factory

@@ -62,14 +62,14 @@ def load_callable(path: str, what: str) -> Callable[..., Any]:
     return target
 
 
-def parse_command(command: str) -> list[str]:
+def parse_command(command: str, setting: str = "agent_command") -> list[str]:
     """The command's argv; refused here, before anything starts, when its program is not found."""
     try:
         argv = shlex.split(command)
     except ValueError as error:
-        raise AgentError(f"agent_command {command!r}: {error}") from None
+        raise AgentError(f"{setting} {command!r}: {error}") from None
     if not argv:
-        raise AgentError("agent_command is empty")
+        raise AgentError(f"{setting} is empty")
     program = argv[0]
     found = (
         shutil.which(program)
@@ -78,7 +78,7 @@ def parse_command(command: str) -> list[str]:
     )
     if found is None:
         where = "is not an executable file" if os.sep in program else "is not found on PATH"
-        raise AgentError(f"agent_command {command!r}: {program!r} {where}")
+        raise AgentError(f"{setting} {command!r}: {program!r} {where}")
     return argv
 
 

@@ -90,7 +90,7 @@ class ProductionSettings:
     )
     promote_margin: float = setting(
         0.0,
-        "promote: how far below the serving model's value the candidate may fall and still pass",
+        "promote: how far the candidate's value may fall below step 0's (the model the run started from, which must be what serves) and still pass",
         group="production",
     )
 

@@ -108,18 +108,22 @@ class RolloutRunner:
         with contextlib.suppress(
             concurrent.futures.TimeoutError, concurrent.futures.CancelledError
         ):
-            asyncio.run_coroutine_threadsafe(_cancel_everything(grace_s), self._loop).result(
-                grace_s + 5
-            )
+            asyncio.run_coroutine_threadsafe(
+                _cancel_everything(grace_s, self.agent), self._loop
+            ).result(2 * grace_s + 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(grace_s)
         if not self._thread.is_alive():
             self._loop.close()
 
 
-async def _cancel_everything(grace_s: float) -> None:
+async def _cancel_everything(grace_s: float, agent: Agent) -> None:
     tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
     for task in tasks:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=grace_s)
+    # An agent that keeps processes up (an agent server) stops them on the loop that started them.
+    closing = getattr(agent, "aclose", None)
+    if closing is not None:
+        await asyncio.wait_for(closing(), grace_s)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.engine.runner import Agent
+from parity.training.agent_server import AgentServer
 from parity.training.agents import CommandAgent, load_callable, parse_command
 from parity.training.settings import SettingsError, TrainSettings
 from parity.training.tasks import load_tasks, tasks_from_objects
@@ -71,13 +72,13 @@ def resolve_inputs(
         raise SettingsError(
             "tasks", "a from_store run trains on stored sessions and rolls out no tasks"
         )
-    named = agent is not None or settings.agent or settings.agent_command
+    named = agent is not None or settings.agent or settings.agent_command or settings.agent_server
     return (resolve_agent(agent, settings) if named or validation else None), [], validation
 
 
 def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
     if agent is not None:
-        if settings.agent or settings.agent_command:
+        if settings.agent or settings.agent_command or settings.agent_server:
             raise SettingsError(
                 "agent", "an agent function was passed and one is named in the settings too"
             )
@@ -87,8 +88,13 @@ def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> 
     if settings.agent_command:
         reward = load_callable(settings.reward, "reward") if settings.reward else None
         return CommandAgent(parse_command(settings.agent_command), reward)
+    if settings.agent_server:
+        reward = load_callable(settings.reward, "reward") if settings.reward else None
+        return AgentServer(parse_command(settings.agent_server, "agent_server"), reward)
     raise SettingsError(
-        "agent", "name the agent: agent = pkg.module:function, or agent_command = a command to run"
+        "agent",
+        "name the agent: agent = pkg.module:function, agent_command = a command run per rollout, or agent_server = "
+        "a command that serves them all",
     )
 
 

@@ -85,6 +85,11 @@ class TrainSettings(ProductionSettings, UpdateSettings):
         "an agent in any language: a command run once per rollout (see docs/training.md)",
         group="agent",
     )
+    agent_server: str = setting(
+        "",
+        "an agent in any language that stays up: a command started once that serves rollout after rollout, a JSON line in and one out; a process per rollout running at once (see docs/training.md)",
+        group="agent",
+    )
     reward: str = setting(
         "",
         "pkg.module:function scoring an agent command's output: reward(task, stdout) -> float",
@@ -252,9 +257,12 @@ class TrainSettings(ProductionSettings, UpdateSettings):
 
     def __post_init__(self) -> None:
         _check_types(self)
-        if self.agent and self.agent_command:
+        named = [key for key in ("agent", "agent_command", "agent_server") if getattr(self, key)]
+        if len(named) > 1:
             raise SettingsError(
-                "agent", "name one of agent (pkg.module:function) and agent_command, not both"
+                named[0],
+                "name one of agent (pkg.module:function), agent_command and agent_server, not "
+                + " and ".join(named),
             )
         for key in ("agent", "reward"):
             value = getattr(self, key)
@@ -264,9 +272,10 @@ class TrainSettings(ProductionSettings, UpdateSettings):
             parse_rules(self.model_aliases)
         except ValueError as error:
             raise SettingsError("model_aliases", str(error)) from None
-        if self.reward and not self.agent_command:
+        if self.reward and not (self.agent_command or self.agent_server):
             raise SettingsError(
-                "reward", "scores an agent_command's output; a Python agent returns its reward"
+                "reward",
+                "scores an agent_command's or agent_server's output; a Python agent returns its reward",
             )
         if self.steps is not None and self.epochs is not None:
             raise SettingsError("steps", "set steps or epochs, not both")

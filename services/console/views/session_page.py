@@ -25,7 +25,7 @@ from parity.services.console.views.format import enum_label, timestamp_text
 from parity.services.console.views.sessions import RUN_KEY, trajectory_rewards
 from parity.services.console.views.teacher_gap import DEPARTURE_GAP, mark_trajectory
 from parity.services.console.views.token_text import token_texts
-from parity.services.console.views.trajectory import TrajectoryView, build_trajectory
+from parity.services.console.views.trajectory import TrajectorySection, build_trajectory
 
 RESERVED_PREFIX = "parity."
 _CALL_PAGE = 100
@@ -58,7 +58,7 @@ class FeedbackRow:
 @dataclass
 class SessionPage:
     session: session_pb2.Session
-    trajectories: list[TrajectoryView]
+    trajectories: list[TrajectorySection]
     rewards: list[RewardRow]
     tokenizer: str
     banners: list[str] = field(default_factory=list)

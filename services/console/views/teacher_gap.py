@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.core import tokens
-from parity.services.console.views.trajectory import CallView, ChoiceView, TrajectoryView
+from parity.services.console.views.trajectory import CallView, ChoiceView, TrajectorySection
 
 DEPARTURE_GAP = -1.0
 """Teacher minus student logprob (nats) below which a token is marked: the teacher finds it
@@ -85,7 +85,7 @@ def align_scores(
     )
 
 
-def mark_trajectory(view: TrajectoryView, samples: list[trainer_pb.TrainedSample]) -> list[str]:
+def mark_trajectory(view: TrajectorySection, samples: list[trainer_pb.TrainedSample]) -> list[str]:
     """Give each scored token of the trajectory its logprobs and mark, and the trajectory each
     sample's mean gap; returns a banner for each sample whose counts disagree."""
     calls = {call.call.call_id: call for call in view.calls}
@@ -110,7 +110,7 @@ def mark_trajectory(view: TrajectoryView, samples: list[trainer_pb.TrainedSample
     return banners
 
 
-def _mismatch(view: TrajectoryView, where: str, scores: SampleScores) -> str:
+def _mismatch(view: TrajectorySection, where: str, scores: SampleScores) -> str:
     left = [f"{count:,} {noun}{'s' if count != 1 else ''} {what}"
             for count, noun, what in ((scores.unscored, "token", "unscored"), (scores.unplaced, "score", "with no token"))
             if count]  # fmt: skip

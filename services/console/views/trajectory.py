@@ -135,7 +135,9 @@ class CallView:
 
 
 @dataclass
-class TrajectoryView:
+class TrajectorySection:
+    """One trajectory's section of the session page: its calls token by token, and what the assembler made of it."""
+
     name: str
     calls: list[CallView]
     assembled: bool
@@ -183,9 +185,9 @@ def build_trajectory(
     calls: list[llm_call_pb2.LlmCall],
     assembled: trajectory_pb2.Trajectory | None,
     texts: TokenTexts,
-) -> TrajectoryView:
+) -> TrajectorySection:
     samples = list(assembled.samples) if assembled is not None else []
-    view = TrajectoryView(name, [], assembled is not None)
+    view = TrajectorySection(name, [], assembled is not None)
     if calls:
         mode = calls[0].history_mode or llm_call_pb2.HISTORY_MODE_AS_DEPLOYED
         view.history_mode = enum_label(llm_call_pb2.HistoryMode, mode, "HISTORY_MODE_")

@@ -15,11 +15,8 @@ import orjson
 from parity.core.session_slug import SessionRef
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints import session_resolution
-from parity.services.ingest.endpoints.session_resolution import (
-    OPENAI_USER,
-    SessionHeaders,
-    UserField,
-)
+from parity.services.ingest.endpoints.session_headers import SessionHeaders
+from parity.services.ingest.endpoints.session_resolution import OPENAI_USER, UserField
 from parity.services.ingest.model_aliases import ModelAliases
 
 Started = tuple[dict[str, Any], str, str, SessionRef, dict[str, str], dict[str, Any]]

@@ -5,15 +5,14 @@ The end user is the first found of: the session slug's, the X-Parity-User header
 (OpenAI's `user`, Anthropic's `metadata.user_id`). The slug comes first because `parity.session(user=...)` is the
 operator's own statement; the API's field is often a client library's default. Tags are the slug's and the
 X-Parity-Tags header's together. The thread is the X-Parity-Thread header's, else the slug's: an agent framework
-that sets one header per subagent names its threads without changing its URLs. The X-Parity-* headers are read here only: ingest builds its upstream request
-from the body, so none of them reaches vLLM.
+that sets one header per subagent names its threads without changing its URLs. The headers come as the HTTP door
+read them (session_headers.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from parity.core.attribution import (
@@ -27,9 +26,9 @@ from parity.core.session_budget import HEADER as BUDGET_HEADER
 from parity.core.session_budget import SessionBudget
 from parity.core.session_slug import SessionRef, check, check_metadata, decode
 from parity.services.ingest import openai_errors
+from parity.services.ingest.endpoints.session_headers import THREAD_HEADER, SessionHeaders
 
 UNASSIGNED = SessionRef("unassigned")
-THREAD_HEADER = "X-Parity-Thread"
 # The body key an agent can set instead of a URL or header: `metadata={"parity_session": ...}`.
 METADATA_SESSION_KEY = "parity_session"
 UserField = Literal["user", "metadata.user_id"]
@@ -37,42 +36,6 @@ UserField = Literal["user", "metadata.user_id"]
 `metadata.user_id` (Messages)."""
 OPENAI_USER: UserField = "user"
 ANTHROPIC_USER: UserField = "metadata.user_id"
-
-
-@dataclass(frozen=True)
-class SessionHeaders:
-    """What a request's headers say of its session: X-Parity-Session, X-Parity-Budget, X-Parity-User,
-    X-Parity-Tags and X-Parity-Thread, as sent."""
-
-    session: str | None = None
-    budget: str | None = None
-    user: str | None = None
-    tags: str | None = None
-    thread: str | None = None
-
-    @classmethod
-    def read(cls, headers: Mapping[bytes, bytes]) -> SessionHeaders:
-        """The headers of an ASGI request (names lower-case). Raises a 400 naming a header that is not UTF-8."""
-        session, budget = headers.get(b"x-parity-session"), headers.get(b"x-parity-budget")
-        # Latin-1, as HTTP defines header bytes; a slug outside ASCII is refused by its own checks.
-        return cls(
-            session.decode("latin-1") if session else None,
-            budget.decode("latin-1") if budget is not None else None,
-            _utf8(headers.get(b"x-parity-user"), USER_HEADER),
-            _utf8(headers.get(b"x-parity-tags"), TAGS_HEADER),
-            _utf8(headers.get(b"x-parity-thread"), THREAD_HEADER),
-        )
-
-
-def _utf8(value: bytes | None, name: str) -> str | None:
-    """An end-user id or tag as the client's own string: clients send non-ASCII header values as UTF-8, and a
-    user named in a header must match the same user named in a slug (JSON, UTF-8)."""
-    if value is None:
-        return None
-    try:
-        return value.decode()
-    except UnicodeDecodeError:
-        raise openai_errors.bad_request(f"{name} is not valid UTF-8", name) from None
 
 
 def resolve(

@@ -25,7 +25,7 @@ import orjson
 import structlog
 
 from parity.api.common.v1 import llm_call_pb2
-from parity.services.ingest import context_limit, openai_errors
+from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.history.history_book import Continuation, HistoryBook, TrajectoryKey
 from parity.services.ingest.history.turn_rules import (
@@ -34,6 +34,7 @@ from parity.services.ingest.history.turn_rules import (
     derive_turn_rules,
 )
 from parity.services.ingest.replies import DISCONNECTED, SUCCEEDED, UPSTREAM_ERROR
+from parity.services.ingest.session_caps import context_limit
 from parity.services.ingest.upstream.chat_calls import (
     ChatCall,
     Forwarded,

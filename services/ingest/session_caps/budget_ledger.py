@@ -1,12 +1,12 @@
-"""Each capped session's use of the policy, and the refusal of its calls past a cap.
+"""The ledger of each capped session's use of the policy, and the refusal of its calls past a cap.
 
-A session's budget is the tighter of its slug's and its header's caps, else ingest's
-serving default (parity/core/session_budget.py). Calls count when admitted, so calls a session
-makes at once cannot all slip past a call cap; tokens count when a call is recorded, so
-a token cap stops the call after the one that crossed it. Sessions with no budget are not
-tracked at all, nor are calls that named no session: they are every such agent's at once. Usage lives in memory, the least recently called session forgotten first
-past MAX_SESSIONS: a fleet of ingests routes a session to one replica, and a session
-forgotten (or moved after a restart) starts counting again.
+A session's budget (parity/core/session_budget.py) is the tighter of its slug's and its header's caps,
+else ingest's serving default. Calls count when admitted, so calls a session makes at once cannot all
+slip past a call cap; tokens count when a call is recorded, so a token cap stops the call after the
+one that crossed it. Sessions with no budget are not tracked at all, nor are calls that named no
+session: they are every such agent's at once. Usage lives in memory, the least recently called
+session forgotten first past MAX_SESSIONS: a fleet of ingests routes a session to one replica, and a
+session forgotten (or moved after a restart) starts counting again.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ class SessionUsage:
         self.completion_tokens += call.usage.completion_tokens
 
 
-class SessionBudgets:
+class BudgetLedger:
+    """Each capped session's usage, keyed by session id: what admits a call or refuses it."""
+
     def __init__(self, default: SessionBudget) -> None:
         self.default = default
         self._any_default = default.counts

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import orjson
 
 from parity.core.session_budget import REFUSAL_TYPE, SessionBudget
-from parity.services.ingest import context_limit, openai_errors
+from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.call_capture import CallCapture
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import COMPLETIONS, CaptureRequest
@@ -31,7 +32,8 @@ from parity.services.ingest.replies import (
     SUCCEEDED,
     UPSTREAM_ERROR,
 )
-from parity.services.ingest.session_budgets import SessionBudgets, SessionCapped
+from parity.services.ingest.session_caps import context_limit
+from parity.services.ingest.session_caps.budget_ledger import BudgetLedger, SessionCapped
 from parity.services.ingest.upstream.canary import CanaryRoute
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, Render, StreamFailed
 from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
@@ -57,11 +59,21 @@ class PolicyState:
     """A candidate serving a share of sessions at its own version, while the trainer runs one."""
 
 
+class _Route(NamedTuple):
+    """The replicas that serve a call, the policy version its record is stamped with, and the LoRA adapter it was
+    sent to in place of the model it named (empty: none)."""
+
+    candidates: list[Replica]
+    policy_version: int
+    lora_adapter: str = ""
+    routed_model: str = ""
+
+
 class ChatBackend:
     def __init__(
         self, router: ReplicaRouter, upstream: UpstreamClient, sink: CaptureSink, policy: PolicyState,
         external: ExternalModels, exact: ExactHistory | None = None, history_mode: str = "as_deployed",
-        budgets: SessionBudgets | None = None,
+        ledger: BudgetLedger | None = None,
     ) -> None:  # fmt: skip
         self.router = router
         self.upstream = upstream
@@ -71,7 +83,7 @@ class ChatBackend:
         self.exact = exact
         self.history_mode = history_mode
         """The mode of sessions that do not name one."""
-        self.budgets = budgets or SessionBudgets(SessionBudget())
+        self.ledger = ledger or BudgetLedger(SessionBudget())
 
     def models(self) -> list[str]:
         return sorted(self.router.models() | set(self.external.models()))
@@ -89,37 +101,65 @@ class ChatBackend:
         return await self.upstream.ask(self.router.candidates(model, ""), path, body)
 
     async def forward(self, call: ChatCall) -> Forwarded:
+        """The call answered and recorded. An external model's goes to it; a policy call is routed (a canary, or
+        the serving replicas through the LoRA adapter), opened for capture, admitted by its session's budget
+        (session_caps/), generated from its session's exact ids when its history mode says so (history/), checked
+        against the context when its context policy refuses overruns, and sent."""
         self.sink.check_accepting()
         if self.external.serves(call.served_model):
             return await self.external.forward(call, self.sink)
-        if not self.router.knows(call.served_model):
-            if starting := self.router.starting():
-                raise openai_errors.unavailable(
-                    f"model `{call.served_model}` is not known yet: {starting} replica(s) have not answered; retry shortly"
-                )
-            raise openai_errors.not_found(
-                f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.",
-                "model",
+        self._require_served(call)
+        route = self._route(call)
+        capture = self._open_capture(call, route)
+        await self._admit(call, capture)
+        refuse_overrun = self.ledger.context_policy(call.session) == "refuse"
+        exact = await self._forward_exact(call, capture, route, refuse_overrun)
+        if exact is not None:
+            return exact
+        if refuse_overrun:
+            await self._refuse_overrun(call, capture, route.candidates)
+        return await self._post(call, capture, route.candidates)
+
+    def _require_served(self, call: ChatCall) -> None:
+        if self.router.knows(call.served_model):
+            return
+        if starting := self.router.starting():
+            raise openai_errors.unavailable(
+                f"model `{call.served_model}` is not known yet: {starting} replica(s) have not answered; retry shortly"
             )
-        request = CaptureRequest.prepare(
-            call.endpoint, call.body, call.raw_request, call.session, call.metadata
+        raise openai_errors.not_found(
+            f"The model `{call.model}` does not exist. Available: {', '.join(self.models()) or 'none'}.",
+            "model",
         )
+
+    def _route(self, call: ChatCall) -> _Route:
+        """A canary's replicas at its version if it takes the session, else the serving replicas (sticky to the
+        session) at the serving version, through the policy's LoRA adapter if one serves the model."""
         canary = self.policy.canary.pick(call.session.session_id, call.served_model)
         if canary is not None:
             # The candidate's replicas hold its whole weights: no adapter routing.
-            candidates, policy_version = canary
-        else:
-            candidates = self.router.candidates(call.served_model, call.session.session_id)
-            policy_version = self.policy.version
-            routed_model = call.body.get("model", "")
-            request.lora_adapter = self.policy.adapter.route(call.body)
-            request.routed_model = routed_model if request.lora_adapter else ""
-        capture = CallCapture(
-            request, self.sink, model=call.model, served_model=call.served_model, policy_version=policy_version,
-            kind=POLICY, started_at=call.started_at,
+            return _Route(*canary)
+        candidates = self.router.candidates(call.served_model, call.session.session_id)
+        routed_model = call.body.get("model", "")
+        lora_adapter = self.policy.adapter.route(call.body)
+        return _Route(
+            candidates, self.policy.version, lora_adapter, routed_model if lora_adapter else ""
+        )
+
+    def _open_capture(self, call: ChatCall, route: _Route) -> CallCapture:
+        request = CaptureRequest.prepare(
+            call.endpoint, call.body, call.raw_request, call.session, call.metadata
+        )
+        request.lora_adapter, request.routed_model = route.lora_adapter, route.routed_model
+        return CallCapture(
+            request, self.sink, model=call.model, served_model=call.served_model,
+            policy_version=route.policy_version, kind=POLICY, started_at=call.started_at,
         )  # fmt: skip
+
+    async def _admit(self, call: ChatCall, capture: CallCapture) -> None:
+        """Count the call against its session's budget; past a cap, record it as capped and refuse it."""
         try:
-            usage = self.budgets.admit(call.session)
+            usage = self.ledger.admit(call.session)
         except SessionCapped as capped:
             # Recorded, so the episode is known to be cut short where it was: the assembler reads the cap from it.
             capture.session_cap = capped.cap
@@ -127,38 +167,21 @@ class ChatBackend:
             raise openai_errors.HttpError(400, str(capped), REFUSAL_TYPE, "session") from None
         if usage is not None:
             capture.on_recorded = usage.record
-        refuse_overrun = self.budgets.context_policy(call.session) == "refuse"
+
+    async def _forward_exact(
+        self, call: ChatCall, capture: CallCapture, route: _Route, refuse_overrun: bool
+    ) -> Forwarded | None:
+        """The call generated from its session's exact ids (history/exact_history.py); None when the session is
+        not in that mode, the call does not continue its conversation, or the template cannot be spliced."""
         history_mode = call.session.history_mode or self.history_mode
-        if (
-            self.exact is not None
-            and call.endpoint != COMPLETIONS
-            and history_mode == "exact_history"
-        ):
-            continuation = self.exact.watch(call, capture)
-            if continuation is not None:
-                forwarded = await self.exact.forward(
-                    call, capture, continuation, candidates, refuse_overrun
-                )
-                if forwarded is not None:
-                    return forwarded
-        if refuse_overrun:
-            await self._refuse_overrun(call, capture, candidates)
-        path = UPSTREAM_PATHS.get(call.endpoint, CHAT_PATH)
-        try:
-            reply = await self.upstream.post(candidates, path, orjson.dumps(call.body))
-        except UpstreamFailed as failure:
-            # The call is the session's even though no replica answered it: the record
-            # says a step failed, where its absence would look like no step at all.
-            capture.upstream(failure.replica.name, failure.attempts)
-            await capture.finish(UPSTREAM_ERROR, failure.message)
-            raise
-        if reply.response.status == 200 and call.body.get("stream"):
-            capture.upstream(reply.replica.name, reply.attempts)
-            return Forwarded(
-                capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon
-            )
-        capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
-        return await _whole(reply, capture)
+        if self.exact is None or call.endpoint == COMPLETIONS or history_mode != "exact_history":
+            return None
+        continuation = self.exact.watch(call, capture)
+        if continuation is None:
+            return None
+        return await self.exact.forward(
+            call, capture, continuation, route.candidates, refuse_overrun
+        )
 
     async def _refuse_overrun(
         self, call: ChatCall, capture: CallCapture, candidates: list[Replica]
@@ -181,6 +204,27 @@ class ChatBackend:
             else len(rendered["token_ids"])
         )
         await context_limit.refuse_overrun(capture, prompt_tokens, call.body, limit)
+
+    async def _post(
+        self, call: ChatCall, capture: CallCapture, candidates: list[Replica]
+    ) -> Forwarded:
+        """The call as it came (with what capture added) to a replica: its answer whole, or its stream."""
+        path = UPSTREAM_PATHS.get(call.endpoint, CHAT_PATH)
+        try:
+            reply = await self.upstream.post(candidates, path, orjson.dumps(call.body))
+        except UpstreamFailed as failure:
+            # The call is the session's even though no replica answered it: the record
+            # says a step failed, where its absence would look like no step at all.
+            capture.upstream(failure.replica.name, failure.attempts)
+            await capture.finish(UPSTREAM_ERROR, failure.message)
+            raise
+        if reply.response.status == 200 and call.body.get("stream"):
+            capture.upstream(reply.replica.name, reply.attempts)
+            return Forwarded(
+                capture, stream=partial(_stream, reply, capture), abandon=reply.response.abandon
+            )
+        capture.upstream(reply.replica.name, reply.attempts, reply.first_byte_at)
+        return await _whole(reply, capture)
 
 
 async def _whole(reply: UpstreamReply, capture: CallCapture) -> Forwarded:

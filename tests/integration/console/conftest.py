@@ -5,6 +5,10 @@ chromium fails the tests, naming what is missing and how to install it; only a d
 explicit PARITY_SKIP_BROWSER_TESTS=1 skips them, and never under CI (docs/design/test-skips.md).
 Screenshots go to the test's temporary folder; with PARITY_SCREENSHOT_DIR set (docs/console
 to refresh the docs' pictures), they are copied there too.
+
+The package's modules read one stack after one short training run, each from its own side (the run's pages,
+a session's page, the session lists): the stack, the run, the console and the browser are the package's,
+started once (tests/conftest.py keeps the package on one worker).
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+import parity
 from tests.conftest import free_port
+from tests.integration.console.tool_agent import TASKS, VAL_TASKS, tool_agent
+from tests.integration.stack_fixtures import TrainingStack, own_training_stack
 from tests.waiting import eventually
 
 # The browser: PARITY_CHROMIUM when set (any Chromium executable), else `chromium` on PATH (Debian's).
@@ -66,7 +73,7 @@ def _start(log_dir: Path, *args: str) -> Console:
     return console
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def start_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Console]]:
     """Factory: start_console("--store-address", ADDR, ...) -> a running `parity console serve`."""
     log_dir = tmp_path_factory.mktemp("console")
@@ -111,7 +118,7 @@ def _chromium() -> str:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser():
     executable = _chromium()
     from playwright.sync_api import sync_playwright
@@ -133,7 +140,7 @@ def page(browser):
     context.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     folder = tmp_path_factory.mktemp("screenshots")
     copy_to = os.environ.get("PARITY_SCREENSHOT_DIR")
@@ -148,3 +155,40 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]
         return path
 
     return shoot
+
+
+@pytest.fixture(scope="package")
+def deployed_stack(
+    training_vllm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TrainingStack]:
+    """The package's one stack, in place of the module-scoped one that would start a stack per module."""
+    yield from own_training_stack(tmp_path_factory, training_vllm)
+
+
+@pytest.fixture(scope="package")
+def trained(deployed_stack, tmp_path_factory):
+    result = parity.train(
+        tool_agent, TASKS, val_tasks=VAL_TASKS, model=deployed_stack.vllm.config.model_path,
+        stack=deployed_stack.addresses, steps=3, groups_per_batch=2, rollouts_per_task=4, max_tokens=24,
+        learning_rate=3e-3, val_samples=2, output_dir=str(tmp_path_factory.mktemp("runs")), progress=False,
+    )  # fmt: skip
+    assert result.state == "completed", result.error
+    return result
+
+
+@pytest.fixture(scope="package")
+def sdk_on_stack(deployed_stack, trained):
+    """After the run (which restores the SDK's settings), point the SDK at the stack for the tests' own agents."""
+    previous = parity.current_config()
+    parity.configure(ingest_url=deployed_stack.addresses.ingest_url, assembler_address=deployed_stack.assembler.address,
+                     store_address=deployed_stack.store.address)  # fmt: skip
+    yield
+    parity.configure(
+        **{k: getattr(previous, k) for k in ("ingest_url", "assembler_address", "store_address")}
+    )
+
+
+@pytest.fixture(scope="package")
+def console(deployed_stack, start_console, trained):
+    return start_console("--store-address", deployed_stack.store.address, "--assembler-address",
+                         deployed_stack.assembler.address, "--trainer-address", deployed_stack.trainer.address)  # fmt: skip

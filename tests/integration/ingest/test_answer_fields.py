@@ -21,6 +21,11 @@ CALCULATOR = {"name": "calculator", "description": "Add two integers.",
                                "required": ["a", "b"]}}  # fmt: skip
 FUNCTION = {"type": "function", "name": CALCULATOR["name"], "description": CALCULATOR["description"],
             "parameters": CALCULATOR["input_schema"]}  # fmt: skip
+# Codex CLI's kinds of tool that vLLM serves: a free-form custom tool, and functions in a namespace.
+CUSTOM = {"type": "custom", "name": "calculator", "description": "Add two integers, as free text."}
+MATH = {"type": "namespace", "name": "math", "description": "Arithmetic.", "tools": [FUNCTION]}
+SUM_FORMAT = {"type": "json_schema", "name": "sum", "description": "The sum.",
+              "schema": {"type": "object", "properties": {"sum": {"type": "integer"}}}}  # fmt: skip
 
 
 def differences(ours: Any, theirs: Any, where: str = "") -> list[str]:
@@ -104,6 +109,17 @@ CASES = {
         "max_output_tokens": 16}),
     "responses with tools": ("/v1/responses", lambda model: {"model": model, "input": "Add 2 and 3.", "temperature": 0,
                                                               "tools": [FUNCTION], "max_output_tokens": 40}),
+    "responses with a custom tool": ("/v1/responses", lambda model: {
+        "model": model, "input": "Add 2 and 3.", "temperature": 0, "tools": [FUNCTION, CUSTOM | {"name": "adder"}],
+        "tool_choice": {"type": "custom", "name": "adder"}, "max_output_tokens": 200}),
+    "responses with namespaced tools": ("/v1/responses", lambda model: {
+        "model": model, "input": "Add 2 and 3.", "temperature": 0, "tools": [MATH],
+        "tool_choice": {"type": "function", "name": "calculator"}, "max_output_tokens": 200}),
+    "responses with a json schema": ("/v1/responses", lambda model: {
+        "model": model, "input": "Add 2 and 3.", "temperature": 0, "text": {"format": SUM_FORMAT}, "max_output_tokens": 16}),
+    "responses with a json schema, undescribed": ("/v1/responses", lambda model: {
+        "model": model, "input": "Add 2 and 3.", "temperature": 0, "max_output_tokens": 16,
+        "text": {"format": {k: v for k, v in SUM_FORMAT.items() if k != "description"}, "verbosity": "low"}}),
     "messages": ("/v1/messages", lambda model: {"model": model, "max_tokens": 12, "temperature": 0,
                                                  "system": "You add numbers.",
                                                  "messages": [{"role": "user", "content": "What is 2 + 3?"}]}),

@@ -15,6 +15,7 @@ from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from transformers import AutoTokenizer
 
 from parity.api.common.v1 import llm_call_pb2
+from tests.integration.codex_cli import as_vllm_serves
 from tests.integration.stack_fixtures import start_ingest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
@@ -208,7 +209,13 @@ def test_the_agents_sdk_runs_a_tool_agent_on_its_default_responses_model(
         ({"input": [{"type": "function_call_output", "call_id": "call_1", "output": "5"}]}, "input.0.call_id",
          "which no earlier function_call has"),
         ({"input": [{"type": "web_search_call"}]}, "input.0.type", "is not supported"),
-        ({"input": "hi", "tools": [{"type": "file_search"}]}, "tools.0.type", "only function tools"),
+        ({"input": "hi", "tools": [{"type": "file_search"}]}, "tools.0.type", "only function and custom tools"),
+        # What Codex CLI sends that still cannot be served: a hosted tool, a tool search's items.
+        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools.0.type", 'web_search = "disabled"'),
+        ({"input": [{"type": "tool_search_call", "arguments": {"query": "x"}}]}, "input.0.type",
+         "'tool_search_call' is not supported"),
+        ({"input": [{"type": "additional_tools", "role": "developer", "tools": [{"type": "image_generation"}]}]},
+         "input.0.tools.0.type", "not supported"),
     ],
 )  # fmt: skip
 def test_bad_input_gets_openais_error_shape_naming_the_field(
@@ -229,8 +236,74 @@ def test_a_websocket_handshake_is_refused_so_clients_fall_back_to_http(ingest_st
     refused = httpx.get(
         f"{ingest_stack.session_url('websocket')}/responses", headers=upgrade, timeout=10
     )
-    assert refused.status_code == 403
+    # 426 Upgrade Required, which Codex takes as "use HTTP" at once (a 403 or 404 it retries with backoff).
+    assert refused.status_code == 426 and refused.json()["error"]["type"] == "invalid_request_error"
     assert (
         httpx.get(f"http://127.0.0.1:{ingest_stack.http_port}/health", timeout=10).status_code
         == 200
     )
+
+
+CUSTOM_ADD = {
+    "type": "custom",
+    "name": "calculator",
+    "description": "Add two integers, as free text.",
+}
+MATH = {"type": "namespace", "name": "math", "description": "Arithmetic.", "tools": [ADD]}
+
+
+def test_custom_and_namespaced_tools_are_served_as_vllm_serves_them(
+    ingest_stack, vllm_server
+) -> None:
+    """What vLLM's own Responses API serves of what Codex sends: the prompt is vLLM's rendering, a call comes back
+    as the tool was declared, and the conversation goes on with its output."""
+    session = "responses-custom-tools"
+    for tools, choice, kind in (([CUSTOM_ADD], {"type": "custom", "name": "calculator"}, "custom_tool_call"),
+                                ([MATH], {"type": "function", "name": "calculator"}, "function_call")):  # fmt: skip
+        request = {"model": vllm_server.model_name, "input": "What is 2 + 3?", "tools": tools, "tool_choice": choice,
+                   "max_output_tokens": 200, "temperature": 0}  # fmt: skip
+        response = httpx.post(
+            f"{ingest_stack.session_url(session)}/responses", json=request, timeout=120
+        )
+        assert response.status_code == 200, response.text
+        [made] = [item for item in response.json()["output"] if item["type"] != "message"]
+        assert made["type"] == kind and made["name"] == "calculator"
+        assert made["namespace"] == (None if kind == "custom_tool_call" else "math")
+        output = "custom_tool_call_output" if kind == "custom_tool_call" else "function_call_output"
+        replayed = {k: v for k, v in made.items() if v is not None and k not in ("id", "status")}
+        following = request | {"tool_choice": "auto", "max_output_tokens": 4, "input": [
+            {"type": "message", "role": "user", "content": "What is 2 + 3?"}, replayed,
+            {"type": output, "call_id": made["call_id"], "output": "5"}]}  # fmt: skip
+        answered = httpx.post(
+            f"{ingest_stack.session_url(session)}/responses", json=following, timeout=120
+        )
+        assert answered.status_code == 200, answered.text
+    calls = sorted(
+        ingest_stack.wait_for_calls(session, 4), key=lambda c: c.timings.start_time.ToNanoseconds()
+    )
+    for call in calls:
+        request = json.loads(call.request_json)
+        assert ids(call.prompt_token_ids) == rendered(vllm_server, request)
+
+
+def test_codexs_own_items_render_as_the_request_vllm_serves_does(ingest_stack, vllm_server) -> None:
+    """What vLLM does not serve is translated into what it does: tools of an additional_tools item, a custom tool in
+    a namespace or with a grammar, a configuration update; the prompt is vLLM's rendering of the translation."""
+    grammar = {"type": "grammar", "syntax": "lark", "definition": 'start: "a"'}
+    codex = {"model": vllm_server.model_name, "max_output_tokens": 4, "temperature": 0, "reasoning": {"effort": "low"},
+             "tool_choice": "auto", "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                CUSTOM_ADD | {"name": "exec", "format": grammar}, ADD]},
+            CUSTOM_ADD | {"name": "apply_patch", "format": grammar}]},
+        {"type": "message", "role": "user", "content": "What is 2 + 3?"},
+        {"type": "custom_tool_call", "call_id": "c1", "namespace": "functions", "name": "exec", "input": "2 + 3"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "5"},
+        {"type": "configuration_update", "reasoning": {"effort": "high"}}]}  # fmt: skip
+    answered = httpx.post(
+        f"{ingest_stack.session_url('responses-codex-items')}/responses", json=codex, timeout=120
+    )
+    assert answered.status_code == 200, answered.text
+    [call] = ingest_stack.wait_for_calls("responses-codex-items", 1)
+    servable = as_vllm_serves(codex) | {"reasoning": {"effort": "high"}}
+    assert ids(call.prompt_token_ids) == rendered(vllm_server, servable)

@@ -38,7 +38,7 @@ from tests.conftest import free_port
 from tests.integration.openai_api import sampled_logprobs
 from tests.integration.service_fixtures import RunningService, ServiceLauncher
 from tests.integration.stack_fixtures import start_ingest
-from tests.integration.training.test_train_api import word_start_share
+from tests.integration.training.train_api.agents import word_start_share
 from tests.integration.vllm_fixtures import serving_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]

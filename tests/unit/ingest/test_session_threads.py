@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from parity.core.session_slug import SessionRef, encode
-from parity.services.ingest.endpoints.session_resolution import SessionHeaders, resolve
+from parity.services.ingest.endpoints.session_headers import SessionHeaders
+from parity.services.ingest.endpoints.session_resolution import resolve
 from parity.services.ingest.openai_errors import HttpError
 
 

@@ -111,8 +111,12 @@ def test_stack_flag_parses_name_address_pairs() -> None:
 def test_settings_refuse_contradictions_and_bad_names() -> None:
     with pytest.raises(SettingsError, match="set steps or epochs, not both"):
         TrainSettings(steps=3, epochs=1.0)
-    with pytest.raises(SettingsError, match="not both"):
+    with pytest.raises(SettingsError, match="not agent and agent_command$"):
         TrainSettings(agent="a.b:c", agent_command="node agent.js")
+    with pytest.raises(
+        SettingsError, match="^agent_command: .* not agent_command and agent_server$"
+    ):
+        TrainSettings(agent_command="node agent.js", agent_server="node server.js")
     with pytest.raises(SettingsError, match="pkg.module:function"):
         TrainSettings(agent="a.b.c")
     with pytest.raises(SettingsError, match="must be one of auto, cpu, fsdp"):

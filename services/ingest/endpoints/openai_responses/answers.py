@@ -19,13 +19,23 @@ from typing import Any
 import orjson
 
 from parity.services.ingest.endpoints.openai_responses.protocol import tool_choice_of
+from parity.services.ingest.endpoints.openai_responses.tool_call_items import (
+    StreamedCall,
+    call_item,
+)
+from parity.services.ingest.endpoints.openai_responses.tool_catalog import ToolCatalog
 
 # What a response echoes of its request when the request did not say.
 DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "tools": [], "parallel_tool_calls": True,
             "truncation": "disabled", "service_tier": "auto", "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
-# The fields vLLM's /v1/responses gives a function tool it echoes, unset ones as null.
-FUNCTION_TOOL_FIELDS = ("name", "parameters", "strict", "type", "allowed_callers", "async", "defer_loading",
-                        "description", "output_schema")  # fmt: skip
+# The fields vLLM's /v1/responses gives each kind of tool it echoes, unset ones as null; a namespace's own fields
+# are all required, and its tools are echoed so too.
+ECHOED_TOOL_FIELDS = {
+    "function": ("name", "parameters", "strict", "type", "allowed_callers", "async", "defer_loading", "description",
+                 "output_schema"),
+    "custom": ("name", "type", "allowed_callers", "async", "defer_loading", "description", "format"),
+    "tool_search": ("type", "description", "execution", "parameters"),
+}  # fmt: skip
 
 
 def response_id(call_id: str) -> str:
@@ -44,6 +54,8 @@ class ResponseShell:
     model: str
     request: Mapping[str, Any]
     max_output_tokens: int | None
+    # The request's tools, which name what a call comes back as.
+    tools: ToolCatalog = field(default_factory=ToolCatalog)
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     def render(
@@ -60,7 +72,7 @@ class ResponseShell:
             "top_p": _given(request, "top_p"), "background": False, "max_output_tokens": self.max_output_tokens,
             "max_tool_calls": request.get("max_tool_calls"), "previous_response_id": request.get("previous_response_id"),
             "prompt": None, "reasoning": request.get("reasoning"), "service_tier": _given(request, "service_tier"),
-            "status": status, "text": request.get("text"), "top_logprobs": None,
+            "status": status, "text": echoed_text(request.get("text")), "top_logprobs": None,
             "truncation": _given(request, "truncation"), "usage": usage, "user": request.get("user"),
             # vLLM's own additions: the penalties it sampled with, and what it only fills for features ingest
             # does not use (disaggregated prefill's transfer parameters, enable_response_messages).
@@ -82,9 +94,24 @@ def _given(request: Mapping[str, Any], name: str) -> Any:
 
 
 def _echoed_tool(tool: Any) -> Any:
-    if not isinstance(tool, Mapping) or tool.get("type") != "function":
+    if not isinstance(tool, Mapping):
         return tool
-    return {name: tool.get(name) for name in FUNCTION_TOOL_FIELDS} | dict(tool)
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return dict(tool) | {"tools": [_echoed_tool(member) for member in tool["tools"]]}
+    fields = ECHOED_TOOL_FIELDS.get(str(tool.get("type")), ())
+    return {name: tool.get(name) for name in fields} | dict(tool)
+
+
+def echoed_text(text: Any) -> Any:
+    """The request's text settings as vLLM echoes them: its format with every field of its type, unset ones null."""
+    if not isinstance(text, Mapping):
+        return text
+    output_format = text.get("format")
+    if isinstance(output_format, Mapping) and output_format.get("type") == "json_schema":
+        output_format = {"description": None, "strict": None} | dict(output_format)
+    return {"format": output_format, "verbosity": text.get("verbosity")} | {
+        key: value for key, value in text.items() if key not in ("format", "verbosity")
+    }
 
 
 def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -107,16 +134,14 @@ def status_of(finish_reason: str | None) -> str:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
-def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The output of one chat answer's message."""
+def output_items(message: Mapping[str, Any], tools: ToolCatalog) -> list[dict[str, Any]]:
+    """The output of one chat answer's message; `tools` say what each call comes back as."""
     items: list[dict[str, Any]] = []
     if message.get("reasoning"):
         items.append(_reasoning_item(f"rs_{uuid.uuid4().hex}", message["reasoning"], None))
     if message.get("content"):
         items.append(_message_item(f"msg_{uuid.uuid4().hex}", message["content"], "completed"))
-    for call in message.get("tool_calls") or ():
-        items.append(_function_call(f"fc_{uuid.uuid4().hex}", call["id"], call["function"]["name"],
-                                    call["function"].get("arguments") or "", "completed"))  # fmt: skip
+    items += [call_item(tools, call) for call in message.get("tool_calls") or ()]
     return items
 
 
@@ -139,16 +164,9 @@ def _reasoning_item(item_id: str, text: str, status: str | None) -> dict[str, An
             "encrypted_content": None, "status": status}  # fmt: skip
 
 
-def _function_call(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
-) -> dict[str, Any]:
-    return {"arguments": arguments, "call_id": call_id, "name": name, "type": "function_call", "id": item_id,
-            "namespace": None, "status": status}  # fmt: skip
-
-
 def to_response(shell: ResponseShell, chat: Mapping[str, Any]) -> dict[str, Any]:
     choice = chat["choices"][0]
-    return shell.render(status_of(choice.get("finish_reason")), output_items(choice.get("message") or {}),
+    return shell.render(status_of(choice.get("finish_reason")), output_items(choice.get("message") or {}, shell.tools),
                         usage(chat.get("usage")))  # fmt: skip
 
 
@@ -166,7 +184,7 @@ class ResponseStream:
         self.item_id = ""
         self.output_index = 0
         self.text = ""
-        self.tool: dict[str, Any] = {}
+        self.call: StreamedCall | None = None
         self.output: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -192,16 +210,17 @@ class ResponseStream:
         ]
         if tool_calls:
             call = tool_calls[0]
-            if self.state != "tool" or (
-                call.get("index") is not None and call.get("index") != self.tool.get("index")
+            if (
+                self.state != "tool"
+                or self.call is None
+                or (call.get("index") is not None and call.get("index") != self.call.index)
             ):
                 events += self._close()
                 events += self._open_tool(call)
+            assert self.call is not None
             arguments = "".join(c["function"].get("arguments") or "" for c in tool_calls)
             if arguments:
-                self.text += arguments
-                events.append(self._event({"type": "response.function_call_arguments.delta", "output_index": self.output_index,
-                                           "item_id": self.item_id, "delta": arguments}))  # fmt: skip
+                events += self.call.feed(arguments)
         elif delta.get("reasoning") is not None:
             if self.state != "reasoning":
                 events += self._close()
@@ -249,21 +268,9 @@ class ResponseStream:
         ]  # fmt: skip
 
     def _open_tool(self, call: Mapping[str, Any]) -> list[bytes]:
-        self.state, self.item_id, self.text = "tool", f"fc_{uuid.uuid4().hex}", ""
-        self.tool = {"index": call.get("index"), "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
-                     "name": call["function"].get("name") or ""}  # fmt: skip
-        item = _function_call(
-            self.item_id, self.tool["call_id"], self.tool["name"], "", "in_progress"
-        )
-        return [
-            self._event(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": self.output_index,
-                    "item": item,
-                }
-            )
-        ]
+        self.state = "tool"
+        self.call = StreamedCall(self.shell.tools, dict(call), self.output_index, self._event)
+        return self.call.open()
 
     def _close(self) -> list[bytes]:
         index, item_id = self.output_index, self.item_id
@@ -290,12 +297,8 @@ class ResponseStream:
                 self._event({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
                              "content_index": 0, "part": part}),
             ]  # fmt: skip
-        elif self.state == "tool":
-            item = _function_call(
-                item_id, self.tool["call_id"], self.tool["name"], self.text, "completed"
-            )
-            events = [self._event({"type": "response.function_call_arguments.done", "output_index": index,
-                                   "item_id": item_id, "arguments": self.text, "name": self.tool["name"]})]  # fmt: skip
+        elif self.state == "tool" and self.call is not None:
+            events, item = self.call.close()
         else:
             return []
         events.append(

@@ -25,7 +25,11 @@ from parity.services.ingest.endpoints.openai_responses.chain import (
     assistant_message,
     without_system,
 )
-from parity.services.ingest.endpoints.session_resolution import SessionHeaders
+from parity.services.ingest.endpoints.openai_responses.tool_catalog import (
+    ToolCatalog,
+    tool_catalog,
+)
+from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
 from parity.services.ingest.upstream.chat_backend import ChatBackend
@@ -49,14 +53,15 @@ class ResponsesServing:
             previous = request.get("previous_response_id")
             history = await self.chains.history(previous) if previous else []
             messages = protocol.input_messages(request, history)
-            chat = protocol.to_chat_request(request, messages, served)
+            tools = tool_catalog(request)
+            chat = protocol.to_chat_request(request, messages, served, tools)
             forwarded = await self.backend.forward(
                 ChatCall(RESPONSES, chat, raw_body, session, metadata, model, served)
             )
         except openai_errors.HttpError as error:
             return JsonReply(error.status, error.body(), log | {"error": error.message})
         remember = self._remembering(request, messages, forwarded)
-        shell = self._shell(request, model, served, forwarded)
+        shell = self._shell(request, model, served, forwarded, tools)
         if forwarded.stream is not None:
             return StreamReply(
                 self._events(forwarded, shell, remember), forwarded.capture, forwarded.abandon, log
@@ -73,7 +78,12 @@ class ResponsesServing:
         )
 
     def _shell(
-        self, request: Mapping[str, Any], model: str, served: str, forwarded: Forwarded
+        self,
+        request: Mapping[str, Any],
+        model: str,
+        served: str,
+        forwarded: Forwarded,
+        tools: ToolCatalog,
     ) -> Callable[[int], answers.ResponseShell]:
         """The response's fixed part, once the prompt's length is known (it bounds the default max_output_tokens)."""
 
@@ -82,7 +92,7 @@ class ResponsesServing:
             if limit is None and (context := self.backend.router.max_model_len(served)):
                 limit = context - prompt_tokens
             return answers.ResponseShell(
-                answers.response_id(forwarded.capture.call_id), model, request, limit
+                answers.response_id(forwarded.capture.call_id), model, request, limit, tools
             )
 
         return make

@@ -7,8 +7,8 @@ import pytest
 from parity.api.common.v1 import llm_call_pb2
 from parity.core.session_budget import SessionBudget
 from parity.core.session_slug import SessionRef
-from parity.services.ingest import session_budgets
-from parity.services.ingest.session_budgets import SessionBudgets, SessionCapped
+from parity.services.ingest.session_caps import budget_ledger
+from parity.services.ingest.session_caps.budget_ledger import BudgetLedger, SessionCapped
 
 
 def recorded(prompt_tokens: int, completion_tokens: int) -> llm_call_pb2.LlmCall:
@@ -18,7 +18,7 @@ def recorded(prompt_tokens: int, completion_tokens: int) -> llm_call_pb2.LlmCall
 
 
 def test_the_call_past_a_call_cap_is_refused_naming_the_cap_and_the_session() -> None:
-    budgets = SessionBudgets(SessionBudget())
+    budgets = BudgetLedger(SessionBudget())
     ref = SessionRef("s1", budget=SessionBudget(calls=2))
     budgets.admit(ref)
     budgets.admit(ref)
@@ -35,7 +35,7 @@ def test_the_call_past_a_call_cap_is_refused_naming_the_cap_and_the_session() ->
 def test_tokens_count_once_recorded_so_the_call_after_the_one_that_crossed_a_token_cap_is_refused() -> (
     None
 ):
-    budgets = SessionBudgets(SessionBudget())
+    budgets = BudgetLedger(SessionBudget())
     ref = SessionRef("s1", budget=SessionBudget(tokens=100, completion_tokens=30))
     budgets.admit(ref).record(recorded(60, 20))  # type: ignore[union-attr]
     usage = budgets.admit(ref)
@@ -51,8 +51,8 @@ def test_tokens_count_once_recorded_so_the_call_after_the_one_that_crossed_a_tok
 
 def test_seconds_run_from_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(session_budgets.time, "monotonic", lambda: now[0])
-    budgets = SessionBudgets(SessionBudget())
+    monkeypatch.setattr(budget_ledger.time, "monotonic", lambda: now[0])
+    budgets = BudgetLedger(SessionBudget())
     ref = SessionRef("s1", budget=SessionBudget(seconds=30))
     budgets.admit(ref)
     now[0] += 29.5
@@ -65,7 +65,7 @@ def test_seconds_run_from_the_first_call(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_session_are_never_capped() -> (
     None
 ):
-    budgets = SessionBudgets(SessionBudget(calls=1, tokens=10))
+    budgets = BudgetLedger(SessionBudget(calls=1, tokens=10))
     own = SessionRef("own", budget=SessionBudget(calls=3))
     for _ in range(3):
         budgets.admit(own)
@@ -76,29 +76,27 @@ def test_the_serving_default_holds_where_a_session_sets_no_cap_and_calls_of_no_s
         budgets.admit(SessionRef("plain"))
     for _ in range(5):
         assert budgets.admit(SessionRef("unassigned")) is None
-    assert SessionBudgets(SessionBudget()).admit(SessionRef("free")) is None, (
-        "no budget: not tracked"
-    )
+    assert BudgetLedger(SessionBudget()).admit(SessionRef("free")) is None, "no budget: not tracked"
 
 
 def test_a_sessions_context_policy_holds_else_the_serving_defaults_and_a_policy_alone_is_not_counted() -> (
     None
 ):
-    refusing = SessionBudgets(SessionBudget(context="refuse"))
+    refusing = BudgetLedger(SessionBudget(context="refuse"))
     assert refusing.context_policy(SessionRef("plain")) == "refuse"
     assert (
         refusing.context_policy(SessionRef("own", budget=SessionBudget(calls=2, context="clamp")))
         == "clamp"
     )
     assert refusing.context_policy(SessionRef("capped", budget=SessionBudget(calls=2))) == "refuse"
-    assert SessionBudgets(SessionBudget()).context_policy(SessionRef("plain")) == "clamp"
+    assert BudgetLedger(SessionBudget()).context_policy(SessionRef("plain")) == "clamp"
     assert refusing.admit(SessionRef("plain")) is None, (
         "a context policy caps no use: nothing to track"
     )
 
 
 def test_a_later_call_may_tighten_a_sessions_budget_but_never_loosen_it() -> None:
-    budgets = SessionBudgets(SessionBudget())
+    budgets = BudgetLedger(SessionBudget())
     budgets.admit(SessionRef("s1", budget=SessionBudget(calls=5)))
     budgets.admit(SessionRef("s1", budget=SessionBudget(calls=2)))
     with pytest.raises(SessionCapped, match="cap of 2 calls"):
@@ -108,8 +106,8 @@ def test_a_later_call_may_tighten_a_sessions_budget_but_never_loosen_it() -> Non
 def test_the_least_recently_called_session_is_forgotten_past_the_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(session_budgets, "MAX_SESSIONS", 2)
-    budgets = SessionBudgets(SessionBudget(calls=1))
+    monkeypatch.setattr(budget_ledger, "MAX_SESSIONS", 2)
+    budgets = BudgetLedger(SessionBudget(calls=1))
     budgets.admit(SessionRef("a"))
     budgets.admit(SessionRef("b"))
     budgets.admit(SessionRef("c"))
