@@ -50,7 +50,7 @@ class UpdateSettings:
     groups_per_batch: int = setting(4, "tasks per training batch", group="schedule")
     learning_rate: float | None = setting(
         None,
-        "AdamW learning rate; default: the named model's (`parity model list`), else by the model's size: 1e-5 up to 300M parameters, 1e-6 up to 3B, 5e-7 above",
+        "AdamW learning rate; default: the named model's (`parity model list`; smollm2-135m-instruct's is 1e-5, 4e-5 on reasoning-gym tasks), else by the model's size: 1e-5 up to 300M parameters, 1e-6 up to 3B, 5e-7 above",
         group="optimization",
     )
     advantage_estimator: str = setting(

@@ -30,11 +30,12 @@ from parity.training.settings import (
     settings_fields,
     value_kind,
 )
+from parity.training.suite_settings import parse_options
 from parity.training.tasks import TaskFileError
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_TERMINATED = 1, 2, 130, 143
 GROUP_TITLES = {
-    "agent": "the agent", "data": "tasks and model", "schedule": "how long", "sampling": "sampling",
+    "agent": "the agent", "data": "tasks and model", "suite": "generated tasks (reasoning-gym)", "schedule": "how long", "sampling": "sampling",
     "validation": "validation", "optimization": "the update", "lora": "LoRA", "distillation": "distillation", "rollouts": "rollouts", "budgets": "session budgets",
     "production": "training from stored production sessions", "output": "output",
     "stack": "where it runs",
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
         if field.name == "stack":
             group.add_argument(
                 flag, type=_stack, default=None, metavar="NAME=ADDRESS,...", help=help_text
+            )
+        elif field.name == "suite_options":
+            group.add_argument(
+                flag, type=_suite_options, default=None, metavar="KEY=VALUE,...", help=help_text
             )
         elif kind is bool:
             group.add_argument(
@@ -133,6 +138,13 @@ def _run(train: Any, values: dict[str, Any], sources: SettingsSources) -> Any:
 def _stack(text: str) -> StackAddresses:
     try:
         return StackAddresses.parse(text)
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+
+
+def _suite_options(text: str) -> dict[str, Any]:
+    try:
+        return parse_options(text)
     except SettingsError as error:
         raise argparse.ArgumentTypeError(error.message) from None
 

@@ -4,7 +4,7 @@ A key the settings do not have, a value of the wrong type or one out of range is
 refused with the file, the line and the key (`train.toml:7: learning_rate: must be
 greater than 0, got -1.0`), or with the flag that set it. Keys may be written
 `rollouts_per_task` or `rollouts-per-task`. Input paths in a file (tasks, val_tasks,
-model, unless it names a model) are relative to the file, so a config works from any directory.
+model, unless it names a model or a task suite) are relative to the file, so a config works from any directory.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from parity.training.settings import (
     field_types,
     settings_fields,
 )
+from parity.training.suite_settings import is_suite
 
 FILE_RELATIVE_KEYS = ("tasks", "val_tasks", "model")
 # Keys whose setting now goes by the name the trainer's RunConfig gives it.
@@ -88,8 +89,9 @@ def load_file(path: Path) -> tuple[dict[str, Any], SettingsSources]:
             value = coerce(key, value, hints[key])
         except SettingsError as error:
             raise ConfigError(f"{_located(sources, '', raw_key)}: {error.message}") from None
-        # A model's name (`model = "tiny-test"`) is not a path.
-        if key in FILE_RELATIVE_KEYS and value and not (key == "model" and is_model_name(value)):
+        # A model's name (`model = "tiny-test"`) is not a path, nor is a task suite's (`tasks = "reasoning-gym:NAME"`).
+        named = (key == "model" and is_model_name(value)) or is_suite(value)
+        if key in FILE_RELATIVE_KEYS and value and not named:
             value = str((path.parent / value).resolve()) if not Path(value).is_absolute() else value
         values[key] = value
     return values, sources

@@ -15,6 +15,7 @@ from parity.core import model_defaults
 from parity.services.inference.gguf_import import ModelPreparationError
 from parity.services.inference.packaged_models import is_model_name, resolve_model
 from parity.training.settings import SettingsError, TrainSettings
+from parity.training.suite_settings import is_suite
 from parity.training.teacher_server import teacher_folder
 
 
@@ -46,7 +47,8 @@ def choose_model(settings: TrainSettings) -> ChosenModel:
 
 
 def _learning_rate(settings: TrainSettings, folder: Path) -> float:
-    return settings.learning_rate or model_defaults.learning_rate(settings.model, folder)
+    suite = is_suite(settings.tasks)
+    return settings.learning_rate or model_defaults.learning_rate(settings.model, folder, suite)
 
 
 def _max_tokens(settings: TrainSettings) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from pathlib import Path
 
 from parity.training.cli import GROUP_TITLES
@@ -28,7 +29,8 @@ def reference_table() -> str:
         rows.append(f"| **{title}** | | | |")
         for field in (f for f in settings_fields() if f.metadata["group"] == group):
             kind = value_kind(hints[field.name])
-            type_name = "table" if field.name == "stack" else _TYPE_NAMES.get(kind, kind.__name__)
+            table = field.name == "stack" or typing.get_origin(kind) is dict
+            type_name = "table" if table else _TYPE_NAMES.get(kind, kind.__name__)
             choices = field.metadata.get("choices")
             if choices:
                 type_name = " / ".join(f"`{choice}`" for choice in choices)

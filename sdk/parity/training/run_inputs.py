@@ -13,6 +13,7 @@ from parity.engine.runner import Agent
 from parity.training.agent_server import AgentServer
 from parity.training.agents import CommandAgent, load_callable, parse_command
 from parity.training.settings import SettingsError, TrainSettings
+from parity.training.suite_settings import is_suite
 from parity.training.tasks import load_tasks, tasks_from_objects
 
 SETTINGS_FILE = "settings.json"
@@ -44,8 +45,10 @@ def named_inputs(
     """The settings an agent named by its import path, and tasks named by their file, stand for."""
     named = {"agent": agent} if isinstance(agent, str) else {}
     for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
-        # An empty string is "none" (no validation), not the current directory.
-        if isinstance(given, Path) or (isinstance(given, str) and given):
+        # An empty string is "none" (no validation), not the current directory; a suite's name is no path.
+        if is_suite(given):
+            named[name] = str(given)
+        elif isinstance(given, Path) or (isinstance(given, str) and given):
             named[name] = str(Path(given).resolve())
         elif given == "":
             named[name] = ""
@@ -58,10 +61,15 @@ def resolve_inputs(
     """The run's agent, tasks and validation tasks. A from-store run rolls out no tasks, and needs an agent
     only to validate."""
     validation = resolve_tasks(val_tasks, settings.val_tasks, "val_tasks", required=False)
+    suite = suite_inputs(agent, settings, validation) if is_suite(settings.tasks) else None
+    if suite is not None:
+        validation = suite[2]
     if settings.promote and not validation:
         raise SettingsError(
             "promote", "the gate compares validations before and after training; give val_tasks"
         )
+    if suite is not None:
+        return suite
     if not settings.from_store:
         return (
             resolve_agent(agent, settings),
@@ -74,6 +82,19 @@ def resolve_inputs(
         )
     named = agent is not None or settings.agent or settings.agent_command or settings.agent_server
     return (resolve_agent(agent, settings) if named or validation else None), [], validation
+
+
+def suite_inputs(
+    agent: Callable[..., Any] | None, settings: TrainSettings, validation: list[dict[str, Any]]
+) -> tuple[Agent, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A reasoning-gym suite's tasks, its held-out tasks unless val_tasks names others, and the agent: the
+    single-call one unless another is named."""
+    from parity.training import reasoning_gym_tasks
+
+    tasks, held_out = reasoning_gym_tasks.suite_tasks(settings)
+    named = agent is not None or settings.agent or settings.agent_command or settings.agent_server
+    chosen = resolve_agent(agent, settings) if named else reasoning_gym_tasks.solve
+    return chosen, tasks, validation or held_out
 
 
 def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
