@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.policy_record import PolicyRecord, RecordedPolicy
+from parity.services.ingest.chat_backend import PolicyState
 from parity.services.ingest.traffic_gate import JOIN_HOLD, TrafficGate
-from parity.services.ingest.upstream.chat_backend import PolicyState
 from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 from parity.services.runtime.errors import InvalidArgument
 

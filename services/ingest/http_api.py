@@ -28,6 +28,7 @@ from parity.api.auth.v1 import auth_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
+from parity.services.ingest.chat_backend import ChatBackend
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
 from parity.services.ingest.endpoints.feedback.protocol import feedback_route
 from parity.services.ingest.endpoints.feedback.serving import FeedbackServing
@@ -38,7 +39,6 @@ from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.metrics import IngestMetrics
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply
 from parity.services.ingest.traffic_gate import TrafficGate
-from parity.services.ingest.upstream.chat_backend import ChatBackend
 from parity.services.runtime.auth import TokenTable, role_name
 
 ACCESS_LOG = "parity.ingest.access"

@@ -34,6 +34,10 @@ class AliasRule:
             raise ValueError(
                 f"a model alias is PATTERN=MODEL (e.g. 'claude-*=@policy'), got {text!r}"
             )
+        if "," in target or "=" in target:
+            raise ValueError(
+                f"one model alias per rule: {text!r} holds several (give --model-alias once for each)"
+            )
         return cls(pattern, target, re.compile(fnmatch.translate(pattern)))
 
 

@@ -26,6 +26,7 @@ from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.feedback_sink import FeedbackSink
 from parity.services.ingest.capture.policy_record import PolicyRecord
 from parity.services.ingest.capture.spool import Spool
+from parity.services.ingest.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.control import IngestControl
 from parity.services.ingest.endpoints.anthropic_messages.serving import AnthropicMessagesServing
 from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
@@ -44,7 +45,6 @@ from parity.services.ingest.servicer import IngestServicer
 from parity.services.ingest.session_caps.budget_ledger import BudgetLedger
 from parity.services.ingest.traffic_gate import TrafficGate
 from parity.services.ingest.upstream.canary import CanaryRoute
-from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.upstream.client import UpstreamClient
 from parity.services.ingest.upstream.external_models import ExternalModels
 from parity.services.ingest.upstream.http_pool import Origin

@@ -132,7 +132,7 @@ def attention_layout(on_gpu: bool, flash_attn: bool | None = None) -> AttentionL
     return AttentionLayout("sdpa", padding_free=False)
 
 
-def parameter_count(config: dict) -> int:
+def estimated_parameter_count(config: dict) -> int:
     """Parameters of a Llama/Qwen2-shaped decoder from its config.json (biases and norms aside)."""
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     heads = config["num_attention_heads"]
@@ -178,7 +178,7 @@ def needs_gradient_checkpointing(
     """
     if not config.keys() >= DECODER_SIZES:
         return True
-    parameters = parameter_count(config)
+    parameters = estimated_parameter_count(config)
     state = parameters * ((4 if lora else 16) + COMPUTE_BYTES[dtype])
     tokens = micro_batch_tokens * (1.0 if padding_free else PADDING_FACTOR)
     activations = tokens * activation_bytes_per_token(config, dtype)

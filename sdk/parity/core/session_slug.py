@@ -49,6 +49,10 @@ class SessionRef:
     each call's thread from its token ids."""
 
 
+UNASSIGNED = SessionRef("unassigned")
+"""The reserved session ingest files a call under when the call names none."""
+
+
 def encode(ref: SessionRef) -> str:
     check(ref)
     plain = not (

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import parity
 from parity.clients import transport
+from parity.config import configure, current_config
 from parity.training.local_stack import LocalStack
 from parity.training.settings import StackAddresses, TrainSettings
 
@@ -16,7 +16,7 @@ class RunStack:
     def __init__(self) -> None:
         self.local: LocalStack | None = None
         """The stack brought up for this run; None while none is, or when the run reaches a deployed one."""
-        self._previous_config = parity.current_config()
+        self._previous_config = current_config()
         self._previous_security = transport.process_security()
 
     @property
@@ -39,7 +39,7 @@ class RunStack:
             if self.local
             else {}
         )
-        parity.configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
+        configure(ingest_url=addresses.ingest_url, assembler_address=addresses.assembler,
                          **({"store_address": addresses.store} if addresses.store else {}), **credentials)  # fmt: skip
         return addresses
 
@@ -64,6 +64,6 @@ class RunStack:
             self.local.stop()
             self.local = None
         previous = self._previous_config
-        parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address,
+        configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address,
                          store_address=previous.store_address, api_key=previous.api_key)  # fmt: skip
         transport.set_process_security(self._previous_security)

@@ -31,10 +31,10 @@ from typing import Any
 
 import structlog
 
-import parity
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import AssemblerClient, RPCError, StoreClient, TrainerClient
+from parity.config import current_config
 from parity.core.progress import Progress, show_progress
 from parity.core.update_settings import to_run_config
 from parity.engine.runner import Agent
@@ -137,7 +137,7 @@ class Trainer:
         )
         self._control = RunControl(TrainerClient(addresses.trainer), self.run_id, self._stack.local)
         self._assembler = AssemblerClient(addresses.assembler)
-        self._served_model = served_model(addresses.ingest_url, parity.current_config().api_key)
+        self._served_model = served_model(addresses.ingest_url, current_config().api_key)
         resume_from = (
             resume_checkpoint(self._control, self.run_dir, self.run_id, embedded=self._stack.embedded)
             if self.settings.resume else None

@@ -24,11 +24,10 @@ from parity.core.attribution import (
 )
 from parity.core.session_budget import HEADER as BUDGET_HEADER
 from parity.core.session_budget import SessionBudget
-from parity.core.session_slug import SessionRef, check, check_metadata, decode
+from parity.core.session_slug import UNASSIGNED, SessionRef, check, check_metadata, decode
 from parity.services.ingest import openai_errors
 from parity.services.ingest.endpoints.session_headers import THREAD_HEADER, SessionHeaders
 
-UNASSIGNED = SessionRef("unassigned")
 # The body key an agent can set instead of a URL or header: `metadata={"parity_session": ...}`.
 METADATA_SESSION_KEY = "parity_session"
 UserField = Literal["user", "metadata.user_id"]

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from parity.api.common.v1 import llm_call_pb2
 from parity.core.session_budget import SessionBudget
-from parity.core.session_slug import SessionRef
-from parity.services.ingest.endpoints.session_resolution import UNASSIGNED
+from parity.core.session_slug import UNASSIGNED, SessionRef
 
 MAX_SESSIONS = 200_000
 _UNITS = {

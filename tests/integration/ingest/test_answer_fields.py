@@ -6,6 +6,7 @@ alike."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -138,7 +139,7 @@ def test_ingest_answers_with_every_field_vllm_answers_with(
     request = make(vllm_server.model_name) | ({"stream": True} if stream else {})
     answer(vllm_server.base_url, path, make(vllm_server.model_name))
     ours = answer(
-        ingest_stack.session_url(f"fields-{case.replace(' ', '-')}").removesuffix("/v1"),
+        ingest_stack.session_url("fields-" + re.sub(r"[^a-z0-9]+", "-", case)).removesuffix("/v1"),
         path,
         request,
     )

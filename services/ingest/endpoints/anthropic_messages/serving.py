@@ -17,6 +17,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import MESSAGES
+from parity.services.ingest.chat_backend import ChatBackend
 from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.anthropic_messages import answers, protocol
 from parity.services.ingest.endpoints.anthropic_messages.template_facts import TemplateFacts
@@ -24,7 +25,6 @@ from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.endpoints.session_resolution import ANTHROPIC_USER
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
-from parity.services.ingest.upstream.chat_backend import ChatBackend
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"

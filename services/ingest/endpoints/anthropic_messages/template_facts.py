@@ -14,7 +14,7 @@ import asyncio
 import orjson
 import structlog
 
-from parity.services.ingest.upstream.chat_backend import ChatBackend
+from parity.services.ingest.chat_backend import ChatBackend
 
 log = structlog.get_logger(__name__)
 

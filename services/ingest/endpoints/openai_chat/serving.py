@@ -16,11 +16,11 @@ import orjson
 from parity.api.common.v1 import llm_call_pb2
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import CHAT, COMPLETIONS
+from parity.services.ingest.chat_backend import ChatBackend
 from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
-from parity.services.ingest.upstream.chat_backend import ChatBackend
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 

@@ -58,6 +58,17 @@ class ResponseShell:
     tools: ToolCatalog = field(default_factory=ToolCatalog)
     created_at: int = field(default_factory=lambda: int(time.time()))
 
+    def _echoed_choice(self) -> Any:
+        """The tool choice as vLLM echoes it: a named one under the flat name the policy was shown."""
+        choice = tool_choice_of(self.request)
+        if (
+            isinstance(choice, Mapping)
+            and isinstance(choice.get("name"), str)
+            and self.tools.declared
+        ):
+            return dict(choice) | {"name": self.tools.resolve_choice(choice["name"])}
+        return choice
+
     def render(
         self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None
     ) -> dict[str, Any]:
@@ -68,7 +79,7 @@ class ResponseShell:
             "instructions": request.get("instructions"), "metadata": request.get("metadata"), "model": self.model,
             "object": "response", "output": output,
             "parallel_tool_calls": _given(request, "parallel_tool_calls"), "temperature": _given(request, "temperature"),
-            "tool_choice": tool_choice_of(request), "tools": _given(request, "tools"),
+            "tool_choice": self._echoed_choice(), "tools": _given(request, "tools"),
             "top_p": _given(request, "top_p"), "background": False, "max_output_tokens": self.max_output_tokens,
             "max_tool_calls": request.get("max_tool_calls"), "previous_response_id": request.get("previous_response_id"),
             "prompt": None, "reasoning": request.get("reasoning"), "service_tier": _given(request, "service_tier"),
@@ -121,10 +132,11 @@ def usage(chat_usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         chat_usage.get("prompt_tokens") or 0,
         chat_usage.get("completion_tokens") or 0,
     )
-    cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    details = chat_usage.get("prompt_tokens_details") or {}
+    cached, written = details.get("cached_tokens") or 0, details.get("created_cache_tokens") or 0
     # One generation, no built-in tools: vLLM's per-turn lists stay empty for such a request, as here.
     return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
-            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0, "input_tokens_per_turn": [],
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written, "input_tokens_per_turn": [],
                                      "cached_tokens_per_turn": []},
             "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0, "output_tokens_per_turn": [],
                                       "tool_output_tokens_per_turn": []}}  # fmt: skip

@@ -18,6 +18,7 @@ import orjson
 
 from parity.services.ingest import openai_errors
 from parity.services.ingest.capture.recorder import RESPONSES
+from parity.services.ingest.chat_backend import ChatBackend
 from parity.services.ingest.endpoints import request_start
 from parity.services.ingest.endpoints.openai_responses import answers, protocol
 from parity.services.ingest.endpoints.openai_responses.chain import (
@@ -32,7 +33,6 @@ from parity.services.ingest.endpoints.openai_responses.tool_catalog import (
 from parity.services.ingest.endpoints.session_headers import SessionHeaders
 from parity.services.ingest.model_aliases import ModelAliases
 from parity.services.ingest.replies import FinalEvent, JsonReply, Reply, StreamReply
-from parity.services.ingest.upstream.chat_backend import ChatBackend
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, StreamFailed
 
 
