@@ -46,11 +46,12 @@ def answer_text(message: dict) -> str:
 
 def decodes_to(decoded: str, streamed: str, finish_reason: str) -> bool:
     """Whether a whole decode of the sampled ids is the text vLLM streamed. Its streaming detokenizer holds
-    back bytes that do not make a whole character yet, so a reply cut at max_tokens may lack the replacement
-    characters a whole decode ends with (random models sample stray bytes)."""
+    back bytes that do not make a whole character yet, so a reply that ends there (cut at max_tokens, or by a
+    stop token right after a stray byte) may lack the replacement characters a whole decode ends with (random
+    models sample stray bytes)."""
     held_back = decoded.removeprefix(streamed)
     return decoded == streamed or (
-        finish_reason == "length"
+        finish_reason in ("length", "stop")
         and decoded.startswith(streamed)
         and set(held_back) == {REPLACEMENT_CHARACTER}
     )

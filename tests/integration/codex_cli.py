@@ -143,4 +143,4 @@ def check_token_exact(call: llm_call_pb2.LlmCall, vllm_url: str, served_model: s
     if "<tool_call>" not in decoded:
         assert decodes_to(decoded, choice.text, choice.finish_reason) or decodes_to(
             kept, choice.text, choice.finish_reason
-        ), (decoded, choice.text)
+        ), (choice.finish_reason, decoded, choice.text)
