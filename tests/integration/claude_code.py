@@ -57,6 +57,19 @@ def decodes_to(decoded: str, streamed: str, finish_reason: str) -> bool:
     )
 
 
+def decoded_with_special_tokens(
+    tokenizer: PreTrainedTokenizerBase, sampled: list[int], finish_reason: str
+) -> str:
+    """The text vLLM streams for a reply to a request with tools: its tool parser (hermes) turns
+    skip_special_tokens off, so a special token sampled mid-reply (a random model's <|im_start|>) is in the
+    text; the stop token that ends it is not."""
+    kept = tokenizer.decode(
+        sampled[:-1] if finish_reason == "stop" else sampled, skip_special_tokens=False
+    )
+    assert isinstance(kept, str)
+    return kept
+
+
 def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, served_model: str,
                       tokenizer: PreTrainedTokenizerBase) -> None:  # fmt: skip
     """`call` is what ingest stored for the reply Claude Code received as `answer` (its assistant message)."""
@@ -87,12 +100,7 @@ def check_token_exact(call: llm_call_pb2.LlmCall, answer: dict, vllm_url: str, s
             decoded.split(TOOL_CALL_START)[0],
             received[: len(decoded.split(TOOL_CALL_START)[0])],
         )
-    # With tools declared, vLLM's tool parser (hermes) turns skip_special_tokens off: a special token sampled
-    # mid-reply (a random model's <|im_start|>) is in the text; the stop token that ends it is not.
-    kept = tokenizer.decode(
-        sampled[:-1] if choice.finish_reason == "stop" else sampled, skip_special_tokens=False
-    )
-    assert isinstance(kept, str)
+    kept = decoded_with_special_tokens(tokenizer, sampled, choice.finish_reason)
     kept_received = choice.text
     if TOOL_CALL_START in kept:
         kept = kept.split(TOOL_CALL_START)[0]

@@ -14,7 +14,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from parity.api.common.v1 import llm_call_pb2
-from tests.integration.claude_code import decodes_to
+from tests.integration.claude_code import decoded_with_special_tokens, decodes_to
 
 REPO = Path(__file__).resolve().parents[2]
 CODEX = REPO / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
@@ -134,12 +134,7 @@ def check_token_exact(call: llm_call_pb2.LlmCall, vllm_url: str, served_model: s
     assert len(sampled) == len(choice.logprobs) // 4 > 0
     decoded = tokenizer.decode(sampled, skip_special_tokens=True)
     assert isinstance(decoded, str)
-    # With tools declared, vLLM's tool parser (hermes) turns skip_special_tokens off: a special token sampled mid-reply (a
-    # random model's <|im_start|>) is in the text; the stop token that ends it is not.
-    kept = tokenizer.decode(
-        sampled[:-1] if choice.finish_reason == "stop" else sampled, skip_special_tokens=False
-    )
-    assert isinstance(kept, str)
+    kept = decoded_with_special_tokens(tokenizer, sampled, choice.finish_reason)
     if "<tool_call>" not in decoded:
         assert decodes_to(decoded, choice.text, choice.finish_reason) or decodes_to(
             kept, choice.text, choice.finish_reason

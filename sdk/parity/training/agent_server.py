@@ -30,7 +30,6 @@ from typing import Any
 
 import structlog
 
-from parity.config import current_config
 from parity.core import session_slug
 from parity.sessions import current_session, session_url
 from parity.training.agent_server_protocol import (
@@ -41,6 +40,7 @@ from parity.training.agent_server_protocol import (
     reply_output,
     reply_reward,
 )
+from parity.training.agents import run_environment
 
 __all__ = ["AgentServer", "AgentServerFailed", "ProtocolError"]
 
@@ -245,14 +245,7 @@ class ServerProcess:
 def server_environment() -> dict[str, str]:
     """What every process of an agent server gets: the run's keys and addresses; a rollout's session comes with its
     request."""
-    config = current_config()
-    environment = os.environ | {
-        "OPENAI_API_KEY": config.api_key,
-        "ANTHROPIC_API_KEY": config.api_key,
-        "PARITY_TOKEN": config.api_key,
-        "PARITY_INGEST_URL": config.ingest_url,
-        "PARITY_ASSEMBLER_ADDRESS": config.assembler_address,
-    }
+    environment = os.environ | run_environment()
     # A session the run itself was started in is no rollout's.
     environment.pop("PARITY_SESSION", None)
     return environment

@@ -82,6 +82,19 @@ def parse_command(command: str, setting: str = "agent_command") -> list[str]:
     return argv
 
 
+def run_environment() -> dict[str, str]:
+    """The run's keys and addresses, as an agent program (a command, or an agent server's process) gets them."""
+    config = current_config()
+    return {
+        "OPENAI_API_KEY": config.api_key,
+        "ANTHROPIC_API_KEY": config.api_key,
+        # The same agent-role key reaches the assembler (rewards) over gRPC.
+        "PARITY_TOKEN": config.api_key,
+        "PARITY_INGEST_URL": config.ingest_url,
+        "PARITY_ASSEMBLER_ADDRESS": config.assembler_address,
+    }
+
+
 class CommandFailed(RuntimeError):
     """The agent command exited non-zero; the rollout fails with its stderr's tail."""
 
@@ -98,17 +111,10 @@ class CommandAgent:
         self.__name__ = f"command {shlex.join(argv)}"
 
     def environment(self, task: dict[str, Any]) -> dict[str, str]:
-        config = current_config()
         ref = current_session()
-        environment = {
+        environment = run_environment() | {
             "OPENAI_BASE_URL": session_url(),
             "ANTHROPIC_BASE_URL": session_url(api="anthropic"),
-            "OPENAI_API_KEY": config.api_key,
-            "ANTHROPIC_API_KEY": config.api_key,
-            # The same agent-role key reaches the assembler (rewards) over gRPC.
-            "PARITY_TOKEN": config.api_key,
-            "PARITY_INGEST_URL": config.ingest_url,
-            "PARITY_ASSEMBLER_ADDRESS": config.assembler_address,
             "PARITY_TASK": json.dumps(task),
             "PARITY_MODEL": str(task.get("model", "")),
         }
