@@ -3,13 +3,13 @@
     parity train --tasks reasoning-gym:basic_arithmetic
 
 `suite_tasks` generates `suite_size` training tasks and `suite_val_size` held-out ones from the
-generator, its settings (`suite_options`) and `suite_seed`: the same settings give the same tasks,
-so a resumed run generates them again. A task row carries the question, the reference answer and,
-under `reasoning_gym`, what generated it, so `score(task, reply)` can score a reply with the
-generator's own `score_answer` on the entry itself. `solve` is the agent a run uses when it names
-none: one call asking the question. A user's own agent takes the same tasks and may return
-`score(task, reply)`; an agent command may name it as its reward (`reward =
-"parity.training.reasoning_gym_tasks:score"`).
+generator, its settings (`suite_options`; none: `easiest_level`) and `suite_seed`: the same settings
+give the same tasks, so a resumed run generates them again. A task row carries the question, the
+reference answer and, under `reasoning_gym`, what generated it (the settings it used included), so
+`score(task, reply)` can score a reply with the generator's own `score_answer` on the entry itself.
+`solve` is the agent a run uses when it names none: one call asking the question. A user's own
+agent takes the same tasks and may return `score(task, reply)`; an agent command may name it as its
+reward (`reward = "parity.training.reasoning_gym_tasks:score"`).
 
 reasoning-gym is an optional extra (`pip install 'parity[reasoning-gym]'`), imported on first use.
 """
@@ -45,7 +45,7 @@ def suite_tasks(settings: TrainSettings) -> tuple[list[dict[str, Any]], list[dic
     `settings.tasks = "reasoning-gym:NAME"`. Raises SettingsError for a generator that is not installed or
     settings it refuses."""
     name = suite_name(settings.tasks)
-    options = dict(settings.suite_options or {})
+    options = dict(settings.suite_options) if settings.suite_options else easiest_level(name)
     held_out = settings.suite_val_size
     size = settings.suite_size + held_out * _HELD_OUT_DRAWS
     reference = {"generator": name, "options": options, "seed": settings.suite_seed, "size": size}
@@ -61,6 +61,39 @@ def suite_tasks(settings: TrainSettings) -> tuple[list[dict[str, Any]], list[dic
             asked.add(row["question"])
             val.append(row)
     return train, val
+
+
+def easiest_level(name: str) -> dict[str, Any]:
+    """The generator's settings at the first (easiest) level of its reasoning-gym curriculum (basic_arithmetic:
+    `min_terms=2,max_terms=2,min_digits=1,max_digits=1`), which a suite generates with when no suite_options
+    are given; {} (the generator's own defaults) for a generator with no curriculum, or whose first level its
+    own config refuses (knight_swap in reasoning-gym 0.1.19).
+
+    Why not the generator's defaults: they are hard for a small model, and a task every rollout fails
+    teaches nothing. The untrained default model scored pass@1 0.03 on basic_arithmetic's defaults (2-6
+    terms of 1-4 digits) and 0.12 at its first level (docs/training.md, reasoning-gym suites)."""
+    factory = _factory()
+    if name not in factory.DATASETS or not factory.has_curriculum(name):
+        return {}
+    curriculum = factory.create_curriculum(name)
+    config = curriculum.generate_configuration()
+    try:
+        if hasattr(config, "validate"):
+            config.validate()
+    except (AssertionError, ValueError):
+        return {}
+    # Only the fields the curriculum sets: the rest stay the generator's defaults, as with suite_options.
+    fields = [
+        getattr(attribute, field)
+        for attribute in curriculum.attributes.values()
+        for field in ("field_name", "lower_field_name", "upper_field_name")
+        if hasattr(attribute, field)
+    ]
+    # Through JSON, as the task rows keep them: a tuple becomes the list that the scorer regenerates with.
+    level: dict[str, Any] = json.loads(
+        json.dumps({field: getattr(config, field) for field in fields})
+    )
+    return level
 
 
 def extract_answer(reply: str, numeric: bool = True) -> str | None:

@@ -77,7 +77,7 @@ def _value(text: str) -> Any:
 class SuiteSettings:
     suite_options: dict[str, Any] | None = setting(
         None,
-        "tasks = reasoning-gym:NAME: the generator's settings, as KEY=VALUE pairs (max_terms=3,max_digits=2) or a [suite_options] table; none: the generator's defaults",
+        "tasks = reasoning-gym:NAME: the generator's settings, as KEY=VALUE pairs (max_terms=3,max_digits=2) or a [suite_options] table, over the generator's defaults; none: the first (easiest) level of its reasoning-gym curriculum (basic_arithmetic: 2 terms of 1 digit), else its defaults",
         group="suite",
     )
     suite_size: int = setting(

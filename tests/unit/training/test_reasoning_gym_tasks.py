@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from parity.core import model_defaults
 from parity.training import model_choice, reasoning_gym_tasks
 from parity.training.cli import build_parser, main
 from parity.training.config_file import load_file
-from parity.training.reasoning_gym_tasks import extract_answer, score, suite_tasks
+from parity.training.reasoning_gym_tasks import easiest_level, extract_answer, score, suite_tasks
 from parity.training.run_inputs import named_inputs, resolve_inputs
 from parity.training.settings import SettingsError, TrainSettings
 from parity.training.suite_settings import parse_options
@@ -70,6 +71,50 @@ def test_the_same_settings_generate_the_same_tasks_and_held_out_ones_are_new() -
     assert len({task["id"] for task in train + held_out}) == 28
     assert suite_tasks(settings.replace(suite_seed=1))[0] != train
     assert train[0]["question"].startswith("Calculate")
+
+
+def numbers(question: str) -> list[str]:
+    return re.findall(r"\d+", question)
+
+
+def test_without_options_a_suite_starts_at_the_curriculums_first_level() -> None:
+    train, held_out = suite_tasks(suite(suite_size=40, suite_val_size=8))
+    # basic_arithmetic's first level: two terms of one digit each.
+    assert all(len(numbers(task["question"])) == 2 for task in train + held_out)
+    assert all(
+        len(number) == 1 for task in train + held_out for number in numbers(task["question"])
+    )
+    level = easiest_level("basic_arithmetic")
+    assert level == {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    # The rows carry the level, so the scorer and a resumed run regenerate the same tasks from them.
+    assert all(task[reasoning_gym_tasks.TASK_KEY]["options"] == level for task in train)
+
+
+def test_given_options_replace_the_level_over_the_generators_own_defaults() -> None:
+    train, _ = suite_tasks(suite(suite_size=40, suite_val_size=0, suite_options={"max_terms": 3}))
+    assert train[0][reasoning_gym_tasks.TASK_KEY]["options"] == {"max_terms": 3}
+    # The generator's default of 1 to 4 digits, not the level's 1.
+    assert any(len(number) > 1 for task in train for number in numbers(task["question"]))
+    assert max(len(numbers(task["question"])) for task in train) == 3
+
+
+def test_no_curriculum_or_a_first_level_its_generator_refuses_means_the_generators_defaults(
+    monkeypatch,
+) -> None:
+    factory = reasoning_gym_tasks._factory()
+    assert "gsm_symbolic" not in factory.CURRICULA
+    assert easiest_level("gsm_symbolic") == {}
+    assert easiest_level("no_such_generator") == {}
+    config = factory.DATASETS["basic_arithmetic"][1]
+
+    class Refused:
+        attributes: dict[str, object] = {}
+
+        def generate_configuration(self) -> object:
+            return config(min_terms=0)
+
+    monkeypatch.setitem(factory.CURRICULA, "basic_arithmetic", Refused)
+    assert easiest_level("basic_arithmetic") == {}
 
 
 def test_answers_come_from_answer_tags_else_the_last_number_else_the_last_line() -> None:
