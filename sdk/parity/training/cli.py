@@ -12,6 +12,7 @@ JSON object. Exit codes: 0 completed, 1 failed, 2 bad input (nothing was started
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import signal
@@ -35,7 +36,7 @@ from parity.training.tasks import TaskFileError
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_TERMINATED = 1, 2, 130, 143
 GROUP_TITLES = {
-    "agent": "the agent", "data": "tasks and model", "suite": "generated tasks (reasoning-gym)", "schedule": "how long", "sampling": "sampling",
+    "agent": "the agent", "data": "tasks and model", "suite": "generated tasks (reasoning-gym)", "environment": "verifiers environments", "schedule": "how long", "sampling": "sampling",
     "validation": "validation", "optimization": "the update", "lora": "LoRA", "distillation": "distillation", "rollouts": "rollouts", "budgets": "session budgets",
     "production": "training from stored production sessions", "output": "output",
     "stack": "where it runs",
@@ -61,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
             group.add_argument(
                 flag, type=_stack, default=None, metavar="NAME=ADDRESS,...", help=help_text
             )
-        elif field.name == "suite_options":
+        elif field.name in ("suite_options", "env_options"):
             group.add_argument(
-                flag, type=_suite_options, default=None, metavar="KEY=VALUE,...", help=help_text
-            )
+                flag, type=functools.partial(_options, setting_name=field.name), default=None,
+                metavar="KEY=VALUE,...", help=help_text,
+            )  # fmt: skip
         elif kind is bool:
             group.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
@@ -142,9 +144,9 @@ def _stack(text: str) -> StackAddresses:
         raise argparse.ArgumentTypeError(error.message) from None
 
 
-def _suite_options(text: str) -> dict[str, Any]:
+def _options(text: str, setting_name: str) -> dict[str, Any]:
     try:
-        return parse_options(text)
+        return parse_options(text, setting_name)
     except SettingsError as error:
         raise argparse.ArgumentTypeError(error.message) from None
 

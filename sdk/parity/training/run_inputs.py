@@ -61,6 +61,8 @@ def resolve_inputs(
     """The run's agent, tasks and validation tasks. A from-store run rolls out no tasks, and needs an agent
     only to validate."""
     validation = resolve_tasks(val_tasks, settings.val_tasks, "val_tasks", required=False)
+    if settings.env:
+        return environment_inputs(agent, tasks, settings, validation)
     suite = suite_inputs(agent, settings, validation) if is_suite(settings.tasks) else None
     if suite is not None:
         validation = suite[2]
@@ -95,6 +97,23 @@ def suite_inputs(
     named = agent is not None or settings.agent or settings.agent_command or settings.agent_server
     chosen = resolve_agent(agent, settings) if named else reasoning_gym_tasks.solve
     return chosen, tasks, validation or held_out
+
+
+def environment_inputs(
+    agent: Callable[..., Any] | None, tasks: Tasks | None, settings: TrainSettings, validation: list[dict[str, Any]]
+) -> tuple[Agent, list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """A verifiers environment's tasks, its held-out tasks unless val_tasks names others, and the bridge that
+    plays them."""
+    from parity.training import verifiers_environment
+
+    if agent is not None:
+        raise SettingsError(
+            "agent", "a verifiers environment is played by Parity's harness; pass no agent"
+        )
+    if tasks is not None:
+        raise SettingsError("tasks", "a verifiers environment brings its own tasks; pass none")
+    train, held_out = verifiers_environment.environment_tasks(settings)
+    return verifiers_environment.environment_agent(settings), train, validation or held_out
 
 
 def resolve_agent(agent: Callable[..., Any] | None, settings: TrainSettings) -> Agent:
@@ -140,7 +159,8 @@ def keep_given_tasks(
     """Tasks handed over as objects are written into the run folder, so a resume finds them; the settings returned
     name those files."""
     for name, given in (("tasks", tasks), ("val_tasks", val_tasks)):
-        if given and not getattr(settings, name):
+        # A verifiers environment's training tasks are loaded again on resume, as a suite's are generated again.
+        if given and not getattr(settings, name) and not (name == "tasks" and settings.env):
             path = run_dir / f"{name}.jsonl"
             path.write_text("".join(json.dumps(task, default=str) + "\n" for task in given))
             settings = settings.replace(**{name: str(path)})

@@ -24,6 +24,7 @@ from parity.core.session_slug import HISTORY_MODES
 from parity.core.settings_fields import SettingsError, setting
 from parity.core.update_settings import UpdateSettings, is_url
 from parity.services.ingest.model_aliases import VENDOR_MODEL_ALIASES, parse_rules
+from parity.training.environment_settings import EnvironmentSettings
 from parity.training.production_settings import ProductionSettings
 from parity.training.suite_settings import SuiteSettings
 from parity.training.task_order import TASK_SELECTIONS
@@ -71,9 +72,10 @@ class StackAddresses:
 
 
 @dataclass(frozen=True)
-class TrainSettings(SuiteSettings, ProductionSettings, UpdateSettings):
+class TrainSettings(EnvironmentSettings, SuiteSettings, ProductionSettings, UpdateSettings):
     """Everything `parity train` takes: the update's settings (parity.core.update_settings, shared with the trainer),
-    training from production sessions (production_settings), generated tasks (suite_settings), and the run's."""
+    training from production sessions (production_settings), generated tasks (suite_settings), verifiers
+    environments (environment_settings), and the run's."""
 
     # What to train.
     agent: str = setting(
@@ -313,6 +315,12 @@ class TrainSettings(SuiteSettings, ProductionSettings, UpdateSettings):
                 )
         self._check_production()
         self._check_suite(self.tasks, self.val_tasks)
+        self._check_environment(self.tasks, named[0] if named else "")
+        if self.env and self.from_store:
+            raise SettingsError(
+                "env",
+                "a from_store run trains on stored sessions and rolls out no environment's tasks",
+            )
         if self.from_store:
             self._check_from_store()
 

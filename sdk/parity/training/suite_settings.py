@@ -27,9 +27,10 @@ def suite_name(tasks: str) -> str:
     return tasks[len(SUITE_PREFIX) :]
 
 
-def parse_options(text: str) -> dict[str, Any]:
+def parse_options(text: str, setting_name: str = "suite_options") -> dict[str, Any]:
     """`max_terms=3,operators=["+", "-"],format_style=natural`: KEY=VALUE pairs, each VALUE a TOML value
-    (a number, true/false, a quoted string, an array), or else a bare string."""
+    (a number, true/false, a quoted string, an array), or else a bare string. A malformed pair is refused as
+    `setting_name`'s error."""
     text = text.strip()
     if not text:
         return {}
@@ -41,7 +42,7 @@ def parse_options(text: str) -> dict[str, Any]:
     for part in _top_level_parts(text):
         name, equals, value = part.partition("=")
         if not equals or not name.strip():
-            raise SettingsError("suite_options", f"expected KEY=VALUE pairs, got {part.strip()!r}")
+            raise SettingsError(setting_name, f"expected KEY=VALUE pairs, got {part.strip()!r}")
         options[name.strip()] = _value(value.strip())
     return options
 

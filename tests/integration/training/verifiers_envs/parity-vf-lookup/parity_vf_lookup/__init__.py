@@ -1,0 +1,3 @@
+from parity_vf_lookup.taskset import LookupTaskset
+
+__all__ = ["LookupTaskset"]

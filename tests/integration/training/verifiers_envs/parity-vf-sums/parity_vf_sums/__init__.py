@@ -1,0 +1,3 @@
+from parity_vf_sums.taskset import SumsTaskset
+
+__all__ = ["SumsTaskset"]
