@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.core.settings_fields import SettingsError, setting
-from parity.training.suite_settings import parse_options
+from parity.training.suite_settings import check_options, check_sizes
 
 ENV_PREFIX = "verifiers:"
 
@@ -58,20 +58,8 @@ class EnvironmentSettings:
     )
 
     def _check_environment(self, tasks: str, named_agent: str) -> None:
-        options = self.env_options
-        if isinstance(options, str):
-            options = parse_options(options, "env_options")
-        if options is not None and not (
-            isinstance(options, dict) and all(isinstance(key, str) for key in options)
-        ):
-            raise SettingsError(
-                "env_options", f"must be a table of the taskset's settings, got {options!r}"
-            )
-        object.__setattr__(self, "env_options", options or None)
-        for key, least in (("env_size", 1), ("env_val_size", 0)):
-            value = getattr(self, key)
-            if value < least:
-                raise SettingsError(key, f"must be at least {least}, got {value}")
+        check_options(self, "env_options", "the taskset's settings")
+        check_sizes(self, "env_size", "env_val_size")
         if not self.env:
             for key in ("env_options", "env_python"):
                 if getattr(self, key):

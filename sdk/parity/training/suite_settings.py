@@ -47,6 +47,27 @@ def parse_options(text: str, setting_name: str = "suite_options") -> dict[str, A
     return options
 
 
+def check_options(settings: object, key: str, what: str) -> None:
+    """Settings' `key` as a table (KEY=VALUE pairs parsed), None when empty; refused unless it is a table of
+    `what` with string keys."""
+    options = getattr(settings, key)
+    if isinstance(options, str):
+        options = parse_options(options, key)
+    if options is not None and not (
+        isinstance(options, dict) and all(isinstance(name, str) for name in options)
+    ):
+        raise SettingsError(key, f"must be a table of {what}, got {options!r}")
+    object.__setattr__(settings, key, options or None)
+
+
+def check_sizes(settings: object, size: str, val_size: str) -> None:
+    """How many tasks to train on (at least 1) and how many to hold out (0: none)."""
+    for key, least in ((size, 1), (val_size, 0)):
+        value = getattr(settings, key)
+        if value < least:
+            raise SettingsError(key, f"must be at least {least}, got {value}")
+
+
 def _top_level_parts(text: str) -> list[str]:
     """`text` split at the commas outside brackets and quotes."""
     parts, depth, quote, start = [], 0, "", 0
@@ -96,20 +117,8 @@ class SuiteSettings:
     )
 
     def _check_suite(self, tasks: str, val_tasks: str) -> None:
-        options = self.suite_options
-        if isinstance(options, str):
-            options = parse_options(options)
-        if options is not None and not (
-            isinstance(options, dict) and all(isinstance(key, str) for key in options)
-        ):
-            raise SettingsError(
-                "suite_options", f"must be a table of the generator's settings, got {options!r}"
-            )
-        object.__setattr__(self, "suite_options", options or None)
-        for key, least in (("suite_size", 1), ("suite_val_size", 0)):
-            value = getattr(self, key)
-            if value < least:
-                raise SettingsError(key, f"must be at least {least}, got {value}")
+        check_options(self, "suite_options", "the generator's settings")
+        check_sizes(self, "suite_size", "suite_val_size")
         if is_suite(val_tasks):
             raise SettingsError(
                 "val_tasks",

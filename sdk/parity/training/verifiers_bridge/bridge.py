@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+# verifiers loads a harness by importing the module its id names: this folder holds parity_vf_harness.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HARNESS = "parity_vf_harness"
@@ -199,7 +199,12 @@ async def _serve(request: dict[str, Any]) -> None:
 
 async def _rollout(vf: Any, env: Any, tasks: list[Any], message: dict[str, Any]) -> float:
     row = message["task"]
-    reference = row["verifiers"]
+    reference = row.get("verifiers")
+    if not isinstance(reference, dict):
+        raise RuntimeError(
+            f"task {row.get('id')!r} has no 'verifiers' key: an environment plays only its own tasks (val_tasks "
+            "with env must be rows the run took from it)"
+        )
     index = reference["index"]
     if index >= len(tasks) or tasks[index].key != reference["key"]:
         raise RuntimeError(
@@ -224,5 +229,4 @@ async def _rollout(vf: Any, env: Any, tasks: list[Any], message: dict[str, Any])
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main(sys.argv))
