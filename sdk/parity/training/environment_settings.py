@@ -3,8 +3,9 @@
 An installed verifiers environment brings its tasks and the rewards that score them; Parity brings the
 harness that plays them (parity.training.verifiers_environment). These settings say which package, its
 taskset's settings, how many of its tasks to train and validate on, which interpreter has it installed,
-whether the harness streams, and whether a rollout's first call must call a tool. TrainSettings is made of these fields too: each is a flag, a TOML key
-(`env_options` also an `[env_options]` table) and a keyword of `parity.train()`.
+whether the harness streams, and whether a rollout's first call must call a tool. TrainSettings is made of
+these fields too: each is a flag, a TOML key (`env_options` also an `[env_options]` table) and a keyword
+of `parity.train()`.
 """
 
 from __future__ import annotations
