@@ -18,7 +18,7 @@ from parity.api.auth.v1 import auth_pb2 as parity_dot_api_dot_auth_dot_v1_dot_au
 from parity.api.ingest.v1 import replica_pb2 as parity_dot_api_dot_ingest_dot_v1_dot_replica__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)parity/api/ingest/v1/ingest_service.proto\x12\x14parity.api.ingest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dparity/api/auth/v1/auth.proto\x1a\"parity/api/ingest/v1/replica.proto\"\x11\n\x0fGetStatsRequest\"\x91\x03\n\x10GetStatsResponse\x12\x15\n\rrequest_count\x18\x01 \x01(\x03\x12\x13\n\x0b\x65rror_count\x18\x02 \x01(\x03\x12\x11\n\tin_flight\x18\x03 \x01(\x05\x12\x1b\n\x13\x63\x61pture_queue_depth\x18\x04 \x01(\x05\x12\x12\n\nspool_size\x18\x05 \x01(\x03\x12\x1b\n\x13\x63\x61ptured_call_count\x18\x06 \x01(\x03\x12\x0e\n\x06paused\x18\x07 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x08 \x01(\x03\x12.\n\nstart_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cpolicy_model\x18\n \x01(\t\x12\x14\n\x0clora_adapter\x18\x0b \x01(\t\x12\x0f\n\x07joining\x18\x0c \x01(\x08\x12\x0c\n\x04held\x18\r \x01(\x05\x12\x14\n\x0c\x63\x61nary_share\x18\x0e \x01(\x01\x12\x1d\n\x15\x63\x61nary_policy_version\x18\x0f \x01(\x03\x12\x18\n\x10\x63\x61nary_upstreams\x18\x10 \x03(\t\"K\n\x13ListReplicasRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"`\n\x14ListReplicasResponse\x12/\n\x08replicas\x18\x01 \x03(\x0b\x32\x1d.parity.api.ingest.v1.Replica\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x13PauseTrafficRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x30\n\rdrain_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"]\n\x14PauseTrafficResponse\x12\x15\n\rdrained_count\x18\x01 \x01(\x05\x12.\n\npause_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x16\n\x14ResumeTrafficRequest\"K\n\x15ResumeTrafficResponse\x12\x32\n\x0fpaused_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"]\n\x17SetPolicyVersionRequest\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x14\n\x0clora_adapter\x18\x02 \x01(\t\x12\x14\n\x0cpolicy_model\x18\x03 \x01(\t\";\n\x18SetPolicyVersionResponse\x12\x1f\n\x17previous_policy_version\x18\x01 \x01(\x03\"L\n\x10SetCanaryRequest\x12\x11\n\tupstreams\x18\x01 \x03(\t\x12\r\n\x05share\x18\x02 \x01(\x01\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\"\x13\n\x11SetCanaryResponse2\xa9\x05\n\rIngestService\x12\x62\n\x08GetStats\x12%.parity.api.ingest.v1.GetStatsRequest\x1a&.parity.api.ingest.v1.GetStatsResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12n\n\x0cListReplicas\x12).parity.api.ingest.v1.ListReplicasRequest\x1a*.parity.api.ingest.v1.ListReplicasResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12n\n\x0cPauseTraffic\x12).parity.api.ingest.v1.PauseTrafficRequest\x1a*.parity.api.ingest.v1.PauseTrafficResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12q\n\rResumeTraffic\x12*.parity.api.ingest.v1.ResumeTrafficRequest\x1a+.parity.api.ingest.v1.ResumeTrafficResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12z\n\x10SetPolicyVersion\x12-.parity.api.ingest.v1.SetPolicyVersionRequest\x1a..parity.api.ingest.v1.SetPolicyVersionResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12\x65\n\tSetCanary\x12&.parity.api.ingest.v1.SetCanaryRequest\x1a\'.parity.api.ingest.v1.SetCanaryResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)parity/api/ingest/v1/ingest_service.proto\x12\x14parity.api.ingest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dparity/api/auth/v1/auth.proto\x1a\"parity/api/ingest/v1/replica.proto\"\x11\n\x0fGetStatsRequest\"\xc4\x03\n\x10GetStatsResponse\x12\x15\n\rrequest_count\x18\x01 \x01(\x03\x12\x13\n\x0b\x65rror_count\x18\x02 \x01(\x03\x12\x11\n\tin_flight\x18\x03 \x01(\x05\x12\x1b\n\x13\x63\x61pture_queue_depth\x18\x04 \x01(\x05\x12\x12\n\nspool_size\x18\x05 \x01(\x03\x12\x1b\n\x13\x63\x61ptured_call_count\x18\x06 \x01(\x03\x12\x0e\n\x06paused\x18\x07 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x08 \x01(\x03\x12.\n\nstart_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cpolicy_model\x18\n \x01(\t\x12\x14\n\x0clora_adapter\x18\x0b \x01(\t\x12\x0f\n\x07joining\x18\x0c \x01(\x08\x12\x0c\n\x04held\x18\r \x01(\x05\x12\x14\n\x0c\x63\x61nary_share\x18\x0e \x01(\x01\x12\x1d\n\x15\x63\x61nary_policy_version\x18\x0f \x01(\x03\x12\x18\n\x10\x63\x61nary_upstreams\x18\x10 \x03(\t\x12\x31\n\x06routes\x18\x11 \x03(\x0b\x32!.parity.api.ingest.v1.PolicyRoute\"a\n\x0bPolicyRoute\x12\x14\n\x0cpolicy_model\x18\x01 \x01(\t\x12\x14\n\x0clora_adapter\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x0e\n\x06paused\x18\x04 \x01(\x08\"K\n\x13ListReplicasRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"`\n\x14ListReplicasResponse\x12/\n\x08replicas\x18\x01 \x03(\x0b\x32\x1d.parity.api.ingest.v1.Replica\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"m\n\x13PauseTrafficRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x30\n\rdrain_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cpolicy_model\x18\x03 \x01(\t\"]\n\x14PauseTrafficResponse\x12\x15\n\rdrained_count\x18\x01 \x01(\x05\x12.\n\npause_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\",\n\x14ResumeTrafficRequest\x12\x14\n\x0cpolicy_model\x18\x01 \x01(\t\"K\n\x15ResumeTrafficResponse\x12\x32\n\x0fpaused_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"l\n\x17SetPolicyVersionRequest\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x14\n\x0clora_adapter\x18\x02 \x01(\t\x12\x14\n\x0cpolicy_model\x18\x03 \x01(\t\x12\r\n\x05route\x18\x04 \x01(\x08\";\n\x18SetPolicyVersionResponse\x12\x1f\n\x17previous_policy_version\x18\x01 \x01(\x03\"L\n\x10SetCanaryRequest\x12\x11\n\tupstreams\x18\x01 \x03(\t\x12\r\n\x05share\x18\x02 \x01(\x01\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\"\x13\n\x11SetCanaryResponse2\xa9\x05\n\rIngestService\x12\x62\n\x08GetStats\x12%.parity.api.ingest.v1.GetStatsRequest\x1a&.parity.api.ingest.v1.GetStatsResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12n\n\x0cListReplicas\x12).parity.api.ingest.v1.ListReplicasRequest\x1a*.parity.api.ingest.v1.ListReplicasResponse\"\x07\x90\x02\x01\xa0\xbb\x18\x01\x12n\n\x0cPauseTraffic\x12).parity.api.ingest.v1.PauseTrafficRequest\x1a*.parity.api.ingest.v1.PauseTrafficResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12q\n\rResumeTraffic\x12*.parity.api.ingest.v1.ResumeTrafficRequest\x1a+.parity.api.ingest.v1.ResumeTrafficResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12z\n\x10SetPolicyVersion\x12-.parity.api.ingest.v1.SetPolicyVersionRequest\x1a..parity.api.ingest.v1.SetPolicyVersionResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x12\x65\n\tSetCanary\x12&.parity.api.ingest.v1.SetCanaryRequest\x1a\'.parity.api.ingest.v1.SetCanaryResponse\"\x07\x90\x02\x02\xa0\xbb\x18\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,27 +40,29 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_GETSTATSREQUEST']._serialized_start=199
   _globals['_GETSTATSREQUEST']._serialized_end=216
   _globals['_GETSTATSRESPONSE']._serialized_start=219
-  _globals['_GETSTATSRESPONSE']._serialized_end=620
-  _globals['_LISTREPLICASREQUEST']._serialized_start=622
-  _globals['_LISTREPLICASREQUEST']._serialized_end=697
-  _globals['_LISTREPLICASRESPONSE']._serialized_start=699
-  _globals['_LISTREPLICASRESPONSE']._serialized_end=795
-  _globals['_PAUSETRAFFICREQUEST']._serialized_start=797
-  _globals['_PAUSETRAFFICREQUEST']._serialized_end=884
-  _globals['_PAUSETRAFFICRESPONSE']._serialized_start=886
-  _globals['_PAUSETRAFFICRESPONSE']._serialized_end=979
-  _globals['_RESUMETRAFFICREQUEST']._serialized_start=981
-  _globals['_RESUMETRAFFICREQUEST']._serialized_end=1003
-  _globals['_RESUMETRAFFICRESPONSE']._serialized_start=1005
-  _globals['_RESUMETRAFFICRESPONSE']._serialized_end=1080
-  _globals['_SETPOLICYVERSIONREQUEST']._serialized_start=1082
-  _globals['_SETPOLICYVERSIONREQUEST']._serialized_end=1175
-  _globals['_SETPOLICYVERSIONRESPONSE']._serialized_start=1177
-  _globals['_SETPOLICYVERSIONRESPONSE']._serialized_end=1236
-  _globals['_SETCANARYREQUEST']._serialized_start=1238
-  _globals['_SETCANARYREQUEST']._serialized_end=1314
-  _globals['_SETCANARYRESPONSE']._serialized_start=1316
-  _globals['_SETCANARYRESPONSE']._serialized_end=1335
-  _globals['_INGESTSERVICE']._serialized_start=1338
-  _globals['_INGESTSERVICE']._serialized_end=2019
+  _globals['_GETSTATSRESPONSE']._serialized_end=671
+  _globals['_POLICYROUTE']._serialized_start=673
+  _globals['_POLICYROUTE']._serialized_end=770
+  _globals['_LISTREPLICASREQUEST']._serialized_start=772
+  _globals['_LISTREPLICASREQUEST']._serialized_end=847
+  _globals['_LISTREPLICASRESPONSE']._serialized_start=849
+  _globals['_LISTREPLICASRESPONSE']._serialized_end=945
+  _globals['_PAUSETRAFFICREQUEST']._serialized_start=947
+  _globals['_PAUSETRAFFICREQUEST']._serialized_end=1056
+  _globals['_PAUSETRAFFICRESPONSE']._serialized_start=1058
+  _globals['_PAUSETRAFFICRESPONSE']._serialized_end=1151
+  _globals['_RESUMETRAFFICREQUEST']._serialized_start=1153
+  _globals['_RESUMETRAFFICREQUEST']._serialized_end=1197
+  _globals['_RESUMETRAFFICRESPONSE']._serialized_start=1199
+  _globals['_RESUMETRAFFICRESPONSE']._serialized_end=1274
+  _globals['_SETPOLICYVERSIONREQUEST']._serialized_start=1276
+  _globals['_SETPOLICYVERSIONREQUEST']._serialized_end=1384
+  _globals['_SETPOLICYVERSIONRESPONSE']._serialized_start=1386
+  _globals['_SETPOLICYVERSIONRESPONSE']._serialized_end=1445
+  _globals['_SETCANARYREQUEST']._serialized_start=1447
+  _globals['_SETCANARYREQUEST']._serialized_end=1523
+  _globals['_SETCANARYRESPONSE']._serialized_start=1525
+  _globals['_SETCANARYRESPONSE']._serialized_end=1544
+  _globals['_INGESTSERVICE']._serialized_start=1547
+  _globals['_INGESTSERVICE']._serialized_end=2228
 # @@protoc_insertion_point(module_scope)

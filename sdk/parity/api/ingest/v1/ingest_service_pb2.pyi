@@ -14,7 +14,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining", "held", "canary_share", "canary_policy_version", "canary_upstreams")
+    __slots__ = ("request_count", "error_count", "in_flight", "capture_queue_depth", "spool_size", "captured_call_count", "paused", "policy_version", "start_time", "policy_model", "lora_adapter", "joining", "held", "canary_share", "canary_policy_version", "canary_upstreams", "routes")
     REQUEST_COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class GetStatsResponse(_message.Message):
     CANARY_SHARE_FIELD_NUMBER: _ClassVar[int]
     CANARY_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     CANARY_UPSTREAMS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
     request_count: int
     error_count: int
     in_flight: int
@@ -47,7 +48,20 @@ class GetStatsResponse(_message.Message):
     canary_share: float
     canary_policy_version: int
     canary_upstreams: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: bool = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: bool = ..., held: _Optional[int] = ..., canary_share: _Optional[float] = ..., canary_policy_version: _Optional[int] = ..., canary_upstreams: _Optional[_Iterable[str]] = ...) -> None: ...
+    routes: _containers.RepeatedCompositeFieldContainer[PolicyRoute]
+    def __init__(self, request_count: _Optional[int] = ..., error_count: _Optional[int] = ..., in_flight: _Optional[int] = ..., capture_queue_depth: _Optional[int] = ..., spool_size: _Optional[int] = ..., captured_call_count: _Optional[int] = ..., paused: bool = ..., policy_version: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., joining: bool = ..., held: _Optional[int] = ..., canary_share: _Optional[float] = ..., canary_policy_version: _Optional[int] = ..., canary_upstreams: _Optional[_Iterable[str]] = ..., routes: _Optional[_Iterable[_Union[PolicyRoute, _Mapping]]] = ...) -> None: ...
+
+class PolicyRoute(_message.Message):
+    __slots__ = ("policy_model", "lora_adapter", "policy_version", "paused")
+    POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    policy_model: str
+    lora_adapter: str
+    policy_version: int
+    paused: bool
+    def __init__(self, policy_model: _Optional[str] = ..., lora_adapter: _Optional[str] = ..., policy_version: _Optional[int] = ..., paused: bool = ...) -> None: ...
 
 class ListReplicasRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "model")
@@ -68,12 +82,14 @@ class ListReplicasResponse(_message.Message):
     def __init__(self, replicas: _Optional[_Iterable[_Union[_replica_pb2.Replica, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class PauseTrafficRequest(_message.Message):
-    __slots__ = ("reason", "drain_timeout")
+    __slots__ = ("reason", "drain_timeout", "policy_model")
     REASON_FIELD_NUMBER: _ClassVar[int]
     DRAIN_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
     reason: str
     drain_timeout: _duration_pb2.Duration
-    def __init__(self, reason: _Optional[str] = ..., drain_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    policy_model: str
+    def __init__(self, reason: _Optional[str] = ..., drain_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., policy_model: _Optional[str] = ...) -> None: ...
 
 class PauseTrafficResponse(_message.Message):
     __slots__ = ("drained_count", "pause_time")
@@ -84,8 +100,10 @@ class PauseTrafficResponse(_message.Message):
     def __init__(self, drained_count: _Optional[int] = ..., pause_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ResumeTrafficRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("policy_model",)
+    POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    policy_model: str
+    def __init__(self, policy_model: _Optional[str] = ...) -> None: ...
 
 class ResumeTrafficResponse(_message.Message):
     __slots__ = ("paused_duration",)
@@ -94,14 +112,16 @@ class ResumeTrafficResponse(_message.Message):
     def __init__(self, paused_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SetPolicyVersionRequest(_message.Message):
-    __slots__ = ("policy_version", "lora_adapter", "policy_model")
+    __slots__ = ("policy_version", "lora_adapter", "policy_model", "route")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     LORA_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     POLICY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
     lora_adapter: str
     policy_model: str
-    def __init__(self, policy_version: _Optional[int] = ..., lora_adapter: _Optional[str] = ..., policy_model: _Optional[str] = ...) -> None: ...
+    route: bool
+    def __init__(self, policy_version: _Optional[int] = ..., lora_adapter: _Optional[str] = ..., policy_model: _Optional[str] = ..., route: bool = ...) -> None: ...
 
 class SetPolicyVersionResponse(_message.Message):
     __slots__ = ("previous_policy_version",)

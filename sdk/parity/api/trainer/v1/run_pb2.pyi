@@ -172,7 +172,7 @@ class Checkpoint(_message.Message):
     def __init__(self, checkpoint_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., path: _Optional[str] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "config", "state", "step", "policy_version", "error_message", "start_time", "update_time", "plot_path")
+    __slots__ = ("run_id", "config", "state", "step", "policy_version", "error_message", "start_time", "update_time", "plot_path", "served_model")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class Run(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     PLOT_PATH_FIELD_NUMBER: _ClassVar[int]
+    SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config: RunConfig
     state: RunState
@@ -191,4 +192,5 @@ class Run(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     plot_path: str
-    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., plot_path: _Optional[str] = ...) -> None: ...
+    served_model: str
+    def __init__(self, run_id: _Optional[str] = ..., config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., error_message: _Optional[str] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., plot_path: _Optional[str] = ..., served_model: _Optional[str] = ...) -> None: ...

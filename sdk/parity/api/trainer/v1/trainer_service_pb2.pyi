@@ -22,8 +22,10 @@ METRICS_KIND_TRAINING: MetricsKind
 METRICS_KIND_VALIDATION: MetricsKind
 
 class GetStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("run", "last_sync")
@@ -34,10 +36,12 @@ class GetStatusResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., last_sync: _Optional[_Union[SyncWeightsResponse, _Mapping]] = ...) -> None: ...
 
 class StreamMetricsRequest(_message.Message):
-    __slots__ = ("from_step",)
+    __slots__ = ("from_step", "run_id")
     FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     from_step: int
-    def __init__(self, from_step: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, from_step: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class StreamMetricsResponse(_message.Message):
     __slots__ = ("metrics",)
@@ -67,10 +71,12 @@ class StepMetrics(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ..., kind: _Optional[_Union[MetricsKind, str]] = ...) -> None: ...
 
 class SyncWeightsRequest(_message.Message):
-    __slots__ = ("skip_verification",)
+    __slots__ = ("skip_verification", "run_id")
     SKIP_VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     skip_verification: bool
-    def __init__(self, skip_verification: bool = ...) -> None: ...
+    run_id: str
+    def __init__(self, skip_verification: bool = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class SyncWeightsResponse(_message.Message):
     __slots__ = ("policy_version", "replicas", "max_logprob_diff", "durations", "complete_time")
@@ -129,8 +135,10 @@ class StartRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class PauseRunRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class PauseRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -139,8 +147,10 @@ class PauseRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class ResumeRunRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class ResumeRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -149,8 +159,10 @@ class ResumeRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class StopRunRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class StopRunResponse(_message.Message):
     __slots__ = ("run", "checkpoint")
@@ -161,8 +173,10 @@ class StopRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., checkpoint: _Optional[_Union[_run_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
 
 class SaveCheckpointRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class SaveCheckpointResponse(_message.Message):
     __slots__ = ("checkpoint",)
