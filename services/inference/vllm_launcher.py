@@ -114,6 +114,8 @@ class VllmLaunchConfig:
     lora_rank: int = 0
     """Serve LoRA adapters up to this rank, loaded while vLLM runs (a LoRA run's trainer pushes its
     adapter so); 0 serves the model alone."""
+    max_loras: int = 1
+    """Adapters a batch may mix (vLLM's --max-loras): one per run the trainer trains at once."""
     api_key: str = field(default="", repr=False)
     """Required on vLLM's /v1, /v2 and /inference routes when set; passed as VLLM_API_KEY, never in argv.
     vLLM's development routes (/collective_rpc, /pause, /sleep) stay open: keep replicas on a private network."""
@@ -164,6 +166,8 @@ class VllmLaunchConfig:
             args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if self.lora_rank:
             args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(self.lora_rank))]
+            if self.max_loras > 1:
+                args += ["--max-loras", str(self.max_loras)]
         return args + self.extra_args
 
     @property

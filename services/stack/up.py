@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="vLLM serves LoRA adapters up to this rank, for LoRA runs (default 0: none)",
     )  # fmt: skip
     parser.add_argument(
+        "--max-concurrent-runs", type=_at_least_one, default=1,
+        help="LoRA runs the trainer trains at once on the model, each an adapter vLLM serves under a name of its "
+        "own (vLLM's --max-loras); above 1 needs --vllm-lora-rank (default 1: one run at a time)",
+    )  # fmt: skip
+    parser.add_argument(
         "--http-port",
         type=int,
         default=DEFAULT_HTTP_PORT,
@@ -145,6 +150,10 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
     except ModelPreparationError as error:
         log.error("model_unusable", model=args.model, error=str(error))
         return 2
+    if args.max_concurrent_runs > 1 and not args.vllm_lora_rank:
+        log.error("concurrent_runs_need_lora", error="--max-concurrent-runs above 1 trains LoRA runs at once: "
+                  "set --vllm-lora-rank to the largest rank they train")  # fmt: skip
+        return 2
     data_dir: Path = args.data_dir.resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     services = {
@@ -173,6 +182,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
         dtype=args.vllm_dtype,
         log_path=data_dir / "logs" / "vllm.log",
         lora_rank=args.vllm_lora_rank,
+        max_loras=args.max_concurrent_runs,
         max_model_len=args.max_model_len,
         api_key=(tokens / "vllm.key").read_text().strip(),
     )
@@ -207,6 +217,7 @@ def run(args: argparse.Namespace, stop_requested: threading.Event) -> int:
             "--assembler-address", services["assembler"].address,
             "--ingest-address", ",".join(ingest.address for ingest in ingests),
             "--replicas", vllm.base_url, "--work-dir", str(data_dir / "trainer"),
+            "--max-concurrent-runs", str(args.max_concurrent_runs),
         ],
         "console": [
             "--store-address", services["store"].address, "--assembler-address", services["assembler"].address,

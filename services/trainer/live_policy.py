@@ -1,23 +1,24 @@
 """The policy a run trains, shared by its run loop and the RPCs that save or push it.
 
 One lock guards it, so a SaveCheckpoint or SyncWeights RPC never sees weights halfway
-through an optimizer step. The last run's policy stays until a new run replaces it.
+through an optimizer step. The last run's policy stays until a new run replaces it. Runs
+trained at once on one base model share its lock (`SharedBase.lock`): they take turns.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from parity.services.runtime.errors import Unavailable
 from parity.services.trainer.backends import TrainingBackend
+from parity.services.trainer.fair_lock import FairLock
 from parity.services.trainer.weight_sync import SyncResult, WeightSync
 
 
 @dataclass
 class LivePolicy:
     weight_sync: WeightSync
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: FairLock = field(default_factory=FairLock)
     backend: TrainingBackend | None = None
     last_sync: SyncResult | None = None
 

@@ -13,6 +13,7 @@ several seconds of CPU.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from parity.services.runtime.errors import InvalidArgument
 from parity.services.trainer.run_settings import RunSettings
 
 if TYPE_CHECKING:
-    from peft import LoraConfig
+    from peft import LoraConfig, PeftModel
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -76,6 +77,26 @@ def check_run(settings: RunSettings, backend: str) -> None:
             f"lora.dropout {settings.lora_dropout:g}: verl's FSDP engine builds its adapters without dropout; "
             "use dropout 0, or the cpu backend"
         )
+
+
+def save_adapter(model: PeftModel, name: str, directory: Path) -> None:
+    """Write adapter `name` of a model holding several as peft's folder for one adapter, as vLLM loads it
+    (peft's own `save_pretrained` puts any adapter but "default" in a subfolder of its name)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model, adapter_name=name)
+    save_file({key: tensor.contiguous() for key, tensor in state.items()}, directory / ADAPTER_WEIGHTS,
+              metadata={"format": "pt"})  # fmt: skip
+    config = copy.copy(model.peft_config[name])
+    config.inference_mode = True
+    config.save_pretrained(str(directory))
+
+
+def run_model_name(base_model: str, run_id: str) -> str:
+    """The name a run's adapter is served under, when several runs train at once: agents ask for it."""
+    return f"{base_model}-{run_id}"
 
 
 def adapter_name(policy_model: str) -> str:

@@ -38,6 +38,8 @@ class TrainerDeployment:
     max_message_bytes: int = 64 << 20
     replica_api_key: str = field(default="", repr=False)
     """vLLM's VLLM_API_KEY, sent to every replica."""
+    max_concurrent_runs: int = 1
+    """LoRA runs on one base model trained at once; 1: one run at a time."""
 
 
 class IngestFleet(AddressSet):

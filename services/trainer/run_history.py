@@ -44,7 +44,8 @@ class RunHistory:
         folder.mkdir(parents=True, exist_ok=True)
         status = {"run_id": run.run_id, "settings": run.settings.to_json(), "state": run.state.value,
                   "step": run.step, "policy_version": run.policy_version, "error": run.error,
-                  "start_time": run.start_time, "update_time": run.update_time, "plot_path": run.plot_path}  # fmt: skip
+                  "start_time": run.start_time, "update_time": run.update_time, "plot_path": run.plot_path,
+                  "served_model": run.served_model}  # fmt: skip
         _replace(folder / RUN_FILE, json.dumps(status, indent=2))
 
     def start(self, run: RunStatus, metrics: list[StepRecord]) -> None:
@@ -115,6 +116,7 @@ class RunHistory:
             run_id=data["run_id"], settings=RunSettings.from_json(data["settings"]), state=RunState(data["state"]),
             step=data["step"], policy_version=data["policy_version"], error=data["error"],
             start_time=data["start_time"], update_time=data["update_time"], plot_path=data["plot_path"],
+            served_model=data.get("served_model", ""),
         )  # fmt: skip
 
 

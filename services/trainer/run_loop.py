@@ -1,10 +1,11 @@
 """One run's loop: the thread that trains step after step (torch work is blocking).
 
-A step: wait for a batch; with a distillation teacher, have it score the batch; in
-sync mode hold ingest traffic so no rollout runs on the old policy; train; push and
-verify the new weights (see `weight_sync`); ack the batch with the new policy version;
-record metrics. A failed sync ends the run as
-FAILED with a checkpoint of the trained weights, from which StartRun resumes.
+A step: wait for a batch; take the policy's lock (runs sharing a base model take turns on
+it, and each step says how long it waited, `base_wait_seconds`); with a distillation
+teacher, have it score the batch; in sync mode hold ingest traffic so no rollout runs on
+the old policy; train; push and verify the new weights (see `weight_sync`); ack the batch
+with the new policy version; record metrics. A failed sync ends the run as FAILED with a
+checkpoint of the trained weights, from which StartRun resumes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from parity.api.assembler.v1 import batch_pb2
 from parity.services.runtime.errors import ParityError
 from parity.services.trainer import checkpoints
 from parity.services.trainer.backends import TrainingBackend, select_backend
+from parity.services.trainer.backends.shared_base import SharedBase
 from parity.services.trainer.batch_source import BatchSource, FeedSubscription
 from parity.services.trainer.batch_tensors import to_training_batch
 from parity.services.trainer.checkpoints import CheckpointInfo
@@ -44,14 +46,17 @@ class RunLoop:
 
     def __init__(
         self, run: RunStatus, resume: CheckpointInfo | None, deployment: TrainerDeployment, policy: LivePolicy,
-        ingests: IngestFleet, metrics: MetricsLog, history: RunHistory,
+        ingests: IngestFleet, metrics: MetricsLog, history: RunHistory, base: SharedBase | None = None,
+        consumer_id: str = "",
     ) -> None:  # fmt: skip
         self.run = run
+        self.policy = policy
+        self.metrics = metrics
+        self._base = base
+        self._consumer_id = consumer_id or deployment.consumer_id
         self._resume = resume
         self._deployment = deployment
-        self._policy = policy
         self._ingests = ingests
-        self._metrics = metrics
         self._history = history
         self._stop = threading.Event()
         self._unpaused = threading.Event()
@@ -82,7 +87,7 @@ class RunLoop:
         source = BatchSource(
             self._deployment.assembler_address,
             FeedSubscription(
-                self._deployment.consumer_id, settings.groups_per_batch,
+                self._consumer_id, settings.groups_per_batch,
                 max_policy_lag=settings.max_policy_lag if settings.rollout_mode == "async" else None,
                 run_id=run.run_id,
             ),
@@ -92,21 +97,21 @@ class RunLoop:
         backend: TrainingBackend | None = None
         final = RunState.FAILED
         try:
-            with self._policy.lock:
-                if self._policy.backend is not None:
+            with self.policy.lock:
+                if self.policy.backend is not None:
                     # The last run's policy stays until a new run replaces it (SaveCheckpoint and
                     # SyncWeights use it); its Ray actors must give their GPUs back first.
-                    self._policy.backend.close()
-                    self._policy.backend = None
-                backend = select_backend(settings)
+                    self.policy.backend.close()
+                    self.policy.backend = None
+                backend = select_backend(settings, self._base)
                 if self._resume is not None:
                     backend.load_state(self._resume.path)
-                self._policy.backend = backend
-                self._policy.weight_sync.probe = model_probe(settings.model_path)
+                self.policy.backend = backend
+                self.policy.weight_sync.probe = model_probe(settings.model_path)
                 run.policy_version = max(run.policy_version, self._ingests.highest_policy_version())
                 # Replicas may serve anything (a restarted vLLM, another run's weights):
                 # start from a verified copy of the weights this run trains.
-                self._policy.push(run.policy_version)
+                self.policy.push(run.policy_version)
             final = self._train(backend, source)
         except Exception as error:  # noqa: BLE001 - the run's failure is reported in its status
             self._fail(backend, error)
@@ -142,9 +147,10 @@ class RunLoop:
                     break
                 wait_seconds = time.perf_counter() - waited
                 teacher_values: dict[str, float] = {}
-                with self._policy.lock:
+                with self.policy.lock:
+                    base_wait_seconds = self.policy.lock.last_wait_s
                     if settings.rollout_mode == "sync":
-                        self._policy.weight_sync.hold(f"training step {run.step + 1}")
+                        self.policy.weight_sync.hold(f"training step {run.step + 1}")
                     # Scoring is part of the step: a driver that saw the run still waiting for data would top it up.
                     self._set_state(RunState.TRAINING)
                     tensors = to_training_batch(batch.samples)
@@ -160,7 +166,7 @@ class RunLoop:
                     run.policy_version += 1
                     self._set_state(RunState.SYNCING)
                     try:
-                        synced = self._policy.push(run.policy_version)
+                        synced = self.policy.push(run.policy_version)
                     except SyncFailed:
                         # The update is applied and will be in the failure checkpoint: ack its batch.
                         source.ack(batch.batch_id, run.policy_version)
@@ -171,11 +177,11 @@ class RunLoop:
                 )
                 values.update(token_accounting(batch.stats))
                 values.update(teacher_values)
-                values.update(wait_seconds=wait_seconds, sync_seconds=synced.durations_s["total"],
+                values.update(wait_seconds=wait_seconds, base_wait_seconds=base_wait_seconds, sync_seconds=synced.durations_s["total"],
                               sync_max_logprob_diff=synced.max_logprob_diff, policy_version=run.policy_version)  # fmt: skip
                 for phase, seconds in synced.durations_s.items():
                     values[f"sync_{phase}_seconds"] = seconds
-                record = self._metrics.append(run.run_id, run.step, values)
+                record = self.metrics.append(run.run_id, run.step, values)
                 self._history.record_step(record, step_batch(run.run_id, run.step, batch, tensors, settings.advantage_estimator,
                                                             backend.signal_weights))  # fmt: skip
                 log.info(
@@ -191,12 +197,12 @@ class RunLoop:
                 )
                 progress.update(1)
                 if settings.checkpoint_interval and run.step % settings.checkpoint_interval == 0:
-                    with self._policy.lock:
-                        checkpoints.save(run, backend, self._metrics)
+                    with self.policy.lock:
+                        checkpoints.save(run, backend, self.metrics)
         finally:
             progress.close()
-        with self._policy.lock:
-            checkpoints.save(run, backend, self._metrics)
+        with self.policy.lock:
+            checkpoints.save(run, backend, self.metrics)
         return RunState.COMPLETED if run.step >= settings.total_steps else RunState.STOPPED
 
     def _fail(self, backend: TrainingBackend | None, error: Exception) -> None:
@@ -208,7 +214,8 @@ class RunLoop:
         run.error = message
         if backend is not None:
             try:
-                saved = checkpoints.save(run, backend, self._metrics)
+                with self.policy.lock:
+                    saved = checkpoints.save(run, backend, self.metrics)
                 run.error += f" (resumable from checkpoint {saved.checkpoint_id})"
             except Exception as save_error:  # noqa: BLE001 - the original failure is what the user needs
                 log.error("failure_checkpoint_failed", run_id=run.run_id, error=str(save_error))
@@ -216,18 +223,18 @@ class RunLoop:
     def _release_traffic(self) -> None:
         """Never leave agents held: a run that ends mid-step (sync mode holds traffic while training) resumes it."""
         try:
-            self._policy.weight_sync.release()
+            self.policy.weight_sync.release()
         except SyncFailed as error:
             log.error("resume_traffic_failed", error=str(error))
 
     def _plot(self) -> None:
         run = self.run
-        if not self._metrics.records:
+        if not self.metrics.records:
             return
         path = run.settings.checkpoint_dir / run.run_id / PLOT_FILE
         try:
             run.plot_path = str(
-                plot_run(self._metrics.records, path, f"{run.run_id}: reward and loss per step")
+                plot_run(self.metrics.records, path, f"{run.run_id}: reward and loss per step")
             )
         except Exception as error:  # noqa: BLE001 - a plot never fails a run
             log.error("plot_failed", error=str(error))

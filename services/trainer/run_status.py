@@ -35,3 +35,5 @@ class RunStatus:
     start_time: float = field(default_factory=time.time)
     update_time: float = field(default_factory=time.time)
     plot_path: str = ""
+    served_model: str = ""
+    """The model name the run's agents ask for, when it is one of several at once (see `Run.served_model`)."""

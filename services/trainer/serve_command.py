@@ -53,6 +53,10 @@ class TrainerConfig(ServerConfig):
     consumer_id: str = setting(
         "trainer", "durable StreamBatches consumer name; unacknowledged batches come back to it"
     )
+    max_concurrent_runs: int = setting(
+        1, "LoRA runs on one base model trained at once, each an adapter on one shared copy of the base and served "
+        "under a model name of its own (the replicas need --max-loras at least this); 1: one run at a time"
+    )  # fmt: skip
     sync_tolerance: float = setting(
         0.0,
         "largest logprob difference on the probe a verified replica may show; "
@@ -63,6 +67,10 @@ class TrainerConfig(ServerConfig):
         super().__post_init__()
         if not self.assembler_address or not self.consumer_id:
             raise InvalidArgument("assembler_address and consumer_id are required")
+        if self.max_concurrent_runs < 1:
+            raise InvalidArgument(
+                f"max_concurrent_runs must be at least 1, got {self.max_concurrent_runs}"
+            )
         if self.sync_tolerance < 0:
             raise InvalidArgument("sync_tolerance must be >= 0 (0 derives it from the dtypes)")
         for name, addresses in (
@@ -101,6 +109,7 @@ class TrainerConfig(ServerConfig):
             ingest_addresses=self.ingest_addresses,
             consumer_id=self.consumer_id,
             sync_tolerance=self.sync_tolerance,
+            max_concurrent_runs=self.max_concurrent_runs,
             max_message_bytes=self.max_message_bytes,
             replica_api_key=read_secret(self.replica_api_key_file, "replica_api_key_file"),
         )

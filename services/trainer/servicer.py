@@ -62,7 +62,7 @@ def run_to_proto(run: RunStatus) -> run_pb2.Run:
     return run_pb2.Run(
         run_id=run.run_id, config=run.settings.to_proto(), state=_STATES[run.state], step=run.step,
         policy_version=run.policy_version, error_message=run.error, start_time=_timestamp(run.start_time),
-        update_time=_timestamp(run.update_time), plot_path=run.plot_path,
+        update_time=_timestamp(run.update_time), plot_path=run.plot_path, served_model=run.served_model,
     )  # fmt: skip
 
 
@@ -122,7 +122,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetStatusResponse:
-        run, last_sync = self.runs.status()
+        run, last_sync = await asyncio.to_thread(self.runs.status, request.run_id)
         response = pb.GetStatusResponse()
         if run is not None:
             response.run.CopyFrom(run_to_proto(run))
@@ -138,14 +138,16 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             records = await asyncio.to_thread(self.runs.metrics.since, index, _METRICS_POLL_S)
             index += len(records)
             for record in records:
-                if record.step >= request.from_step:
+                if record.step >= request.from_step and request.run_id in ("", record.run_id):
                     yield pb.StreamMetricsResponse(metrics=metrics_to_proto(record))
 
     async def SyncWeights(
         self, request: pb.SyncWeightsRequest, context: grpc.aio.ServicerContext
     ) -> pb.SyncWeightsResponse:
         return sync_to_proto(
-            await asyncio.to_thread(self.runs.sync_weights, not request.skip_verification)
+            await asyncio.to_thread(
+                self.runs.sync_weights, not request.skip_verification, request.run_id
+            )
         )
 
     async def StartRun(
@@ -161,17 +163,17 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def PauseRun(
         self, request: pb.PauseRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.PauseRunResponse:
-        return pb.PauseRunResponse(run=run_to_proto(self.runs.pause()))
+        return pb.PauseRunResponse(run=run_to_proto(self.runs.pause(request.run_id)))
 
     async def ResumeRun(
         self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeRunResponse:
-        return pb.ResumeRunResponse(run=run_to_proto(self.runs.resume()))
+        return pb.ResumeRunResponse(run=run_to_proto(self.runs.resume(request.run_id)))
 
     async def StopRun(
         self, request: pb.StopRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopRunResponse:
-        run, checkpoint = await asyncio.to_thread(self.runs.stop)
+        run, checkpoint = await asyncio.to_thread(self.runs.stop, request.run_id)
         response = pb.StopRunResponse(run=run_to_proto(run))
         if checkpoint is not None:
             response.checkpoint.CopyFrom(checkpoint_to_proto(checkpoint))
@@ -180,7 +182,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def SaveCheckpoint(
         self, request: pb.SaveCheckpointRequest, context: grpc.aio.ServicerContext
     ) -> pb.SaveCheckpointResponse:
-        checkpoint = await asyncio.to_thread(self.runs.save_checkpoint)
+        checkpoint = await asyncio.to_thread(self.runs.save_checkpoint, request.run_id)
         return pb.SaveCheckpointResponse(checkpoint=checkpoint_to_proto(checkpoint))
 
     async def ListCheckpoints(

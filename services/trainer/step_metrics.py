@@ -21,17 +21,24 @@ class StepRecord:
 
 @dataclass
 class MetricsLog:
-    """Append-only per-step metrics of the current run, safe to read from any thread."""
+    """Append-only per-step metrics of a run, safe to read from any thread."""
 
     records: list[StepRecord] = field(default_factory=list)
+    feed: MetricsLog | None = None
+    """Where every record goes too: the trainer's log of all its runs' steps, for StreamMetrics."""
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
     def append(self, run_id: str, step: int, values: dict[str, float]) -> StepRecord:
         record = StepRecord(run_id, step, time.time(), dict(values))
+        self._add(record)
+        if self.feed is not None:
+            self.feed._add(record)
+        return record
+
+    def _add(self, record: StepRecord) -> None:
         with self._changed:
             self.records.append(record)
             self._changed.notify_all()
-        return record
 
     def reset(self, records: list[StepRecord] | None = None) -> None:
         with self._changed:

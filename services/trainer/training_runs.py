@@ -1,13 +1,18 @@
-"""The trainer service's runs: one at a time, fed by the assembler, synced into vLLM after every update.
+"""The trainer service's runs, fed by the assembler, synced into vLLM after every update.
 
 This is the domain object the servicer calls: it starts, lists, pauses, resumes and stops
 runs, and saves, lists and exports their checkpoints. Each run trains in a `RunLoop` of its
 own; RPCs read its status and steer it between steps. The policy it trains is a
 `LivePolicy`, whose lock SaveCheckpoint and SyncWeights take too.
+
+One run trains at a time unless `max_concurrent_runs` is above 1: then LoRA runs on one base
+model train at once (`run_admission`), each an adapter on a `SharedBase`, pushed to every
+replica under a model name of its own (`Run.served_model`) that its agents ask for.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,15 +29,17 @@ from parity.services.runtime.errors import (
 )
 from parity.services.trainer import checkpoints
 from parity.services.trainer.backends import backend_name
+from parity.services.trainer.backends.shared_base import SharedBase
 from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.live_policy import LivePolicy
-from parity.services.trainer.lora import check_run
+from parity.services.trainer.lora import check_run, run_model_name
 from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.policy_export import export_policy
 from parity.services.trainer.promotion.gate import DEFAULT_METRIC
 from parity.services.trainer.promotion.log import PromotionRecord
 from parity.services.trainer.promotion.serving import Promotions
 from parity.services.trainer.replicas import ReplicaError, VllmReplica
+from parity.services.trainer.run_admission import check_admission
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_ids import is_run_id, new_run_id
 from parity.services.trainer.run_loop import RunLoop
@@ -50,27 +57,46 @@ class TrainingRuns:
     def __init__(self, deployment: TrainerDeployment) -> None:
         self.deployment = deployment
         self.metrics = MetricsLog()
+        """Every run's steps, as they are trained: what StreamMetrics sends."""
         self.history = RunHistory(deployment.work_dir / "runs")
-        self._loop: RunLoop | None = None
+        # The runs this process started, oldest first; of one-at-a-time runs, only the latest.
+        self._loops: dict[str, RunLoop] = {}
         self._ingests = IngestFleet(deployment.ingest_addresses)
+        self._replicas = [
+            VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls
+        ]
+        # The policy of a run that trains alone: its backend stays loaded until the next run replaces it.
         self._policy = LivePolicy(WeightSync(
-            [VllmReplica(url, api_key=deployment.replica_api_key) for url in deployment.replica_urls], deployment.work_dir / "weights",
-            probe=[], tolerance=deployment.sync_tolerance, ingests=self._ingests,
+            self._replicas, deployment.work_dir / "weights", probe=[], tolerance=deployment.sync_tolerance,
+            ingests=self._ingests,
         ))  # fmt: skip
+        self._bases: dict[Path, SharedBase] = {}
+        self._starting = threading.Lock()
         self.promotions = Promotions(deployment)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether LoRA runs train at once, each an adapter on one shared base with a route of its own."""
+        return self.deployment.max_concurrent_runs > 1
 
     # ----- what the RPCs call
 
-    def status(self) -> tuple[RunStatus | None, SyncResult | None]:
-        return (replace(self._loop.run) if self._loop else None), self._policy.last_sync
+    def status(self, run_id: str = "") -> tuple[RunStatus | None, SyncResult | None]:
+        """A run (the latest started by default) as it is now, and its latest sync."""
+        loop = self._loops.get(run_id) if run_id else self._latest_loop()
+        if loop is not None:
+            return replace(loop.run), loop.policy.last_sync
+        return (self.get_run(run_id) if run_id else None), None
 
     def start_run(
         self, settings: RunSettings | None, resume_checkpoint_id: str = "", run_id: str = ""
     ) -> RunStatus:
-        if self._loop is not None and self._loop.run.state.active:
-            raise FailedPrecondition(
-                f"run {self._loop.run.run_id} is {self._loop.run.state.value}; stop it first"
-            )
+        with self._starting:
+            return self._start_run(settings, resume_checkpoint_id, run_id)
+
+    def _start_run(
+        self, settings: RunSettings | None, resume_checkpoint_id: str, run_id: str
+    ) -> RunStatus:
         if canary := self.promotions.canary_running():
             raise FailedPrecondition(
                 f"the canary of {canary} serves users from this trainer's replicas; promote it or end it (parity trainer "
@@ -85,10 +111,19 @@ class TrainingRuns:
             raise InvalidArgument("config is required unless resuming from a checkpoint")
         if not (settings.model_path / "config.json").exists():
             raise InvalidArgument(f"model_path {settings.model_path} holds no config.json")
+        active = [loop.run for loop in self._loops.values() if loop.run.state.active]
+        check_admission(
+            settings, backend_name(settings), active, self.deployment.max_concurrent_runs
+        )
+        if resume is not None and resume.run_id in [run.run_id for run in active]:
+            raise FailedPrecondition(
+                f"run {resume.run_id} is training; it resumes once it has ended"
+            )
         if settings.lora_rank:
             self._check_lora(settings)
         if settings.teacher:
             Teacher(settings.teacher_urls, settings.teacher_model).check(settings.model_path)
+        restored: list[StepRecord] = []
         if resume is not None:
             if resume.step >= settings.total_steps:
                 raise InvalidArgument(
@@ -97,20 +132,55 @@ class TrainingRuns:
             run = RunStatus(
                 resume.run_id, settings, step=resume.step, policy_version=resume.policy_version
             )
-            self.metrics.reset(MetricsLog.read_jsonl(resume.path / checkpoints.METRICS))
+            restored = MetricsLog.read_jsonl(resume.path / checkpoints.METRICS)
         else:
             run = RunStatus(new_run_id(settings.checkpoint_dir, run_id), settings)
-            self.metrics.reset()
         # Past every version users were served, so calls and samples never share a version across policies.
         run.policy_version = max(run.policy_version, self.promotions.highest_policy_version())
-        self._loop = RunLoop(
-            run, resume, self.deployment, self._policy, self._ingests, self.metrics, self.history
-        )
-        self.history.start(run, self.metrics.records)
-        self._loop.start()
+        loop = self._new_loop(run, resume, restored)
+        self.history.start(run, restored)
+        loop.start()
         log.info("run_started", run_id=run.run_id, resumed_from=resume_checkpoint_id or None, step=run.step,
-                 dtype=run.settings.dtype)  # fmt: skip
+                 dtype=run.settings.dtype, served_model=run.served_model or None)  # fmt: skip
         return replace(run)
+
+    def _new_loop(
+        self, run: RunStatus, resume: CheckpointInfo | None, restored: list[StepRecord]
+    ) -> RunLoop:
+        """The run's loop: alone, on the trainer's one policy; of several, on the base they share."""
+        settings = run.settings
+        metrics = MetricsLog(list(restored), feed=self.metrics)
+        if not (self.concurrent and settings.lora_rank):
+            self._loops.clear()
+            self.metrics.reset(restored)
+            loop = RunLoop(
+                run, resume, self.deployment, self._policy, self._ingests, metrics, self.history
+            )
+        else:
+            self._forget_ended_runs()
+            base = self._bases.setdefault(
+                settings.model_path.resolve(), SharedBase(settings.model_path)
+            )
+            served = self._replicas[0].model_name() if self._replicas else settings.model_path.name
+            run.served_model = run_model_name(served, run.run_id)
+            policy = LivePolicy(WeightSync(
+                self._replicas, self.deployment.work_dir / "weights" / run.run_id, probe=[],
+                tolerance=self.deployment.sync_tolerance, ingests=self._ingests, route_model=run.served_model,
+            ), lock=base.lock)  # fmt: skip
+            loop = RunLoop(run, resume, self.deployment, policy, self._ingests, metrics, self.history, base,
+                           consumer_id=f"{self.deployment.consumer_id}/{run.run_id}")  # fmt: skip
+        self._loops[run.run_id] = loop
+        return loop
+
+    def _forget_ended_runs(self) -> None:
+        """Free the adapters of runs that ended, and the bases no active run trains on."""
+        for run_id, loop in list(self._loops.items()):
+            if not loop.run.state.active:
+                del self._loops[run_id]
+                if loop.policy.backend is not None and loop.policy is not self._policy:
+                    loop.policy.backend.close()
+        in_use = {loop.run.settings.model_path.resolve() for loop in self._loops.values()}
+        self._bases = {path: base for path, base in self._bases.items() if path in in_use}
 
     def list_runs(self) -> list[RunStatus]:
         """Every run this trainer started, newest first."""
@@ -126,8 +196,9 @@ class TrainingRuns:
         self.get_run(run_id)
         if validation:
             return self.history.validations(run_id)
-        if self._loop is not None and self._loop.run.run_id == run_id:
-            return list(self.metrics.records)
+        loop = self._loops.get(run_id)
+        if loop is not None:
+            return list(loop.metrics.records)
         return self.history.metrics(run_id)
 
     def step_batch(self, run_id: str, step: int) -> trainer_pb.StepBatch:
@@ -161,32 +232,34 @@ class TrainingRuns:
         self.history.record_validation(record)
         return record
 
-    def pause(self) -> RunStatus:
-        loop = self._require_loop()
+    def pause(self, run_id: str = "") -> RunStatus:
+        loop = self._loop(run_id)
         if not loop.run.state.active:
             raise FailedPrecondition(f"run {loop.run.run_id} is {loop.run.state.value}")
         loop.pause()
         return replace(loop.run)
 
-    def resume(self) -> RunStatus:
-        loop = self._require_loop()
+    def resume(self, run_id: str = "") -> RunStatus:
+        loop = self._loop(run_id)
         loop.resume()
         return replace(loop.run)
 
-    def stop(self, timeout_s: float = 600.0) -> tuple[RunStatus, CheckpointInfo | None]:
-        loop = self._require_loop()
+    def stop(
+        self, run_id: str = "", timeout_s: float = 600.0
+    ) -> tuple[RunStatus, CheckpointInfo | None]:
+        loop = self._loop(run_id)
         loop.stop(timeout_s)
         run = loop.run
         latest = checkpoints.list_checkpoints(run.settings.checkpoint_dir, run.run_id)
         return replace(run), (latest[0] if latest else None)
 
-    def save_checkpoint(self) -> CheckpointInfo:
-        run = self._require_run()
-        with self._policy.lock:
-            return checkpoints.save(run, self._policy.loaded(), self.metrics)
+    def save_checkpoint(self, run_id: str = "") -> CheckpointInfo:
+        loop = self._loop(run_id)
+        with loop.policy.lock:
+            return checkpoints.save(loop.run, loop.policy.loaded(), loop.metrics)
 
     def list_checkpoints(self, run_id: str = "") -> list[CheckpointInfo]:
-        return checkpoints.list_checkpoints(self._checkpoint_root(), run_id)
+        return checkpoints.list_checkpoints(self._checkpoint_root(run_id), run_id)
 
     def export_policy(
         self, output_dir: str, checkpoint_id: str = "", merge_lora: bool = False
@@ -195,11 +268,11 @@ class TrainingRuns:
         run's adapter; returns where, the merged model's folder when `merge_lora`, and the checkpoint."""
         if not output_dir.strip():
             raise InvalidArgument("output_dir is required")
-        root = self._checkpoint_root()
+        root = self._checkpoint_root(checkpoint_id.split("/", 1)[0])
         if checkpoint_id:
             checkpoint = checkpoints.find_checkpoint(root, checkpoint_id)
         else:
-            checkpoint = _latest_checkpoint(root, self._require_run())
+            checkpoint = _latest_checkpoint(root, self._loop("").run)
         path, merged = export_policy(checkpoint, Path(output_dir), merge_lora)
         log.info(
             "policy_exported",
@@ -209,10 +282,10 @@ class TrainingRuns:
         )
         return path, merged, checkpoint
 
-    def sync_weights(self, verify: bool = True) -> SyncResult:
-        run = self._require_run()
-        with self._policy.lock:
-            return self._policy.push(run.policy_version, verify=verify)
+    def sync_weights(self, verify: bool = True, run_id: str = "") -> SyncResult:
+        loop = self._loop(run_id)
+        with loop.policy.lock:
+            return loop.policy.push(loop.run.policy_version, verify=verify)
 
     def promote(
         self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0
@@ -228,9 +301,10 @@ class TrainingRuns:
                 )
         else:
             checkpoint = _latest_checkpoint(root, run)
-        if canary_share and self._loop is not None and self._loop.run.state.active:
+        training = [loop.run.run_id for loop in self._loops.values() if loop.run.state.active]
+        if canary_share and training:
             raise FailedPrecondition(
-                f"run {self._loop.run.run_id} is training on this trainer's replicas, which a canary would serve from"
+                f"run {training[0]} is training on this trainer's replicas, which a canary would serve from"
             )
         validations = self.history.validations(run.run_id)
         return self.promotions.promote(
@@ -243,13 +317,14 @@ class TrainingRuns:
         )
 
     def close(self) -> None:
-        if self._loop is not None and self._loop.run.state.active:
-            self.stop()
+        for run_id, loop in list(self._loops.items()):
+            if loop.run.state.active:
+                self.stop(run_id)
 
     def _check_lora(self, settings: RunSettings) -> None:
         """A LoRA run nothing could train or serve is refused here, before any step, saying why."""
         check_run(settings, backend_name(settings))
-        for replica in self._policy.weight_sync.replicas:
+        for replica in self._replicas:
             try:
                 refusal = replica.server_info().lora_refusal(settings.lora_rank)
             except ReplicaError as error:
@@ -264,8 +339,9 @@ class TrainingRuns:
     def _as_now(self, run: RunStatus) -> RunStatus:
         """The current run as it is now; another that the history has as active was cut short
         when this trainer stopped."""
-        if self._loop is not None and run.run_id == self._loop.run.run_id:
-            return replace(self._loop.run)
+        loop = self._loops.get(run.run_id)
+        if loop is not None:
+            return replace(loop.run)
         if run.state.active:
             run.state = RunState.FAILED
             run.error = (
@@ -279,16 +355,38 @@ class TrainingRuns:
         """Where a run that names no checkpoint_dir keeps its checkpoints."""
         return self.deployment.work_dir / "checkpoints"
 
-    def _checkpoint_root(self) -> Path:
-        return self._loop.run.settings.checkpoint_dir if self._loop else self.default_checkpoint_dir
+    def _checkpoint_root(self, run_id: str = "") -> Path:
+        """Where the run keeps its checkpoints (runs may each name their own); by default, the latest run's."""
+        loop = self._loops.get(run_id) if run_id else None
+        known = loop.run if loop else (self.history.get(run_id) if is_run_id(run_id) else None)
+        latest = self._latest_loop()
+        if known is None and latest is not None:
+            known = latest.run
+        return known.settings.checkpoint_dir if known else self.default_checkpoint_dir
 
-    def _require_loop(self) -> RunLoop:
-        if self._loop is None:
+    def _latest_loop(self) -> RunLoop | None:
+        return next(reversed(self._loops.values()), None)
+
+    def _loop(self, run_id: str) -> RunLoop:
+        """The named run's loop; unnamed, the only active run's, else the latest run's."""
+        if run_id:
+            loop = self._loops.get(run_id)
+            if loop is not None:
+                return loop
+            if is_run_id(run_id) and self.history.get(run_id) is not None:
+                raise FailedPrecondition(
+                    f"run {run_id} is not loaded in this trainer; resume it from its checkpoint"
+                )
+            raise NotFound(f"this trainer has no run {run_id!r}")
+        active = [loop for loop in self._loops.values() if loop.run.state.active]
+        if len(active) > 1:
+            raise FailedPrecondition(
+                f"{len(active)} runs are active ({', '.join(loop.run.run_id for loop in active)}); name one with run_id"
+            )
+        loop = active[0] if active else self._latest_loop()
+        if loop is None:
             raise FailedPrecondition("no run has been started")
-        return self._loop
-
-    def _require_run(self) -> RunStatus:
-        return self._require_loop().run
+        return loop
 
 
 def _latest_checkpoint(root: Path, run: RunStatus) -> CheckpointInfo:

@@ -2,7 +2,9 @@
 
 A LoRA run pushes its adapter instead of the model: every replica loads it under one
 name beside its base model (`lora.adapter_name`), the probe is scored through it, and
-ingest is told, with the new version, to send requests for the base model to it.
+ingest is told, with the new version, to send requests for the base model to it. Of
+several runs trained at once, each pushes under a name of its own (`route_model`) and
+holds and versions only its own agents' requests.
 
 Verification scores a fixed probe sequence on each replica and on the trainer's own
 forward pass; a replica whose logprobs differ by more than the tolerance fails the
@@ -117,6 +119,10 @@ class WeightSync:
     """Every ingest replica in front of the replicas; none in tests and offline use: nothing to pause or version."""
     drain_timeout_s: float = 120.0
     """How long each ingest has to finish its requests in flight, and one that cannot be reached to come back."""
+    route_model: str = ""
+    """One of several runs trained at once on the replicas' base model: the name its adapter is served under,
+    which its agents ask for. Only requests for it are held, and only its route is versioned in ingest; other
+    runs' traffic flows on. Empty: the only run, which holds all traffic and serves `lora.adapter_name`."""
 
     def sync(
         self, backend: TrainingBackend, policy_version: int, verify: bool = True
@@ -156,8 +162,8 @@ class WeightSync:
                     if policy.folder is None:
                         pass  # the base model as loaded: requests stop going to any adapter
                     elif policy.adapter:
-                        outcome.policy_model = replica.model_name()
-                        outcome.adapter = adapter_name(outcome.policy_model)
+                        outcome.policy_model = self.route_model or replica.model_name()
+                        outcome.adapter = self.route_model or adapter_name(outcome.policy_model)
                         replica.load_adapter(outcome.adapter, policy.folder.resolve())
                     else:
                         replica.reload_weights(policy.folder.resolve())
@@ -184,8 +190,9 @@ class WeightSync:
                 ((r.policy_model, r.adapter) for r in result.replicas), ("", "")
             )
             request = ingest_pb.SetPolicyVersionRequest(
-                policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter
-            )
+                policy_version=policy_version, policy_model=policy_model, lora_adapter=adapter,
+                route=bool(self.route_model),
+            )  # fmt: skip
             self.on_every_ingest(lambda ingest: ingest.set_policy_version(request))
         finally:
             phase = time.perf_counter()
@@ -233,6 +240,7 @@ class WeightSync:
         request = ingest_pb.PauseTrafficRequest(
             reason=reason,
             drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
+            policy_model=self.route_model,
         )
         try:
             self.on_every_ingest(
@@ -246,7 +254,8 @@ class WeightSync:
 
     def release(self) -> None:
         """Resume every ingest, even when some cannot be reached: those are named in the failure."""
-        self.on_every_ingest(lambda ingest: ingest.resume_traffic(ingest_pb.ResumeTrafficRequest()))
+        request = ingest_pb.ResumeTrafficRequest(policy_model=self.route_model)
+        self.on_every_ingest(lambda ingest: ingest.resume_traffic(request))
 
     def on_every_ingest(self, call: Callable[[IngestClient], object]) -> None:
         """`call` on each ingest at once; every one is tried, and the failures are raised together."""

@@ -147,7 +147,9 @@ class TrainingStack:
                               self.store.address)  # fmt: skip
 
 
-def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path) -> TrainingStack:
+def start_training_stack(
+    launcher: ServiceLauncher, vllm: VllmServer, data: Path, *trainer_args: str
+) -> TrainingStack:
     store = launcher.start(
         "store", "--url", f"sqlite:///{data}/store.db", "--shutdown-grace-s", "0.5"
     )
@@ -156,7 +158,7 @@ def start_training_stack(launcher: ServiceLauncher, vllm: VllmServer, data: Path
     ingest, http_port = start_ingest(launcher, store.address, vllm.base_url, data / "spool.db")
     trainer = launcher.start(
         "trainer", "--assembler-address", assembler.address, "--ingest-address", ingest.address,
-        "--replicas", vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1",
+        "--replicas", vllm.base_url, "--work-dir", str(data / "trainer"), "--shutdown-grace-s", "1", *trainer_args,
     )  # fmt: skip
     return TrainingStack(vllm, store, assembler, ingest, trainer, http_port)
 

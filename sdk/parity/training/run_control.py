@@ -65,7 +65,7 @@ class RunControl:
         if self._stack is not None:
             self._stack.raise_if_down()
         try:
-            status = self.trainer.get_status(trainer_pb.GetStatusRequest())
+            status = self.trainer.get_status(trainer_pb.GetStatusRequest(run_id=self.run_id))
         except RPCError as error:
             late = error.code == grpc.StatusCode.DEADLINE_EXCEEDED and self._last_status is not None
             if not late or time.monotonic() - self._last_status_at > STATUS_PATIENCE_S:
@@ -92,10 +92,11 @@ class RunControl:
         message = status.run.error_message or f"the run was {state} at step {status.run.step}"
         raise RunEnded(state, message, status.run.step)
 
-    def start(self, request: trainer_pb.StartRunRequest) -> None:
-        """Start (or resume) the run, and return once it is started."""
-        self.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S)
+    def start(self, request: trainer_pb.StartRunRequest) -> run_pb2.Run:
+        """Start (or resume) the run, and return it once it is started."""
+        run = self.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S).run
         self.wait_until_started()
+        return run
 
     def wait_until_started(self) -> None:
         """Until the trainer has loaded the run's policy into every replica: a validation or a rollout before then
@@ -121,7 +122,7 @@ class RunControl:
             time.sleep(POLL_S)
 
     def step_metrics(self, step: int) -> dict[str, float]:
-        request = trainer_pb.StreamMetricsRequest(from_step=step)
+        request = trainer_pb.StreamMetricsRequest(from_step=step, run_id=self.run_id)
         try:
             for response in self.trainer.stream_metrics(request, timeout_s=METRICS_TIMEOUT_S):
                 if response.metrics.step == step:
@@ -143,7 +144,14 @@ class RunControl:
     def export(self, output_dir: str, merge_lora: bool) -> str:
         """Have the trainer write the latest checkpoint's policy to `output_dir`; returns the folder it wrote (the
         merged model's, when a LoRA run's adapter is merged)."""
-        request = trainer_pb.ExportPolicyRequest(output_dir=output_dir, merge_lora=merge_lora)
+        # This run's own latest checkpoint: the trainer's default is the latest run's, which another may be.
+        latest = self.trainer.list_checkpoints(
+            trainer_pb.ListCheckpointsRequest(run_id=self.run_id, page_size=1)
+        ).checkpoints
+        request = trainer_pb.ExportPolicyRequest(
+            output_dir=output_dir, merge_lora=merge_lora,
+            checkpoint_id=latest[0].checkpoint_id if latest else "",
+        )  # fmt: skip
         response = self.trainer.export_policy(request, timeout_s=EXPORT_TIMEOUT_S)
         log.info("policy_exported", path=response.path, merged=response.merged_path,
                  checkpoint=response.checkpoint.checkpoint_id)  # fmt: skip

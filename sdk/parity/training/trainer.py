@@ -162,7 +162,9 @@ class Trainer:
         else:
             request.run_id = self.run_id
         with self._noting_the_end():
-            self._control.start(request)
+            run = self._control.start(request)
+        # One of several runs on the stack's base model: its agents ask for its own adapter.
+        self._served_model = run.served_model or self._served_model
         if self.agent is not None:
             self._runner = RolloutRunner.for_run(
                 self.agent, self._assembler, self.run_id, self.settings
@@ -306,7 +308,9 @@ class Trainer:
             self._runner.cancel_all()
         if self._control is not None and self.state == "running":
             try:
-                self._control.trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
+                self._control.trainer.stop_run(
+                    trainer_pb.StopRunRequest(run_id=self.run_id), timeout_s=900
+                )
             except RPCError as error:
                 log.error("stop_run_failed", error=str(error))
             self.state = "stopped"
@@ -317,7 +321,7 @@ class Trainer:
         log.info("run_ending_early", run_id=self.run_id, step=self.step_index, reason=str(ended))
         if self._runner is not None:
             self._runner.cancel_all()
-        self._control.trainer.stop_run(trainer_pb.StopRunRequest(), timeout_s=900)
+        self._control.trainer.stop_run(trainer_pb.StopRunRequest(run_id=self.run_id), timeout_s=900)
         self.stopped_early = str(ended)
 
     def fail(self, error: BaseException) -> TrainResult:

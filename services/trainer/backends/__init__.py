@@ -6,8 +6,13 @@ runs them in the cpu loop, `prefix_packing` packs them as trees for fsdp's engin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from parity.services.trainer.backends.base import TrainingBackend
 from parity.services.trainer.run_settings import RunSettings
+
+if TYPE_CHECKING:
+    from parity.services.trainer.backends.shared_base import SharedBase
 
 
 def backend_name(settings: RunSettings) -> str:
@@ -19,12 +24,13 @@ def backend_name(settings: RunSettings) -> str:
     return "fsdp" if torch.cuda.is_available() or settings.ray_workers_per_node else "cpu"
 
 
-def select_backend(settings: RunSettings) -> TrainingBackend:
+def select_backend(settings: RunSettings, base: SharedBase | None = None) -> TrainingBackend:
+    """The run's backend; with `base`, a LoRA run's adapter on a base model other runs share (the cpu loop)."""
     name = backend_name(settings)
     if name == "cpu":
         from parity.services.trainer.backends.cpu import CpuBackend
 
-        return CpuBackend(settings)
+        return CpuBackend(settings, base)
     from parity.services.trainer.backends.fsdp import FsdpBackend
 
     return FsdpBackend(settings)

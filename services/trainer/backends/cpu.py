@@ -40,6 +40,7 @@ from parity.services.trainer.backends.prefix_tree import (
     shared_prefix_clusters,
 )
 from parity.services.trainer.backends.pushed_weights import save_pushed_weights
+from parity.services.trainer.backends.shared_base import SharedBase
 from parity.services.trainer.backends.shared_prefix import (
     ModelCall,
     SharedPrefix,
@@ -47,7 +48,7 @@ from parity.services.trainer.backends.shared_prefix import (
     shares_exactly,
 )
 from parity.services.trainer.batch_tensors import TrainingBatch
-from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config
+from parity.services.trainer.lora import ADAPTER_WEIGHTS, lora_config, save_adapter
 from parity.services.trainer.policy_loss import compute_advantages, policy_loss, token_logprobs
 from parity.services.trainer.run_settings import RunSettings
 
@@ -148,21 +149,34 @@ def plan_pieces(
 class CpuBackend(TrainingBackend):
     name = "cpu"
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, base: SharedBase | None = None) -> None:
         super().__init__(settings)
         torch.manual_seed(settings.seed)
         self.compute_dtype = getattr(torch, settings.dtype)
-        self.model: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(
-            settings.model_path, dtype=torch.float32
-        )
-        self.reference = (
-            copy.deepcopy(self.model).eval().requires_grad_(False) if settings.kl_coef > 0 else None
-        )
-        if settings.lora_rank:
-            from peft import get_peft_model
+        self.base = base
+        self.adapter = ""
+        self.model: PreTrainedModel | PeftModel
+        self.reference: PreTrainedModel | None
+        if base is not None:
+            # One of several LoRA runs on one frozen base: this run's adapter is one of the base's.
+            self.adapter = base.add_adapter(lora_config(settings))
+            self.model = base.model
+            self.reference = base.reference() if settings.kl_coef > 0 else None
+            self.trained = base.parameters_of(self.adapter)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                settings.model_path, dtype=torch.float32
+            )
+            self.reference = (
+                copy.deepcopy(self.model).eval().requires_grad_(False)
+                if settings.kl_coef > 0
+                else None
+            )
+            if settings.lora_rank:
+                from peft import get_peft_model
 
-            self.model = get_peft_model(self.model, lora_config(settings))
-        self.trained = [param for param in self.model.parameters() if param.requires_grad]
+                self.model = get_peft_model(self.model, lora_config(settings))
+            self.trained = [param for param in self.model.parameters() if param.requires_grad]
         # Exact only where each branch sees what its whole row would: every layer caches the whole prefix,
         # and no dropout draws a mask per row (a shared prefix would share one).
         self.shares_prefixes = (
@@ -218,8 +232,14 @@ class CpuBackend(TrainingBackend):
             return self._forward(call, piece.input_ids, piece.attention_mask, piece.response_mask)
         return prefix.branch_logprobs(piece.input_ids, piece.attention_mask, piece.response_mask)
 
+    def _activate(self) -> None:
+        """On a shared base, make this run's adapter the one that computes (the caller holds the base's lock)."""
+        if self.base is not None:
+            self.base.activate(self.adapter)
+
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         started = time.perf_counter()
+        self._activate()
         self.model.train()
         advantages = compute_advantages(
             batch, self.settings.advantage_estimator, self.signal_weights
@@ -291,6 +311,7 @@ class CpuBackend(TrainingBackend):
 
     @torch.no_grad()
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        self._activate()
         self.model.eval()
         logprobs, _ = self._forward(
             self._call(self.model), torch.tensor([token_ids], dtype=torch.long)
@@ -298,11 +319,18 @@ class CpuBackend(TrainingBackend):
         return logprobs[0].double().tolist()
 
     def save_weights(self, directory: Path) -> None:
-        if isinstance(self.model, PreTrainedModel):
+        if self.base is not None:
+            save_adapter(self.base.model, self.adapter, directory)
+        elif isinstance(self.model, PreTrainedModel):
             save_pushed_weights(self.model, directory)
         else:
             # LoRA: peft writes the adapter alone.
             self.model.save_pretrained(str(directory))
+
+    def close(self) -> None:
+        if self.base is not None:
+            with self.base.lock:
+                self.base.remove_adapter(self.adapter)
 
     def save_state(self, directory: Path) -> None:
         self.save_weights(directory)
@@ -311,12 +339,15 @@ class CpuBackend(TrainingBackend):
     def load_state(self, directory: Path) -> None:
         from safetensors.torch import load_file
 
+        self._activate()
         if self.settings.lora_rank:
             from peft import set_peft_model_state_dict
 
             # peft annotates the result as `namedtuple`, a function; it is torch's load_state_dict result.
             unexpected = set_peft_model_state_dict(
-                self.model, load_file(directory / ADAPTER_WEIGHTS)
+                self.model,
+                load_file(directory / ADAPTER_WEIGHTS),
+                adapter_name=self.adapter or "default",
             ).unexpected_keys  # type: ignore[attr-defined]
             if unexpected:
                 raise ValueError(

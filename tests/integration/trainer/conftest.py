@@ -33,12 +33,13 @@ def serving(
     tmp_path_factory: pytest.TempPathFactory,
     dtype: str = "float32",
     lora_rank: int = 0,
+    max_loras: int = 1,
 ) -> Iterator[VllmServer]:
     """A vLLM of its own serving `model_dir` as "tiny", in `dtype`, and adapters up to `lora_rank`."""
     config = VllmLaunchConfig(
         model_path=model_dir, port=free_port(), python=inference_python(), served_model_name="tiny", dtype=dtype,
         log_path=tmp_path_factory.mktemp("trainer-vllm") / "vllm.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S,
-        lora_rank=lora_rank,
+        lora_rank=lora_rank, max_loras=max_loras,
     )  # fmt: skip
     with VllmServer(config) as server:
         yield server

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 import httpx
@@ -21,6 +24,8 @@ import numpy as np
 import pytest
 import torch
 
+import parity
+import parity.engine
 from parity.api.ingest.v1 import ingest_service_pb2 as ingest_pb
 from parity.api.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from parity.api.store.v1 import store_service_pb2 as store_pb
@@ -35,14 +40,20 @@ from parity.services.trainer.replicas import VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import WeightSync, probe_tokens
 from tests.conftest import REPO_ROOT
+from tests.integration.openai_api import sampled_logprobs
 from tests.integration.stack_fixtures import start_training_stack
 from tests.integration.trainer.conftest import serving
 from tests.integration.trainer.test_learning import (
+    GROUPS,
+    MAX_TOKENS,
     MIN_SHORT_RUN_GAIN,
     MIN_SIGMAS,
     PROMPTS,
+    ROLLOUTS,
+    TERMINAL,
     served_rewards,
     train_on_agent_rollouts,
+    word_start_share,
 )
 from tests.learning_bounds import assert_learned, difference_of_means
 from tests.training_batch_factory import rewarded_batch
@@ -57,11 +68,12 @@ LEARNING_RATE = 2e-3
 
 @pytest.fixture(scope="module")
 def trainer_vllm(tmp_path_factory) -> Iterator[VllmServer]:
-    """The training stack's vLLM, serving adapters up to RANK beside the tiny model with room to learn."""
+    """The training stack's vLLM, serving adapters up to RANK beside the tiny model with room to learn, two of
+    them in one batch (test_concurrent_runs trains two at once)."""
     model = generate_tiny_model(
         tmp_path_factory.mktemp("lora_model"), TinyModelSpec(output_gain=8.0)
     )
-    with serving(model, tmp_path_factory, lora_rank=RANK) as server:
+    with serving(model, tmp_path_factory, lora_rank=RANK, max_loras=2) as server:
         yield server
 
 
@@ -217,3 +229,131 @@ def test_lora_is_refused_before_any_step_by_a_replica_without_it_and_for_a_bad_c
     result = json.loads(train.stdout.strip().splitlines()[-1])
     assert train.returncode == 1 and result["state"] == "failed" and result["steps"] == 0
     assert "started without LoRA (--enable-lora)" in result["error"]
+
+
+CONCURRENT_STEPS = 6
+
+
+async def named_model_agent(task: dict[str, Any]) -> float:
+    """The word-start agent, asking for the model its run serves (the run's adapter)."""
+    completion = await parity.get_async_chat_client().chat.completions.create(
+        model=task["model"], messages=[{"role": "user", "content": task["prompt"]}], max_tokens=MAX_TOKENS,
+        temperature=1.0, logprobs=True,
+    )  # fmt: skip
+    return word_start_share([entry.token for entry in sampled_logprobs(completion.choices[0])])
+
+
+def start_lora_run(stack: Any, run_id: str, learning_rate: float) -> run_pb2.Run:
+    return TrainerClient(stack.trainer.address).start_run(pb.StartRunRequest(run_id=run_id, config=run_pb2.RunConfig(
+        model_path=str(stack.vllm.config.model_path), total_steps=CONCURRENT_STEPS, groups_per_batch=GROUPS,
+        learning_rate=learning_rate, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
+        lora=run_pb2.LoraConfig(rank=RANK),
+    ))).run  # fmt: skip
+
+
+def drive(trainer: TrainerClient, run: run_pb2.Run) -> run_pb2.Run:
+    """Roll out the run's agents (sessions marked as its own, asking for its model) until it ends."""
+    counter = iter(range(10**6))
+
+    def roll_out(tasks: int) -> None:
+        batch = [{"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)], "model": run.served_model}
+                 for _ in range(tasks)]  # fmt: skip
+        parity.engine.run(named_model_agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS,
+                          progress=False, run_id=f"{run.run_id}-{next(counter)}", training_run=run.run_id)  # fmt: skip
+
+    step = 0
+    while (
+        status := trainer.get_status(pb.GetStatusRequest(run_id=run.run_id)).run
+    ).state not in TERMINAL:
+        if status.step >= step and status.state == run_pb2.RUN_STATE_WAITING_FOR_DATA:
+            # Each step's groups, and one more whenever the run still waits: a group whose rewards tie is dropped.
+            roll_out(GROUPS if status.step == step else 1)
+            step = status.step + 1
+        time.sleep(0.2)
+    return status
+
+
+@pytest.fixture(scope="module")
+def concurrent_stack(module_services, trainer_vllm, tmp_path_factory):
+    """A stack whose trainer trains two LoRA runs at once on the vLLM above."""
+    return start_training_stack(
+        module_services,
+        trainer_vllm,
+        tmp_path_factory.mktemp("concurrent"),
+        "--max-concurrent-runs",
+        "2",
+    )
+
+
+def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concurrent_stack) -> None:
+    stack = concurrent_stack
+    trainer = TrainerClient(stack.trainer.address)
+    before = served_rewards(stack.vllm.base_url)
+    runs = [start_lora_run(stack, name, LEARNING_RATE) for name in ("alpha", "beta")]
+    assert [run.served_model for run in runs] == ["tiny-alpha", "tiny-beta"]
+    # A third is past the limit; a full-model run would change the base both share.
+    with pytest.raises(RPCError) as refused:
+        start_lora_run(stack, "gamma", LEARNING_RATE)
+    assert (
+        refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and "max_concurrent_runs is 2" in str(refused.value)
+    )
+    with pytest.raises(RPCError, match="a full-model run changes the base model") as refused:
+        trainer.start_run(pb.StartRunRequest(config=run_pb2.RunConfig(
+            model_path=str(stack.vllm.config.model_path), total_steps=1, groups_per_batch=1, backend=run_pb2.TRAINING_BACKEND_CPU,
+        )))  # fmt: skip
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+    with ThreadPoolExecutor(2) as pool:
+        ended = list(pool.map(lambda run: drive(trainer, run), runs))
+    assert [run.state for run in ended] == [run_pb2.RUN_STATE_COMPLETED] * 2, [
+        r.error_message for r in ended
+    ]
+    for run in runs:
+        records = trainer.list_run_metrics(pb.ListRunMetricsRequest(run_id=run.run_id)).metrics
+        assert [r.step for r in records] == list(range(1, CONCURRENT_STEPS + 1))
+        # Every push was verified through the run's own adapter, and each step says how long it waited for the base.
+        assert max(r.values["sync_max_logprob_diff"] for r in records) < 1e-4
+        assert all("base_wait_seconds" in r.values for r in records)
+        # Only the run's own sessions were trained on.
+        for step in range(1, CONCURRENT_STEPS + 1):
+            batch = trainer.get_step_batch(
+                pb.GetStepBatchRequest(run_id=run.run_id, step=step)
+            ).batch
+            assert batch.samples and all(
+                s.session_id.startswith(f"{run.run_id}-") for s in batch.samples
+            )
+        # The run's adapter, served under its name, learned. Measured: see docs/trainer.md.
+        gain = difference_of_means(
+            before, served_rewards(stack.vllm.base_url, model=run.served_model), "served reward"
+        )
+        assert_learned(gain, min_z=MIN_SIGMAS, min_gain=MIN_SHORT_RUN_GAIN)
+    # Ingest versioned each run's route on its own, and left its own version alone.
+    stats = ingest_stats(stack)
+    routes = {
+        route.policy_model: (route.lora_adapter, route.policy_version) for route in stats.routes
+    }
+    assert routes == {
+        "tiny-alpha": ("tiny-alpha", CONCURRENT_STEPS),
+        "tiny-beta": ("tiny-beta", CONCURRENT_STEPS),
+    }
+    assert stats.policy_version == 0
+
+
+def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack) -> None:
+    stack = concurrent_stack
+    trainer = TrainerClient(stack.trainer.address)
+    healthy = start_lora_run(stack, "steady", LEARNING_RATE)
+    # A learning rate no policy survives: its first update leaves weights whose probe vLLM cannot match.
+    failing = start_lora_run(stack, "runaway", 1e6)
+    with ThreadPoolExecutor(2) as pool:
+        ended = dict(
+            zip(
+                ("steady", "runaway"),
+                pool.map(lambda run: drive(trainer, run), (healthy, failing)),
+                strict=True,
+            )
+        )
+    assert ended["runaway"].state == run_pb2.RUN_STATE_FAILED and ended["runaway"].error_message
+    assert ended["steady"].state == run_pb2.RUN_STATE_COMPLETED, ended["steady"].error_message
+    assert ended["steady"].step == CONCURRENT_STEPS
