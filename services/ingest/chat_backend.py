@@ -34,12 +34,14 @@ from parity.services.ingest.replies import (
 )
 from parity.services.ingest.session_caps import context_limit
 from parity.services.ingest.session_caps.budget_ledger import BudgetLedger, SessionCapped
+from parity.services.ingest.traffic_gate import admit_route
 from parity.services.ingest.upstream.canary import CanaryRoute
 from parity.services.ingest.upstream.chat_calls import ChatCall, Forwarded, Render, StreamFailed
 from parity.services.ingest.upstream.client import UpstreamClient, UpstreamFailed, UpstreamReply
 from parity.services.ingest.upstream.external_models import ExternalModels
 from parity.services.ingest.upstream.http_pool import UpstreamAbandoned, UpstreamConnectionError
 from parity.services.ingest.upstream.policy_adapter import PolicyAdapter
+from parity.services.ingest.upstream.policy_routes import PolicyRoutes
 from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 from parity.services.ingest.upstream.sse import split_sse_data
 
@@ -57,6 +59,8 @@ class PolicyState:
     adapter: PolicyAdapter = field(default_factory=PolicyAdapter)
     canary: CanaryRoute = field(default_factory=lambda: CanaryRoute(health_interval_s=2.0))
     """A candidate serving a share of sessions at its own version, while the trainer runs one."""
+    routes: PolicyRoutes = field(default_factory=PolicyRoutes)
+    """Runs of their own on the replicas' base model: a model name each, at an adapter and version of its own."""
 
 
 class _Route(NamedTuple):
@@ -86,10 +90,13 @@ class ChatBackend:
         self.ledger = ledger or BudgetLedger(SessionBudget())
 
     def models(self) -> list[str]:
-        return sorted(self.router.models() | set(self.external.models()))
+        return sorted(self.served())
 
     def served(self) -> set[str]:
-        return self.router.models() | set(self.external.models())
+        served = self.router.models() | set(self.external.models())
+        if self.policy.routes:
+            served.update(route.model for route in self.policy.routes.all())
+        return served
 
     async def ask_replica(self, model: str, path: str, body: bytes) -> tuple[int, bytes]:
         """A request that is no call to capture (token counting, template probes), to a replica serving `model`."""
@@ -108,6 +115,9 @@ class ChatBackend:
         self.sink.check_accepting()
         if self.external.serves(call.served_model):
             return await self.external.forward(call, self.sink)
+        # A run's weight sync holds its route's model alone (traffic_gate.py); held, the call waits here (even for a
+        # model whose first adapter is not loaded yet), and is routed after, to the adapter and version the sync set.
+        await admit_route(call.served_model)
         self._require_served(call)
         route = self._route(call)
         capture = self._open_capture(call, route)
@@ -121,7 +131,7 @@ class ChatBackend:
         return await self._post(call, capture, route.candidates)
 
     def _require_served(self, call: ChatCall) -> None:
-        if self.router.knows(call.served_model):
+        if self.router.knows(call.served_model) or call.served_model in self.policy.routes:
             return
         if starting := self.router.starting():
             raise openai_errors.unavailable(
@@ -134,13 +144,21 @@ class ChatBackend:
 
     def _route(self, call: ChatCall) -> _Route:
         """A canary's replicas at its version if it takes the session, else the serving replicas (sticky to the
-        session) at the serving version, through the policy's LoRA adapter if one serves the model."""
-        canary = self.policy.canary.pick(call.session.session_id, call.served_model)
+        session): at a run's route's adapter and version if the model is a route's (policy_routes.py), else at the
+        serving version, through the policy's LoRA adapter if one serves the model."""
+        session_id = call.session.session_id
+        canary = self.policy.canary.pick(session_id, call.served_model)
         if canary is not None:
             # The candidate's replicas hold its whole weights: no adapter routing.
             return _Route(*canary)
-        candidates = self.router.candidates(call.served_model, call.session.session_id)
         routed_model = call.body.get("model", "")
+        if self.policy.routes and (run := self.policy.routes.route(call.body)) is not None:
+            # The replicas listing the adapter; until their next health check lists a new one, those of the model.
+            candidates = self.router.candidates(run.adapter, session_id) or self.router.candidates(
+                call.served_model, session_id
+            )
+            return _Route(candidates, run.version, run.adapter, routed_model)
+        candidates = self.router.candidates(call.served_model, session_id)
         lora_adapter = self.policy.adapter.route(call.body)
         return _Route(
             candidates, self.policy.version, lora_adapter, routed_model if lora_adapter else ""

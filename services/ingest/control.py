@@ -6,11 +6,19 @@ import time
 from dataclasses import dataclass
 
 from parity.services.ingest.capture.capture_sink import CaptureSink
-from parity.services.ingest.capture.policy_record import PolicyRecord, RecordedPolicy
+from parity.services.ingest.capture.policy_record import PolicyRecord, RecordedPolicy, RecordedRoute
 from parity.services.ingest.chat_backend import PolicyState
 from parity.services.ingest.traffic_gate import JOIN_HOLD, TrafficGate
 from parity.services.ingest.upstream.replica_router import Replica, ReplicaRouter
 from parity.services.runtime.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class RouteStats:
+    policy_model: str
+    lora_adapter: str
+    policy_version: int
+    paused: bool
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class IngestStats:
     canary_share: float = 0.0
     canary_policy_version: int = 0
     canary_upstreams: tuple[str, ...] = ()
+    routes: tuple[RouteStats, ...] = ()
 
 
 class IngestControl:
@@ -68,28 +77,47 @@ class IngestControl:
             canary_share=canary.share if canary else 0.0,
             canary_policy_version=canary.policy_version if canary else 0,
             canary_upstreams=tuple(canary.upstreams) if canary else (),
+            routes=tuple(
+                RouteStats(r.model, r.adapter, r.version, self.gate.route_paused(r.model))
+                for r in self.policy.routes.all()
+            ),
         )
 
     def replicas(self, model: str) -> list[Replica]:
         return [r for r in self.router.replicas if not model or model in r.models]
 
-    async def pause(self, drain_timeout_s: float) -> tuple[int, float]:
+    async def pause(self, drain_timeout_s: float, policy_model: str = "") -> tuple[int, float]:
+        """Hold all traffic, or only requests for `policy_model` (one run's route), and drain what the hold
+        covers; returns how many requests were in flight and when the hold began."""
         if drain_timeout_s <= 0:
             raise InvalidArgument(f"drain_timeout must be positive, got {drain_timeout_s:g} s")
+        if policy_model:
+            hold = self.gate.route_hold(policy_model)
+            drained = await hold.pause(drain_timeout_s)
+            assert hold.paused_since is not None
+            return drained, hold.paused_since
         drained = await self.gate.pause(drain_timeout_s)
         assert self.gate.paused_since is not None
         return drained, self.gate.paused_since
 
-    def resume(self) -> float:
-        return self.gate.resume()
+    def resume(self, policy_model: str = "") -> float:
+        """Lift the hold on `policy_model`'s route only, or, with none named, every hold."""
+        return self.gate.resume_route(policy_model) if policy_model else self.gate.resume()
 
     async def set_canary(self, upstreams: list[str], share: float, policy_version: int) -> None:
         await self.policy.canary.set(
             upstreams, share, policy_version, current_version=self.policy.version
         )
 
-    def set_policy_version(self, version: int, policy_model: str, lora_adapter: str) -> int:
-        """The version, and the adapter serving `policy_model` from now on (none when `lora_adapter` is empty)."""
+    def set_policy_version(
+        self, version: int, policy_model: str, lora_adapter: str, route: bool = False
+    ) -> int:
+        """The version, and the adapter serving `policy_model` from now on (none when `lora_adapter` is empty);
+        with `route`, those of `policy_model`'s route only (policy_routes.py). Returns the previous version."""
+        if route:
+            previous = self.policy.routes.set(policy_model, lora_adapter, version)
+            self.record.save_route(RecordedRoute(policy_model, lora_adapter, version))
+            return previous
         if version < self.policy.version:
             raise InvalidArgument(
                 f"policy_version {version} is lower than the current {self.policy.version}"
@@ -106,4 +134,12 @@ class IngestControl:
         if version <= self.policy.version:
             return False
         self.set_policy_version(version, policy_model, lora_adapter)
+        return True
+
+    def adopt_route(self, version: int, policy_model: str, lora_adapter: str) -> bool:
+        """Take on a peer's or the record's route when it is newer than this ingest's (or this one has none)."""
+        current = self.policy.routes.get(policy_model)
+        if current is not None and version <= current.version:
+            return False
+        self.set_policy_version(version, policy_model, lora_adapter, route=True)
         return True

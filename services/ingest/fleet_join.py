@@ -3,11 +3,12 @@
 With --peers (the other ingests: addresses or a dns:/// name, the trainer's list), a
 starting ingest asks every peer it reaches for its stats before its HTTP port opens,
 so no agent is served at a stale version. It adopts the highest policy version and the
-adapter that goes with it. If a peer is paused, a weight sync is under way: the new
-ingest starts held, and resumes on its own once no peer is paused any more (taking on
-the version the sync set), or as soon as the trainer, which may have found it
-meanwhile, resumes it. A peer that is itself joining does not count as paused, so
-ingests restarted together do not wait on each other.
+adapter that goes with it, and each run's route at the highest version a peer reports.
+If a peer is paused, a weight sync is under way: the new ingest starts held, and
+resumes on its own once no peer is paused any more (taking on the version the sync
+set), or as soon as the trainer, which may have found it meanwhile, resumes it. A
+peer that is itself joining does not count as paused, so ingests restarted together
+do not wait on each other.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class PeerView:
     policy_version: int = 0
     policy_model: str = ""
     lora_adapter: str = ""
+    routes: dict[str, pb.PolicyRoute] = field(default_factory=dict)
+    """Each run's route at the highest version any peer reports, by model name."""
 
 
 class FleetJoin:
@@ -87,6 +90,10 @@ class FleetJoin:
             if stats.policy_version > view.policy_version:
                 view.policy_version, view.policy_model, view.lora_adapter = (
                     stats.policy_version, stats.policy_model, stats.lora_adapter)  # fmt: skip
+            for route in stats.routes:
+                known = view.routes.get(route.policy_model)
+                if known is None or route.policy_version > known.policy_version:
+                    view.routes[route.policy_model] = route
         return view
 
     async def close(self) -> None:
@@ -121,6 +128,12 @@ class FleetJoin:
                 policy_version=view.policy_version,
                 lora_adapter=view.lora_adapter,
             )
+        for route in view.routes.values():
+            if self.control.adopt_route(
+                route.policy_version, route.policy_model, route.lora_adapter
+            ):
+                log.info("route_adopted_from_peers", policy_model=route.policy_model,
+                         policy_version=route.policy_version, lora_adapter=route.lora_adapter)  # fmt: skip
 
     async def _stats(self, address: str) -> pb.GetStatsResponse | None:
         client = self._clients.get(address)

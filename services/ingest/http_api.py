@@ -132,7 +132,8 @@ class IngestHttpApp:
         try:
             if path in INFERENCE_PATHS and method == "POST":
                 # One admission for the whole exchange, streamed body included: a pause for
-                # weight sync waits for this response to finish, never cuts it in half.
+                # weight sync waits for this response to finish, never cuts it in half. The
+                # backend, once it has read the model, adds the model's route to it (admit_route).
                 async with self.gate.admit():
                     status, fields = await self._respond(
                         send, receive, path, self._inference(headers, receive, path, slug)

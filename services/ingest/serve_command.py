@@ -263,6 +263,8 @@ def build_bindings(config: IngestConfig) -> list[ServiceBinding]:
     control = IngestControl(gate, router, sink, policy, record)
     recorded = record.load()
     control.adopt(recorded.version, recorded.model, recorded.adapter)
+    for recorded_route in record.load_routes():
+        control.adopt_route(recorded_route.version, recorded_route.model, recorded_route.adapter)
     fleet = FleetJoin(AddressSet(parse_address_list(config.peers)), control)
     external = ExternalModels(config.external_models)
     exact = ExactHistory(router, upstream, HistoryBook(config.exact_history_budget_tokens))

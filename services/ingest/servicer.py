@@ -28,6 +28,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             policy_model=stats.policy_model, lora_adapter=stats.lora_adapter, joining=stats.joining,
             canary_share=stats.canary_share, canary_policy_version=stats.canary_policy_version,
             canary_upstreams=stats.canary_upstreams,
+            routes=[pb.PolicyRoute(policy_model=r.policy_model, lora_adapter=r.lora_adapter,
+                                   policy_version=r.policy_version, paused=r.paused) for r in stats.routes],
         )  # fmt: skip
         response.start_time.FromNanoseconds(int(stats.start_time * 1e9))
         return response
@@ -57,7 +59,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             if request.HasField("drain_timeout")
             else DEFAULT_DRAIN_TIMEOUT_S
         )
-        drained, paused_at = await self.control.pause(timeout)
+        drained, paused_at = await self.control.pause(timeout, request.policy_model)
         response = pb.PauseTrafficResponse(drained_count=drained)
         response.pause_time.FromNanoseconds(int(paused_at * 1e9))
         return response
@@ -66,14 +68,16 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         self, request: pb.ResumeTrafficRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeTrafficResponse:
         response = pb.ResumeTrafficResponse()
-        response.paused_duration.FromNanoseconds(int(self.control.resume() * 1e9))
+        response.paused_duration.FromNanoseconds(
+            int(self.control.resume(request.policy_model) * 1e9)
+        )
         return response
 
     async def SetPolicyVersion(
         self, request: pb.SetPolicyVersionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetPolicyVersionResponse:
         previous = self.control.set_policy_version(
-            request.policy_version, request.policy_model, request.lora_adapter
+            request.policy_version, request.policy_model, request.lora_adapter, request.route
         )
         return pb.SetPolicyVersionResponse(previous_policy_version=previous)
 

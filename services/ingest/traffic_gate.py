@@ -3,14 +3,20 @@
 A weight sync pauses (and drains); an ingest joining a paused fleet holds its traffic
 until the fleet resumes. Each is a hold of its own, so lifting one never opens the gate
 while the other still stands; the trainer's resume lifts every hold.
+
+A run's weight sync, where several runs share the replicas, holds only its route's
+model (route_holds.py): the backend names the model once it has read the request
+(`admit_route`), and the request's admission then counts it in that model's flight too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar, Token
 from types import TracebackType
 
+from parity.services.ingest.route_holds import RouteHold
 from parity.services.runtime.errors import DeadlineExceeded
 
 SYNC_HOLD = "weight sync"
@@ -28,6 +34,8 @@ class TrafficGate:
         self._open.set()
         self._idle = asyncio.Event()
         self._idle.set()
+        # By model name: the models held, or with requests in flight.
+        self._routes: dict[str, RouteHold] = {}
 
     @property
     def paused(self) -> bool:
@@ -35,8 +43,36 @@ class TrafficGate:
 
     def admit(self) -> _Admission:
         """`async with gate.admit():` holds the request while paused, then counts it in
-        flight until it finishes."""
+        flight until it finishes; `admit_route` within it does the same for its model."""
         return _Admission(self)
+
+    def route_hold(self, model: str) -> RouteHold:
+        hold = self._routes.get(model)
+        if hold is None:
+            hold = self._routes[model] = RouteHold(model)
+        return hold
+
+    def _forget_if_idle(self, hold: RouteHold) -> None:
+        """Keep only the models held or in flight: whatever names requests make up, the table stays small."""
+        if not hold.in_flight and not hold.paused and self._routes.get(hold.model) is hold:
+            del self._routes[hold.model]
+
+    def route_paused(self, model: str) -> bool:
+        hold = self._routes.get(model)
+        return hold is not None and hold.paused
+
+    async def pause_route(self, model: str, drain_timeout_s: float) -> int:
+        """Stop admitting requests for `model`; return once none of them is in flight. Stays paused on timeout."""
+        return await self.route_hold(model).pause(drain_timeout_s)
+
+    def resume_route(self, model: str) -> float:
+        """Lift `model`'s hold only; returns how long it was held (0 if it was not)."""
+        hold = self._routes.get(model)
+        if hold is None:
+            return 0.0
+        paused_for = hold.resume()
+        self._forget_if_idle(hold)
+        return paused_for
 
     async def _enter(self) -> None:
         if not self._open.is_set():
@@ -82,24 +118,61 @@ class TrafficGate:
         return draining
 
     def resume(self) -> float:
-        """Lift every hold and admit again; returns how long traffic was paused (0 if it was not)."""
+        """Lift every hold, every route's too, and admit again; returns the longest any of them stood (0 if none
+        did)."""
         paused_for = time.time() - self.paused_since if self.paused_since is not None else 0.0
         self._holds.clear()
         self.paused_since = None
         self._open.set()
+        for hold in list(self._routes.values()):
+            paused_for = max(paused_for, hold.resume())
+            self._forget_if_idle(hold)
         return paused_for
+
+
+_admission: ContextVar[_Admission | None] = ContextVar("parity_ingest_admission", default=None)
+
+
+async def admit_route(model: str) -> None:
+    """Within a request's admission (`gate.admit()`): wait while `model` is held, then count the request in
+    `model`'s flight until the admission ends. Outside one (a backend driven on its own), nothing."""
+    admission = _admission.get()
+    if admission is not None and admission.route is None:
+        await admission.enter_route(model)
 
 
 class _Admission:
     """A plain async context manager: on the hot path, cheaper than @asynccontextmanager."""
 
-    __slots__ = ("gate",)
+    __slots__ = ("gate", "route", "counted", "_token")
 
     def __init__(self, gate: TrafficGate) -> None:
         self.gate = gate
+        self.route: RouteHold | None = None
+        self.counted = False
+        self._token: Token[_Admission | None] | None = None
 
     async def __aenter__(self) -> None:
         await self.gate._enter()
+        self.counted = True
+        self._token = _admission.set(self)
+
+    async def enter_route(self, model: str) -> None:
+        gate = self.gate
+        # Looked up afresh after every wait: a hold lifted and forgotten meanwhile is not this model's any more.
+        while (hold := gate.route_hold(model)).paused:
+            # Waiting here, the request is out of the gate's flight: a pause of all traffic does not wait for it.
+            gate._leave()
+            self.counted = False
+            gate.held += 1
+            try:
+                await hold.wait_open()
+            finally:
+                gate.held -= 1
+            await gate._enter()
+            self.counted = True
+        hold.enter()
+        self.route = hold
 
     async def __aexit__(
         self,
@@ -107,4 +180,10 @@ class _Admission:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self.gate._leave()
+        if self._token is not None:
+            _admission.reset(self._token)
+        if self.counted:
+            self.gate._leave()
+        if self.route is not None:
+            self.route.leave()
+            self.gate._forget_if_idle(self.route)
