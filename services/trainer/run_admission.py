@@ -26,11 +26,6 @@ def check_admission(
                 "max_concurrent_runs above 1 to train LoRA runs at once)"
             )
         return
-    if len(active) >= limit:
-        raise ResourceExhausted(
-            f"max_concurrent_runs is {limit} and {len(active)} runs are active ({names}); "
-            "wait for one to end, stop one, or raise max_concurrent_runs"
-        )
     if settings.lora_rank and backend != "cpu":
         raise FailedPrecondition(
             f"runs trained at once share one base model in the cpu backend; this run's backend is {backend}, "
@@ -53,4 +48,10 @@ def check_admission(
         raise FailedPrecondition(
             f"the active runs ({names}) train adapters of {', '.join(map(str, sorted(bases)))}; runs at once "
             f"share one base model, and this one asks for {settings.model_path}"
+        )
+    # Last: a run that could never share the base is told why, not to wait for a free place.
+    if len(active) >= limit:
+        raise ResourceExhausted(
+            f"max_concurrent_runs is {limit} and {len(active)} runs are active ({names}); "
+            "wait for one to end, stop one, or raise max_concurrent_runs"
         )

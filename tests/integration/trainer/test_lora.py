@@ -232,6 +232,7 @@ def test_lora_is_refused_before_any_step_by_a_replica_without_it_and_for_a_bad_c
 
 
 CONCURRENT_STEPS = 6
+DRIVE_TIMEOUT_S = 300
 
 
 async def named_model_agent(task: dict[str, Any]) -> float:
@@ -243,11 +244,11 @@ async def named_model_agent(task: dict[str, Any]) -> float:
     return word_start_share([entry.token for entry in sampled_logprobs(completion.choices[0])])
 
 
-def start_lora_run(stack: Any, run_id: str, learning_rate: float) -> run_pb2.Run:
+def start_lora_run(stack: Any, run_id: str, learning_rate: float, **config: Any) -> run_pb2.Run:
     return TrainerClient(stack.trainer.address).start_run(pb.StartRunRequest(run_id=run_id, config=run_pb2.RunConfig(
         model_path=str(stack.vllm.config.model_path), total_steps=CONCURRENT_STEPS, groups_per_batch=GROUPS,
         learning_rate=learning_rate, backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC,
-        lora=run_pb2.LoraConfig(rank=RANK),
+        lora=run_pb2.LoraConfig(rank=RANK), **config,
     ))).run  # fmt: skip
 
 
@@ -258,13 +259,23 @@ def drive(trainer: TrainerClient, run: run_pb2.Run) -> run_pb2.Run:
     def roll_out(tasks: int) -> None:
         batch = [{"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)], "model": run.served_model}
                  for _ in range(tasks)]  # fmt: skip
-        parity.engine.run(named_model_agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS,
-                          progress=False, run_id=f"{run.run_id}-{next(counter)}", training_run=run.run_id)  # fmt: skip
+        results = parity.engine.run(named_model_agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS,
+                                    progress=False, run_id=f"{run.run_id}-{next(counter)}", training_run=run.run_id)  # fmt: skip
+        failed = [r.error for r in results if r.outcome != "succeeded"]
+        # A failed run's agents may meet its adapter gone; any other run's failed rollout is the test's failure.
+        assert (
+            not failed
+            or trainer.get_status(pb.GetStatusRequest(run_id=run.run_id)).run.state in TERMINAL
+        ), failed[:3]
 
     step = 0
+    deadline = time.monotonic() + DRIVE_TIMEOUT_S
     while (
         status := trainer.get_status(pb.GetStatusRequest(run_id=run.run_id)).run
     ).state not in TERMINAL:
+        assert time.monotonic() < deadline, (
+            f"run {run.run_id} is at step {status.step} of {CONCURRENT_STEPS}"
+        )
         if status.step >= step and status.state == run_pb2.RUN_STATE_WAITING_FOR_DATA:
             # Each step's groups, and one more whenever the run still waits: a group whose rewards tie is dropped.
             roll_out(GROUPS if status.step == step else 1)
@@ -274,15 +285,16 @@ def drive(trainer: TrainerClient, run: run_pb2.Run) -> run_pb2.Run:
 
 
 @pytest.fixture(scope="module")
-def concurrent_stack(module_services, trainer_vllm, tmp_path_factory):
-    """A stack whose trainer trains two LoRA runs at once on the vLLM above."""
-    return start_training_stack(
-        module_services,
-        trainer_vllm,
-        tmp_path_factory.mktemp("concurrent"),
-        "--max-concurrent-runs",
-        "2",
+def concurrent_stack(module_services, trainer_vllm, tmp_path_factory) -> Iterator[Any]:
+    """A stack whose trainer trains two LoRA runs at once on the vLLM above; agents reach its ingest."""
+    stack = start_training_stack(module_services, trainer_vllm, tmp_path_factory.mktemp("concurrent"),
+                                 "--max-concurrent-runs", "2")  # fmt: skip
+    previous = parity.current_config()
+    parity.configure(
+        ingest_url=f"http://127.0.0.1:{stack.http_port}", assembler_address=stack.assembler.address
     )
+    yield stack
+    parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address)
 
 
 def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concurrent_stack) -> None:
@@ -340,12 +352,14 @@ def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concur
     assert stats.policy_version == 0
 
 
-def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack) -> None:
+def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack, tmp_path) -> None:
     stack = concurrent_stack
     trainer = TrainerClient(stack.trainer.address)
     healthy = start_lora_run(stack, "steady", LEARNING_RATE)
-    # A learning rate no policy survives: its first update leaves weights whose probe vLLM cannot match.
-    failing = start_lora_run(stack, "runaway", 1e6)
+    # Its checkpoints cannot be written (their folder would be inside a file): its first step's checkpoint fails it.
+    (tmp_path / "a-file").write_text("")
+    failing = start_lora_run(stack, "runaway", LEARNING_RATE, checkpoint_dir=str(tmp_path / "a-file" / "checkpoints"),
+                             checkpoint_interval=1)  # fmt: skip
     with ThreadPoolExecutor(2) as pool:
         ended = dict(
             zip(
@@ -354,6 +368,9 @@ def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack) 
                 strict=True,
             )
         )
-    assert ended["runaway"].state == run_pb2.RUN_STATE_FAILED and ended["runaway"].error_message
+    assert (
+        ended["runaway"].state == run_pb2.RUN_STATE_FAILED
+        and "a-file" in ended["runaway"].error_message
+    )
     assert ended["steady"].state == run_pb2.RUN_STATE_COMPLETED, ended["steady"].error_message
     assert ended["steady"].step == CONCURRENT_STEPS
