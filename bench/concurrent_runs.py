@@ -30,6 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.processes import free_port  # noqa: E402
 from bench.scratch import scratch_dir  # noqa: E402
+from parity.core.model_defaults import DEFAULT_MODEL  # noqa: E402
+from parity.services.inference.packaged_models import resolve_model  # noqa: E402
+from parity.services.trainer.compute_defaults import resolve_dtype  # noqa: E402
 
 PARITY = str(REPO / ".venv" / "bin" / "parity")
 SAMPLE_S = 1.0
@@ -83,13 +86,15 @@ def pss(pid: int) -> int:
 
 
 def start_stack(
-    data: Path, runs: int, lora_rank: int
+    data: Path, model: Path, runs: int, lora_rank: int
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     ports = {
         name: free_port()
         for name in ("store", "assembler", "trainer", "ingest", "vllm", "http", "console")
     }
-    command = [PARITY, "up", "--data-dir", str(data), "--max-concurrent-runs", str(runs),
+    command = [PARITY, "up", "--data-dir", str(data), "--model", str(model), "--max-concurrent-runs", str(runs),
+               # What the runs compute in (`dtype` auto), as the stack `parity train` starts serves it.
+               "--vllm-dtype", resolve_dtype("auto"),
                "--vllm-lora-rank", str(lora_rank), *[arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]]  # fmt: skip
     stack = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert stack.stdout is not None
@@ -104,13 +109,14 @@ def start_stack(
     }
     address = (f"ingest=http://127.0.0.1:{ports['http']},assembler=127.0.0.1:{ports['assembler']},"
                f"trainer=127.0.0.1:{ports['trainer']},store=127.0.0.1:{ports['store']}")  # fmt: skip
-    return stack, environment | {"BENCH_STACK": address}
+    return stack, environment | {"BENCH_STACK": address, "BENCH_MODEL": str(model)}
 
 
 def train(
     args: argparse.Namespace, environment: dict[str, str], run_id: str, seed: int, out: Path
 ) -> subprocess.Popen[str]:
-    command = [PARITY, "train", "--config", args.config, "--stack", environment["BENCH_STACK"], "--lora-rank",
+    command = [PARITY, "train", "--config", args.config, "--stack", environment["BENCH_STACK"], "--model",
+               environment["BENCH_MODEL"], "--lora-rank",
                str(args.lora_rank), "--learning-rate", str(args.learning_rate), "--seed", str(seed), "--run-id", run_id,
                "--output-dir", str(out), *(["--steps", str(args.steps)] if args.steps else [])]  # fmt: skip
     log = (out / f"{run_id}.log").open("w")
@@ -119,10 +125,12 @@ def train(
     )
 
 
-def result_of(process: subprocess.Popen[str]) -> dict[str, object]:
+def result_of(process: subprocess.Popen[str], log: Path) -> dict[str, object]:
     output, _ = process.communicate()
     lines = [line for line in output.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"state": f"exited {process.returncode}"}
+    if not lines:
+        raise SystemExit(f"parity train exited {process.returncode}:\n{log.read_text()[-3000:]}")
+    return json.loads(lines[-1])
 
 
 def phase(args: argparse.Namespace, stack: subprocess.Popen[str], environment: dict[str, str], out: Path,
@@ -137,9 +145,11 @@ def phase(args: argparse.Namespace, stack: subprocess.Popen[str], environment: d
         drivers.append(process)
         driver_memory.roots.append(process.pid)
         if not together:
-            results.append(result_of(process))
+            results.append(result_of(process, out / f"{label}-{n + 1}.log"))
     if together:
-        results = [result_of(process) for process in drivers]
+        results = [
+            result_of(process, out / f"{label}-{n + 1}.log") for n, process in enumerate(drivers)
+        ]
     return {
         "wall_s": time.monotonic() - started,
         "stack_peak_bytes": stack_memory.stop(),
@@ -167,20 +177,29 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--config", default="examples/calculator/train.toml")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="the base model, as `parity up --model` takes it"
+    )
     parser.add_argument("--steps", type=int, default=0, help="each run's steps; 0: the config's")
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     with scratch_dir("concurrent-runs") as scratch:
-        stack, environment = start_stack(scratch / "stack", args.runs, args.lora_rank)
+        model = resolve_model(args.model).resolve()
+        stack, environment = start_stack(scratch / "stack", model, args.runs, args.lora_rank)
         try:
             phases = {label: phase(args, stack, environment, scratch, label, together)
                       for label, together in (("sequential", False), ("concurrent", True))}  # fmt: skip
         finally:
             stack.send_signal(signal.SIGINT)
             stack.wait(180)
-    report(args, phases)
+        report(args, phases)
+        failed = [run["run_id"] for measured in phases.values() for run in measured["runs"]  # type: ignore[attr-defined]
+                  if run["state"] != "completed"]  # fmt: skip
+        if failed:
+            # Inside the scratch folder's block: it is kept, with every process's log.
+            raise SystemExit(f"runs {', '.join(map(str, failed))} did not complete")
 
 
 def report(args: argparse.Namespace, phases: dict[str, dict[str, object]]) -> None:

@@ -147,6 +147,7 @@ class WeightSync:
     ) -> SyncResult:
         """Load `policy` into every replica with traffic held, verify it, and move every ingest to `policy_version`."""
         durations: dict[str, float] = {}
+        held_everything = False
         started = time.perf_counter()
         phase = time.perf_counter()
         self.hold(f"weight sync to policy version {policy_version}")
@@ -171,6 +172,14 @@ class WeightSync:
                     outcome.error = str(error)
             durations["push"] = time.perf_counter() - phase + extra_push_s
             phase = time.perf_counter()
+            if self.route_model and policy.expected is not None:
+                # vLLM 0.32 on CPU scores prompt logprobs through an adapter only alone in its batch: beside
+                # other requests, its LoRA logits path fails and the engine dies. Every run's agents wait.
+                held_everything = True
+                self.hold(
+                    f"verifying {self.route_model} at policy version {policy_version}",
+                    everything=True,
+                )
             self.verify(policy, results)
             durations["verify"] = time.perf_counter() - phase
             result = SyncResult(policy_version, list(results.values()), durations)
@@ -196,7 +205,7 @@ class WeightSync:
             self.on_every_ingest(lambda ingest: ingest.set_policy_version(request))
         finally:
             phase = time.perf_counter()
-            self.release()
+            self.release(everything=held_everything)
             durations["resume"] = time.perf_counter() - phase
             durations["total"] = time.perf_counter() - started + extra_push_s
         log.info(
@@ -232,15 +241,16 @@ class WeightSync:
                     "the replica is not serving the pushed weights"
                 )
 
-    def hold(self, reason: str) -> None:
-        """Pause every ingest; returns once each has finished its requests in flight. Idempotent.
+    def hold(self, reason: str, everything: bool = False) -> None:
+        """Pause every ingest (only this run's route, unless `everything`); returns once each has finished
+        its requests in flight. Idempotent.
 
         The ingests drain at once, each holding its new requests meanwhile, so no request of any of them
         meets the new weights half way. One that does not answer within the drain timeout fails the sync."""
         request = ingest_pb.PauseTrafficRequest(
             reason=reason,
             drain_timeout=duration_pb2.Duration(seconds=int(self.drain_timeout_s)),
-            policy_model=self.route_model,
+            policy_model="" if everything else self.route_model,
         )
         try:
             self.on_every_ingest(
@@ -249,12 +259,15 @@ class WeightSync:
         except SyncFailed:
             # The others paused: they must not stay so because one failed.
             with contextlib.suppress(SyncFailed):
-                self.release()
+                self.release(everything)
             raise
 
-    def release(self) -> None:
-        """Resume every ingest, even when some cannot be reached: those are named in the failure."""
-        request = ingest_pb.ResumeTrafficRequest(policy_model=self.route_model)
+    def release(self, everything: bool = False) -> None:
+        """Resume every ingest (this run's route, unless `everything`: then every hold), even when some cannot be
+        reached: those are named in the failure."""
+        request = ingest_pb.ResumeTrafficRequest(
+            policy_model="" if everything else self.route_model
+        )
         self.on_every_ingest(lambda ingest: ingest.resume_traffic(request))
 
     def on_every_ingest(self, call: Callable[[IngestClient], object]) -> None:
