@@ -55,7 +55,7 @@ class IngestFleet(AddressSet):
         ]
 
     def highest_policy_version(self) -> int:
-        """The highest version any ingest stamps: a run resumes past every one of them."""
+        """The highest version any ingest stamps, on any route: a run resumes past every one of them."""
         versions = [0]
         try:
             members = self.members()
@@ -63,7 +63,12 @@ class IngestFleet(AddressSet):
             raise Unavailable(f"ingest {error}") from None
         for ingest in members:
             try:
-                versions.append(int(ingest.get_stats(ingest_pb.GetStatsRequest()).policy_version))
+                stats = ingest.get_stats(ingest_pb.GetStatsRequest())
             except RPCError as error:
                 raise Unavailable(f"ingest at {ingest.address}: {error}") from None
+            # Runs' routes too: a run resumed from an earlier checkpoint goes on past its route's version.
+            versions += [
+                int(stats.policy_version),
+                *(int(route.policy_version) for route in stats.routes),
+            ]
         return max(versions)

@@ -151,6 +151,7 @@ class TrainingRuns:
         settings = run.settings
         metrics = MetricsLog(list(restored), feed=self.metrics)
         if not (self.concurrent and settings.lora_rank):
+            self._forget_ended_runs()
             self._loops.clear()
             self.metrics.reset(restored)
             loop = RunLoop(
@@ -173,12 +174,16 @@ class TrainingRuns:
         return loop
 
     def _forget_ended_runs(self) -> None:
-        """Free the adapters of runs that ended, and the bases no active run trains on."""
+        """Free the adapters of runs that ended, the bases no active run trains on, and a lone run's model."""
         for run_id, loop in list(self._loops.items()):
             if not loop.run.state.active:
                 del self._loops[run_id]
                 if loop.policy.backend is not None and loop.policy is not self._policy:
                     loop.policy.backend.close()
+        if self._policy.backend is not None and not self._loops:
+            with self._policy.lock:
+                self._policy.backend.close()
+                self._policy.backend = None
         in_use = {loop.run.settings.model_path.resolve() for loop in self._loops.values()}
         self._bases = {path: base for path, base in self._bases.items() if path in in_use}
 
