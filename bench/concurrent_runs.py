@@ -19,20 +19,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from processes import REPO, free_port
+from scratch import scratch_dir
 
-from bench.processes import free_port  # noqa: E402
-from bench.scratch import scratch_dir  # noqa: E402
-from parity.core.model_defaults import DEFAULT_MODEL  # noqa: E402
-from parity.services.inference.packaged_models import resolve_model  # noqa: E402
-from parity.services.trainer.compute_defaults import resolve_dtype  # noqa: E402
+from parity.core.model_defaults import DEFAULT_MODEL
+from parity.services.inference.packaged_models import resolve_model
+from parity.services.trainer.compute_defaults import resolve_dtype
 
 PARITY = str(REPO / ".venv" / "bin" / "parity")
 SAMPLE_S = 1.0
