@@ -98,11 +98,6 @@ class RunLoop:
         final = RunState.FAILED
         try:
             with self.policy.lock:
-                if self.policy.backend is not None:
-                    # The last run's policy stays until a new run replaces it (SaveCheckpoint and
-                    # SyncWeights use it); its Ray actors must give their GPUs back first.
-                    self.policy.backend.close()
-                    self.policy.backend = None
                 backend = select_backend(settings, self._base)
                 if self._resume is not None:
                     backend.load_state(self._resume.path)

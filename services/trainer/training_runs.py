@@ -180,6 +180,8 @@ class TrainingRuns:
                 del self._loops[run_id]
                 if loop.policy.backend is not None and loop.policy is not self._policy:
                     loop.policy.backend.close()
+        # A lone run's policy stays until the next run starts (SaveCheckpoint and SyncWeights use it); its Ray
+        # actors must give their GPUs back before the next run's start.
         if self._policy.backend is not None and not self._loops:
             with self._policy.lock:
                 self._policy.backend.close()
