@@ -103,9 +103,10 @@ def test_in_bfloat16_sharing_moves_the_update_no_more_than_batching_it_otherwise
     sharing_gap, sharing_metrics = distance(shared, unshared)
     batching_gap, batching_metrics = distance(rebatched, unshared)
     assert 0 < sharing_gap <= 1.5 * batching_gap
-    # The clip fraction counts tokens: one at the clip's edge may land on either side of it.
-    edge = 1 / int(batch.response_mask.sum())
+    # The clip fraction counts tokens: one at the clip's edge may land on either side of it. ppo_kl is the mean
+    # log-ratio of two passes over weights an update at 1e-5 barely moves, so it is rounding alone, and two samples
+    # of rounding differ by more than 1.5x (measured on an EPYC with bf16 units: 4.5e-3 shared, 1.8e-3 rebatched):
+    # its floor is one bf16 rounding step of an O(1) logprob.
+    floors = {"clip_fraction": 1 / int(batch.response_mask.sum()), "ppo_kl": 2**-8}
     for key in COMPARED:
-        assert sharing_metrics[key] <= 1.5 * batching_metrics[key] + (
-            edge if key == "clip_fraction" else 1e-6
-        ), key
+        assert sharing_metrics[key] <= 1.5 * batching_metrics[key] + floors.get(key, 1e-6), key
