@@ -335,7 +335,8 @@ def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concur
             assert batch.samples and all(
                 s.session_id.startswith(f"{run.run_id}-") for s in batch.samples
             )
-        # The run's adapter, served under its name, learned. Measured: see docs/trainer.md.
+        # The run's adapter, served under its name, learned: fresh replies, 512 a side. Measured: alpha 0.345 -> 0.510
+        # (z 21), beta 0.345 -> 0.541 (z 24); passes at z >= 6 and a gain >= 0.05, by chance with probability 1.4e-9.
         gain = difference_of_means(
             before, served_rewards(stack.vllm.base_url, model=run.served_model), "served reward"
         )
