@@ -95,7 +95,7 @@ class ChatBackend:
     def served(self) -> set[str]:
         served = self.router.models() | set(self.external.models())
         if self.policy.routes:
-            served.update(route.model for route in self.policy.routes.all())
+            served.update(self.policy.routes.served())
         return served
 
     async def ask_replica(self, model: str, path: str, body: bytes) -> tuple[int, bytes]:
@@ -153,9 +153,12 @@ class ChatBackend:
             return _Route(*canary)
         routed_model = call.body.get("model", "")
         if self.policy.routes and (run := self.policy.routes.route(call.body)) is not None:
-            # The replicas listing the adapter; until their next health check lists a new one, those of the model.
-            candidates = self.router.candidates(run.adapter, session_id) or self.router.candidates(
-                call.served_model, session_id
+            # The replicas listing the adapter; until their next health check lists a new one, those of the model,
+            # or those of the base model every route's adapter is loaded into.
+            candidates = (
+                self.router.candidates(run.adapter, session_id)
+                or self.router.candidates(call.served_model, session_id)
+                or self.router.candidates(self.router.policy_model() or "", session_id)
             )
             return _Route(candidates, run.version, run.adapter, routed_model)
         candidates = self.router.candidates(call.served_model, session_id)

@@ -111,7 +111,7 @@ def promotion_to_proto(record: PromotionRecord) -> promotion_pb2.Promotion:
         checkpoint_id=record.checkpoint_id, policy_version=record.policy_version, metric=record.metric,
         baseline=record.baseline, candidate=record.candidate, margin=record.margin, reason=record.reason,
         max_logprob_diff=record.max_logprob_diff, create_time=_timestamp(record.create_time), path=record.path,
-        canary_share=record.canary_share,
+        canary_share=record.canary_share, served_model=record.served_model,
     )  # fmt: skip
 
 
@@ -281,6 +281,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             request.metric,
             request.margin,
             request.canary_share,
+            request.served_model,
         )
         return pb.PromotePolicyResponse(promotion=promotion_to_proto(record))
 
@@ -288,7 +289,9 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         self, request: pb.RollbackPolicyRequest, context: grpc.aio.ServicerContext
     ) -> pb.RollbackPolicyResponse:
         return pb.RollbackPolicyResponse(
-            promotion=promotion_to_proto(await asyncio.to_thread(self.runs.promotions.rollback))
+            promotion=promotion_to_proto(
+                await asyncio.to_thread(self.runs.promotions.rollback, request.served_model)
+            )
         )
 
     async def ListPromotions(

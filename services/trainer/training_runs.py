@@ -295,9 +295,11 @@ class TrainingRuns:
             return loop.policy.push(loop.run.policy_version, verify=verify)
 
     def promote(
-        self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0
-    ) -> PromotionRecord:
-        """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users."""
+        self, run_id: str, checkpoint_id: str, metric: str, margin: float, canary_share: float = 0.0,
+        served_model: str = "",
+    ) -> PromotionRecord:  # fmt: skip
+        """Gate the run's checkpoint (its latest by default) and, if it passes, serve it to users (with
+        `served_model`, to those whose agents ask for that name)."""
         run = self.get_run(run_id)
         root = run.settings.checkpoint_dir
         if checkpoint_id:
@@ -321,6 +323,7 @@ class TrainingRuns:
             margin,
             canary_share,
             self._policy.weight_sync,
+            served_model,
         )
 
     def close(self) -> None:

@@ -161,7 +161,8 @@ class WeightSync:
                 outcome = results[replica.base_url]
                 try:
                     if policy.folder is None:
-                        pass  # the base model as loaded: requests stop going to any adapter
+                        # The base model as loaded: requests stop going to any adapter, a route's withdrawn.
+                        outcome.policy_model = self.route_model
                     elif policy.adapter:
                         outcome.policy_model = self.route_model or replica.model_name()
                         outcome.adapter = self.route_model or adapter_name(outcome.policy_model)

@@ -87,6 +87,8 @@ class UpstreamClient:
     async def post(self, candidates: list[Replica], path: str, body: bytes) -> UpstreamReply:
         """POST to the first replica that answers without a connection error or 5xx.
         The caller reads `response`, then calls `release()` on the reply."""
+        if not candidates:
+            raise openai_errors.unavailable("no replica serves the requested model now; retry shortly")
         last_error, replica = "no attempt made", candidates[0]
         for attempt in range(self.retries + 1):
             replica = candidates[attempt % len(candidates)]

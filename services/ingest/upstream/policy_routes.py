@@ -5,6 +5,11 @@ Each run's agents ask for the run's own model name. A route (SetPolicyVersion wi
 with the run's own policy version; the ingest's own version and adapter
 (PolicyAdapter), and the other runs' routes, stay as they are. A route's adapter may
 carry the very name its agents ask for: vLLM serves the adapter under it.
+
+A route set without an adapter is withdrawn: its agents are served as if it had
+never been set (through the model aliases, to the base model, when they name one),
+and the route keeps only its version, so an older route from a peer or the spool
+cannot bring the adapter back.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ class PolicyRoute:
     model: str
     """The model name the run's agents ask for."""
     adapter: str
-    """The LoRA adapter, loaded in the replicas, that their requests go to."""
+    """The LoRA adapter, loaded in the replicas, that their requests go to; empty: the route is withdrawn."""
     version: int
     """The policy version their calls record."""
 
@@ -33,24 +38,26 @@ class PolicyRoutes:
         return bool(self._routes)
 
     def __contains__(self, model: str) -> bool:
-        return model in self._routes
+        """Whether requests for `model` go to a route's adapter."""
+        route = self._routes.get(model)
+        return route is not None and bool(route.adapter)
 
     def get(self, model: str) -> PolicyRoute | None:
         return self._routes.get(model)
 
     def all(self) -> list[PolicyRoute]:
-        """Every route, by model name."""
+        """Every route, withdrawn ones included, by model name."""
         return [self._routes[model] for model in sorted(self._routes)]
+
+    def served(self) -> list[str]:
+        """The model names whose requests go to an adapter."""
+        return [route.model for route in self.all() if route.adapter]
 
     def set(self, model: str, adapter: str, version: int) -> int:
         """Point `model` at `adapter` at `version`; returns the route's previous version (0 for a new route)."""
         if not model:
             raise InvalidArgument(
                 "policy_model is required with route: the model name the run's agents ask for"
-            )
-        if not adapter:
-            raise InvalidArgument(
-                "lora_adapter is required with route: the adapter that serves the run"
             )
         current = self._routes.get(model)
         previous = current.version if current is not None else 0
@@ -64,6 +71,7 @@ class PolicyRoutes:
     def route(self, body: dict[str, Any]) -> PolicyRoute | None:
         """Point an upstream request for a route's model at the route's adapter; returns the route, or None."""
         route = self._routes.get(body.get("model", ""))
-        if route is not None:
-            body["model"] = route.adapter
+        if route is None or not route.adapter:
+            return None
+        body["model"] = route.adapter
         return route

@@ -6,6 +6,10 @@ replaced; a rollback pops the last standing promotion and records what serves ag
 replaying the file gives the stack of standing promotions (and repeated rollbacks walk
 back through them). A canary changes only which sessions the candidate serves; the next
 promotion or rollback ends it. A refusal changes nothing and is kept for the record.
+
+A promotion under a model name of its own (one tenant's, `served_model`) reaches only the
+users whose agents ask for that name: each name has its own stack of standing promotions,
+and the canary belongs to what every user is served.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class PromotionRecord:
     """What serves after a promotion or a rollback."""
     replaced: ServedPolicy | None = None
     """What a promotion put out of service: a rollback of it serves this again."""
+    served_model: str = ""
+    """The model name whose users the decision concerns; empty: every user."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -116,10 +122,13 @@ class PromotionLog:
                 os.fsync(file.fileno())
         return record
 
-    def standing(self) -> list[PromotionRecord]:
-        """The promotions in force, oldest first: each rollback took back the latest one before it."""
+    def standing(self, served_model: str = "") -> list[PromotionRecord]:
+        """The promotions in force under `served_model`, oldest first: each rollback took back the latest one
+        before it."""
         stack: list[PromotionRecord] = []
         for record in self.records():
+            if record.served_model != served_model:
+                continue
             if record.outcome == PROMOTED:
                 stack.append(record)
             elif record.outcome == ROLLED_BACK and stack:
@@ -128,7 +137,11 @@ class PromotionLog:
 
     def running_canary(self) -> PromotionRecord | None:
         """The canary now serving a share of sessions: the last decision that changed what serves, if it started one."""
-        deciding = [record for record in self.records() if record.outcome != REFUSED]
+        deciding = [
+            record
+            for record in self.records()
+            if record.outcome != REFUSED and not record.served_model
+        ]
         return deciding[-1] if deciding and deciding[-1].outcome == CANARY else None
 
     def next_id(self) -> str:

@@ -20,6 +20,13 @@ replicas instead, and the serving ingests send that share of sessions to them, s
 with its version, until a promotion without a share (which ends the canary) or a
 rollback (which ends it and changes nothing else).
 
+A LoRA candidate promoted under a model name of its own (`served_model`, one tenant's)
+reaches only the users whose agents ask for that name: the serving replicas load the
+adapter under it, and only its route in the serving ingests is held, verified and
+versioned. Until then a model alias (`--model-alias 'NAME=BASE'` on those ingests)
+sends such agents to the base model; a rollback of the name's first promotion withdraws
+the route, so they are served so again.
+
 Every decision, refusals included, goes to the promotion log; a rollback pushes back
 what the last standing promotion replaced.
 """
@@ -52,7 +59,7 @@ from parity.services.trainer.promotion.log import (
     PromotionRecord,
     ServedPolicy,
 )
-from parity.services.trainer.replicas import VllmReplica
+from parity.services.trainer.replicas import ReplicaError, VllmReplica
 from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.step_metrics import StepRecord
 from parity.services.trainer.weight_sync import (
@@ -88,15 +95,19 @@ class Promotions:
 
     def promote(
         self, checkpoint: CheckpointInfo, validations: Sequence[StepRecord], metric: str, margin: float,
-        canary_share: float = 0.0, candidate_replicas: WeightSync | None = None,
+        canary_share: float = 0.0, candidate_replicas: WeightSync | None = None, served_model: str = "",
     ) -> PromotionRecord:  # fmt: skip
         """Serve the checkpoint to users if it passes the gate; with `canary_share`, first to that share of sessions
-        from `candidate_replicas` (the trainer's own)."""
+        from `candidate_replicas` (the trainer's own); with `served_model`, only to the users asking for it."""
         if not math.isfinite(margin) or margin < 0:
             raise InvalidArgument(f"margin must be a finite number >= 0, got {margin}")
         if not math.isfinite(canary_share) or not 0 <= canary_share <= 1:
             raise InvalidArgument(f"canary_share must be between 0 and 1, got {canary_share}")
         self._require_replicas()
+        if served_model:
+            self._check_served_model(
+                served_model, bool(checkpoint.settings.lora_rank), canary_share
+            )
         with self._lock:
             settings = checkpoint.settings
             gate = judge(validations, checkpoint.step, metric, margin)
@@ -104,7 +115,7 @@ class Promotions:
                 return self._refuse(checkpoint, gate, gate.reason)
             probe = model_probe(settings.model_path)
             start = self._start_policy(checkpoint, probe)
-            mismatch = self._mismatch(start)
+            mismatch = self._mismatch(start, served_model)
             if mismatch:
                 return self._refuse(checkpoint, gate, (
                     f"the serving replicas do not serve the model run {checkpoint.run_id} started from ({mismatch}), "
@@ -116,8 +127,8 @@ class Promotions:
                 checkpoint.run_id, checkpoint.checkpoint_id, str(path), bool(settings.lora_rank), probe,
                 policy_probe(settings, probe, path), settings.dtype,
             )  # fmt: skip
-            current = self._serving_version()
-            canary = self.log.running_canary()
+            current = self._serving_version(served_model)
+            canary = None if served_model else self.log.running_canary()
             if canary is not None and canary.checkpoint_id == checkpoint.checkpoint_id:
                 version = (
                     canary.policy_version
@@ -126,15 +137,16 @@ class Promotions:
                 version = max(checkpoint.policy_version, self._fresh_version(current))
             record = PromotionRecord(
                 promotion_id, PROMOTED, checkpoint.run_id, checkpoint.checkpoint_id, version, gate.metric, gate.baseline,
-                gate.candidate, margin, "", time.time(), path=str(path),
+                gate.candidate, margin, "", time.time(), path=str(path), served_model=served_model,
             )  # fmt: skip
             if canary_share > 0:
                 return self._start_canary(record, candidate, canary_share, candidate_replicas)
-            result = self._push_or_restore(candidate, version, start, current)
+            result = self._push_or_restore(candidate, version, start, current, served_model)
             if canary is not None:
                 self._set_canary([], 0.0, 0)  # everyone gets the promoted policy now
             log.info("policy_promoted", promotion_id=promotion_id, checkpoint_id=checkpoint.checkpoint_id,
-                     policy_version=version, metric=metric, baseline=gate.baseline, candidate=gate.candidate)  # fmt: skip
+                     policy_version=version, metric=metric, baseline=gate.baseline, candidate=gate.candidate,
+                     served_model=served_model)  # fmt: skip
             return self.log.append(
                 replace(
                     record,
@@ -144,11 +156,12 @@ class Promotions:
                 )
             )
 
-    def rollback(self) -> PromotionRecord:
-        """End a running canary; otherwise serve again what the last standing promotion replaced."""
+    def rollback(self, served_model: str = "") -> PromotionRecord:
+        """End a running canary; otherwise serve again what the last standing promotion (under `served_model`)
+        replaced."""
         self._require_replicas()
         with self._lock:
-            canary = self.log.running_canary()
+            canary = None if served_model else self.log.running_canary()
             if canary is not None:
                 self._set_canary([], 0.0, 0)
                 log.info("canary_ended", promotion_id=canary.promotion_id)
@@ -157,27 +170,30 @@ class Promotions:
                     canary.metric, math.nan, math.nan, canary.margin,
                     f"ended the canary of {canary.promotion_id}: the serving replicas serve every session", time.time(),
                 ))  # fmt: skip
-            standing = self.log.standing()
+            standing = self.log.standing(served_model)
             if not standing:
                 raise FailedPrecondition(
-                    "no promotion stands: the serving replicas serve what they were started with"
+                    f"no promotion under served_model {served_model!r} stands: its users get the base model"
+                    if served_model
+                    else "no promotion stands: the serving replicas serve what they were started with"
                 )
             undone = standing[-1]
             restored = undone.replaced
             assert restored is not None  # every promotion records what it replaced
-            current = self._serving_version()
+            current = self._serving_version(served_model)
             result = self._push_or_restore(
-                restored, self._fresh_version(current), undone.served, current
+                restored, self._fresh_version(current), undone.served, current, served_model
             )
             record = PromotionRecord(
                 self.log.next_id(), ROLLED_BACK, restored.run_id, restored.checkpoint_id, result.policy_version,
                 undone.metric, math.nan, math.nan, undone.margin, f"took back {undone.promotion_id}: {restored.describe()} serves again",
-                time.time(), result.max_logprob_diff, restored.folder, served=restored,
+                time.time(), result.max_logprob_diff, restored.folder, served=restored, served_model=served_model,
             )  # fmt: skip
             log.info(
                 "policy_rolled_back",
                 undone=undone.promotion_id,
                 policy_version=result.policy_version,
+                served_model=served_model,
             )
             return self.log.append(record)
 
@@ -201,6 +217,26 @@ class Promotions:
             raise FailedPrecondition(
                 "this trainer has no serving replicas: start it with --serving-replicas (and --serving-ingest-address) "
                 "to promote into them"
+            )
+
+    def _check_served_model(self, served_model: str, lora: bool, canary_share: float) -> None:
+        if not lora:
+            raise InvalidArgument(
+                f"served_model {served_model!r} needs a LoRA run's checkpoint: a whole model's weights would change "
+                "what every user is served"
+            )
+        if canary_share:
+            raise InvalidArgument(
+                "served_model and canary_share do not combine: a canary serves a share of every user's sessions"
+            )
+        try:
+            base = self._sync.replicas[0].model_name()
+        except ReplicaError as error:
+            raise Unavailable(f"serving replica: {error}") from None
+        if served_model == base:
+            raise InvalidArgument(
+                f"served_model must not be {base!r}, the serving replicas' own model: its users are every user "
+                "(leave served_model empty to serve them all)"
             )
 
     def _refuse(self, checkpoint: CheckpointInfo, gate: GateResult, reason: str) -> PromotionRecord:
@@ -235,9 +271,10 @@ class Promotions:
             settings.dtype,
         )
 
-    def _mismatch(self, policy: ServedPolicy) -> str:
-        """Why the serving replicas do not serve `policy` as users reach it; empty when they all do."""
-        adapter = self._served_adapter()
+    def _mismatch(self, policy: ServedPolicy, served_model: str) -> str:
+        """Why the serving replicas do not serve `policy` as users (asking for `served_model`) reach it; empty when
+        they all do."""
+        adapter = self._served_adapter(served_model)
         results = {
             r.base_url: ReplicaResult(r.base_url, False, math.nan, adapter=adapter)
             for r in self._sync.replicas
@@ -250,14 +287,24 @@ class Promotions:
             for r in results.values() if not r.verified
         )  # fmt: skip
 
-    def _served_adapter(self) -> str:
-        """The adapter the serving ingests send users' requests to; empty when they send them to the base model."""
+    def _served_adapter(self, served_model: str) -> str:
+        """The adapter the serving ingests send users' requests (for `served_model`) to; empty when they send them
+        to the base model."""
+        for stats in self._ingest_stats()[:1]:
+            route = next(
+                (r for r in stats.routes if r.policy_model == served_model and r.lora_adapter), None
+            )
+            return str(route.lora_adapter if route is not None else stats.lora_adapter)
+        return ""
+
+    def _ingest_stats(self) -> list[ingest_pb.GetStatsResponse]:
+        found = []
         for ingest in self._ingests.members():
             try:
-                return str(ingest.get_stats(ingest_pb.GetStatsRequest()).lora_adapter)
+                found.append(ingest.get_stats(ingest_pb.GetStatsRequest()))
             except RPCError as error:
                 raise Unavailable(f"serving ingest at {ingest.address}: {error}") from None
-        return ""
+        return found
 
     def _start_canary(
         self,
@@ -292,8 +339,11 @@ class Promotions:
         )
         self._sync.on_every_ingest(lambda ingest: ingest.set_canary(request))
 
-    def _serving_version(self) -> int:
-        """The version users' calls are stamped with now."""
+    def _serving_version(self, served_model: str = "") -> int:
+        """The version users' calls (for `served_model`'s route) are stamped with now."""
+        if self._ingests and served_model:
+            return max((int(r.policy_version) for stats in self._ingest_stats() for r in stats.routes
+                        if r.policy_model == served_model), default=0)  # fmt: skip
         if self._ingests:
             return self._ingests.highest_policy_version()
         served = [
@@ -306,16 +356,23 @@ class Promotions:
         return max(serving, self.log.highest_policy_version()) + 1
 
     def _push_or_restore(
-        self, policy: ServedPolicy, version: int, fallback: ServedPolicy | None, current: int
+        self,
+        policy: ServedPolicy,
+        version: int,
+        fallback: ServedPolicy | None,
+        current: int,
+        served_model: str,
     ) -> SyncResult:
-        """Push `policy`; if the push fails, push `fallback` back at the version that serves now, then raise."""
+        """Push `policy` (under `served_model`'s route); if the push fails, push `fallback` back at the version that
+        serves now, then raise."""
+        sync = replace(self._sync, route_model=served_model)
         try:
-            return self._sync.push(policy.pushed(), version)
+            return sync.push(policy.pushed(), version)
         except SyncFailed as error:
             if fallback is None:
                 raise
             try:
-                self._sync.push(fallback.pushed(), current)
+                sync.push(fallback.pushed(), current)
             except SyncFailed as restore_error:
                 raise SyncFailed(
                     f"{error}; putting {fallback.describe()} back failed too: {restore_error}"

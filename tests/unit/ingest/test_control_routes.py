@@ -42,10 +42,10 @@ def test_a_route_leaves_the_ingests_own_version_and_adapter_and_other_routes_alo
 
 @pytest.mark.parametrize(
     ("model", "adapter", "version", "message"),
-    [("", "run-a", 3, "policy_model is required"), ("run-a", "", 3, "lora_adapter is required"),
-     ("run-a", "run-a", 1, "lower than route 'run-a'")],
+    [("", "run-a", 3, "policy_model is required"), ("run-a", "run-a", 1, "lower than route 'run-a'"),
+     ("run-a", "", 1, "lower than route 'run-a'")],
 )  # fmt: skip
-def test_a_route_is_refused_without_its_names_or_below_its_version(
+def test_a_route_is_refused_without_its_model_or_below_its_version(
     tmp_path: Path, model: str, adapter: str, version: int, message: str
 ) -> None:
     control = control_over(tmp_path / "spool.db")
@@ -134,3 +134,12 @@ async def test_a_joining_ingest_takes_on_each_routes_newest_version_among_its_pe
     assert control.policy.routes.get("run-c") == PolicyRoute("run-c", "run-c", 9)
     assert not control.gate.paused
     await fleet.close()
+
+
+def test_a_withdrawn_route_is_recorded_so_a_restart_does_not_serve_its_adapter_again(tmp_path: Path) -> None:
+    control = control_over(tmp_path / "spool.db")
+    control.set_policy_version(2, "tenant-a", "tenant-a", route=True)
+    assert control.set_policy_version(3, "tenant-a", "", route=True) == 2
+    assert control.record.load_routes() == [RecordedRoute("tenant-a", "", 3)]
+    assert not control.adopt_route(2, "tenant-a", "tenant-a")
+    assert "tenant-a" not in control.policy.routes

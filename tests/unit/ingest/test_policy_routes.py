@@ -22,12 +22,26 @@ def test_requests_for_a_routes_model_go_to_its_adapter_and_others_are_left_alone
     assert [r.model for r in routes.all()] == ["run-a", "run-b"] and "run-b" in routes
 
 
-@pytest.mark.parametrize(
-    ("model", "adapter", "field"), [("", "lora", "policy_model"), ("run-a", "", "lora_adapter")]
-)
-def test_a_route_needs_its_model_and_its_adapter(model: str, adapter: str, field: str) -> None:
-    with pytest.raises(InvalidArgument, match=field):
-        PolicyRoutes().set(model, adapter, 1)
+def test_a_route_needs_its_model() -> None:
+    with pytest.raises(InvalidArgument, match="policy_model"):
+        PolicyRoutes().set("", "lora", 1)
+
+
+def test_a_withdrawn_route_serves_nothing_and_keeps_its_version() -> None:
+    """A tenant's promotion taken back: its agents' requests go where they would without the route, and an
+    older route (a peer's, the spool's) cannot bring the adapter back."""
+    routes = PolicyRoutes()
+    routes.set("tenant-a", "tenant-a", 4)
+    routes.set("tenant-b", "tenant-b", 2)
+    assert routes.set("tenant-a", "", 5) == 4
+    body = {"model": "tenant-a"}
+    assert routes.route(body) is None and body == {"model": "tenant-a"}
+    assert "tenant-a" not in routes and routes.served() == ["tenant-b"]
+    assert routes.get("tenant-a") == PolicyRoute("tenant-a", "", 5)
+    with pytest.raises(InvalidArgument, match="lower than route 'tenant-a'"):
+        routes.set("tenant-a", "tenant-a", 4)
+    routes.set("tenant-a", "tenant-a", 6)
+    assert "tenant-a" in routes and routes.served() == ["tenant-a", "tenant-b"]
 
 
 def test_a_routes_version_never_goes_back_and_other_routes_keep_theirs() -> None:

@@ -77,6 +77,20 @@ def test_a_route_whose_adapter_no_replica_lists_yet_goes_to_the_replicas_of_its_
     assert route.lora_adapter == "base-new-lora" and len(route.candidates) == 2
 
 
+def test_a_tenants_new_adapter_named_after_its_route_goes_to_the_base_models_replicas_until_listed() -> None:
+    """A promotion loads `tenant-a` into every replica and routes `tenant-a` to it at once; the replicas list it
+    only at their next health check."""
+    policy = PolicyState()
+    policy.routes.set("tenant-a", "tenant-a", 3)
+    backend = backend_over(policy)
+    for replica in backend.router.replicas:
+        replica.base_model = "base"
+    call = call_for("tenant-a")
+    backend._require_served(call)
+    route = backend._route(call)
+    assert (route.lora_adapter, route.policy_version, len(route.candidates)) == ("tenant-a", 3, 2)
+
+
 async def test_the_control_api_sets_pauses_lists_and_resumes_a_route(tmp_path: Path) -> None:
     sink: Any = SimpleNamespace(queue_depth=0, spool=SimpleNamespace(count=0), captured=0)
     control = IngestControl(

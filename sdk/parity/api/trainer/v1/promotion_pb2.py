@@ -15,15 +15,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%parity/api/trainer/v1/promotion.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x02\n\tPromotion\x12\x14\n\x0cpromotion_id\x18\x01 \x01(\t\x12\x38\n\x07outcome\x18\x02 \x01(\x0e\x32\'.parity.api.trainer.v1.PromotionOutcome\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x04 \x01(\t\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x0e\n\x06metric\x18\x06 \x01(\t\x12\x10\n\x08\x62\x61seline\x18\x07 \x01(\x01\x12\x11\n\tcandidate\x18\x08 \x01(\x01\x12\x0e\n\x06margin\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x18\n\x10max_logprob_diff\x18\x0b \x01(\x01\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04path\x18\r \x01(\t\x12\x14\n\x0c\x63\x61nary_share\x18\x0e \x01(\x01*\xb5\x01\n\x10PromotionOutcome\x12!\n\x1dPROMOTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMOTION_OUTCOME_PROMOTED\x10\x01\x12\x1d\n\x19PROMOTION_OUTCOME_REFUSED\x10\x02\x12!\n\x1dPROMOTION_OUTCOME_ROLLED_BACK\x10\x03\x12\x1c\n\x18PROMOTION_OUTCOME_CANARY\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%parity/api/trainer/v1/promotion.proto\x12\x15parity.api.trainer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n\tPromotion\x12\x14\n\x0cpromotion_id\x18\x01 \x01(\t\x12\x38\n\x07outcome\x18\x02 \x01(\x0e\x32\'.parity.api.trainer.v1.PromotionOutcome\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x04 \x01(\t\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x0e\n\x06metric\x18\x06 \x01(\t\x12\x10\n\x08\x62\x61seline\x18\x07 \x01(\x01\x12\x11\n\tcandidate\x18\x08 \x01(\x01\x12\x0e\n\x06margin\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x18\n\x10max_logprob_diff\x18\x0b \x01(\x01\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04path\x18\r \x01(\t\x12\x14\n\x0c\x63\x61nary_share\x18\x0e \x01(\x01\x12\x14\n\x0cserved_model\x18\x0f \x01(\t*\xb5\x01\n\x10PromotionOutcome\x12!\n\x1dPROMOTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMOTION_OUTCOME_PROMOTED\x10\x01\x12\x1d\n\x19PROMOTION_OUTCOME_REFUSED\x10\x02\x12!\n\x1dPROMOTION_OUTCOME_ROLLED_BACK\x10\x03\x12\x1c\n\x18PROMOTION_OUTCOME_CANARY\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parity.api.trainer.v1.promotion_pb2', _globals)
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
-  _globals['_PROMOTIONOUTCOME']._serialized_start=451
-  _globals['_PROMOTIONOUTCOME']._serialized_end=632
+  _globals['_PROMOTIONOUTCOME']._serialized_start=473
+  _globals['_PROMOTIONOUTCOME']._serialized_end=654
   _globals['_PROMOTION']._serialized_start=98
-  _globals['_PROMOTION']._serialized_end=448
+  _globals['_PROMOTION']._serialized_end=470
 # @@protoc_insertion_point(module_scope)

@@ -20,7 +20,7 @@ PROMOTION_OUTCOME_ROLLED_BACK: PromotionOutcome
 PROMOTION_OUTCOME_CANARY: PromotionOutcome
 
 class Promotion(_message.Message):
-    __slots__ = ("promotion_id", "outcome", "run_id", "checkpoint_id", "policy_version", "metric", "baseline", "candidate", "margin", "reason", "max_logprob_diff", "create_time", "path", "canary_share")
+    __slots__ = ("promotion_id", "outcome", "run_id", "checkpoint_id", "policy_version", "metric", "baseline", "candidate", "margin", "reason", "max_logprob_diff", "create_time", "path", "canary_share", "served_model")
     PROMOTION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class Promotion(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     CANARY_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
     promotion_id: str
     outcome: PromotionOutcome
     run_id: str
@@ -49,4 +50,5 @@ class Promotion(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     path: str
     canary_share: float
-    def __init__(self, promotion_id: _Optional[str] = ..., outcome: _Optional[_Union[PromotionOutcome, str]] = ..., run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., metric: _Optional[str] = ..., baseline: _Optional[float] = ..., candidate: _Optional[float] = ..., margin: _Optional[float] = ..., reason: _Optional[str] = ..., max_logprob_diff: _Optional[float] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., path: _Optional[str] = ..., canary_share: _Optional[float] = ...) -> None: ...
+    served_model: str
+    def __init__(self, promotion_id: _Optional[str] = ..., outcome: _Optional[_Union[PromotionOutcome, str]] = ..., run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., metric: _Optional[str] = ..., baseline: _Optional[float] = ..., candidate: _Optional[float] = ..., margin: _Optional[float] = ..., reason: _Optional[str] = ..., max_logprob_diff: _Optional[float] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., path: _Optional[str] = ..., canary_share: _Optional[float] = ..., served_model: _Optional[str] = ...) -> None: ...

@@ -398,18 +398,20 @@ class WriteValidationMetricsResponse(_message.Message):
     def __init__(self, metrics: _Optional[_Union[StepMetrics, _Mapping]] = ...) -> None: ...
 
 class PromotePolicyRequest(_message.Message):
-    __slots__ = ("run_id", "checkpoint_id", "metric", "margin", "canary_share")
+    __slots__ = ("run_id", "checkpoint_id", "metric", "margin", "canary_share", "served_model")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MARGIN_FIELD_NUMBER: _ClassVar[int]
     CANARY_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     checkpoint_id: str
     metric: str
     margin: float
     canary_share: float
-    def __init__(self, run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., metric: _Optional[str] = ..., margin: _Optional[float] = ..., canary_share: _Optional[float] = ...) -> None: ...
+    served_model: str
+    def __init__(self, run_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., metric: _Optional[str] = ..., margin: _Optional[float] = ..., canary_share: _Optional[float] = ..., served_model: _Optional[str] = ...) -> None: ...
 
 class PromotePolicyResponse(_message.Message):
     __slots__ = ("promotion",)
@@ -418,8 +420,10 @@ class PromotePolicyResponse(_message.Message):
     def __init__(self, promotion: _Optional[_Union[_promotion_pb2.Promotion, _Mapping]] = ...) -> None: ...
 
 class RollbackPolicyRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("served_model",)
+    SERVED_MODEL_FIELD_NUMBER: _ClassVar[int]
+    served_model: str
+    def __init__(self, served_model: _Optional[str] = ...) -> None: ...
 
 class RollbackPolicyResponse(_message.Message):
     __slots__ = ("promotion",)
