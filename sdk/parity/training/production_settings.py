@@ -93,6 +93,11 @@ class ProductionSettings:
         "promote: how far the candidate's value may fall below step 0's (the model the run started from, which must be what serves) and still pass",
         group="production",
     )
+    promote_model: str = setting(
+        "",
+        "promote: serve the LoRA run's adapter under this model name, only to the users whose agents ask for it (one tenant's); empty: to every user",
+        group="production",
+    )
 
     def _check_production(self) -> None:
         for key in ("store_min_policy_version", "store_max_policy_lag", "store_idle_minutes"):

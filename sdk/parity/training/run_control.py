@@ -164,11 +164,13 @@ class RunControl:
         )
         return found.checkpoints[0] if found.checkpoints else None
 
-    def promote(self, metric: str, margin: float) -> str:
-        """Ask the trainer to gate the run's latest checkpoint and, if it passes, serve it to users; says what it
-        decided. A trainer that cannot decide (no serving replicas, unreachable) is reported, not raised: the run
-        itself completed."""
-        request = trainer_pb.PromotePolicyRequest(run_id=self.run_id, metric=metric, margin=margin)
+    def promote(self, metric: str, margin: float, served_model: str = "") -> str:
+        """Ask the trainer to gate the run's latest checkpoint and, if it passes, serve it to users (with
+        `served_model`, to those whose agents ask for it); says what it decided. A trainer that cannot decide (no
+        serving replicas, unreachable) is reported, not raised: the run itself completed."""
+        request = trainer_pb.PromotePolicyRequest(
+            run_id=self.run_id, metric=metric, margin=margin, served_model=served_model
+        )
         try:
             return str(
                 Promotion.from_proto(self.trainer.promote_policy(request, timeout_s=900).promotion)

@@ -307,6 +307,11 @@ class TrainSettings(EnvironmentSettings, SuiteSettings, ProductionSettings, Upda
             raise SettingsError(
                 "lora_merge", "merges a LoRA adapter into the model; set lora_rank too"
             )
+        if self.promote_model and not (self.promote and self.lora_rank):
+            raise SettingsError(
+                "promote_model",
+                "serves a promoted LoRA adapter under its own model name; set promote and lora_rank too",
+            )
         for key in ("run_id", "resume"):
             value = getattr(self, key)
             if value and not _RUN_ID.fullmatch(value):

@@ -286,7 +286,9 @@ class Trainer:
             exported = self.export() if self.settings.export else ""
             if self.settings.promote and self._control is not None:
                 promotion = self._control.promote(
-                    self.settings.promote_metric, self.settings.promote_margin
+                    self.settings.promote_metric,
+                    self.settings.promote_margin,
+                    self.settings.promote_model,
                 )
         return self._result(exported, promotion)
 

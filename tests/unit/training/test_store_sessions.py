@@ -80,6 +80,8 @@ def test_from_store_settings_are_checked_and_name_the_setting() -> None:
         ({"store_max_policy_lag": -1}, "store_max_policy_lag"),
         ({"promote": True, "val_tasks": "val.jsonl", "promote_margin": -0.1}, "promote_margin"),
         ({"promote_margin": float("inf")}, "promote_margin"),
+        ({"promote": True, "val_tasks": "val.jsonl", "promote_model": "assistant-acme"}, "promote_model"),
+        ({"lora_rank": 8, "promote_model": "assistant-acme"}, "promote_model"),
     ]  # fmt: skip
     for values, key in refused_settings:
         with pytest.raises(SettingsError) as refused:
