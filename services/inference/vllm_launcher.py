@@ -399,11 +399,15 @@ def main(argv: list[str] | None = None) -> int:
         "--lora-rank", type=lora_rank_arg, default=0,
         help="serve LoRA adapters up to this rank, loaded at run time (what a LoRA run's trainer pushes); 0: none",
     )  # fmt: skip
+    parser.add_argument("--max-loras", type=int, default=1,
+                        help="with --lora-rank: adapters one batch may mix (one per run trained at once, or per tenant)")  # fmt: skip
     parser.add_argument(
         "--api-key-file", type=Path,
         help="file holding the API key vLLM requires on its /v1 routes (given to vLLM as VLLM_API_KEY, not in argv)",
     )  # fmt: skip
     args, extra_args = parser.parse_known_args(argv)
+    if args.max_loras < 1:
+        parser.error(f"--max-loras must be at least 1, got {args.max_loras}")
     config = VllmLaunchConfig(
         model_path=args.model,
         port=args.port,
@@ -416,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_cpus=args.worker_cpus,
         block_size=args.block_size,
         lora_rank=args.lora_rank,
+        max_loras=args.max_loras,
         api_key=args.api_key_file.read_text().strip() if args.api_key_file else "",
         extra_args=extra_args,
     )

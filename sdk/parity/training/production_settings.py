@@ -99,7 +99,7 @@ class ProductionSettings:
         group="production",
     )
 
-    def _check_production(self) -> None:
+    def _check_production(self, lora_rank: int) -> None:
         for key in ("store_min_policy_version", "store_max_policy_lag", "store_idle_minutes"):
             value = getattr(self, key)
             if value is not None and value < 0:
@@ -128,6 +128,11 @@ class ProductionSettings:
         if not math.isfinite(self.promote_margin) or self.promote_margin < 0:
             raise SettingsError(
                 "promote_margin", f"must be a finite number >= 0, got {self.promote_margin}"
+            )
+        if self.promote_model and not (self.promote and lora_rank):
+            raise SettingsError(
+                "promote_model",
+                "serves a promoted LoRA adapter under its own model name; set promote and lora_rank too",
             )
         if self.continuous and not self.from_store:
             raise SettingsError("continuous", "waits for new stored sessions; it needs from_store")

@@ -307,18 +307,13 @@ class TrainSettings(EnvironmentSettings, SuiteSettings, ProductionSettings, Upda
             raise SettingsError(
                 "lora_merge", "merges a LoRA adapter into the model; set lora_rank too"
             )
-        if self.promote_model and not (self.promote and self.lora_rank):
-            raise SettingsError(
-                "promote_model",
-                "serves a promoted LoRA adapter under its own model name; set promote and lora_rank too",
-            )
         for key in ("run_id", "resume"):
             value = getattr(self, key)
             if value and not _RUN_ID.fullmatch(value):
                 raise SettingsError(
                     key, f"must be letters, digits, '.', '_' or '-' (at most 128), got {value!r}"
                 )
-        self._check_production()
+        self._check_production(self.lora_rank)
         self._check_suite(self.tasks, self.val_tasks)
         self._check_environment(self.tasks, named[0] if named else "")
         if self.env and self.from_store:
