@@ -7,6 +7,10 @@
 
 Both vLLMs serve the same model under the same name; the trainer holds the serving replicas
 as `--serving-replicas`, so a run never reaches users until its candidate passes the gate.
+
+With tenants, both vLLMs serve LoRA adapters beside the model (one per tenant), the trainer
+trains one LoRA run per tenant at once, and the users' ingest sends a tenant's model name
+(`assistant-TENANT`) to the base model until that tenant's first promotion serves its adapter.
 Every process is a real Parity service (`parity <service> serve`) or a real vLLM, on free
 loopback ports, without auth (loopback only), logging under the data folder.
 """
@@ -25,6 +29,12 @@ from parity.training.settings import StackAddresses
 
 SERVED_NAME = "assistant"
 STARTUP_TIMEOUT_S = 600.0
+TENANT_LORA_RANK = 8
+
+
+def tenant_model(tenant: str) -> str:
+    """The model name a tenant's agents ask for, and its promoted adapter is served under."""
+    return f"{SERVED_NAME}-{tenant}"
 
 
 @dataclass
@@ -32,6 +42,8 @@ class Deployment:
     data_dir: Path
     model: str = ""
     """A model name or folder; empty: the default model."""
+    tenants: int = 0
+    """Tenants trained at once, each its own LoRA adapter; 0: one whole-model policy for every user."""
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     vllms: dict[str, VllmServer] = field(default_factory=dict)
     http_ports: dict[str, int] = field(default_factory=dict)
@@ -74,6 +86,7 @@ class Deployment:
             config = VllmLaunchConfig(
                 model_path=model_path, port=free_port(), python=vllm_python(), served_model_name=SERVED_NAME,
                 log_path=logs / f"vllm-{name}.log", startup_timeout_s=STARTUP_TIMEOUT_S,
+                lora_rank=TENANT_LORA_RANK if self.tenants else 0, max_loras=max(1, self.tenants),
             )  # fmt: skip
             self.vllms[name] = VllmServer(config)
             self.vllms[name].start()
@@ -92,8 +105,11 @@ class Deployment:
                 "--assembler-address", self.services["assembler"].address, "--ingest-address", ingests["training"],
                 "--replicas", self.vllms["candidate"].base_url, "--serving-replicas", self.vllms["serving"].base_url,
                 "--serving-ingest-address", ingests["users"], "--work-dir", str(self.data_dir / "trainer"),
+                *(["--max-concurrent-runs", str(self.tenants)] if self.tenants else []),
             ],
         }  # fmt: skip
+        if self.tenants:
+            arguments["users-ingest"] += ["--model-alias", f"{tenant_model('*')}={SERVED_NAME}"]
         for name, service in self.services.items():
             service.start(arguments[name], {})
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -14,7 +14,8 @@ feedback, gate, promote.
 5. Users ask again; live success is measured on the promoted policy.
 
 It prints a table and writes `results.json` in the data folder, which it empties first. `--quick` runs a small
-version (fewer users, one step each) that checks the loop works, not that it learns.
+version (fewer users, one step each) that checks the loop works, not that it learns. `--tenants N` runs the loop
+for N tenants on one deployment instead, each trained, gated and served its own LoRA adapter (`tenants.py`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import parity
 from examples.production.deployment import SERVED_NAME, Deployment
+from examples.production.tenants import print_tenants, run_tenants, tenants_decided
 from examples.production.users import Population, Visit, rate_late, traffic
 from parity.training.tasks import load_tasks
 from parity.user_data import trained_on
@@ -67,6 +69,11 @@ FULL = Scale(users=32, traffic_before=128, traffic_after=96, candidate_steps=3, 
              rollouts_per_task=8, val_tasks=32, val_samples=2)  # fmt: skip
 QUICK = Scale(users=8, traffic_before=24, traffic_after=8, candidate_steps=1, worse_steps=1, groups_per_batch=1,
               rollouts_per_task=4, val_tasks=4, val_samples=1)  # fmt: skip
+# With tenants, each tenant's run has only its own users' rated sessions to train on.
+TENANT_SCALE = {
+    FULL: replace(FULL, traffic_before=192),
+    QUICK: replace(QUICK, traffic_before=32, traffic_after=16),
+}
 
 
 def train_candidate(
@@ -200,8 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a small loop that checks the wiring, not the learning"
     )
+    parser.add_argument("--tenants", type=int, default=0,
+                        help="this many tenants on one deployment, each trained, gated and served its own LoRA adapter")  # fmt: skip
     args = parser.parse_args(argv)
-    results = run(args.data_dir.resolve(), QUICK if args.quick else FULL, args.seed)
+    scale = QUICK if args.quick else FULL
+    if args.tenants:
+        if args.tenants < 2:
+            parser.error(f"--tenants must be at least 2, got {args.tenants}")
+        results = run_tenants(args.data_dir.resolve(), TENANT_SCALE[scale], args.seed, args.tenants)
+        print_tenants(results)
+        return 0 if tenants_decided(results) else 1
+    results = run(args.data_dir.resolve(), scale, args.seed)
     print_table(results)
     refused = ": refused " in results["worse"]["promotion"]
     promoted = ": promoted " in results["candidate"]["promotion"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +66,11 @@ async def visit(user: str, task: dict[str, Any], cohort: str, model: str) -> Vis
 
 
 async def traffic(
-    tasks: Sequence[dict[str, Any]], users: Sequence[str], cohorts: Sequence[str], model: str, concurrency: int, seed: int
+    tasks: Sequence[dict[str, Any]], users: Sequence[str], cohorts: Sequence[str], model: str, concurrency: int, seed: int,
+    cohort_models: Mapping[str, str] | None = None,
 ) -> list[Visit]:  # fmt: skip
-    """One visit per task, by users and cohorts drawn in turn, `concurrency` at a time."""
+    """One visit per task, by users and cohorts drawn in turn, `concurrency` at a time; a cohort in
+    `cohort_models` (a tenant) asks for its own model name instead of `model`."""
     rng = random.Random(seed)
     order = [
         (task, rng.choice(users), cohorts[index % len(cohorts)]) for index, task in enumerate(tasks)
@@ -77,7 +79,7 @@ async def traffic(
 
     async def one(task: dict[str, Any], user: str, cohort: str) -> Visit:
         async with gate:
-            return await visit(user, task, cohort, model)
+            return await visit(user, task, cohort, (cohort_models or {}).get(cohort, model))
 
     return list(await asyncio.gather(*(one(*entry) for entry in order)))
 

@@ -23,3 +23,13 @@ def test_the_full_loop_has_sessions_enough_for_both_candidates() -> None:
     per_step = FULL.groups_per_batch * FULL.rollouts_per_task
     assert FULL.traffic_before * share_a * kept >= FULL.candidate_steps * per_step
     assert FULL.traffic_before * (1 - share_a) * kept >= 0.75 * FULL.worse_steps * per_step
+
+
+def test_each_tenant_has_sessions_enough_for_its_run() -> None:
+    from examples.production.loop import TENANT_SCALE
+    from examples.production.tenants import tenant_names
+
+    scale, tenants = TENANT_SCALE[FULL], tenant_names(2)
+    kept = 0.75 * 0.9
+    per_step = scale.groups_per_batch * scale.rollouts_per_task
+    assert scale.traffic_before / len(tenants) * kept >= scale.candidate_steps * per_step
