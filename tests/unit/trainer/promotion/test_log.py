@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from parity.services.trainer.promotion.log import (
+    CANARY,
     PROMOTED,
     REFUSED,
     ROLLED_BACK,
@@ -20,10 +21,13 @@ def served(name: str) -> ServedPolicy:
     )
 
 
-def record(log: PromotionLog, outcome: str, version: int, name: str = "") -> PromotionRecord:
+def record(
+    log: PromotionLog, outcome: str, version: int, name: str = "", served_model: str = ""
+) -> PromotionRecord:
     return log.append(PromotionRecord(
         log.next_id(), outcome, "run-1", name, version, "pass@1", 0.25, math.nan, 0.0, "", 1.0,
         served=served(name) if outcome != REFUSED else None, replaced=served(f"before-{name}") if outcome == PROMOTED else None,
+        served_model=served_model,
     ))  # fmt: skip
 
 
@@ -57,3 +61,24 @@ def test_rollbacks_pop_the_standing_promotions_in_turn(tmp_path) -> None:
         served("a").pushed().folder is not None
         and ServedPolicy("r", "", "", False, [], [], "float32").pushed().folder is None
     )
+
+
+def test_each_served_model_has_its_own_standing_promotions_and_none_holds_the_canary(
+    tmp_path,
+) -> None:
+    log = PromotionLog(tmp_path)
+    record(log, PROMOTED, 3, "everyone")
+    record(log, CANARY, 4, "canary")
+    for name, version in (("acme-1", 5), ("globex-1", 6), ("acme-2", 7)):
+        record(log, PROMOTED, version, name, served_model=name.split("-")[0])
+    assert [r.checkpoint_id for r in log.standing("acme")] == ["acme-1", "acme-2"]
+    assert [r.checkpoint_id for r in log.standing("globex")] == ["globex-1"]
+    assert [r.checkpoint_id for r in log.standing()] == ["everyone"]
+    canary = log.running_canary()
+    assert canary is not None and canary.checkpoint_id == "canary", (
+        "a tenant's promotion does not end the canary"
+    )
+    record(log, ROLLED_BACK, 8, "before-acme-2", served_model="acme")
+    assert [r.checkpoint_id for r in log.standing("acme")] == ["acme-1"]
+    assert [r.checkpoint_id for r in log.standing("globex")] == ["globex-1"]
+    assert PromotionLog(tmp_path).records()[-1].served_model == "acme"
