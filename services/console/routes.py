@@ -19,6 +19,7 @@ from starlette.staticfiles import StaticFiles
 from parity.services.console.live import event, keep_alive
 from parity.services.console.pages import STATIC_DIR, render
 from parity.services.console.views.batches import batch_page
+from parity.services.console.views.run_compare import compare_page, parse_run_ids
 from parity.services.console.views.runs import list_runs, run_page
 from parity.services.console.views.session_page import session_page
 from parity.services.console.views.sessions import SessionFilters, list_sessions
@@ -38,10 +39,21 @@ async def runs(request: Request) -> Response:
     token = request.query_params.get("page", "")
 
     def build() -> Response:
-        rows, next_token = list_runs(state.services, state.config.page_size, token)
-        return render(request, "runs.html", runs=rows, next_token=next_token)
+        listing = list_runs(state.services, state.config.page_size, token)
+        return render(request, "runs.html", listing=listing)
 
     return await run_in_threadpool(build)
+
+
+async def compare(request: Request) -> Response:
+    try:
+        run_ids = parse_run_ids(request.query_params.getlist("run"))
+    except ValueError as error:
+        raise HTTPException(400, str(error)) from None
+    services = request.app.state.services
+    return await run_in_threadpool(
+        lambda: render(request, "compare.html", page=compare_page(services, run_ids))
+    )
 
 
 async def run(request: Request) -> Response:
@@ -125,6 +137,8 @@ ROUTES = [
     Route("/", home),
     Route("/healthz", health),
     Route("/runs", runs),
+    # Before /runs/{run_id}, which would take "compare" for a run id.
+    Route("/runs/compare", compare),
     Route("/runs/{run_id}", run),
     Route("/runs/{run_id}/steps/{step:int}", step),
     Route("/sessions", sessions),

@@ -97,9 +97,15 @@ class _Scale:
 
 
 def line_chart(
-    title: str, series: Sequence[Series], *, unit: str = "", log_y: bool = False
+    title: str,
+    series: Sequence[Series],
+    *,
+    unit: str = "",
+    log_y: bool = False,
+    width: int = WIDTH,
+    height: int = HEIGHT,
 ) -> Chart:
-    chart = Chart(title, unit)
+    chart = Chart(title, unit, width, height)
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points] + [
         v for s in series for _, lo, hi in s.band for v in (lo, hi)

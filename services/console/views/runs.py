@@ -35,7 +35,10 @@ STEP_COLUMNS = (
     ("sync_max_logprob_diff", "probe Δ"), ("rollout_logprob_diff", "rollout Δ"),
 )  # fmt: skip
 _METRICS_PAGE = 1000
+_RUNS_PAGE = 1000
 _LIST_THREADS = 8
+# An active run's card: a reward chart narrower than a run page's.
+_CARD_WIDTH, _CARD_HEIGHT = 400, 150
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class RunRow:
     updated: str
     error: str
     model_path: str
+    # The model name its agents ask for, when it trains beside other runs; empty otherwise.
+    served_model: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,22 @@ class RunListRow:
     reward_last: float | None
     # The training reward per step as a sparkline path (120 x 24), empty before two steps.
     reward_path: str
+
+
+@dataclass(frozen=True)
+class ActiveRunCard:
+    run: RunRow
+    # The latest step's wait for the base model the active runs share (`base_wait_seconds`).
+    base_wait: float | None
+    reward: Chart
+
+
+@dataclass(frozen=True)
+class RunsListing:
+    rows: list[RunListRow]
+    next_token: str
+    # Every active run, whichever page lists it; only the first page has them.
+    active: list[ActiveRunCard]
 
 
 @dataclass(frozen=True)
@@ -78,7 +99,7 @@ class RunPage:
     columns: Sequence[tuple[str, str]] = STEP_COLUMNS
     validations: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     last_sync: list[tuple[str, str, str]] = field(default_factory=list)
-    """(replica, verified, largest probe difference) of the trainer's latest sync, for the current run."""
+    """(replica, verified, largest probe difference) of the run's latest sync, while it is active."""
 
 
 def run_row(run: run_pb2.Run) -> RunRow:
@@ -86,32 +107,49 @@ def run_row(run: run_pb2.Run) -> RunRow:
         run_id=run.run_id, state=enum_label(run_pb2.RunState, run.state, "RUN_STATE_"), active=run.state in ACTIVE_STATES,
         step=run.step, total_steps=run.config.total_steps, policy_version=run.policy_version,
         started=timestamp_text(run.start_time), updated=timestamp_text(run.update_time), error=run.error_message,
-        model_path=run.config.model_path,
+        model_path=run.config.model_path, served_model=run.served_model,
     )  # fmt: skip
 
 
-def list_runs(services: Services, page_size: int, page_token: str) -> tuple[list[RunListRow], str]:
+def list_runs(services: Services, page_size: int, page_token: str) -> RunsListing:
     trainer = services.trainer
     response = trainer.read(
         trainer.client.list_runs,
         trainer_pb.ListRunsRequest(page_size=page_size, page_token=page_token),
     )
+    # A long run may have been started before a page of newer ones: the first page looks through them all.
+    every = [] if page_token else trainer.read_all(
+        trainer.client.list_runs, trainer_pb.ListRunsRequest(page_size=_RUNS_PAGE), "runs")  # fmt: skip
+    active = [run for run in every if run.state in ACTIVE_STATES]
+    ids = list(dict.fromkeys(run.run_id for run in [*response.runs, *active]))
+    with ThreadPoolExecutor(_LIST_THREADS) as threads:
+        training = dict(zip(ids, threads.map(
+            lambda run_id: all_metrics(services, run_id, trainer_pb.METRICS_KIND_TRAINING), ids), strict=True))  # fmt: skip
 
     def row(run: run_pb2.Run) -> RunListRow:
-        rewards = [m.values["reward_mean"] for m in _all_metrics(services, run.run_id, trainer_pb.METRICS_KIND_TRAINING)
-                   if "reward_mean" in m.values]  # fmt: skip
+        rewards = [
+            m.values["reward_mean"] for m in training[run.run_id] if "reward_mean" in m.values
+        ]
         return RunListRow(run_row(run), rewards[0] if rewards else None, rewards[-1] if rewards else None,
                           sparkline(rewards))  # fmt: skip
 
-    with ThreadPoolExecutor(_LIST_THREADS) as threads:
-        return list(threads.map(row, response.runs)), response.next_page_token
+    def card(run: run_pb2.Run) -> ActiveRunCard:
+        steps = training[run.run_id]
+        waits = [m.values["base_wait_seconds"] for m in steps if "base_wait_seconds" in m.values]
+        reward = line_chart(
+            "training reward", [reward_series(steps)], width=_CARD_WIDTH, height=_CARD_HEIGHT
+        )
+        return ActiveRunCard(run_row(run), waits[-1] if waits else None, reward)
+
+    return RunsListing([row(run) for run in response.runs], response.next_page_token,
+                       [card(run) for run in active])  # fmt: skip
 
 
 def run_page(services: Services, run_id: str) -> RunPage:
     trainer = services.trainer
     run = trainer.read(trainer.client.get_run, trainer_pb.GetRunRequest(run_id=run_id)).run
-    training = _all_metrics(services, run_id, trainer_pb.METRICS_KIND_TRAINING)
-    validation = _all_metrics(services, run_id, trainer_pb.METRICS_KIND_VALIDATION)
+    training = all_metrics(services, run_id, trainer_pb.METRICS_KIND_TRAINING)
+    validation = all_metrics(services, run_id, trainer_pb.METRICS_KIND_VALIDATION)
     validation_at = {m.step: m.values.get("reward", math.nan) for m in validation}
     steps = [
         StepRow(m.step, timestamp_text(m.time), dict(m.values), validation_at.get(m.step))
@@ -120,10 +158,10 @@ def run_page(services: Services, run_id: str) -> RunPage:
     page = RunPage(run_row(run), _config(run.config), _charts(training, validation), list(reversed(steps)),
                    validations=[(m.step, _reward_first(m.values)) for m in validation])  # fmt: skip
     if page.run.active:
-        status = trainer.read(trainer.client.get_status, trainer_pb.GetStatusRequest())
-        if status.run.run_id == run_id:
-            page.last_sync = [(r.replica, "verified" if r.verified else f"refused: {r.error_message}",
-                               f"{r.max_logprob_diff:.2e}") for r in status.last_sync.replicas]  # fmt: skip
+        # Several runs may be active at once: the latest started is not necessarily this one.
+        status = trainer.read(trainer.client.get_status, trainer_pb.GetStatusRequest(run_id=run_id))
+        page.last_sync = [(r.replica, "verified" if r.verified else f"refused: {r.error_message}",
+                           f"{r.max_logprob_diff:.2e}") for r in status.last_sync.replicas]  # fmt: skip
     return page
 
 
@@ -132,7 +170,7 @@ def _reward_first(values: Mapping[str, float]) -> dict[str, float]:
     return {key: values[key] for key in sorted(values, key=lambda k: (k != "reward", k))}
 
 
-def _all_metrics(
+def all_metrics(
     services: Services, run_id: str, kind: trainer_pb.MetricsKind
 ) -> list[trainer_pb.StepMetrics]:
     trainer = services.trainer
@@ -158,35 +196,47 @@ def _config(config: run_pb2.RunConfig) -> list[tuple[str, str]]:
     return rows
 
 
+def points(metrics: Sequence[trainer_pb.StepMetrics], key: str) -> list[tuple[float, float]]:
+    """(step, value) of each record that has `key`."""
+    return [(m.step, m.values[key]) for m in metrics if key in m.values]
+
+
+def reward_series(training: Sequence[trainer_pb.StepMetrics]) -> Series:
+    """The training reward per step, mean ± std."""
+    band = [(m.step, m.values["reward_mean"] - m.values.get("reward_std", 0.0),
+             m.values["reward_mean"] + m.values.get("reward_std", 0.0)) for m in training if "reward_mean" in m.values]  # fmt: skip
+    return Series("training reward (mean ± std)", "s0", points(training, "reward_mean"), band=band)
+
+
 def _charts(
     training: Sequence[trainer_pb.StepMetrics], validation: Sequence[trainer_pb.StepMetrics]
 ) -> list[Chart]:
-    def points(key: str) -> list[tuple[float, float]]:
-        return [(m.step, m.values[key]) for m in training if key in m.values]
-
-    band = [(m.step, m.values["reward_mean"] - m.values.get("reward_std", 0.0),
-             m.values["reward_mean"] + m.values.get("reward_std", 0.0)) for m in training if "reward_mean" in m.values]  # fmt: skip
     reward = line_chart("reward", [
-        Series("training reward (mean ± std)", "s0", points("reward_mean"), band=band),
+        reward_series(training),
         Series("validation reward", "s1", [(m.step, m.values["reward"]) for m in validation if "reward" in m.values],
                dots=True),
     ])  # fmt: skip
     loss = line_chart(
         "loss",
-        [Series("policy loss", "s2", points("policy_loss")), Series("KL", "s3", points("kl"))],
+        [
+            Series("policy loss", "s2", points(training, "policy_loss")),
+            Series("KL", "s3", points(training, "kl")),
+        ],
     )
     grad = line_chart(
-        "gradient norm (before clipping)", [Series("grad norm", "s4", points("grad_norm"))]
+        "gradient norm (before clipping)",
+        [Series("grad norm", "s4", points(training, "grad_norm"))],
     )
     entropy = line_chart(
-        "entropy of the policy on sampled tokens", [Series("entropy", "s5", points("entropy"))]
+        "entropy of the policy on sampled tokens",
+        [Series("entropy", "s5", points(training, "entropy"))],
     )
     sync = bar_chart("weight sync, seconds by phase", Bars(
         labels=SYNC_PHASES, styles=("b0", "b1", "b2", "b3"),
         stacks=[(m.step, [m.values.get(f"sync_{phase}_seconds", 0.0) for phase in SYNC_PHASES]) for m in training],
     ), unit="s")  # fmt: skip
     probe = line_chart("vLLM vs trainer logprobs after sync (largest |Δ|, log scale)", [
-        Series("probe difference", "s6", points("sync_max_logprob_diff")),
-        Series("rollout logprob gap (mean)", "s7", points("rollout_logprob_diff")),
+        Series("probe difference", "s6", points(training, "sync_max_logprob_diff")),
+        Series("rollout logprob gap (mean)", "s7", points(training, "rollout_logprob_diff")),
     ], log_y=True)  # fmt: skip
     return [reward, loss, grad, entropy, sync, probe]
