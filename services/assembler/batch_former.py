@@ -83,8 +83,9 @@ class BatchFormer:
                     if not build.dropped:
                         chosen.append(build)
                         continue
-                    self.stats.filtered.update(build.stats.filtered)
-                    self.stats.filtered[build.dropped] += 1
+                    self.stats.count_filtered(
+                        run_id or group.run_id, build.stats.filtered + Counter({build.dropped: 1})
+                    )
                     dropped.update(build.stats.filtered)
                     dropped[build.dropped] += 1
                     ledger.dropped_group_ids.append(group.group_id)
@@ -112,7 +113,9 @@ class BatchFormer:
             batch.dropped_group_ids = ledger.dropped_group_ids
             ledger.dropped, ledger.dropped_group_ids = Counter(), []
             for build in chosen:
-                self.stats.filtered.update(build.stats.filtered)
+                self.stats.count_filtered(
+                    run_id or tracker.groups[build.group_id].run_id, build.stats.filtered
+                )
             self.stats.delivered_batches += 1
             self.stats.delivered_samples += len(batch.samples)
             log.info("batch_formed", batch_id=batch.batch_id, groups=len(chosen), samples=len(batch.samples),

@@ -12,7 +12,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -60,6 +60,16 @@ class AssemblerStats:
     delivered_samples: int = 0
     filtered: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
+    # `filtered` again, per run ("" for rollouts of no run): concurrent runs each read their own.
+    filtered_by_run: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def count_filtered(self, run_id: str, counts: Mapping[str, int]) -> None:
+        self.filtered.update(counts)
+        self.filtered_by_run.setdefault(run_id, Counter()).update(counts)
+
+    def filtered_of(self, run_id: str) -> Counter[str]:
+        """What was dropped for `run_id`; every run's, with none named."""
+        return self.filtered_by_run.get(run_id, Counter()) if run_id else self.filtered
 
 
 class RolloutTracker:
@@ -182,10 +192,10 @@ class RolloutTracker:
             self._record_error(rollout, rollout.filtered, rollout.error)
         elif group.settled and rollout.failed and self.settings.filters.drop_failed_rollouts:
             # A retried attempt, closed after the attempt that settled its episode: never trainable, not late.
-            self.stats.filtered["failed_rollout"] += 1
+            self.stats.count_filtered(rollout.run_id, {"failed_rollout": 1})
         elif not rollout.filtered and group.settled:
             rollout.filtered = "late_rollout"
-            self.stats.filtered["late_rollout"] += 1
+            self.stats.count_filtered(rollout.run_id, {"late_rollout": 1})
             log.info("late_rollout", session_id=rollout.session_id, group_id=group.group_id)
         group.rollouts.append(rollout)
         group.last_join = time.monotonic()
@@ -202,7 +212,7 @@ class RolloutTracker:
         """Bad input: counted, logged, and written on the rollout so a restart knows."""
         rollout.filtered, rollout.error = kind, message
         self.stats.errors[kind] += 1
-        self.stats.filtered[kind] += 1
+        self.stats.count_filtered(rollout.run_id, {kind: 1})
         log.warning("rollout_refused", session_id=rollout.session_id, kind=kind, error=message)
         update = store_pb.SessionMetadataUpdate(
             session_id=rollout.session_id,

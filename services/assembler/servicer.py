@@ -201,7 +201,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
             delivered_batch_count=stats.delivered_batches,
             acknowledged_batch_count=stats.acknowledged_batches,
             delivered_sample_count=stats.delivered_samples,
-            filtered_counts=dict(stats.filtered),
+            filtered_counts=dict(stats.filtered_of(request.run_id)),
             error_counts=dict(stats.errors),
             validation_session_count=stats.validation_sessions,
         )

@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-dtype",
         default="float32",
         choices=SERVED_DTYPES,
-        help="dtype vLLM serves in (default float32)",
+        help="dtype vLLM serves in (default float32); runs with dtype auto train in it, others must name it",
     )
     parser.add_argument(
         "--vllm-lora-rank", type=lora_rank_arg, default=0,

@@ -29,6 +29,7 @@ from parity.services.trainer.checkpoints import CheckpointInfo
 from parity.services.trainer.live_policy import LivePolicy
 from parity.services.trainer.peers import IngestFleet, TrainerDeployment
 from parity.services.trainer.policy_loss import teacher_kl
+from parity.services.trainer.run_dtype import settings_for_replicas
 from parity.services.trainer.run_history import RunHistory
 from parity.services.trainer.run_status import RunState, RunStatus
 from parity.services.trainer.step_batches import step_batch
@@ -98,6 +99,9 @@ class RunLoop:
         final = RunState.FAILED
         try:
             with self.policy.lock:
+                settings = run.settings = settings_for_replicas(
+                    settings, self.policy.weight_sync.replicas
+                )
                 backend = select_backend(settings, self._base)
                 if self._resume is not None:
                     backend.load_state(self._resume.path)

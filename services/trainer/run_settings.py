@@ -34,6 +34,11 @@ class RunSettings(UpdateSettings):
     checkpoint_dir: Path = field(
         default=Path("checkpoints"), kw_only=True, metadata={"help": "where checkpoints go"}
     )
+    dtype_auto: bool = field(
+        # Where the dtype came from, not a setting of its own: the proto carries the resolved dtype only.
+        default=False, kw_only=True, compare=False,
+        metadata={"help": "dtype was auto: the run computes in what its replicas serve (run_dtype.py)"},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         try:
@@ -47,6 +52,9 @@ class RunSettings(UpdateSettings):
                 )
         except SettingsError as error:
             raise InvalidArgument(f"{proto_path(error.key)}: {error.message}") from None
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype_auto", True)
+        # Resolved here too, for a trainer whose replicas cannot be asked; the run loop then takes theirs.
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
         if self.learning_rate is None:
             object.__setattr__(self, "learning_rate", folder_learning_rate(self.model_path))

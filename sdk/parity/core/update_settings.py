@@ -97,7 +97,7 @@ class UpdateSettings:
     seed: int = setting(0, "seeds the trainer and the order of the tasks", group="optimization")
     dtype: str = setting(
         "auto",
-        "the dtype forward and backward run in (weights and optimizer stay float32); auto: bfloat16 on CUDA and on a CPU with bfloat16 units (AMX, AVX-512-BF16), float32 elsewhere, resolved where the trainer runs; the local stack's vLLM serves in the same",
+        "the dtype forward and backward run in (weights and optimizer stay float32); auto: the dtype the trainer's vLLM replicas serve (another named dtype is refused before the first step); where none answers, bfloat16 on CUDA and on a CPU with bfloat16 units (AMX, AVX-512-BF16), float32 elsewhere; the local stack's vLLM serves in what auto resolves to here",
         DTYPES,
         group="optimization",
     )

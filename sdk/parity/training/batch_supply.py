@@ -172,7 +172,12 @@ class BatchSupply:
         ).pending_group_count
 
     def _no_batch_message(self, step: int, reward: float | None) -> str:
-        dropped = dict(self.assembler.get_stats(assembler_pb.GetStatsRequest()).filtered_counts)
+        # This run's drops only: runs trained at once share the assembler.
+        dropped = dict(
+            self.assembler.get_stats(
+                assembler_pb.GetStatsRequest(run_id=self.run_id)
+            ).filtered_counts
+        )
         every = f"; every rollout earned {reward:g}" if reward is not None else ""
         return (f"no batch for step {step} after {self._topped_up} extra tasks: the assembler dropped "
                 f"their groups ({', '.join(f'{k}: {v}' for k, v in sorted(dropped.items())) or 'nothing counted'}{every}). "

@@ -57,7 +57,7 @@ class LocalStack:
     def for_run(
         cls, data_dir: Path, settings: TrainSettings, model: Path, teacher: Path | None = None
     ) -> LocalStack:
-        # The local trainer resolves `auto` on this machine too, so vLLM serves what it computes in.
+        # vLLM serves what `auto` resolves to on this machine, the dtype the run then takes from it.
         log.info("compute_dtype", detail=dtype_reason(settings.dtype))
         return cls(data_dir, model, vllm_dtype=resolve_dtype(settings.dtype), lora_rank=settings.lora_rank,
                    model_aliases=settings.model_aliases, max_model_len=settings.max_model_len, teacher=teacher)  # fmt: skip
