@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,10 @@ class TrainerConfig(ServerConfig):
     max_concurrent_runs: int = setting(
         1, "LoRA runs on one base model trained at once, each an adapter on one shared copy of the base and served "
         "under a model name of its own (the replicas need --max-loras at least this); 1: one run at a time"
+    )  # fmt: skip
+    resume_runs: bool = setting(
+        True, "on start, resume each run this trainer was training when it stopped (shut down or killed) from its "
+        "latest checkpoint, before answering; one that cannot resume is marked failed with the reason"
     )  # fmt: skip
     sync_tolerance: float = setting(
         0.0,
@@ -122,13 +127,17 @@ def _urls(text: str) -> tuple[str, ...]:
 def build_bindings(config: TrainerConfig) -> list[ServiceBinding]:
     runs = TrainingRuns(config.deployment())
 
+    async def start() -> None:
+        if config.resume_runs:
+            await asyncio.to_thread(runs.resume_interrupted)
+
     async def stop() -> None:
         runs.close()
 
     def add(server: object) -> None:
         trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server(TrainerServicer(runs), server)
 
-    return [ServiceBinding(FULL_NAME, add, on_stop=stop)]
+    return [ServiceBinding(FULL_NAME, add, on_start=start, on_stop=stop)]
 
 
 DEFINITION = ServiceDefinition(

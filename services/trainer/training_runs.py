@@ -12,6 +12,7 @@ replica under a model name of its own (`Run.served_model`) that its agents ask f
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import replace
@@ -25,6 +26,7 @@ from parity.services.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ParityError,
     Unavailable,
 )
 from parity.services.trainer import checkpoints
@@ -51,6 +53,8 @@ from parity.services.trainer.weight_sync import SyncResult, WeightSync
 
 log = structlog.get_logger(__name__)
 MAX_LINEAGE_SESSIONS = 1000
+# The runs a trainer stopped because it shut down, which its next start resumes.
+INTERRUPTED_FILE = "interrupted-runs.json"
 
 
 class TrainingRuns:
@@ -327,9 +331,38 @@ class TrainingRuns:
         )
 
     def close(self) -> None:
-        for run_id, loop in list(self._loops.items()):
-            if loop.run.state.active:
-                self.stop(run_id)
+        """Stop every active run, each leaving a checkpoint, and note them for the next start to resume."""
+        interrupted = [run_id for run_id, loop in self._loops.items() if loop.run.state.active]
+        for run_id in interrupted:
+            self.stop(run_id)
+        if interrupted:
+            (self.deployment.work_dir / INTERRUPTED_FILE).write_text(json.dumps(interrupted))
+
+    def resume_interrupted(self) -> list[str]:
+        """Resume, each from its latest checkpoint and oldest first, the runs this trainer was training when it
+        stopped: those it noted at shutdown, and those its history still has as active (it was killed). A run
+        that cannot start again is recorded as failed, with the reason. Returns the resumed runs."""
+        noted = self.deployment.work_dir / INTERRUPTED_FILE
+        shut_down = set(json.loads(noted.read_text())) if noted.exists() else set()
+        resumed = []
+        for run in reversed(self.history.runs()):
+            if not (run.state.active or run.run_id in shut_down) or run.run_id in self._loops:
+                continue
+            try:
+                latest = _latest_checkpoint(run.settings.checkpoint_dir, run)
+                self.start_run(run.settings, latest.checkpoint_id)
+            except ParityError as error:
+                run.state, run.error = (
+                    RunState.FAILED,
+                    f"the trainer restarted and could not resume the run: {error}",
+                )
+                self.history.save(run)
+                log.warning("run_not_resumed", run_id=run.run_id, error=str(error))
+                continue
+            resumed.append(run.run_id)
+            log.info("run_resumed_after_restart", run_id=run.run_id, step=latest.step)
+        noted.unlink(missing_ok=True)
+        return resumed
 
     def _check_lora(self, settings: RunSettings) -> None:
         """A LoRA run nothing could train or serve is refused here, before any step, saying why."""

@@ -13,6 +13,7 @@ import structlog
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import RPCError, TrainerClient
+from parity.core.settings_fields import SettingsError
 from parity.promotion import Promotion
 from parity.training.local_stack import LocalStack
 
@@ -93,9 +94,33 @@ class RunControl:
         raise RunEnded(state, message, status.run.step)
 
     def start(self, request: trainer_pb.StartRunRequest) -> run_pb2.Run:
-        """Start (or resume) the run, and return it once it is started."""
-        run = self.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S).run
+        """Start (or resume) the run, and return it once it is started. A run to resume that its trainer already
+        resumed by itself (the trainer restarted while it trained) is taken up where the trainer has it."""
+        run = (
+            self._resumed_by_trainer(request)
+            or self.trainer.start_run(request, timeout_s=START_RUN_TIMEOUT_S).run
+        )
         self.wait_until_started()
+        return run
+
+    def _resumed_by_trainer(self, request: trainer_pb.StartRunRequest) -> run_pb2.Run | None:
+        if not request.resume_checkpoint_id:
+            return None
+        try:
+            run = self.trainer.get_run(trainer_pb.GetRunRequest(run_id=self.run_id)).run
+        except RPCError as error:
+            if error.code == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+        if run.state in TERMINAL:
+            return None
+        if run.config.total_steps != request.config.total_steps:
+            raise SettingsError("steps", (
+                f"run {self.run_id} was resumed by its trainer when the trainer restarted, to train to step "
+                f"{run.config.total_steps}; to train it to {request.config.total_steps}, stop it (TrainerService.StopRun) "
+                "and resume it again"
+            ))  # fmt: skip
+        log.info("run_taken_up", run_id=self.run_id, step=run.step)
         return run
 
     def wait_until_started(self) -> None:
@@ -105,10 +130,13 @@ class RunControl:
             time.sleep(POLL_S)
         self.raise_if_ended(status, [])
 
-    def wait_for(self, future: concurrent.futures.Future[Any]) -> None:
-        """Until `future` is done; RunEnded if the run fails or is stopped first (one that completed goes on)."""
+    def wait_for(self, future: concurrent.futures.Future[Any], stopped_here: bool = False) -> None:
+        """Until `future` is done; RunEnded if the run fails or is stopped first (one that completed goes on, and with
+        `stopped_here`, one this driver stopped: a run that ended early validates after its stop)."""
         while not future.done():
-            self.raise_if_ended(self.status(), [future], expect_complete=True)
+            status = self.status()
+            if not (stopped_here and status.run.state == run_pb2.RUN_STATE_STOPPED):
+                self.raise_if_ended(status, [future], expect_complete=True)
             time.sleep(POLL_S)
 
     def wait_for_end(self) -> None:

@@ -238,7 +238,7 @@ class Trainer:
                                rollouts_per_task=self.settings.val_samples, sampling=sampling, validation=True)  # fmt: skip
         assert self._control is not None
         with self._noting_the_end():
-            self._control.wait_for(future)
+            self._control.wait_for(future, stopped_here=bool(self.stopped_early))
         assert self._assembler is not None
         scorer = RolloutScorer(self._assembler, self.settings.val_trajectory)
         result = summarize(self.step_index, future.result(), self.settings.val_pass_threshold,
@@ -323,7 +323,12 @@ class Trainer:
         log.info("run_ending_early", run_id=self.run_id, step=self.step_index, reason=str(ended))
         if self._runner is not None:
             self._runner.cancel_all()
-        self._control.trainer.stop_run(trainer_pb.StopRunRequest(run_id=self.run_id), timeout_s=900)
+        stopped = self._control.trainer.stop_run(
+            trainer_pb.StopRunRequest(run_id=self.run_id), timeout_s=900
+        )
+        # The trainer may have trained one more step meanwhile (a short batch of the sessions this step adopted):
+        # the last validation, the export and the gate go with the checkpoint the stop saved.
+        self.step_index = max(self.step_index, stopped.run.step)
         self.stopped_early = str(ended)
 
     def fail(self, error: BaseException) -> TrainResult:

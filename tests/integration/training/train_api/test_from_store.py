@@ -4,6 +4,7 @@ ends when none is left, and in continuous mode waits for more."""
 from __future__ import annotations
 
 import concurrent.futures
+from typing import Any
 
 import httpx
 import openai
@@ -37,6 +38,15 @@ def production_session(
     return session.session_id
 
 
+async def one_reply_agent(task: dict[str, Any]) -> float:
+    """The deployed agent as its validation runs it."""
+    client = parity.get_async_chat_client()
+    reply = await client.chat.completions.create(
+        model=task["model"], messages=[{"role": "user", "content": task["prompt"]}], max_tokens=task["max_tokens"],
+    )  # fmt: skip
+    return float(len(reply.choices[0].message.content or "") % 2)
+
+
 def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_never_on_a_deleted_users(
     deployed_stack, tmp_path
 ) -> None:  # fmt: skip
@@ -56,14 +66,19 @@ def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_ne
     assert parity.delete_user_data("gone", store_address=deployed_stack.store.address).sessions == 2
 
     result = parity.train(
+        one_reply_agent, val_tasks=[{"id": "v1", "prompt": "Count to three."}], val_samples=2,
         model=deployed_stack.vllm.config.model_path, stack=deployed_stack.addresses, from_store=True, steps=3,
         groups_per_batch=2, rollouts_per_task=3, store_tags="prod", store_idle_minutes=0.0,
         feedback_weights=",".join(f"{name}={weight}" for name, weight in rule.items()), learning_rate=3e-3,
         export=False, output_dir=str(tmp_path / "runs"), progress=False,
     )  # fmt: skip
-    # Six sessions make step 1; step 2 finds none left, and the run ends there, completed.
+    # Six sessions make step 1; step 2 finds none left, and the run ends there, completed, and validates after
+    # the stop that ended it, at the step its checkpoint holds.
     assert result.state == "completed" and result.steps == 1, result.error
     assert "no usable sessions for step 2" in result.stopped_early
+    validated = TrainerClient(deployed_stack.trainer.address).list_run_metrics(trainer_pb.ListRunMetricsRequest(
+        run_id=result.run_id, kind=trainer_pb.METRICS_KIND_VALIDATION)).metrics  # fmt: skip
+    assert [v.step for v in validated] == [0, 1] and result.val_pass_after
     assert result.store_sessions == {"used": 6, "deleted": 0, "skipped_active": 0, "skipped_filtered_out": 0,
                                      "skipped_too_stale": 0, "skipped_awaiting_feedback": 0, "skipped_no_feedback": 1}  # fmt: skip
     trainer = TrainerClient(deployed_stack.trainer.address)
