@@ -88,7 +88,9 @@ class UpstreamClient:
         """POST to the first replica that answers without a connection error or 5xx.
         The caller reads `response`, then calls `release()` on the reply."""
         if not candidates:
-            raise openai_errors.unavailable("no replica serves the requested model now; retry shortly")
+            raise openai_errors.unavailable(
+                "no replica serves the requested model now; retry shortly"
+            )
         last_error, replica = "no attempt made", candidates[0]
         for attempt in range(self.retries + 1):
             replica = candidates[attempt % len(candidates)]

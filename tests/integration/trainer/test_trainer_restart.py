@@ -69,10 +69,12 @@ class Stack:
         return self.trainer().GetRun(pb.GetRunRequest(run_id=run_id)).run
 
     def wait_for(self, run_id: str, state: int, step: int) -> run_pb2.Run:
-        return eventually(
+        run = eventually(
             lambda: (r := self.run(run_id)).state == state and r.step == step and r,
             timeout_s=180, what=lambda: f"run {run_id} {run_pb2.RunState.Name(state)} at step {step}: {self.run(run_id)}",
         )  # fmt: skip
+        assert isinstance(run, run_pb2.Run)
+        return run
 
 
 @pytest.fixture

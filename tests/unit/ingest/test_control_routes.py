@@ -136,7 +136,9 @@ async def test_a_joining_ingest_takes_on_each_routes_newest_version_among_its_pe
     await fleet.close()
 
 
-def test_a_withdrawn_route_is_recorded_so_a_restart_does_not_serve_its_adapter_again(tmp_path: Path) -> None:
+def test_a_withdrawn_route_is_recorded_so_a_restart_does_not_serve_its_adapter_again(
+    tmp_path: Path,
+) -> None:
     control = control_over(tmp_path / "spool.db")
     control.set_policy_version(2, "tenant-a", "tenant-a", route=True)
     assert control.set_policy_version(3, "tenant-a", "", route=True) == 2

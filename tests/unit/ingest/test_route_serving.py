@@ -77,7 +77,9 @@ def test_a_route_whose_adapter_no_replica_lists_yet_goes_to_the_replicas_of_its_
     assert route.lora_adapter == "base-new-lora" and len(route.candidates) == 2
 
 
-def test_a_tenants_new_adapter_named_after_its_route_goes_to_the_base_models_replicas_until_listed() -> None:
+def test_a_tenants_new_adapter_named_after_its_route_goes_to_the_base_models_replicas_until_listed() -> (
+    None
+):
     """A promotion loads `tenant-a` into every replica and routes `tenant-a` to it at once; the replicas list it
     only at their next health check."""
     policy = PolicyState()
