@@ -69,9 +69,10 @@ FULL = Scale(users=32, traffic_before=128, traffic_after=96, candidate_steps=3, 
              rollouts_per_task=8, val_tasks=32, val_samples=2)  # fmt: skip
 QUICK = Scale(users=8, traffic_before=24, traffic_after=8, candidate_steps=1, worse_steps=1, groups_per_batch=1,
               rollouts_per_task=4, val_tasks=4, val_samples=1)  # fmt: skip
-# With tenants, each tenant's run has only its own users' rated sessions to train on.
+# With tenants, each tenant's run has only its own users' rated sessions to train on, and enough users that
+# each tenant's share who rate stays near the population's.
 TENANT_SCALE = {
-    FULL: replace(FULL, traffic_before=192),
+    FULL: replace(FULL, users=64, traffic_before=192),
     QUICK: replace(QUICK, traffic_before=32, traffic_after=16),
 }
 

@@ -139,9 +139,7 @@ class StoreSupply:
         eligible = selection.eligible[: groups * size]
         if len(eligible) < MIN_GROUP:
             return 0
-        chunks = [eligible[start : start + size] for start in range(0, len(eligible), size)]
-        if len(chunks) > 1 and len(chunks[-1]) < MIN_GROUP:
-            chunks[-2] += chunks.pop()
+        chunks = into_groups(eligible, size)
         for chunk in chunks:
             self._groups += 1
             self._close(f"{self.run_id}-s{step:05d}-store{self._groups:04d}", chunk)
@@ -187,3 +185,12 @@ class StoreSupply:
                 0,
             )
         return StoreExhausted("completed", f"{where}; {self.used} sessions trained", step - 1)
+
+
+def into_groups(sessions: Sequence[Eligible], size: int) -> list[list[Eligible]]:
+    """`sessions` in groups of `size`; a last one too small to compare within joins the one before."""
+    groups = [list(sessions[start : start + size]) for start in range(0, len(sessions), size)]
+    if len(groups) > 1 and len(groups[-1]) < MIN_GROUP:
+        last = groups.pop()
+        groups[-1] += last
+    return groups

@@ -375,3 +375,32 @@ def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack, 
     )
     assert ended["steady"].state == run_pb2.RUN_STATE_COMPLETED, ended["steady"].error_message
     assert ended["steady"].step == CONCURRENT_STEPS
+
+
+def test_parity_train_in_two_threads_of_one_program_trains_two_runs_at_once(
+    concurrent_stack, tmp_path
+) -> None:
+    stack = concurrent_stack
+    tasks = [{"id": f"task-{n}", "prompt": PROMPTS[n % len(PROMPTS)]} for n in range(2 * GROUPS)]
+
+    def train(name: str) -> parity.TrainResult:
+        return parity.train(
+            named_model_agent, tasks, model=str(stack.vllm.config.model_path), stack=stack.addresses, run_id=name,
+            lora_rank=RANK, learning_rate=LEARNING_RATE, steps=2, groups_per_batch=GROUPS, rollouts_per_task=ROLLOUTS,
+            max_tokens=MAX_TOKENS, export=False, output_dir=str(tmp_path / "runs"), progress=False,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(train, ("threads-one", "threads-two")))
+    trainer = TrainerClient(stack.trainer.address)
+    for result in results:
+        assert result.state == "completed" and result.steps == 2, result.error
+        run = trainer.get_run(pb.GetRunRequest(run_id=result.run_id)).run
+        assert run.served_model == f"tiny-{result.run_id}" and run.step == 2
+        for step in (1, 2):
+            batch = trainer.get_step_batch(
+                pb.GetStepBatchRequest(run_id=result.run_id, step=step)
+            ).batch
+            assert batch.samples and all(
+                s.session_id.startswith(f"{result.run_id}-s") for s in batch.samples
+            )
