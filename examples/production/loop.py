@@ -32,7 +32,7 @@ from typing import Any
 
 import parity
 from examples.production.deployment import SERVED_NAME, Deployment
-from examples.production.tenants import print_tenants, run_tenants, tenants_decided
+from examples.production.tenants import print_tenants, run_summary, run_tenants, tenants_decided
 from examples.production.users import Population, Visit, rate_late, traffic
 from parity.training.tasks import load_tasks
 from parity.user_data import trained_on
@@ -143,19 +143,11 @@ def run(data_dir: Path, scale: Scale, seed: int) -> dict[str, Any]:
         "rated_sessions": signals, "unrated_sessions": len(before) - signals,
         "deleted_users": len(leavers), "deleted_sessions": sum(deleted.values()),
         "steps_with_a_deleted_users_session": sum(trained_leavers.values()),
-        "worse": _run_summary(worse), "candidate": _run_summary(candidate),
+        "worse": run_summary(worse), "candidate": run_summary(candidate),
         "deploy_seconds": round(deployed_s, 1), "wall_seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip
     (data_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
-
-
-def _run_summary(result: parity.TrainResult) -> dict[str, Any]:
-    return {
-        "run_id": result.run_id, "state": result.state, "error": result.error, "steps": result.steps,
-        "pass@1_before": result.val_pass_before.get("pass@1"), "pass@1_after": result.val_pass_after.get("pass@1"),
-        "store_sessions": result.store_sessions, "promotion": result.promotion, "wall_seconds": result.wall_seconds,
-    }  # fmt: skip
 
 
 def print_table(results: dict[str, Any]) -> None:

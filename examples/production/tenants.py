@@ -104,7 +104,7 @@ def run_tenants(data_dir: Path, scale: Scale, seed: int, count: int) -> dict[str
                 "live_success_before": _success(before, tenant), "live_success_after": _success(after, tenant),
                 "sessions_before": sum(v.cohort == tenant for v in before),
                 "sessions_after": sum(v.cohort == tenant for v in after),
-                "run": _summary(runs[tenant]),
+                "run": run_summary(runs[tenant]),
                 "served_adapter": next((r.lora_adapter for r in routes if r.policy_model == tenant_model(tenant)), ""),
             }
             for tenant in tenants
@@ -136,7 +136,8 @@ def _success(visits: list[Visit], tenant: str) -> float:
     return round(sum(v.correct for v in mine) / len(mine), 3) if mine else float("nan")
 
 
-def _summary(result: parity.TrainResult) -> dict[str, Any]:
+def run_summary(result: parity.TrainResult) -> dict[str, Any]:
+    """What the loop reports of a candidate's run."""
     return {
         "run_id": result.run_id, "state": result.state, "error": result.error, "steps": result.steps,
         "pass@1_before": result.val_pass_before.get("pass@1"), "pass@1_after": result.val_pass_after.get("pass@1"),

@@ -4,7 +4,6 @@ ends when none is left, and in continuous mode waits for more."""
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any
 
 import httpx
 import openai
@@ -16,6 +15,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from parity.clients import StoreClient, TrainerClient
+from tests.integration.trainer.test_promotion import one_reply_agent
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -36,15 +36,6 @@ def production_session(
                             json={"value": value, "name": name, "feedback_id": f"{session.session_id}-{name}"}, timeout=30)  # fmt: skip
         assert answer.status_code == 200 and answer.json()["status"] == "stored", answer.text
     return session.session_id
-
-
-async def one_reply_agent(task: dict[str, Any]) -> float:
-    """The deployed agent as its validation runs it."""
-    client = parity.get_async_chat_client()
-    reply = await client.chat.completions.create(
-        model=task["model"], messages=[{"role": "user", "content": task["prompt"]}], max_tokens=task["max_tokens"],
-    )  # fmt: skip
-    return float(len(reply.choices[0].message.content or "") % 2)
 
 
 def test_a_from_store_run_trains_on_production_sessions_by_their_feedback_and_never_on_a_deleted_users(
