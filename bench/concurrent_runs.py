@@ -3,8 +3,9 @@
 One `parity up --max-concurrent-runs N --vllm-lora-rank R` serves both phases: first the N runs one after another
 (the baseline), then the same N at once, each `parity train --stack ... --lora-rank R` with its own run id and
 seed. Reported per phase: the wall time of all N runs, the stack's peak memory (the proportional set size of
-every process `parity up` started, sampled each second, so pages the processes share count once), the drivers'
-(the agents' side) apart, and each run's held-out pass@1 before and after.
+every process `parity up` started, sampled each second, so pages the processes share count once) and each
+process's share of it at that peak, the drivers' (the agents' side) apart, and each run's held-out pass@1 before
+and after.
 
     .venv/bin/python bench/concurrent_runs.py                     # the calculator example, 4 runs
     .venv/bin/python bench/concurrent_runs.py --runs 2 --steps 2  # a quicker look
@@ -41,6 +42,8 @@ class PeakMemory:
 
     roots: list[int]
     peak_bytes: int = 0
+    at_peak: dict[str, int] = field(default_factory=dict)
+    """Each kind of process's PSS (`process_kind`) at the sample where the sum peaked."""
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -49,9 +52,12 @@ class PeakMemory:
 
     def _sample(self) -> None:
         while not self._stop.wait(SAMPLE_S):
-            self.peak_bytes = max(
-                self.peak_bytes, sum(pss(pid) for root in self.roots for pid in tree(root))
-            )
+            sample: dict[str, int] = {}
+            for pid in (pid for root in self.roots for pid in tree(root)):
+                kind = process_kind(pid)
+                sample[kind] = sample.get(kind, 0) + pss(pid)
+            if sum(sample.values()) > self.peak_bytes:
+                self.peak_bytes, self.at_peak = sum(sample.values()), sample
 
     def stop(self) -> int:
         self._stop.set()
@@ -70,6 +76,19 @@ def tree(root: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def process_kind(pid: int) -> str:
+    """vllm, a Parity service by name (trainer, store, ...), or the program's name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "gone"
+    if any("vllm" in arg.lower() for arg in argv):
+        return "vllm"
+    if "serve" in argv and "parity.cli" in argv:
+        return argv[argv.index("parity.cli") + 1]
+    return Path(argv[0]).name if argv and argv[0] else "?"
 
 
 def pss(pid: int) -> int:
@@ -150,6 +169,7 @@ def phase(args: argparse.Namespace, stack: subprocess.Popen[str], environment: d
     return {
         "wall_s": time.monotonic() - started,
         "stack_peak_bytes": stack_memory.stop(),
+        "stack_at_peak_bytes": stack_memory.at_peak,
         "driver_peak_bytes": driver_memory.stop(),
         "runs": [
             {
@@ -210,6 +230,12 @@ def report(args: argparse.Namespace, phases: dict[str, dict[str, object]]) -> No
     for label, measured in phases.items():
         print(f"{label:<12} {measured['wall_s']:>8.0f}s {gib(measured['stack_peak_bytes']):>12} "
               f"{gib(measured['driver_peak_bytes']):>13}")  # fmt: skip
+    for label, measured in phases.items():
+        shares = sorted(measured["stack_at_peak_bytes"].items(), key=lambda item: -item[1])  # type: ignore[attr-defined]
+        print(
+            f"{label} stack at its peak: "
+            + ", ".join(f"{kind} {gib(value)}" for kind, value in shares)
+        )
     sequential, concurrent = phases["sequential"], phases["concurrent"]
     ratios = {
         "wall": float(concurrent["wall_s"]) / float(sequential["wall_s"]),  # type: ignore[arg-type]

@@ -17,9 +17,10 @@ import pytest
 
 import parity
 import parity.engine
+from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
-from parity.clients import TrainerClient
+from parity.clients import AssemblerClient, TrainerClient
 from parity.services.console.views.format import number
 from tests.integration.console.page_tables import rows
 from tests.integration.openai_api import sampled_logprobs
@@ -73,8 +74,12 @@ async def agent(task: dict[str, Any]) -> float:
     return sum(token.startswith(" ") for token in tokens) / max(1, len(tokens))
 
 
-def train_step(trainer: TrainerClient, run: run_pb2.Run, step: int) -> run_pb2.Run:
+def train_step(stack: TrainingStack, run: run_pb2.Run, step: int) -> run_pb2.Run:
     """Roll out the groups of the run's step `step`, as sessions of its own, and wait for the trainer to train it."""
+    trainer, assembler = (
+        TrainerClient(stack.trainer.address),
+        AssemblerClient(stack.assembler.address),
+    )
 
     def waiting_after(done: int) -> run_pb2.Run | None:
         now = trainer.get_run(pb.GetRunRequest(run_id=run.run_id)).run
@@ -82,20 +87,45 @@ def train_step(trainer: TrainerClient, run: run_pb2.Run, step: int) -> run_pb2.R
         waiting = now.state in (run_pb2.RUN_STATE_WAITING_FOR_DATA, run_pb2.RUN_STATE_COMPLETED)
         return now if now.step >= done and waiting else None
 
+    def dropped_groups() -> int:
+        stats = assembler.get_stats(assembler_pb.GetStatsRequest(run_id=run.run_id))
+        return sum(
+            stats.filtered_counts.get(name, 0) for name in ("zero_variance_group", "empty_group")
+        )
+
+    def roll_out(prompts: list[str], tag: str) -> None:
+        tasks = [{"id": f"s{step}-{tag}-t{n}", "prompt": prompt, "model": run.served_model} for n, prompt in enumerate(prompts)]  # fmt: skip
+        results = parity.engine.run(agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=len(tasks) * ROLLOUTS,
+                                    progress=False, run_id=f"{run.run_id}-{step}-{tag}", training_run=run.run_id)  # fmt: skip
+        assert all(r.outcome == "succeeded" for r in results), [r.error for r in results]
+
     # Its agents ask for its adapter, which the replica serves once the run's first sync has pushed it.
     eventually(lambda: waiting_after(step - 1), timeout_s=STEP_TIMEOUT_S, interval_s=0.2,
                what=f"run {run.run_id} waiting for step {step}'s rollouts")  # fmt: skip
-    tasks = [{"id": f"s{step}-t{n}", "prompt": prompt, "model": run.served_model} for n, prompt in enumerate(PROMPTS)]  # fmt: skip
-    results = parity.engine.run(agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS,
-                                progress=False, run_id=f"{run.run_id}-{step}", training_run=run.run_id)  # fmt: skip
-    assert all(r.outcome == "succeeded" for r in results), [r.error for r in results]
-    return eventually(lambda: waiting_after(step), timeout_s=STEP_TIMEOUT_S, interval_s=0.2,
-                      what=f"run {run.run_id} trained step {step}")  # fmt: skip
+    dropped_before, extra = dropped_groups(), 0
+    roll_out(PROMPTS, "groups")
+
+    def trained() -> run_pb2.Run | None:
+        nonlocal extra
+        if (done := waiting_after(step)) is not None:
+            return done
+        # A group whose rewards all tie teaches nothing and is dropped: one more group takes its place.
+        if dropped_groups() - dropped_before > extra:
+            extra += 1
+            roll_out(PROMPTS[:1], f"extra{extra}")
+        return None
+
+    return eventually(
+        trained,
+        timeout_s=STEP_TIMEOUT_S,
+        interval_s=0.2,
+        what=f"run {run.run_id} trained step {step}",
+    )
 
 
-def both(trainer: TrainerClient, runs: list[run_pb2.Run], step: int) -> list[run_pb2.Run]:
+def both(stack: TrainingStack, runs: list[run_pb2.Run], step: int) -> list[run_pb2.Run]:
     with ThreadPoolExecutor(len(runs)) as pool:
-        return list(pool.map(lambda run: train_step(trainer, run, step), runs))
+        return list(pool.map(lambda run: train_step(stack, run, step), runs))
 
 
 def test_the_console_shows_two_runs_training_at_once_side_by_side_and_compares_their_curves(
@@ -108,7 +138,7 @@ def test_the_console_shows_two_runs_training_at_once_side_by_side_and_compares_t
         backend=run_pb2.TRAINING_BACKEND_CPU, rollout_mode=run_pb2.ROLLOUT_MODE_SYNC, lora=run_pb2.LoraConfig(rank=RANK),
     ))).run for run_id in RUN_IDS]  # fmt: skip
     assert [run.served_model for run in runs] == [f"tiny-{run_id}" for run_id in RUN_IDS]
-    both(trainer, runs, 1)
+    both(stack, runs, 1)
     console = start_console("--store-address", stack.store.address, "--assembler-address", stack.assembler.address,
                             "--trainer-address", stack.trainer.address)  # fmt: skip
 
@@ -150,7 +180,7 @@ def test_the_console_shows_two_runs_training_at_once_side_by_side_and_compares_t
     assert sorted(row[0] for row in rows(page, "table.compared tbody tr")) == sorted(RUN_IDS)
     assert page.locator("header .live").count() == 1, "active runs: the page refreshes itself"
 
-    finished = both(trainer, runs, STEPS)
+    finished = both(stack, runs, STEPS)
     assert [run.state for run in finished] == [run_pb2.RUN_STATE_COMPLETED] * 2
     # Each run's validation, as `parity train` records one: fresh replies of its adapter, not trained on.
     for run in runs:

@@ -168,13 +168,14 @@ def test_a_replica_failing_sync_stops_the_run_with_a_resumable_checkpoint(
         stopped.run.state == run_pb2.RUN_STATE_STOPPED and stopped.checkpoint.run_id == run.run_id
     )
 
-    # A trainer killed during a run leaves it active on disk; the next one reports it cut short.
+    # A trainer killed during a run leaves it active on disk; the next one, told not to resume runs
+    # (test_trainer_restart.py has it resuming them), reports it cut short.
     fixed_stub.StartRun(pb.StartRunRequest(resume_checkpoint_id=stopped.checkpoint.checkpoint_id))
     eventually(lambda: fixed_stub.GetStatus(pb.GetStatusRequest()).run.state == run_pb2.RUN_STATE_WAITING_FOR_DATA,
              timeout_s=60, what="the run to wait for data again")  # fmt: skip
     fixed.process.kill()
     fixed.process.wait()
-    after_kill = start_service("trainer", *common)
+    after_kill = start_service("trainer", *common, "--no-resume-runs")
     (cut_short,) = (
         pb_grpc.TrainerServiceStub(grpc.insecure_channel(after_kill.address))
         .ListRuns(pb.ListRunsRequest())
