@@ -17,17 +17,16 @@ import pytest
 
 import parity
 import parity.engine
-from parity.api.assembler.v1 import assembler_service_pb2 as assembler_pb
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.clients import AssemblerClient, TrainerClient
 from parity.services.console.views.format import number
+from tests.integration import run_steps
 from tests.integration.console.page_tables import rows
 from tests.integration.openai_api import sampled_logprobs
 from tests.integration.stack_fixtures import TrainingStack, start_training_stack
 from tests.integration.trainer.conftest import serving
 from tests.integration.trainer.test_learning import served_rewards
-from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -76,51 +75,18 @@ async def agent(task: dict[str, Any]) -> float:
 
 def train_step(stack: TrainingStack, run: run_pb2.Run, step: int) -> run_pb2.Run:
     """Roll out the groups of the run's step `step`, as sessions of its own, and wait for the trainer to train it."""
-    trainer, assembler = (
-        TrainerClient(stack.trainer.address),
-        AssemblerClient(stack.assembler.address),
-    )
 
-    def waiting_after(done: int) -> run_pb2.Run | None:
-        now = trainer.get_run(pb.GetRunRequest(run_id=run.run_id)).run
-        assert now.state != run_pb2.RUN_STATE_FAILED, now.error_message
-        waiting = now.state in (run_pb2.RUN_STATE_WAITING_FOR_DATA, run_pb2.RUN_STATE_COMPLETED)
-        return now if now.step >= done and waiting else None
-
-    def dropped_groups() -> int:
-        stats = assembler.get_stats(assembler_pb.GetStatsRequest(run_id=run.run_id))
-        return sum(
-            stats.filtered_counts.get(name, 0) for name in ("zero_variance_group", "empty_group")
-        )
-
-    def roll_out(prompts: list[str], tag: str) -> None:
-        tasks = [{"id": f"s{step}-{tag}-t{n}", "prompt": prompt, "model": run.served_model} for n, prompt in enumerate(prompts)]  # fmt: skip
+    def roll_out(groups: int, tag: str) -> None:
+        # Its agents ask for its adapter, which the replica serves once the run's first sync has pushed it.
+        tasks = [{"id": f"s{step}-{tag}-t{n}", "prompt": prompt, "model": run.served_model} for n, prompt in enumerate(PROMPTS[:groups])]  # fmt: skip
         results = parity.engine.run(agent, tasks, rollouts_per_task=ROLLOUTS, concurrency=len(tasks) * ROLLOUTS,
                                     progress=False, run_id=f"{run.run_id}-{step}-{tag}", training_run=run.run_id)  # fmt: skip
         assert all(r.outcome == "succeeded" for r in results), [r.error for r in results]
 
-    # Its agents ask for its adapter, which the replica serves once the run's first sync has pushed it.
-    eventually(lambda: waiting_after(step - 1), timeout_s=STEP_TIMEOUT_S, interval_s=0.2,
-               what=f"run {run.run_id} waiting for step {step}'s rollouts")  # fmt: skip
-    dropped_before, extra = dropped_groups(), 0
-    roll_out(PROMPTS, "groups")
-
-    def trained() -> run_pb2.Run | None:
-        nonlocal extra
-        if (done := waiting_after(step)) is not None:
-            return done
-        # A group whose rewards all tie teaches nothing and is dropped: one more group takes its place.
-        if dropped_groups() - dropped_before > extra:
-            extra += 1
-            roll_out(PROMPTS[:1], f"extra{extra}")
-        return None
-
-    return eventually(
-        trained,
-        timeout_s=STEP_TIMEOUT_S,
-        interval_s=0.2,
-        what=f"run {run.run_id} trained step {step}",
-    )
+    trained = run_steps.train_step(TrainerClient(stack.trainer.address), AssemblerClient(stack.assembler.address),
+                                   run.run_id, step, roll_out, timeout_s=STEP_TIMEOUT_S)  # fmt: skip
+    assert trained.state != run_pb2.RUN_STATE_FAILED, trained.error_message
+    return trained
 
 
 def both(stack: TrainingStack, runs: list[run_pb2.Run], step: int) -> list[run_pb2.Run]:

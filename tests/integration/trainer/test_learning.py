@@ -28,6 +28,7 @@ from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
 from parity.clients import AssemblerClient, TrainerClient
 from tests.integration.openai_api import sampled_logprobs
+from tests.integration.run_steps import TERMINAL
 from tests.learning_bounds import assert_learned, difference_of_means
 from tests.waiting import eventually
 
@@ -52,7 +53,6 @@ MIN_SHORT_RUN_GAIN = 0.05
 # 1e-9, far under learning_bounds.CHANCE). Ten failed a LoRA run that rose 0.072 at 9 standard errors: its
 # trajectory depends on the thread count, and make test's workers run torch on one thread.
 MIN_SIGMAS = 6
-TERMINAL = (run_pb2.RUN_STATE_COMPLETED, run_pb2.RUN_STATE_FAILED, run_pb2.RUN_STATE_STOPPED)
 
 
 def word_start_share(token_texts: list[str]) -> float:

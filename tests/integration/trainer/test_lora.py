@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,7 +31,7 @@ from parity.api.store.v1 import store_service_pb2 as store_pb
 from parity.api.store.v1 import store_service_pb2_grpc as store_grpc
 from parity.api.trainer.v1 import run_pb2
 from parity.api.trainer.v1 import trainer_service_pb2 as pb
-from parity.clients import RPCError, TrainerClient
+from parity.clients import AssemblerClient, RPCError, TrainerClient
 from parity.services.inference.tiny_model import TinyModelSpec, generate_tiny_model
 from parity.services.inference.vllm_launcher import VllmServer
 from parity.services.trainer.backends import select_backend
@@ -41,6 +40,7 @@ from parity.services.trainer.run_settings import RunSettings
 from parity.services.trainer.weight_sync import WeightSync, probe_tokens
 from tests.conftest import REPO_ROOT
 from tests.integration.openai_api import sampled_logprobs
+from tests.integration.run_steps import TERMINAL, stop_active_runs, train_to_end
 from tests.integration.stack_fixtures import start_training_stack
 from tests.integration.trainer.conftest import serving
 from tests.integration.trainer.test_learning import (
@@ -50,7 +50,6 @@ from tests.integration.trainer.test_learning import (
     MIN_SIGMAS,
     PROMPTS,
     ROLLOUTS,
-    TERMINAL,
     served_rewards,
     train_on_agent_rollouts,
     word_start_share,
@@ -232,7 +231,7 @@ def test_lora_is_refused_before_any_step_by_a_replica_without_it_and_for_a_bad_c
 
 
 CONCURRENT_STEPS = 6
-DRIVE_TIMEOUT_S = 300
+STEP_TIMEOUT_S = 120.0
 
 
 async def named_model_agent(task: dict[str, Any]) -> float:
@@ -252,36 +251,24 @@ def start_lora_run(stack: Any, run_id: str, learning_rate: float, **config: Any)
     ))).run  # fmt: skip
 
 
-def drive(trainer: TrainerClient, run: run_pb2.Run) -> run_pb2.Run:
-    """Roll out the run's agents (sessions marked as its own, asking for its model) until it ends."""
+def drive(stack: Any, run: run_pb2.Run) -> run_pb2.Run:
+    """Roll out the run's agents (sessions marked as its own, asking for its model) step by step until it ends."""
+    trainer = TrainerClient(stack.trainer.address)
     counter = iter(range(10**6))
 
-    def roll_out(tasks: int) -> None:
+    def roll_out(tasks: int, tag: str) -> None:
         batch = [{"id": f"task-{(n := next(counter)):04d}", "prompt": PROMPTS[n % len(PROMPTS)], "model": run.served_model}
                  for _ in range(tasks)]  # fmt: skip
         results = parity.engine.run(named_model_agent, batch, rollouts_per_task=ROLLOUTS, concurrency=GROUPS * ROLLOUTS,
-                                    progress=False, run_id=f"{run.run_id}-{next(counter)}", training_run=run.run_id)  # fmt: skip
+                                    progress=False, run_id=f"{run.run_id}-{next(counter)}-{tag}", training_run=run.run_id)  # fmt: skip
         failed = [r.error for r in results if r.outcome != "succeeded"]
         # A failed run's agents may meet its adapter gone; any other run's failed rollout is the test's failure.
         assert (
-            not failed
-            or trainer.get_status(pb.GetStatusRequest(run_id=run.run_id)).run.state in TERMINAL
+            not failed or trainer.get_run(pb.GetRunRequest(run_id=run.run_id)).run.state in TERMINAL
         ), failed[:3]
 
-    step = 0
-    deadline = time.monotonic() + DRIVE_TIMEOUT_S
-    while (
-        status := trainer.get_status(pb.GetStatusRequest(run_id=run.run_id)).run
-    ).state not in TERMINAL:
-        assert time.monotonic() < deadline, (
-            f"run {run.run_id} is at step {status.step} of {CONCURRENT_STEPS}"
-        )
-        if status.step >= step and status.state == run_pb2.RUN_STATE_WAITING_FOR_DATA:
-            # Each step's groups, and one more whenever the run still waits: a group whose rewards tie is dropped.
-            roll_out(GROUPS if status.step == step else 1)
-            step = status.step + 1
-        time.sleep(0.2)
-    return status
+    return train_to_end(trainer, AssemblerClient(stack.assembler.address), run.run_id, roll_out,
+                        step_timeout_s=STEP_TIMEOUT_S)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -297,8 +284,15 @@ def concurrent_stack(module_services, trainer_vllm, tmp_path_factory) -> Iterato
     parity.configure(ingest_url=previous.ingest_url, assembler_address=previous.assembler_address)
 
 
-def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concurrent_stack) -> None:
-    stack = concurrent_stack
+@pytest.fixture
+def concurrent_runs(concurrent_stack) -> Iterator[Any]:
+    """The stack, its runs stopped after the test: a failed test's runs must not hold the next test's slots."""
+    yield concurrent_stack
+    stop_active_runs(TrainerClient(concurrent_stack.trainer.address))
+
+
+def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concurrent_runs) -> None:
+    stack = concurrent_runs
     trainer = TrainerClient(stack.trainer.address)
     before = served_rewards(stack.vllm.base_url)
     runs = [start_lora_run(stack, name, LEARNING_RATE) for name in ("alpha", "beta")]
@@ -317,7 +311,7 @@ def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concur
     assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
 
     with ThreadPoolExecutor(2) as pool:
-        ended = list(pool.map(lambda run: drive(trainer, run), runs))
+        ended = list(pool.map(lambda run: drive(stack, run), runs))
     assert [run.state for run in ended] == [run_pb2.RUN_STATE_COMPLETED] * 2, [
         r.error_message for r in ended
     ]
@@ -353,9 +347,8 @@ def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concur
     assert stats.policy_version == 0
 
 
-def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack, tmp_path) -> None:
-    stack = concurrent_stack
-    trainer = TrainerClient(stack.trainer.address)
+def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_runs, tmp_path) -> None:
+    stack = concurrent_runs
     healthy = start_lora_run(stack, "steady", LEARNING_RATE)
     # Its checkpoints cannot be written (their folder would be inside a file): its first step's checkpoint fails it.
     (tmp_path / "a-file").write_text("")
@@ -365,7 +358,7 @@ def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack, 
         ended = dict(
             zip(
                 ("steady", "runaway"),
-                pool.map(lambda run: drive(trainer, run), (healthy, failing)),
+                pool.map(lambda run: drive(stack, run), (healthy, failing)),
                 strict=True,
             )
         )
@@ -378,9 +371,9 @@ def test_one_failing_run_ends_alone_while_the_other_trains_on(concurrent_stack, 
 
 
 def test_parity_train_in_two_threads_of_one_program_trains_two_runs_at_once(
-    concurrent_stack, tmp_path
+    concurrent_runs, tmp_path
 ) -> None:
-    stack = concurrent_stack
+    stack = concurrent_runs
     tasks = [{"id": f"task-{n}", "prompt": PROMPTS[n % len(PROMPTS)]} for n in range(2 * GROUPS)]
 
     def train(name: str) -> parity.TrainResult:
