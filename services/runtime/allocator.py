@@ -12,6 +12,11 @@ requests up to `MMAP_THRESHOLD_BYTES` from the heaps rather than from fresh mapp
 removes those calls. Memory stays bounded: a heap keeps at most what the process once
 used, and protobuf's allocator still returns idle pages with `malloc_trim` every
 10,000 frees.
+
+What a heap keeps is its own thread's: another thread allocates from its own arena. A process
+whose threads take turns on large work (the trainer's concurrent runs, each a thread, each
+step's activations tens of MB a tensor) would keep every thread's freed share;
+`release_freed_memory` hands it back between turns.
 """
 
 from __future__ import annotations
@@ -43,13 +48,17 @@ SETTINGS = {
 }
 
 
+def is_glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (OSError, ValueError):
+        return False
+
+
 def keep_freed_memory() -> bool:
     """Apply SETTINGS to glibc's malloc. Returns False, changing nothing, where the C
     library is not glibc (musl, macOS): their allocators do not work this way."""
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return False
-    except (OSError, ValueError):
+    if not is_glibc():
         return False
     mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -58,3 +67,10 @@ def keep_freed_memory() -> bool:
     if refused:
         log.warning("mallopt_refused", parameters=refused)
     return not refused
+
+
+def release_freed_memory() -> None:
+    """Return the free memory of every thread's heap to the kernel (glibc's `malloc_trim`);
+    nothing where the C library is not glibc."""
+    if is_glibc():
+        ctypes.CDLL(None).malloc_trim(0)

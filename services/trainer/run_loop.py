@@ -19,6 +19,7 @@ import structlog
 from tqdm.auto import tqdm
 
 from parity.api.assembler.v1 import batch_pb2
+from parity.services.runtime.allocator import release_freed_memory
 from parity.services.runtime.errors import ParityError
 from parity.services.trainer import checkpoints
 from parity.services.trainer.backends import TrainingBackend, select_backend
@@ -170,6 +171,10 @@ class RunLoop:
                         # The update is applied and will be in the failure checkpoint: ack its batch.
                         source.ack(batch.batch_id, run.policy_version)
                         raise
+                    if self._base is not None and self._base.shared:
+                        # The next turn is likely another run's thread, which cannot reuse what this one freed
+                        # (docs/design/trainer-heap-trim.md). A run alone skips it: its next step reuses the memory.
+                        release_freed_memory()
                 source.ack(batch.batch_id, run.policy_version)
                 values.update(
                     _batch_values(tensors.rewards, tensors.policy_versions, run.policy_version - 1)

@@ -30,11 +30,18 @@ class SharedBase:
         self._reference: PreTrainedModel | None = None
         # peft keys adapters in module dicts, whose keys cannot hold the '.' a run id may: names of its own.
         self._names = (f"run{n}" for n in itertools.count(1))
+        # The adapters of runs not yet closed; peft may keep a closed one, as it keeps one active.
+        self._live: set[str] = set()
 
     @property
     def model(self) -> PeftModel:
         assert self._model is not None, "no adapter has been added"
         return self._model
+
+    @property
+    def shared(self) -> bool:
+        """Whether more than one run's adapter is on the base: its runs take turns."""
+        return len(self._live) > 1
 
     def add_adapter(self, config: LoraConfig) -> str:
         """A new adapter on the base, initialised as peft does; returns its name. Call with the lock held."""
@@ -46,6 +53,7 @@ class SharedBase:
             self._model = get_peft_model(base, config, adapter_name=name)
         else:
             self._model.add_adapter(name, config)
+        self._live.add(name)
         return name
 
     def activate(self, name: str) -> None:
@@ -60,6 +68,7 @@ class SharedBase:
     def remove_adapter(self, name: str) -> None:
         """Free a run's adapter; call with the lock held. peft keeps one adapter active, so the last one stays
         until the base itself goes."""
+        self._live.discard(name)
         if name in self.model.peft_config and len(self.model.peft_config) > 1:
             if self.model.active_adapter == name:
                 self.model.set_adapter(next(n for n in self.model.peft_config if n != name))

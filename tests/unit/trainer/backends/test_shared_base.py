@@ -70,6 +70,23 @@ def test_a_run_resumes_its_adapter_on_a_shared_base_and_a_closed_one_frees_it(
     assert set(base.model.peft_config) == adapters - {other.adapter}
 
 
+def test_a_base_is_shared_while_more_than_one_run_is_on_it(tiny_model_dir) -> None:
+    base = SharedBase(tiny_model_dir)
+    with base.lock:
+        first = select_backend(lora_settings(tiny_model_dir, 1), base)
+        assert not base.shared
+        second = select_backend(lora_settings(tiny_model_dir, 2), base)
+        assert base.shared
+    second.close()
+    # The run left alone takes every turn: its steps reuse the memory they free, so nothing trims it.
+    assert not base.shared
+    first.close()
+    with base.lock:
+        select_backend(lora_settings(tiny_model_dir, 3), base)
+    # peft kept the closed first adapter (it keeps one active), but no run of its is left.
+    assert not base.shared
+
+
 def test_the_base_is_handed_out_in_the_order_it_was_asked_for() -> None:
     lock = FairLock()
     order: list[int] = []
