@@ -51,11 +51,13 @@ def server_like_tree() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _wait_for_children(pid: int, count: int) -> list[int]:
-    for _ in range(200):
-        if len(found := descendants(pid)) >= count:
+    """The children once `count` are there and the engine core among them has its title: a forked child is
+    there before it has exec'd (titled itself)."""
+    for _ in range(500):
+        if len(found := descendants(pid)) >= count and engine_core_pids(pid):
             return found
         time.sleep(0.01)
-    raise AssertionError(f"{pid} has {descendants(pid)} below it, not {count}")
+    raise AssertionError(f"{pid} has {descendants(pid)} below it, not {count} with an engine core")
 
 
 def test_finds_only_the_engine_core_below_the_server(
