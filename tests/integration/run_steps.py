@@ -63,12 +63,11 @@ def train_step(trainer: TrainerClient, assembler: AssemblerClient, run_id: str, 
 def train_to_end(trainer: TrainerClient, assembler: AssemblerClient, run_id: str,
                  roll_out: Callable[[int, str], None], *, step_timeout_s: float) -> run_pb2.Run:  # fmt: skip
     """Feed the run step after step until it ends; the ended run."""
-    step = 0
-    while (run := trainer.get_run(pb.GetRunRequest(run_id=run_id)).run).state not in TERMINAL:
-        step = max(step, run.step) + 1
-        run = train_step(trainer, assembler, run_id, step, roll_out, timeout_s=step_timeout_s)
-        if run.state in TERMINAL:
-            return run
+    run = trainer.get_run(pb.GetRunRequest(run_id=run_id)).run
+    while run.state not in TERMINAL:
+        run = train_step(
+            trainer, assembler, run_id, run.step + 1, roll_out, timeout_s=step_timeout_s
+        )
     return run
 
 
