@@ -230,7 +230,8 @@ def test_lora_is_refused_before_any_step_by_a_replica_without_it_and_for_a_bad_c
     assert "started without LoRA (--enable-lora)" in result["error"]
 
 
-CONCURRENT_STEPS = 6
+# A run's take-off varies: at 6 steps 2 of 14 runs (one in CI) gained under 0.05; at 10, the slowest of 6 gained 0.29.
+CONCURRENT_STEPS = 10
 STEP_TIMEOUT_S = 120.0
 
 
@@ -329,11 +330,13 @@ def test_two_lora_runs_train_at_once_each_on_its_own_sessions_and_adapter(concur
             assert batch.samples and all(
                 s.session_id.startswith(f"{run.run_id}-") for s in batch.samples
             )
-        # The run's adapter, served under its name, learned: fresh replies, 512 a side. Measured: alpha 0.345 -> 0.510
-        # (z 21), beta 0.345 -> 0.541 (z 24); passes at z >= 6 and a gain >= 0.05, by chance with probability 1.4e-9.
+        # The run's adapter, served under its name, learned: fresh replies, 512 a side. Measured over 3 tests: gains 0.29
+        # to 0.66 (z 37 to 117); passes at z >= 6 and a gain >= 0.05, by chance with probability 1.4e-9.
         gain = difference_of_means(
             before, served_rewards(stack.vllm.base_url, model=run.served_model), "served reward"
         )
+        # Its trajectory, for a failure's report.
+        print(run.run_id, "step rewards", [round(r.values["reward_mean"], 3) for r in records])
         assert_learned(gain, min_z=MIN_SIGMAS, min_gain=MIN_SHORT_RUN_GAIN)
     # Ingest versioned each run's route on its own, and left its own version alone.
     stats = ingest_stats(stack)
