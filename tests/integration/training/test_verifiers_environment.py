@@ -176,13 +176,16 @@ def test_a_multi_turn_environment_calls_its_tool_and_every_turn_is_captured(
         messages = json.loads(second.request_json)["messages"]
         results = [message["content"] for message in messages if message["role"] == "tool"]
         assert len(results) == len(tool_calls)
-        # The tool server answered each call the model made (a code, or none for a made-up word; a call cut
-        # short by max_tokens is the harness's error, for the model to read), and the answer reached the model.
+        # The tool server answered each call the model made (a code, or none for a made-up word), and the answer
+        # reached the model. Arguments cut short by max_tokens get the harness's error; arguments without the word
+        # (empty ones are no arguments, as in the OpenAI API) get the tool server's, naming the field.
         for tool_call, result in zip(tool_calls, results, strict=True):
             try:
-                word = json.loads(tool_call["function"]["arguments"])["word"]
+                word = json.loads(tool_call["function"]["arguments"] or "{}")["word"]
             except (ValueError, KeyError, TypeError):
-                assert result.startswith("error: "), result
+                assert result.startswith("error: ") or (
+                    result.startswith("Error executing tool lookup") and "word" in result
+                ), result
             else:
                 assert result == f"no code for {word!r}" or re.fullmatch(r"[A-Z]-\d\d", result), (
                     word,
