@@ -10,7 +10,7 @@ and after.
     .venv/bin/python bench/concurrent_runs.py                     # the calculator example, 4 runs
     .venv/bin/python bench/concurrent_runs.py --runs 2 --steps 2  # a quicker look
 
-The default model and the calculator example take about an hour on the 2-core machine.
+The default model and the calculator example take about 40 minutes on the 2-core machine.
 """
 
 from __future__ import annotations
